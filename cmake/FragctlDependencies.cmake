@@ -1,0 +1,38 @@
+# Every dependency is a Debian 12 package found by CMake; nothing is downloaded.
+find_package(absl REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+if(FRAGCTL_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(FRAGCTL_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()
+
+# CUDA and HIP: headers at build time only. No target links libcuda,
+# libcudart or libamdhip64; the backends dlopen them.
+if(FRAGCTL_WITH_CUDA)
+  find_path(FRAGCTL_CUDA_INCLUDE_DIR cuda.h
+    HINTS ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda
+    PATH_SUFFIXES include)
+  if(NOT FRAGCTL_CUDA_INCLUDE_DIR)
+    message(FATAL_ERROR "FRAGCTL_WITH_CUDA: cuda.h not found (set CUDA_HOME or -DFRAGCTL_WITH_CUDA=OFF)")
+  endif()
+  message(STATUS "fragctl: CUDA headers in ${FRAGCTL_CUDA_INCLUDE_DIR}")
+endif()
+if(FRAGCTL_WITH_HIP)
+  find_path(FRAGCTL_HIP_INCLUDE_DIR hip/hip_runtime_api.h
+    HINTS ENV ROCM_PATH /opt/rocm /usr
+    PATH_SUFFIXES include)
+  if(NOT FRAGCTL_HIP_INCLUDE_DIR)
+    message(WARNING "FRAGCTL_WITH_HIP: hip/hip_runtime_api.h not found; the HIP backend is not built")
+    set(FRAGCTL_WITH_HIP OFF)
+  else()
+    message(STATUS "fragctl: HIP headers in ${FRAGCTL_HIP_INCLUDE_DIR}")
+  endif()
+endif()

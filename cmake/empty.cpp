@@ -1,0 +1,1 @@
+// libfragctl.so is the whole-archive union of the layer libraries.

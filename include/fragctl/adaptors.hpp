@@ -1,0 +1,110 @@
+// Adaptors: cross-cutting work wrapped around an upstream allocator
+// (DESIGN.md, "The allocator interface and stream order"). Each owns its
+// upstream and forwards do_* to it; none changes where blocks live.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "fragctl/device_allocator.hpp"
+#include "fragctl/stats.hpp"
+
+namespace fragctl {
+
+/// Counts requested and allocated bytes (current, peak), allocations, frees,
+/// OOMs, retries and a log2 size histogram; reads reserved bytes and backend
+/// calls from the backend's counters. Not thread-safe for concurrent
+/// allocate/deallocate (wrap in thread_safe_adaptor); stats() may be called
+/// from any thread at any time and sees each field atomically.
+class statistics_adaptor final : public device_allocator {
+ public:
+  explicit statistics_adaptor(std::unique_ptr<device_allocator> upstream);
+  ~statistics_adaptor() override;
+  /// A snapshot in the one schema of fragctl/stats.hpp.
+  [[nodiscard]] allocator_stats stats() const;
+  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+
+  struct counters;
+  std::unique_ptr<device_allocator> upstream_;
+  std::unique_ptr<counters> counters_;
+};
+
+/// Serializes every call to the upstream with one mutex.
+class thread_safe_adaptor final : public device_allocator {
+ public:
+  explicit thread_safe_adaptor(std::unique_ptr<device_allocator> upstream);
+  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+
+  std::unique_ptr<device_allocator> upstream_;
+  mutable std::mutex mutex_;
+};
+
+/// Refuses (out_of_memory) any allocation that would take requested bytes
+/// above `limit`. Not thread-safe (wrap in thread_safe_adaptor).
+class limiting_adaptor final : public device_allocator {
+ public:
+  limiting_adaptor(std::unique_ptr<device_allocator> upstream, std::size_t limit);
+  [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
+  [[nodiscard]] std::size_t used() const noexcept { return used_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+
+  std::unique_ptr<device_allocator> upstream_;
+  std::size_t limit_;
+  std::size_t used_ = 0;
+};
+
+/// Writes every allocate and free as a row of fragctl's trace CSV
+/// (action,addr,size,stream,time_us; actions alloc and free_requested) to a
+/// file, so `fragctl replay` can replay it. Not thread-safe (wrap it).
+class tracing_adaptor final : public device_allocator {
+ public:
+  /// Opens `path` for writing; throws fragctl::error if it cannot.
+  tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path);
+  ~tracing_adaptor() override;
+  /// Flushes buffered rows to the file.
+  void flush();
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+
+  struct sink;
+  std::unique_ptr<device_allocator> upstream_;
+  std::unique_ptr<sink> sink_;
+};
+
+}  // namespace fragctl

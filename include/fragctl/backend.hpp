@@ -1,0 +1,245 @@
+// The device backend contract: every call fragctl makes to a GPU runtime.
+//
+// This header is the whole contract between fragctl and CUDA, HIP or the host
+// simulator; nothing above src/backend touches a vendor header. Three
+// implementations exist: `cuda` (driver API, dlopen("libcuda.so.1")), `hip`
+// (HIP runtime, dlopen("libamdhip64.so")) and `sim` (host simulator).
+//
+// Shape. Public member functions are non-virtual: they count the call and
+// account bytes held, then call the private virtual `do_*` an implementation
+// overrides. The counters are what the statistics report as "backend calls"
+// and "reserved bytes", so no policy counts for itself.
+//
+// Errors. Running out of memory is an expected outcome and is returned, never
+// thrown: raw and host allocation return nullptr, create_physical returns an
+// empty optional, map and set_access return false. Every other failure of the
+// runtime throws fragctl::backend_error carrying the runtime's code and name.
+// Releasing calls (free, release_*, unmap, destroy_event) throw only on a
+// runtime error, which means the caller broke a precondition or the device is
+// lost.
+//
+// Threads. A backend object may be called from several threads at once; the
+// counters are atomic. A backend object is bound to one device for its life.
+//
+// Streams. Allocation and free of raw memory and physical handles are not
+// stream-ordered: `free` and `unmap` may only be called once no queued work
+// uses the memory (the caller synchronizes or proves it with an event).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fragctl/types.hpp"
+
+namespace fragctl {
+
+/// Handle of a physical allocation (CUmemGenericAllocationHandle or the HIP
+/// equivalent, or a sim handle). Value 0 is never a live handle.
+struct physical_handle {
+  std::uint64_t value = 0;
+  friend bool operator==(physical_handle, physical_handle) = default;
+};
+
+/// Free and total device memory in bytes, as the runtime reports them.
+struct memory_info {
+  std::size_t free = 0;
+  std::size_t total = 0;
+};
+
+/// Every kind of backend call, for counters.
+enum class backend_call : std::uint8_t {
+  allocate,
+  free,
+  reserve_address,
+  release_address,
+  create_physical,
+  release_physical,
+  map,
+  set_access,
+  unmap,
+  create_event,
+  destroy_event,
+  record_event,
+  query_event,
+  synchronize_event,
+  synchronize_stream,
+  create_stream,
+  destroy_stream,
+  memory_info,
+  allocate_host,
+  free_host,
+  memcpy_async,
+  count_  // number of kinds; not a call
+};
+
+/// Lower-case name of a call kind ("create_physical"), for reports.
+[[nodiscard]] std::string_view to_string(backend_call call) noexcept;
+
+/// A consistent-enough copy of a backend's counters (each field is read
+/// atomically; fields are not read together under one lock).
+struct backend_counters {
+  std::array<std::uint64_t, static_cast<std::size_t>(backend_call::count_)> calls{};
+  std::size_t held_bytes = 0;       ///< device bytes held now: raw allocations + physical handles
+  std::size_t peak_held_bytes = 0;  ///< maximum of held_bytes over the backend's life
+  std::size_t host_bytes = 0;       ///< pinned host bytes held now
+  std::uint64_t failed_allocations = 0;  ///< allocate/create_physical/map/set_access that ran out of memory
+
+  [[nodiscard]] std::uint64_t of(backend_call c) const noexcept {
+    return calls[static_cast<std::size_t>(c)];
+  }
+  /// Calls that allocate, free, map or unmap device memory: the calls a warm
+  /// allocator should not make. Events, queries and host calls are excluded.
+  [[nodiscard]] std::uint64_t memory_calls() const noexcept;
+  /// Sum of every call.
+  [[nodiscard]] std::uint64_t total_calls() const noexcept;
+};
+
+class device_backend {
+ public:
+  virtual ~device_backend() = default;
+  device_backend(const device_backend&) = delete;
+  device_backend& operator=(const device_backend&) = delete;
+
+  /// "cuda", "hip" or "sim".
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  /// Device ordinal this backend allocates on.
+  [[nodiscard]] virtual int device() const noexcept = 0;
+  /// Whether reserve/create_physical/map/set_access/unmap are available. When
+  /// false, calling them throws backend_error with code "not_supported".
+  [[nodiscard]] virtual bool supports_virtual_memory() const noexcept = 0;
+  /// Granularity of physical allocations and mappings in bytes (a power of
+  /// two; 2 MiB on H100/H200). Sizes and offsets passed to create_physical,
+  /// map, set_access and unmap must be multiples of it.
+  [[nodiscard]] virtual std::size_t granularity() const noexcept = 0;
+
+  // --- Raw device memory (cuMemAlloc / hipMalloc) --------------------------
+
+  /// Allocates `bytes` (> 0) of device memory, aligned to at least 512 bytes
+  /// (the runtimes give 256 B or more; 2 MiB for large sizes). Returns
+  /// nullptr when the device is out of memory.
+  [[nodiscard]] void* allocate(std::size_t bytes);
+  /// Frees memory from allocate(ptr's size `bytes`). Synchronous: no queued
+  /// work may still use it. `bytes` must be the size given to allocate.
+  void free(void* ptr, std::size_t bytes);
+
+  // --- Virtual memory --------------------------------------------------------
+
+  /// Reserves `bytes` (multiple of granularity) of address space, aligned to
+  /// `alignment` (0 means granularity). No physical memory is committed.
+  [[nodiscard]] void* reserve_address(std::size_t bytes, std::size_t alignment = 0);
+  /// Releases a whole range from reserve_address; nothing may be mapped in it.
+  void release_address(void* base, std::size_t bytes);
+  /// Creates a physical allocation of `bytes` (multiple of granularity).
+  /// Returns nullopt when the device is out of memory.
+  [[nodiscard]] std::optional<physical_handle> create_physical(std::size_t bytes);
+  /// Releases a physical allocation; it must be unmapped everywhere.
+  void release_physical(physical_handle handle, std::size_t bytes);
+  /// Maps `bytes` of `handle` starting at `offset` at address `va` (inside a
+  /// reserved range, not mapped). Returns false when out of memory.
+  [[nodiscard]] bool map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset = 0);
+  /// Grants this device read-write access to a mapped range. Must follow map
+  /// before the memory is used. Returns false when out of memory.
+  [[nodiscard]] bool set_access(void* va, std::size_t bytes);
+  /// Unmaps a range mapped with map (the whole mapping). Synchronous: no
+  /// queued work may still use it. Physical data survives in the handle.
+  void unmap(void* va, std::size_t bytes);
+
+  // --- Events and streams ----------------------------------------------------
+
+  /// Creates an event without timing (cheap to record and query).
+  [[nodiscard]] event_t create_event();
+  void destroy_event(event_t event);
+  /// Records `event` on `stream`: it completes when all work queued on the
+  /// stream before this call has completed.
+  void record_event(event_t event, stream_t stream);
+  /// True when the work the event waits for has completed. Never blocks.
+  [[nodiscard]] bool query_event(event_t event);
+  /// Blocks the calling thread until the event has completed.
+  void synchronize_event(event_t event);
+  /// Blocks the calling thread until all work queued on `stream` completed.
+  void synchronize_stream(stream_t stream);
+  /// Creates a non-blocking stream (for tests, benchmarks and copy engines).
+  [[nodiscard]] stream_t create_stream();
+  void destroy_stream(stream_t stream);
+
+  // --- Memory information, pinned host memory, copies -----------------------
+
+  /// Free and total device memory as the runtime sees it now.
+  [[nodiscard]] memory_info get_memory_info();
+  /// Allocates `bytes` of page-locked host memory the device can read and
+  /// write (cuMemHostAlloc / hipHostMalloc; plain memory on sim). Returns
+  /// nullptr when out of memory.
+  [[nodiscard]] void* allocate_host(std::size_t bytes);
+  void free_host(void* ptr, std::size_t bytes);
+  /// Copies `bytes` from `src` to `dst` (device or pinned host, any
+  /// direction) asynchronously on `stream`.
+  void memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream);
+
+  // --- Counters --------------------------------------------------------------
+
+  [[nodiscard]] backend_counters counters() const noexcept;
+
+ protected:
+  device_backend() = default;
+
+ private:
+  virtual void* do_allocate(std::size_t bytes) = 0;
+  virtual void do_free(void* ptr, std::size_t bytes) = 0;
+  virtual void* do_reserve_address(std::size_t bytes, std::size_t alignment) = 0;
+  virtual void do_release_address(void* base, std::size_t bytes) = 0;
+  virtual std::optional<physical_handle> do_create_physical(std::size_t bytes) = 0;
+  virtual void do_release_physical(physical_handle handle, std::size_t bytes) = 0;
+  virtual bool do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) = 0;
+  virtual bool do_set_access(void* va, std::size_t bytes) = 0;
+  virtual void do_unmap(void* va, std::size_t bytes) = 0;
+  virtual event_t do_create_event() = 0;
+  virtual void do_destroy_event(event_t event) = 0;
+  virtual void do_record_event(event_t event, stream_t stream) = 0;
+  virtual bool do_query_event(event_t event) = 0;
+  virtual void do_synchronize_event(event_t event) = 0;
+  virtual void do_synchronize_stream(stream_t stream) = 0;
+  virtual stream_t do_create_stream() = 0;
+  virtual void do_destroy_stream(stream_t stream) = 0;
+  virtual memory_info do_get_memory_info() = 0;
+  virtual void* do_allocate_host(std::size_t bytes) = 0;
+  virtual void do_free_host(void* ptr, std::size_t bytes) = 0;
+  virtual void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) = 0;
+
+  void count(backend_call c) noexcept {
+    calls_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
+  }
+  void add_held(std::size_t bytes) noexcept;
+  void sub_held(std::size_t bytes) noexcept;
+
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(backend_call::count_)> calls_{};
+  std::atomic<std::size_t> held_bytes_{0};
+  std::atomic<std::size_t> peak_held_bytes_{0};
+  std::atomic<std::size_t> host_bytes_{0};
+  std::atomic<std::uint64_t> failed_allocations_{0};
+};
+
+/// Which backend to build.
+enum class backend_kind : std::uint8_t { automatic, cuda, hip, sim };
+
+struct config;  // fragctl/config.hpp
+
+/// Creates the backend `cfg.backend` names for device `cfg.device`
+/// (FRAGCTL_BACKEND). `automatic` tries cuda, then hip, then falls back to sim
+/// with one info log line saying why. Asking for cuda or hip explicitly when
+/// the runtime or device is missing throws backend_error whose message is one
+/// line naming what is missing (e.g. "libcuda.so.1 not found").
+[[nodiscard]] std::unique_ptr<device_backend> make_backend(const config& cfg);
+
+/// Creates the CUDA driver backend for `device`; throws backend_error if the
+/// driver cannot be loaded or the device does not exist.
+[[nodiscard]] std::unique_ptr<device_backend> make_cuda_backend(int device);
+/// Creates the HIP backend for `device`; throws backend_error as above.
+[[nodiscard]] std::unique_ptr<device_backend> make_hip_backend(int device);
+
+}  // namespace fragctl

@@ -1,0 +1,97 @@
+// Configuration: FRAGCTL_POLICY, FRAGCTL_BACKEND and FRAGCTL_CONF parsed once
+// into one typed struct (DESIGN.md, "Configuration"; docs/configuration.md
+// has a row per option). Policies take this struct and never call getenv.
+//
+// FRAGCTL_CONF is "key:value,key:value". Sizes accept a plain byte count or a
+// number with a unit: B, KiB, MiB, GiB, TiB (also KB/MB/GB/TB as powers of
+// 1000, and k/K, m/M, g/G shorthands as powers of 1024). Booleans accept
+// true/false/1/0/yes/no/on/off. An unknown key or a bad value is an error
+// naming the key and what it accepts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fragctl/backend.hpp"
+#include "fragctl/types.hpp"
+
+namespace fragctl {
+
+enum class warmup_exhausted : std::uint8_t { grow, fail };
+
+struct config {
+  // Selection (FRAGCTL_POLICY, FRAGCTL_BACKEND).
+  std::string policy;  ///< policy expression; empty means the default for the backend
+  backend_kind backend = backend_kind::automatic;
+  int device = 0;
+
+  // sim backend.
+  std::size_t sim_capacity = 80 * GiB;
+  std::size_t sim_granularity = 2 * MiB;
+  bool sim_backed = false;
+  bool sim_virtual_memory = true;
+
+  // caching policy (PyTorch-class defaults).
+  std::size_t small_size = 1 * MiB;           ///< requests up to this go to the small pool
+  std::size_t small_segment = 2 * MiB;        ///< segment size of the small pool
+  std::size_t large_segment = 20 * MiB;       ///< segment size for mid-size requests
+  std::size_t large_segment_limit = 10 * MiB; ///< requests below this share large_segment segments
+  std::size_t segment_round = 2 * MiB;        ///< rounding of segments for bigger requests
+  std::size_t max_split_size = SIZE_MAX;      ///< blocks at least this big are never split
+  bool release_on_oom = true;                 ///< free unused cached segments and retry once
+
+  // arena policy.
+  std::size_t arena_size = 0;                 ///< virtual range to reserve; 0 = device total
+  std::size_t release_threshold = 0;          ///< free mapped bytes kept instead of unmapped
+  std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free
+
+  // buckets policy.
+  std::size_t buckets_limit = 1 * MiB;        ///< largest size served from size classes
+  std::size_t slab_size = 2 * MiB;            ///< slab carved into slots
+  std::size_t slab_reserve = 4;               ///< empty slabs kept per class before returning them
+
+  // warmup policy.
+  std::size_t warmup_bytes = 0;               ///< bytes to pre-reserve
+  std::string warmup_profile;                 ///< JSON report of a previous run
+  warmup_exhausted warmup_on_exhausted = warmup_exhausted::grow;
+
+  // adaptors.
+  std::size_t limit = 0;                      ///< byte cap on requested bytes; 0 = none
+  bool thread_safe = true;                    ///< wrap the allocator in a lock
+
+  // Outputs (FRAGCTL_REPORT, FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL).
+  std::string report_path;
+  std::string trace_path;
+  std::string log_level = "warn";
+};
+
+/// One documented option of FRAGCTL_CONF.
+struct option_info {
+  std::string_view key;
+  std::string_view type;     ///< "size", "bool", "int", "string" or "enum: a|b"
+  std::string_view default_value;
+  std::string_view help;
+};
+
+/// Every FRAGCTL_CONF key, in documentation order.
+[[nodiscard]] const std::vector<option_info>& config_options();
+
+/// Applies "key:value,key:value" on top of `base`. Errors name the key and
+/// what it accepts; `base` is untouched on error.
+[[nodiscard]] absl::StatusOr<config> parse_config(std::string_view conf, config base = {});
+
+/// Parses a size: "4096", "512MiB", "2GiB", "1.5GiB".
+[[nodiscard]] absl::StatusOr<std::size_t> parse_size(std::string_view text);
+
+/// Parses "cuda", "hip", "sim" or "auto".
+[[nodiscard]] absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text);
+
+/// Reads FRAGCTL_POLICY, FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_REPORT,
+/// FRAGCTL_TRACE and FRAGCTL_LOG_LEVEL. Errors name the variable and key.
+[[nodiscard]] absl::StatusOr<config> config_from_environment();
+
+}  // namespace fragctl

@@ -1,0 +1,134 @@
+// fragctl::device_allocator: the one interface every policy and adaptor
+// implements (DESIGN.md, "The allocator interface and stream order").
+//
+// Stream-ordered semantics, as with cudaMallocAsync (docs/stream-order.md):
+//  * allocate(bytes, s) returns memory the caller may use in work queued on
+//    stream s from now on.
+//  * deallocate(p, bytes, s) says: all work that uses p is queued on s before
+//    this call. The block may be handed out again at once on s (later work on
+//    s runs after the earlier work); to any other stream only after an event
+//    recorded on s at free time has completed.
+//  * stream == nullptr is the device's default stream.
+//  * allocate(0, s) returns nullptr; deallocate(nullptr, 0, s) does nothing.
+//  * Every non-null pointer is aligned to at least min_alignment (512) bytes.
+//
+// Shape (non-virtual interface): the public functions check arguments and
+// report misuse, then call the private virtual do_* that a policy or adaptor
+// implements. Statistics, tracing, limits and locking are adaptors
+// (fragctl/adaptors.hpp) wrapping an upstream allocator, never inside a policy.
+//
+// Threads: policies are not thread-safe; wrap them in thread_safe_adaptor
+// (make_allocator does) to share one between threads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "fragctl/types.hpp"
+
+namespace fragctl {
+
+class device_backend;
+
+/// What a policy knows about its cache at a moment. Bytes throughout.
+struct pool_state {
+  std::size_t reserved = 0;            ///< held from the backend (segments, mapped granules)
+  std::size_t allocated = 0;           ///< handed out to callers, after rounding
+  std::size_t cached_free = 0;         ///< reserved and not handed out
+  std::size_t largest_free_block = 0;  ///< largest block one request could get without a backend call
+  std::size_t segments = 0;            ///< segments or mapped regions held
+  std::uint64_t retries = 0;           ///< allocations that succeeded only after releasing cache (cumulative)
+};
+
+/// How a policy judged a deallocation it was given.
+enum class free_status : std::uint8_t {
+  ok,             ///< freed
+  not_owned,      ///< pointer is not a live block of this allocator (also: double free); nothing changed
+  size_mismatch,  ///< pointer is live but `bytes` differs from its size; freed with the recorded size
+};
+
+/// The outcome of a deallocation: its status and, unless not_owned, the size
+/// the block was allocated with (the caller's request where the policy keeps
+/// it, else the rounded size), so adaptors account the true size on misuse.
+struct free_result {
+  free_status status = free_status::ok;
+  std::size_t bytes = 0;
+};
+
+class device_allocator {
+ public:
+  virtual ~device_allocator() = default;
+  device_allocator(const device_allocator&) = delete;
+  device_allocator& operator=(const device_allocator&) = delete;
+
+  /// Returns a block of at least `bytes` usable on `stream`; nullptr for 0
+  /// bytes. Throws out_of_memory when it cannot (after the policy's own
+  /// retry), backend_error on a runtime failure, invalid_argument for a size
+  /// no device can hold (over 2^62 bytes). Strong guarantee: on throw, nothing
+  /// changed that a caller can observe except statistics.
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = nullptr);
+
+  /// Returns `ptr` (from allocate(bytes, ...)) stream-ordered on `stream`.
+  /// Never throws. A pointer this allocator does not own, a double free, or a
+  /// wrong `bytes` is reported (one warning log line and misuse counter; abort
+  /// when built with FRAGCTL_CHECKED) and never corrupts the allocator.
+  void deallocate(void* ptr, std::size_t bytes, stream_t stream = nullptr) noexcept;
+
+  /// deallocate without the report: returns what happened and changes no
+  /// misuse counter. Adaptors forward through this so that only the outermost
+  /// allocator reports. deallocate(nullptr, ...) gives {ok, 0}.
+  [[nodiscard]] free_result try_deallocate(void* ptr, std::size_t bytes,
+                                           stream_t stream = nullptr) noexcept {
+    if (ptr == nullptr) return {free_status::ok, 0};
+    return do_deallocate(ptr, bytes, stream);
+  }
+
+  /// The size a request of `bytes` occupies after the policy's rounding.
+  [[nodiscard]] std::size_t allocation_size(std::size_t bytes) const noexcept {
+    return do_allocation_size(bytes);
+  }
+
+  /// Current state of the cache (not thread-safe against allocate/deallocate
+  /// unless the allocator is wrapped in a thread_safe_adaptor).
+  [[nodiscard]] pool_state state() const { return do_state(); }
+
+  /// Returns every cached block that is wholly free to the backend (segments,
+  /// granules), waiting for pending stream-ordered frees first. Live blocks
+  /// are untouched.
+  void release_cached() { do_release_cached(); }
+
+  /// The backend this allocator obtains memory from.
+  [[nodiscard]] device_backend& backend() const noexcept { return do_backend(); }
+
+  /// Policy expression this allocator implements, e.g. "caching" or "stats(caching)".
+  [[nodiscard]] std::string_view name() const noexcept { return do_name(); }
+
+  /// Misuse seen by deallocate (pointers not owned / double frees, wrong sizes).
+  struct misuse_counters {
+    std::uint64_t not_owned = 0;
+    std::uint64_t size_mismatch = 0;
+  };
+  [[nodiscard]] misuse_counters misuse() const noexcept;
+
+ protected:
+  device_allocator() = default;
+
+ private:
+  virtual void* do_allocate(std::size_t bytes, stream_t stream) = 0;
+  virtual free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept = 0;
+  virtual std::size_t do_allocation_size(std::size_t bytes) const noexcept = 0;
+  virtual pool_state do_state() const = 0;
+  virtual void do_release_cached() = 0;
+  virtual device_backend& do_backend() const noexcept = 0;
+  virtual std::string_view do_name() const noexcept = 0;
+
+  std::atomic<std::uint64_t> misuse_not_owned_{0};
+  std::atomic<std::uint64_t> misuse_size_mismatch_{0};
+};
+
+/// The largest request any allocator accepts (2^62); larger throws invalid_argument.
+inline constexpr std::size_t max_request_bytes = std::size_t{1} << 62;
+
+}  // namespace fragctl

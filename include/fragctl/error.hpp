@@ -1,0 +1,72 @@
+// The one error vocabulary of fragctl (DESIGN.md, "Errors").
+//
+// Inside C++ errors are exceptions of this family; across the C API and the
+// LD_PRELOAD shim they become codes plus one log line; parsing returns
+// absl::StatusOr. `out_of_memory` derives from std::bad_alloc so code that
+// already catches allocation failures keeps working.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace fragctl {
+
+/// Base of every fragctl error except out_of_memory (which must be a bad_alloc).
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A caller broke a documented precondition (bad size, bad option, bad name).
+class invalid_argument : public error {
+ public:
+  using error::error;
+};
+
+/// The GPU runtime returned an error other than out-of-memory. Carries the
+/// runtime's numeric code and its symbolic name (e.g. 2, "CUDA_ERROR_OUT_OF_MEMORY").
+class backend_error : public error {
+ public:
+  backend_error(std::string what, int code, std::string code_name);
+  [[nodiscard]] int code() const noexcept { return code_; }
+  [[nodiscard]] const std::string& code_name() const noexcept { return code_name_; }
+
+ private:
+  int code_;
+  std::string code_name_;
+};
+
+/// What an allocator knew when it could not satisfy a request. Every field is
+/// in bytes. Filled by the policy that failed; formatted by out_of_memory.
+struct oom_details {
+  std::size_t requested = 0;           ///< bytes the caller asked for
+  std::size_t reserved = 0;            ///< bytes the allocator holds from the backend
+  std::size_t cached_free = 0;         ///< reserved but not allocated (free in cache)
+  std::size_t largest_free_block = 0;  ///< largest contiguous free block in the cache
+  std::size_t device_free = 0;         ///< free memory the backend reports
+  std::size_t device_total = 0;        ///< total memory the backend reports
+
+  /// True when the request would have fit had the free bytes been contiguous:
+  /// cache plus device free is enough, but no single block is.
+  [[nodiscard]] bool caused_by_fragmentation() const noexcept {
+    return requested <= cached_free + device_free && requested > largest_free_block &&
+           requested > device_free;
+  }
+};
+
+/// Allocation failure. what() states requested, reserved, free in cache,
+/// the largest free block, and whether fragmentation caused it.
+class out_of_memory : public std::bad_alloc {
+ public:
+  explicit out_of_memory(const oom_details& details, const char* allocator_name = "fragctl");
+  [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
+  [[nodiscard]] const oom_details& details() const noexcept { return details_; }
+
+ private:
+  oom_details details_;
+  std::string message_;
+};
+
+}  // namespace fragctl

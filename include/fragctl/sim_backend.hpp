@@ -1,0 +1,103 @@
+// The host simulator backend: tests, CI and trace replay without a GPU.
+//
+// Two modes. *Accounting* hands out fake, never-dereferenceable addresses and
+// keeps no host memory, so an 80 GB trace replays on a laptop. *Backed* gives
+// real host memory: raw allocations are host pages, reserved ranges are
+// PROT_NONE mappings, physical handles are memfd files that map() places with
+// MAP_FIXED, so data lives in the handle and survives unmap/remap exactly as on
+// a GPU. Tests write patterns through the pointers and catch overlaps.
+//
+// Streams and events. A sim stream is a counter of submitted work; recording
+// an event stamps it with the stream's current position. By default work
+// completes at once (every event is complete when queried). With
+// `manual_completion`, work completes only when the test calls
+// complete(stream) or complete_all(); synchronize_* complete what they wait
+// for, as a GPU would finish it.
+//
+// Fault injection is deterministic: fail the N-th call of a kind (1-based,
+// counting from construction or the last reset_faults()), or every k-th.
+// A failed allocate/create_physical/map/set_access reports out of memory
+// (nullptr, nullopt or false) as the contract says.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "fragctl/backend.hpp"
+
+namespace fragctl {
+
+struct sim_options {
+  std::size_t capacity = 80 * GiB;      ///< device bytes; allocations beyond fail
+  std::size_t granularity = 2 * MiB;    ///< physical allocation granularity
+  bool backed = false;                  ///< real host memory (true) or accounting (false)
+  bool virtual_memory = true;           ///< whether the VM calls are supported
+  bool manual_completion = false;       ///< events complete only when told
+  int device = 0;                       ///< ordinal reported by device()
+};
+
+/// Which calls a fault rule applies to.
+enum class sim_fault_target : std::uint8_t { allocate, create_physical, map, set_access, allocate_host };
+
+class sim_backend final : public device_backend {
+ public:
+  explicit sim_backend(sim_options options = {});
+  ~sim_backend() override;
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "sim"; }
+  [[nodiscard]] int device() const noexcept override;
+  [[nodiscard]] bool supports_virtual_memory() const noexcept override;
+  [[nodiscard]] std::size_t granularity() const noexcept override;
+  [[nodiscard]] const sim_options& options() const noexcept;
+
+  /// Completes all work submitted to `stream` so far.
+  void complete(stream_t stream);
+  /// Completes all work on every stream.
+  void complete_all();
+
+  /// Makes the `nth` call (1-based) of `target` from now fail.
+  void fail_nth(sim_fault_target target, std::uint64_t nth);
+  /// Makes every `k`-th call of `target` from now fail (k = 0 turns it off).
+  void fail_every(sim_fault_target target, std::uint64_t k);
+  /// Clears every fault rule and restarts the per-target call numbering.
+  void reset_faults();
+
+  /// Device bytes in use now (raw + physical), as the simulated device sees them.
+  [[nodiscard]] std::size_t used_bytes() const noexcept;
+  /// Number of live raw allocations, physical handles, reservations, mappings,
+  /// events and host allocations: all zero when a user released everything.
+  struct live_objects {
+    std::size_t allocations = 0, physical = 0, reservations = 0, mappings = 0, events = 0,
+                streams = 0, host = 0;
+  };
+  [[nodiscard]] live_objects live() const;
+
+ private:
+  void* do_allocate(std::size_t bytes) override;
+  void do_free(void* ptr, std::size_t bytes) override;
+  void* do_reserve_address(std::size_t bytes, std::size_t alignment) override;
+  void do_release_address(void* base, std::size_t bytes) override;
+  std::optional<physical_handle> do_create_physical(std::size_t bytes) override;
+  void do_release_physical(physical_handle handle, std::size_t bytes) override;
+  bool do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) override;
+  bool do_set_access(void* va, std::size_t bytes) override;
+  void do_unmap(void* va, std::size_t bytes) override;
+  event_t do_create_event() override;
+  void do_destroy_event(event_t event) override;
+  void do_record_event(event_t event, stream_t stream) override;
+  bool do_query_event(event_t event) override;
+  void do_synchronize_event(event_t event) override;
+  void do_synchronize_stream(stream_t stream) override;
+  stream_t do_create_stream() override;
+  void do_destroy_stream(stream_t stream) override;
+  memory_info do_get_memory_info() override;
+  void* do_allocate_host(std::size_t bytes) override;
+  void do_free_host(void* ptr, std::size_t bytes) override;
+  void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;
+
+  struct state;
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace fragctl

@@ -1,0 +1,71 @@
+// Statistics: one schema for every allocator (DESIGN.md, "Statistics").
+//
+// Collected by statistics_adaptor (fragctl/adaptors.hpp) around any allocator,
+// plus the backend's counters (reserved bytes are what the backend holds) and
+// the policy's pool_state. Exported as versioned JSON and Prometheus text.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fragctl/backend.hpp"
+#include "fragctl/device_allocator.hpp"
+
+namespace fragctl {
+
+/// Bumped whenever a field of the JSON report changes meaning or goes away.
+inline constexpr int stats_schema_version = 1;
+
+/// Current and peak of one byte count.
+struct byte_gauge {
+  std::size_t current = 0;
+  std::size_t peak = 0;
+};
+
+/// Number of buckets of the request-size histogram: bucket i counts requests
+/// with floor(log2(bytes)) == i (bucket 0 also holds 1-byte requests).
+inline constexpr std::size_t size_histogram_buckets = 48;
+
+struct allocator_stats {
+  std::string allocator;  ///< name() of the allocator measured
+  std::string backend;    ///< backend name
+  int device = 0;
+
+  byte_gauge requested;  ///< bytes callers asked for
+  byte_gauge allocated;  ///< bytes handed out after rounding
+  byte_gauge reserved;   ///< device bytes held from the backend
+
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t ooms = 0;     ///< allocate calls that threw out_of_memory
+  std::uint64_t retries = 0;  ///< allocations that succeeded only after releasing cache
+  std::uint64_t misuse_not_owned = 0;
+  std::uint64_t misuse_size_mismatch = 0;
+  backend_counters backend_calls;
+  pool_state pool;  ///< cache state when the stats were taken
+
+  std::array<std::uint64_t, size_histogram_buckets> size_histogram{};
+
+  /// peak reserved / peak requested; 1.0 is ideal; 0 when nothing was requested.
+  [[nodiscard]] double reserved_over_requested() const noexcept;
+  /// 1 - peak requested / peak reserved.
+  [[nodiscard]] double fragmentation() const noexcept;
+  /// 1 - largest free block / total free in cache (0 when the cache is empty).
+  [[nodiscard]] double external_fragmentation() const noexcept;
+  /// allocated - requested now: bytes lost to rounding.
+  [[nodiscard]] std::size_t internal_waste() const noexcept;
+};
+
+/// Histogram bucket of a request size.
+[[nodiscard]] std::size_t size_histogram_bucket(std::size_t bytes) noexcept;
+
+/// The JSON report (schema `stats_schema_version`), pretty-printed.
+[[nodiscard]] std::string to_json(const allocator_stats& s);
+/// Prometheus text exposition format, metrics prefixed `fragctl_`, labelled
+/// with allocator, backend and device.
+[[nodiscard]] std::string to_prometheus(const allocator_stats& s);
+
+}  // namespace fragctl

@@ -1,0 +1,194 @@
+// The non-virtual half of device_backend: counting and byte accounting.
+#include "fragctl/backend.hpp"
+
+#include <numeric>
+
+namespace fragctl {
+
+std::string_view to_string(backend_call call) noexcept {
+  switch (call) {
+    case backend_call::allocate: return "allocate";
+    case backend_call::free: return "free";
+    case backend_call::reserve_address: return "reserve_address";
+    case backend_call::release_address: return "release_address";
+    case backend_call::create_physical: return "create_physical";
+    case backend_call::release_physical: return "release_physical";
+    case backend_call::map: return "map";
+    case backend_call::set_access: return "set_access";
+    case backend_call::unmap: return "unmap";
+    case backend_call::create_event: return "create_event";
+    case backend_call::destroy_event: return "destroy_event";
+    case backend_call::record_event: return "record_event";
+    case backend_call::query_event: return "query_event";
+    case backend_call::synchronize_event: return "synchronize_event";
+    case backend_call::synchronize_stream: return "synchronize_stream";
+    case backend_call::create_stream: return "create_stream";
+    case backend_call::destroy_stream: return "destroy_stream";
+    case backend_call::memory_info: return "memory_info";
+    case backend_call::allocate_host: return "allocate_host";
+    case backend_call::free_host: return "free_host";
+    case backend_call::memcpy_async: return "memcpy_async";
+    case backend_call::count_: break;
+  }
+  return "unknown";
+}
+
+std::uint64_t backend_counters::memory_calls() const noexcept {
+  return of(backend_call::allocate) + of(backend_call::free) + of(backend_call::reserve_address) +
+         of(backend_call::release_address) + of(backend_call::create_physical) +
+         of(backend_call::release_physical) + of(backend_call::map) + of(backend_call::set_access) +
+         of(backend_call::unmap);
+}
+
+std::uint64_t backend_counters::total_calls() const noexcept {
+  return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0});
+}
+
+void device_backend::add_held(std::size_t bytes) noexcept {
+  const std::size_t now = held_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::size_t peak = peak_held_bytes_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_held_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void device_backend::sub_held(std::size_t bytes) noexcept {
+  held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void* device_backend::allocate(std::size_t bytes) {
+  count(backend_call::allocate);
+  void* p = do_allocate(bytes);
+  if (p != nullptr) {
+    add_held(bytes);
+  } else {
+    failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return p;
+}
+
+void device_backend::free(void* ptr, std::size_t bytes) {
+  count(backend_call::free);
+  do_free(ptr, bytes);
+  sub_held(bytes);
+}
+
+void* device_backend::reserve_address(std::size_t bytes, std::size_t alignment) {
+  count(backend_call::reserve_address);
+  return do_reserve_address(bytes, alignment == 0 ? granularity() : alignment);
+}
+
+void device_backend::release_address(void* base, std::size_t bytes) {
+  count(backend_call::release_address);
+  do_release_address(base, bytes);
+}
+
+std::optional<physical_handle> device_backend::create_physical(std::size_t bytes) {
+  count(backend_call::create_physical);
+  auto handle = do_create_physical(bytes);
+  if (handle) {
+    add_held(bytes);
+  } else {
+    failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return handle;
+}
+
+void device_backend::release_physical(physical_handle handle, std::size_t bytes) {
+  count(backend_call::release_physical);
+  do_release_physical(handle, bytes);
+  sub_held(bytes);
+}
+
+bool device_backend::map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) {
+  count(backend_call::map);
+  const bool ok = do_map(va, bytes, handle, offset);
+  if (!ok) failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  return ok;
+}
+
+bool device_backend::set_access(void* va, std::size_t bytes) {
+  count(backend_call::set_access);
+  const bool ok = do_set_access(va, bytes);
+  if (!ok) failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  return ok;
+}
+
+void device_backend::unmap(void* va, std::size_t bytes) {
+  count(backend_call::unmap);
+  do_unmap(va, bytes);
+}
+
+event_t device_backend::create_event() {
+  count(backend_call::create_event);
+  return do_create_event();
+}
+
+void device_backend::destroy_event(event_t event) {
+  count(backend_call::destroy_event);
+  do_destroy_event(event);
+}
+
+void device_backend::record_event(event_t event, stream_t stream) {
+  count(backend_call::record_event);
+  do_record_event(event, stream);
+}
+
+bool device_backend::query_event(event_t event) {
+  count(backend_call::query_event);
+  return do_query_event(event);
+}
+
+void device_backend::synchronize_event(event_t event) {
+  count(backend_call::synchronize_event);
+  do_synchronize_event(event);
+}
+
+void device_backend::synchronize_stream(stream_t stream) {
+  count(backend_call::synchronize_stream);
+  do_synchronize_stream(stream);
+}
+
+stream_t device_backend::create_stream() {
+  count(backend_call::create_stream);
+  return do_create_stream();
+}
+
+void device_backend::destroy_stream(stream_t stream) {
+  count(backend_call::destroy_stream);
+  do_destroy_stream(stream);
+}
+
+memory_info device_backend::get_memory_info() {
+  count(backend_call::memory_info);
+  return do_get_memory_info();
+}
+
+void* device_backend::allocate_host(std::size_t bytes) {
+  count(backend_call::allocate_host);
+  void* p = do_allocate_host(bytes);
+  if (p != nullptr) host_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
+}
+
+void device_backend::free_host(void* ptr, std::size_t bytes) {
+  count(backend_call::free_host);
+  do_free_host(ptr, bytes);
+  host_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void device_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
+  count(backend_call::memcpy_async);
+  do_memcpy_async(dst, src, bytes, stream);
+}
+
+backend_counters device_backend::counters() const noexcept {
+  backend_counters c;
+  for (std::size_t i = 0; i < c.calls.size(); ++i) c.calls[i] = calls_[i].load(std::memory_order_relaxed);
+  c.held_bytes = held_bytes_.load(std::memory_order_relaxed);
+  c.peak_held_bytes = peak_held_bytes_.load(std::memory_order_relaxed);
+  c.host_bytes = host_bytes_.load(std::memory_order_relaxed);
+  c.failed_allocations = failed_allocations_.load(std::memory_order_relaxed);
+  return c;
+}
+
+}  // namespace fragctl

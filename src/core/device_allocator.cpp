@@ -1,0 +1,49 @@
+// The non-virtual half of device_allocator: argument checks and misuse reports.
+#include "fragctl/device_allocator.hpp"
+
+#include <cstdlib>
+
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl {
+
+void* device_allocator::allocate(std::size_t bytes, stream_t stream) {
+  if (bytes == 0) return nullptr;
+  if (bytes > max_request_bytes) {
+    throw invalid_argument(
+        fmt::format("{}: allocate({} bytes): larger than any device (limit 2^62 bytes)", name(), bytes));
+  }
+  return do_allocate(bytes, stream);
+}
+
+void device_allocator::deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  if (ptr == nullptr) return;
+  switch (do_deallocate(ptr, bytes, stream).status) {
+    case free_status::ok:
+      return;
+    case free_status::not_owned:
+      misuse_not_owned_.fetch_add(1, std::memory_order_relaxed);
+      logger().warn("{}: deallocate({}, {} bytes): not a live block of this allocator "
+                    "(double free or foreign pointer); ignored",
+                    name(), ptr, bytes);
+      break;
+    case free_status::size_mismatch:
+      misuse_size_mismatch_.fetch_add(1, std::memory_order_relaxed);
+      logger().warn("{}: deallocate({}, {} bytes): size differs from the allocated size; "
+                    "freed with the allocated size",
+                    name(), ptr, bytes);
+      break;
+  }
+#ifdef FRAGCTL_CHECKED
+  std::abort();
+#endif
+}
+
+device_allocator::misuse_counters device_allocator::misuse() const noexcept {
+  return {misuse_not_owned_.load(std::memory_order_relaxed),
+          misuse_size_mismatch_.load(std::memory_order_relaxed)};
+}
+
+}  // namespace fragctl

@@ -1,0 +1,247 @@
+// FRAGCTL_CONF parsing: one table row per option gives its key, type, default,
+// help and how to store it, so parser, error messages and docs agree.
+#include "fragctl/config.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "util/strings.hpp"
+
+namespace fragctl {
+
+namespace {
+
+absl::StatusOr<bool> parse_bool(std::string_view text) {
+  const std::string t = util::lower(text);
+  if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+  return absl::InvalidArgumentError("expected true/false, 1/0, yes/no or on/off");
+}
+
+absl::StatusOr<int> parse_int(std::string_view text) {
+  std::int64_t value = 0;
+  if (!util::parse_i64(util::trim(text), value) || value < INT32_MIN || value > INT32_MAX)
+    return absl::InvalidArgumentError("expected an integer");
+  return static_cast<int>(value);
+}
+
+using setter = std::function<absl::Status(config&, std::string_view)>;
+
+template <class T, class Parse>
+setter field(T config::*member, Parse parse) {
+  return [member, parse](config& c, std::string_view v) -> absl::Status {
+    auto parsed = parse(v);
+    if (!parsed.ok()) return parsed.status();
+    c.*member = static_cast<T>(*parsed);
+    return absl::OkStatus();
+  };
+}
+
+setter size_field(std::size_t config::*m) { return field(m, parse_size); }
+setter bool_field(bool config::*m) { return field(m, parse_bool); }
+setter string_field(std::string config::*m) {
+  return [m](config& c, std::string_view v) {
+    c.*m = std::string(v);
+    return absl::OkStatus();
+  };
+}
+
+struct option_row {
+  option_info info;
+  setter set;
+};
+
+const std::vector<option_row>& rows() {
+  static const std::vector<option_row> table = {
+      {{"device", "int", "0", "device ordinal the allocator serves"},
+       field(&config::device, [](std::string_view v) -> absl::StatusOr<int> {
+         auto d = parse_int(v);
+         if (d.ok() && *d < 0) return absl::InvalidArgumentError("expected a device ordinal >= 0");
+         return d;
+       })},
+      {{"sim_capacity", "size", "80GiB", "sim backend: device memory size"},
+       size_field(&config::sim_capacity)},
+      {{"sim_granularity", "size", "2MiB", "sim backend: physical allocation granularity (power of two)"},
+       [](config& c, std::string_view v) -> absl::Status {
+         auto s = parse_size(v);
+         if (!s.ok()) return s.status();
+         if (*s < 4096 || (*s & (*s - 1)) != 0)
+           return absl::InvalidArgumentError("expected a power of two of at least 4KiB");
+         c.sim_granularity = *s;
+         return absl::OkStatus();
+       }},
+      {{"sim_backed", "bool", "false", "sim backend: real host memory instead of fake addresses"},
+       bool_field(&config::sim_backed)},
+      {{"sim_virtual_memory", "bool", "true", "sim backend: offer the virtual memory calls"},
+       bool_field(&config::sim_virtual_memory)},
+      {{"small_size", "size", "1MiB", "caching: requests up to this size use the small pool"},
+       size_field(&config::small_size)},
+      {{"small_segment", "size", "2MiB", "caching: segment size of the small pool"},
+       size_field(&config::small_segment)},
+      {{"large_segment", "size", "20MiB", "caching: segment size for requests below large_segment_limit"},
+       size_field(&config::large_segment)},
+      {{"large_segment_limit", "size", "10MiB", "caching: requests below this share large_segment segments"},
+       size_field(&config::large_segment_limit)},
+      {{"segment_round", "size", "2MiB", "caching: larger requests get their own segment rounded to this"},
+       size_field(&config::segment_round)},
+      {{"max_split_size", "size", "unlimited", "caching: cached blocks this large or larger are never split"},
+       [](config& c, std::string_view v) -> absl::Status {
+         if (util::lower(v) == "unlimited") {
+           c.max_split_size = SIZE_MAX;
+           return absl::OkStatus();
+         }
+         auto s = parse_size(v);
+         if (!s.ok()) return absl::InvalidArgumentError("expected a size or \"unlimited\"");
+         c.max_split_size = *s;
+         return absl::OkStatus();
+       }},
+      {{"release_on_oom", "bool", "true", "caching: on out-of-memory free unused cached segments and retry once"},
+       bool_field(&config::release_on_oom)},
+      {{"arena_size", "size", "0 (device total)", "arena: virtual address range reserved per device"},
+       size_field(&config::arena_size)},
+      {{"release_threshold", "size", "0", "arena: free mapped bytes kept mapped instead of unmapped"},
+       size_field(&config::release_threshold)},
+      {{"fallback_size", "size", "0 (90% of free)", "arena without virtual memory: size of the pre-reserved block"},
+       size_field(&config::fallback_size)},
+      {{"buckets_limit", "size", "1MiB", "buckets: largest request served from size classes"},
+       size_field(&config::buckets_limit)},
+      {{"slab_size", "size", "2MiB", "buckets: slab carved into fixed-size slots"},
+       size_field(&config::slab_size)},
+      {{"slab_reserve", "int", "4", "buckets: empty slabs kept per class before returning them upstream"},
+       field(&config::slab_reserve, [](std::string_view v) -> absl::StatusOr<std::size_t> {
+         auto d = parse_int(v);
+         if (!d.ok() || *d < 0) return absl::InvalidArgumentError("expected an integer >= 0");
+         return static_cast<std::size_t>(*d);
+       })},
+      {{"warmup_bytes", "size", "0", "warmup: bytes to pre-reserve at start"},
+       size_field(&config::warmup_bytes)},
+      {{"warmup_profile", "string", "", "warmup: JSON report of a previous run to size the pre-reservation"},
+       string_field(&config::warmup_profile)},
+      {{"warmup_on_exhausted", "enum: grow|fail", "grow", "warmup: what to do when the profile was too small"},
+       field(&config::warmup_on_exhausted,
+             [](std::string_view v) -> absl::StatusOr<warmup_exhausted> {
+               if (v == "grow") return warmup_exhausted::grow;
+               if (v == "fail") return warmup_exhausted::fail;
+               return absl::InvalidArgumentError("expected grow or fail");
+             })},
+      {{"limit", "size", "0 (none)", "refuse allocations that would take requested bytes above this"},
+       size_field(&config::limit)},
+      {{"thread_safe", "bool", "true", "serialize calls with a lock (off only for single-threaded use)"},
+       bool_field(&config::thread_safe)},
+      {{"report", "string", "", "same as FRAGCTL_REPORT: write the JSON report here at exit"},
+       string_field(&config::report_path)},
+      {{"trace", "string", "", "same as FRAGCTL_TRACE: record every allocate and free to this CSV"},
+       string_field(&config::trace_path)},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<option_info>& config_options() {
+  static const std::vector<option_info> infos = [] {
+    std::vector<option_info> v;
+    for (const auto& row : rows()) v.push_back(row.info);
+    return v;
+  }();
+  return infos;
+}
+
+absl::StatusOr<std::size_t> parse_size(std::string_view text) {
+  std::string_view t = util::trim(text);
+  std::size_t split = 0;
+  while (split < t.size() && ((t[split] >= '0' && t[split] <= '9') || t[split] == '.'))
+    ++split;
+  const std::string_view number = t.substr(0, split);
+  const std::string unit = util::lower(util::trim(t.substr(split)));
+  double multiplier = 0;
+  if (unit.empty() || unit == "b") multiplier = 1;
+  else if (unit == "k" || unit == "kib") multiplier = 0x1p10;
+  else if (unit == "m" || unit == "mib") multiplier = 0x1p20;
+  else if (unit == "g" || unit == "gib") multiplier = 0x1p30;
+  else if (unit == "t" || unit == "tib") multiplier = 0x1p40;
+  else if (unit == "kb") multiplier = 1e3;
+  else if (unit == "mb") multiplier = 1e6;
+  else if (unit == "gb") multiplier = 1e9;
+  else if (unit == "tb") multiplier = 1e12;
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(fmt::format(
+        "\"{}\" is not a size: expected bytes or a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)", text));
+  };
+  if (number.empty() || multiplier == 0) return bad();
+  if (number.find('.') == std::string_view::npos) {
+    std::uint64_t whole = 0;
+    if (!util::parse_u64(number, whole)) return bad();
+    const auto m = static_cast<std::uint64_t>(multiplier);
+    if (whole > std::numeric_limits<std::uint64_t>::max() / m) return bad();
+    return static_cast<std::size_t>(whole * m);
+  }
+  double value = 0;
+  if (!util::parse_double(number, value)) return bad();
+  const double bytes = std::round(value * multiplier);
+  if (!(bytes >= 0) || bytes >= 0x1p64) return bad();
+  return static_cast<std::size_t>(bytes);
+}
+
+absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text) {
+  const std::string t = util::lower(util::trim(text));
+  if (t == "cuda") return backend_kind::cuda;
+  if (t == "hip") return backend_kind::hip;
+  if (t == "sim") return backend_kind::sim;
+  if (t.empty() || t == "auto") return backend_kind::automatic;
+  return absl::InvalidArgumentError(fmt::format("\"{}\" is not a backend: expected cuda, hip, sim or auto", text));
+}
+
+absl::StatusOr<config> parse_config(std::string_view conf, config base) {
+  for (std::string_view item : util::split(conf, ',')) {
+    item = util::trim(item);
+    if (item.empty()) continue;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          fmt::format("FRAGCTL_CONF: \"{}\" is not key:value", item));
+    }
+    const std::string_view key = util::trim(item.substr(0, colon));
+    const std::string_view value = util::trim(item.substr(colon + 1));
+    const option_row* row = nullptr;
+    for (const auto& r : rows()) {
+      if (r.info.key == key) row = &r;
+    }
+    if (row == nullptr) {
+      std::vector<std::string_view> keys;
+      for (const auto& r : rows()) keys.push_back(r.info.key);
+      return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: unknown key \"{}\"; known keys: {}",
+                                                    key, fmt::join(keys, ", ")));
+    }
+    if (absl::Status s = row->set(base, value); !s.ok()) {
+      return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: bad value \"{}\" for {} ({}): {}", value,
+                                                    key, row->info.type, util::to_std(s.message())));
+    }
+  }
+  return base;
+}
+
+absl::StatusOr<config> config_from_environment() {
+  config c;
+  const auto env = [](const char* name) -> std::string_view {
+    const char* v = std::getenv(name);
+    return v == nullptr ? std::string_view() : std::string_view(v);
+  };
+  c.policy = std::string(util::trim(env("FRAGCTL_POLICY")));
+  auto backend = parse_backend_kind(env("FRAGCTL_BACKEND"));
+  if (!backend.ok())
+    return absl::InvalidArgumentError(fmt::format("FRAGCTL_BACKEND: {}", util::to_std(backend.status().message())));
+  c.backend = *backend;
+  auto parsed = parse_config(env("FRAGCTL_CONF"), std::move(c));
+  if (!parsed.ok()) return parsed.status();
+  if (!env("FRAGCTL_REPORT").empty()) parsed->report_path = std::string(env("FRAGCTL_REPORT"));
+  if (!env("FRAGCTL_TRACE").empty()) parsed->trace_path = std::string(env("FRAGCTL_TRACE"));
+  if (!env("FRAGCTL_LOG_LEVEL").empty()) parsed->log_level = std::string(env("FRAGCTL_LOG_LEVEL"));
+  return parsed;
+}
+
+}  // namespace fragctl
