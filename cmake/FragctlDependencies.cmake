@@ -5,8 +5,10 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+# jemalloc backs the pinned host arena of the checkpoint store; found by path so
+# a relocated copy (CMAKE_PREFIX_PATH) works without pkg-config.
+find_path(FRAGCTL_JEMALLOC_INCLUDE_DIR jemalloc/jemalloc.h)
+find_library(FRAGCTL_JEMALLOC_PIC_LIBRARY NAMES jemalloc_pic)
 if(FRAGCTL_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
