@@ -1,0 +1,416 @@
+// The caching policy's algorithm; the theory is in caching_policy.hpp.
+#include "allocator_policies/caching/caching_policy.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <utility>
+
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl {
+namespace {
+
+constexpr std::size_t nodes_per_chunk = 512;
+
+// Every request is rounded up to a multiple of min_alignment, at least one.
+constexpr std::size_t round_request(std::size_t bytes) noexcept {
+  return bytes < min_alignment ? min_alignment : round_up(bytes, min_alignment);
+}
+
+constexpr std::size_t round_to_multiple(std::size_t n, std::size_t to) noexcept {
+  return (n + to - 1) / to * to;
+}
+
+void require(bool ok, std::string_view what) {
+  if (!ok) throw invalid_argument(fmt::format("caching policy: {}", what));
+}
+
+}  // namespace
+
+caching_policy::caching_policy(const config& cfg, device_backend& backend)
+    : backend_(backend),
+      small_size_(cfg.small_size),
+      small_segment_(cfg.small_segment),
+      large_segment_(cfg.large_segment),
+      large_segment_limit_(cfg.large_segment_limit),
+      segment_round_(cfg.segment_round),
+      max_split_size_(cfg.max_split_size),
+      release_on_oom_(cfg.release_on_oom) {
+  require(small_size_ > 0, "small_size must be positive");
+  require(small_segment_ > 0, "small_segment must be positive");
+  require(large_segment_ > 0, "large_segment must be positive");
+  require(segment_round_ > 0, "segment_round must be positive");
+}
+
+caching_policy::~caching_policy() {
+  try {
+    process_pending(/*wait=*/true);
+  } catch (const std::exception& e) {
+    logger().error("caching: waiting for pending frees at destruction failed: {}", e.what());
+  }
+  for (event_t event : idle_events_) {
+    try {
+      backend_.destroy_event(event);
+    } catch (const std::exception& e) {
+      logger().error("caching: destroying an event failed: {}", e.what());
+    }
+  }
+  if (!live_.empty()) {
+    logger().warn("caching: destroyed with {} live blocks ({} bytes); their memory is freed",
+                  live_.size(), allocated_);
+  }
+  std::vector<stream_t> streams;
+  for (const auto& [ptr, seg] : segments_) {
+    if (std::find(streams.begin(), streams.end(), seg.stream) == streams.end()) {
+      streams.push_back(seg.stream);
+    }
+  }
+  for (stream_t s : streams) {
+    try {
+      backend_.synchronize_stream(s);
+    } catch (const std::exception& e) {
+      logger().error("caching: synchronizing a stream at destruction failed: {}", e.what());
+    }
+  }
+  for (const auto& [ptr, seg] : segments_) {
+    try {
+      backend_.free(ptr, seg.size);
+    } catch (const std::exception& e) {
+      logger().error("caching: returning a {} byte segment at destruction failed: {}", seg.size,
+                     e.what());
+    }
+  }
+}
+
+// --- Sizes -------------------------------------------------------------------
+
+std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept {
+  return round_request(bytes);
+}
+
+std::size_t caching_policy::segment_size_for(std::size_t rounded) const noexcept {
+  if (rounded <= small_size_) return std::max(small_segment_, rounded);
+  if (rounded < large_segment_limit_) return std::max(large_segment_, rounded);
+  return round_to_multiple(rounded, segment_round_);
+}
+
+bool caching_policy::should_split(const block& b, std::size_t rounded) const noexcept {
+  const std::size_t remaining = b.size - rounded;
+  if (b.small) return remaining >= min_alignment;
+  return rounded < max_split_size_ && remaining > small_size_;
+}
+
+// --- Allocation ----------------------------------------------------------------
+
+void* caching_policy::do_allocate(std::size_t bytes, stream_t stream) {
+  const std::size_t rounded = round_request(bytes);
+  const bool small = rounded <= small_size_;
+  free_set& pool = small ? small_free_ : large_free_;
+
+  // A new segment and a split remainder need at most two nodes; taking them
+  // now keeps every later step free of host allocation failures.
+  if (spare_nodes_ == nullptr || spare_nodes_->next == nullptr) {
+    grow_nodes();
+  }
+  if (!pending_.empty()) process_pending(/*wait=*/false);
+
+  block* b = take_free_block(pool, stream, rounded);
+  if (b == nullptr) {
+    const std::size_t segment = segment_size_for(rounded);
+    b = new_segment(segment, stream, small);
+    if (b == nullptr && release_on_oom_) {
+      if (max_split_size_ != std::numeric_limits<std::size_t>::max() &&
+          release_oversize_blocks(pool, stream, rounded)) {
+        b = new_segment(segment, stream, small);
+      }
+      if (b == nullptr) {
+        process_pending(/*wait=*/true);
+        release_all_free_segments();
+        b = new_segment(segment, stream, small);
+      }
+      if (b != nullptr) ++retries_;
+    }
+    if (b == nullptr) throw_oom(bytes);
+  }
+  return hand_out(b, rounded, bytes);
+}
+
+caching_policy::block* caching_policy::take_free_block(free_set& pool, stream_t stream,
+                                                       std::size_t rounded) {
+  const auto key = reinterpret_cast<std::uintptr_t>(stream);
+  auto it = pool.lower_bound(free_entry{key, rounded, 0, nullptr});
+  if (it == pool.end() || it->stream != key) return nullptr;
+  // An oversize block serves no ordinary request, and an oversize request
+  // only from a block less than large_segment bigger than it.
+  if (rounded < max_split_size_ && it->size >= max_split_size_) return nullptr;
+  if (rounded >= max_split_size_ && it->size - rounded >= large_segment_) return nullptr;
+  block* b = it->node;
+  pool.erase(it);
+  return b;
+}
+
+caching_policy::block* caching_policy::new_segment(std::size_t bytes, stream_t stream, bool small) {
+  void* p = backend_.allocate(bytes);
+  if (p == nullptr) return nullptr;
+  try {
+    segments_.emplace(p, segment_info{bytes, stream});
+  } catch (...) {
+    backend_.free(p, bytes);
+    throw;
+  }
+  reserved_ += bytes;
+  block* b = new_node();
+  b->ptr = static_cast<char*>(p);
+  b->size = bytes;
+  b->requested = 0;
+  b->stream = stream;
+  b->prev = nullptr;
+  b->next = nullptr;
+  b->state = block_state::free;
+  b->small = small;
+  return b;
+}
+
+void* caching_policy::hand_out(block* b, std::size_t rounded, std::size_t requested) {
+  if (should_split(*b, rounded)) {
+    block* rest = new_node();
+    rest->ptr = b->ptr + rounded;
+    rest->size = b->size - rounded;
+    rest->requested = 0;
+    rest->stream = b->stream;
+    rest->prev = b;
+    rest->next = b->next;
+    rest->state = block_state::free;
+    rest->small = b->small;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    pool_of(rest).insert(entry_of(rest));
+  }
+  b->state = block_state::allocated;
+  b->requested = requested;
+  allocated_ += b->size;
+  live_.emplace(b->ptr, b);
+  return b->ptr;
+}
+
+// --- Deallocation --------------------------------------------------------------
+
+free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  const auto it = live_.find(ptr);
+  if (it == live_.end()) return {free_status::not_owned, 0};
+  block* b = it->second;
+  live_.erase(it);
+  const std::size_t requested = b->requested;
+  const free_status status = bytes == requested || bytes == round_request(requested)
+                                 ? free_status::ok
+                                 : free_status::size_mismatch;
+  allocated_ -= b->size;
+  if (stream == b->stream) {
+    free_block(b);
+  } else {
+    defer_free(b, stream);
+  }
+  return {status, requested};
+}
+
+void caching_policy::free_block(block* b) {
+  free_set& pool = pool_of(b);
+  b->state = block_state::free;
+  b->requested = 0;
+  if (block* prev = b->prev; prev != nullptr && prev->state == block_state::free) {
+    pool.erase(entry_of(prev));
+    b->ptr = prev->ptr;
+    b->size += prev->size;
+    b->prev = prev->prev;
+    if (b->prev != nullptr) b->prev->next = b;
+    recycle(prev);
+  }
+  if (block* next = b->next; next != nullptr && next->state == block_state::free) {
+    pool.erase(entry_of(next));
+    b->size += next->size;
+    b->next = next->next;
+    if (b->next != nullptr) b->next->prev = b;
+    recycle(next);
+  }
+  pool.insert(entry_of(b));
+}
+
+void caching_policy::defer_free(block* b, stream_t stream) noexcept {
+  b->state = block_state::pending;
+  event_t event = nullptr;
+  try {
+    if (idle_events_.empty()) {
+      event = backend_.create_event();
+    } else {
+      event = idle_events_.back();
+      idle_events_.pop_back();
+    }
+    backend_.record_event(event, stream);
+    pending_.push_back(pending_free{b, event});
+  } catch (const std::exception& e) {
+    // The block stays pending for good: never reused, its segment never
+    // released before destruction. Safe, and only on a failing runtime.
+    logger().error("caching: cannot order the free of {} on another stream ({}); block withheld",
+                   static_cast<void*>(b->ptr), e.what());
+    if (event != nullptr) idle_events_.push_back(event);
+  }
+}
+
+void caching_policy::process_pending(bool wait) {
+  std::size_t kept = 0;
+  std::size_t i = 0;
+  try {
+    for (; i < pending_.size(); ++i) {
+      const pending_free p = pending_[i];
+      if (wait) {
+        backend_.synchronize_event(p.event);
+      } else if (!backend_.query_event(p.event)) {
+        pending_[kept++] = p;
+        continue;
+      }
+      idle_events_.push_back(p.event);
+      free_block(p.node);
+    }
+  } catch (...) {
+    // Keep what was not yet looked at, then report the runtime's error.
+    for (; i < pending_.size(); ++i) pending_[kept++] = pending_[i];
+    pending_.resize(kept);
+    throw;
+  }
+  pending_.resize(kept);
+}
+
+// --- Returning memory ----------------------------------------------------------
+
+void caching_policy::do_release_cached() {
+  process_pending(/*wait=*/true);
+  release_all_free_segments();
+}
+
+void caching_policy::release_all_free_segments() {
+  std::vector<block*> heads;
+  for (const free_set* pool : {&small_free_, &large_free_}) {
+    for (const free_entry& e : *pool) {
+      if (e.node->prev == nullptr && e.node->next == nullptr) heads.push_back(e.node);
+    }
+  }
+  release_segments(heads);
+}
+
+bool caching_policy::release_oversize_blocks(free_set& pool, stream_t stream, std::size_t rounded) {
+  const auto key = reinterpret_cast<std::uintptr_t>(stream);
+  const std::size_t target = std::max(rounded, max_split_size_);
+  auto whole = [](const free_entry& e) { return e.node->prev == nullptr && e.node->next == nullptr; };
+
+  // The smallest whole oversize segment that alone is enough ...
+  for (auto it = pool.lower_bound(free_entry{key, target, 0, nullptr});
+       it != pool.end() && it->stream == key; ++it) {
+    if (whole(*it)) {
+      release_segments({it->node});
+      return true;
+    }
+  }
+  // ... else whole oversize segments from the largest down until enough.
+  std::vector<block*> victims;
+  std::size_t total = 0;
+  auto it = pool.lower_bound(free_entry{key, target, 0, nullptr});
+  while (it != pool.begin() && total < target) {
+    --it;
+    if (it->stream != key || it->size < max_split_size_) break;
+    if (whole(*it)) {
+      victims.push_back(it->node);
+      total += it->size;
+    }
+  }
+  release_segments(victims);
+  return total >= target;
+}
+
+void caching_policy::release_segments(const std::vector<block*>& heads) {
+  if (heads.empty()) return;
+  // No queued work may use memory returned to the backend.
+  std::vector<stream_t> streams;
+  for (const block* b : heads) {
+    if (std::find(streams.begin(), streams.end(), b->stream) == streams.end()) {
+      streams.push_back(b->stream);
+    }
+  }
+  for (stream_t s : streams) backend_.synchronize_stream(s);
+  for (block* b : heads) {
+    pool_of(b).erase(entry_of(b));
+    segments_.erase(b->ptr);
+    reserved_ -= b->size;
+    backend_.free(b->ptr, b->size);
+    recycle(b);
+  }
+}
+
+// --- State and errors ----------------------------------------------------------
+
+std::size_t caching_policy::largest_free() const noexcept {
+  std::size_t largest = 0;
+  for (const free_set* pool : {&small_free_, &large_free_}) {
+    // The last entry of each stream's run is that stream's largest block.
+    auto it = pool->begin();
+    while (it != pool->end()) {
+      const auto next_stream =
+          pool->upper_bound(free_entry{it->stream, std::numeric_limits<std::size_t>::max(),
+                                       std::numeric_limits<std::uintptr_t>::max(), nullptr});
+      largest = std::max(largest, std::prev(next_stream)->size);
+      it = next_stream;
+    }
+  }
+  return largest;
+}
+
+pool_state caching_policy::do_state() const {
+  pool_state s;
+  s.reserved = reserved_;
+  s.allocated = allocated_;
+  s.cached_free = reserved_ - allocated_;
+  s.largest_free_block = largest_free();
+  s.segments = segments_.size();
+  s.retries = retries_;
+  return s;
+}
+
+void caching_policy::throw_oom(std::size_t requested) {
+  oom_details d;
+  d.requested = requested;
+  d.reserved = reserved_;
+  d.cached_free = reserved_ - allocated_;
+  d.largest_free_block = largest_free();
+  const memory_info info = backend_.get_memory_info();
+  d.device_free = info.free;
+  d.device_total = info.total;
+  throw out_of_memory(d, "caching");
+}
+
+// --- Block nodes -----------------------------------------------------------------
+
+void caching_policy::grow_nodes() {
+  node_chunks_.push_back(std::make_unique<block[]>(nodes_per_chunk));
+  block* chunk = node_chunks_.back().get();
+  for (std::size_t i = 0; i < nodes_per_chunk; ++i) {
+    chunk[i].next = spare_nodes_;
+    spare_nodes_ = &chunk[i];
+  }
+}
+
+caching_policy::block* caching_policy::new_node() noexcept {
+  block* b = spare_nodes_;
+  spare_nodes_ = b->next;
+  return b;
+}
+
+void caching_policy::recycle(block* b) noexcept {
+  b->next = spare_nodes_;
+  spare_nodes_ = b;
+}
+
+}  // namespace fragctl
