@@ -1,1 +1,233 @@
-// placeholder until written
+// Reading a trace file: decompression (zlib reads plain files too), format
+// detection, and the helpers the per-format parsers share.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "fragctl/trace.hpp"
+#include "trace/formats.hpp"
+#include "util/strings.hpp"
+#include "zlib.h"
+
+namespace fragctl {
+
+namespace trace_detail {
+
+bool line_scanner::next(std::string_view& line) noexcept {
+  if (rest_.empty()) return false;
+  const std::size_t end = rest_.find('\n');
+  if (end == std::string_view::npos) {
+    line = rest_;
+    rest_ = {};
+  } else {
+    line = rest_.substr(0, end);
+    rest_.remove_prefix(end + 1);
+  }
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  ++number_;
+  return true;
+}
+
+void split_row(std::string_view line, std::vector<std::string_view>& out) {
+  out.clear();
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = line.find(',', start);
+    if (comma == std::string_view::npos) {
+      out.push_back(util::trim(line.substr(start)));
+      return;
+    }
+    out.push_back(util::trim(line.substr(start, comma - start)));
+    start = comma + 1;
+  }
+}
+
+bool skippable(std::string_view line) noexcept {
+  const std::string_view t = util::trim(line);
+  return t.empty() || t.front() == '#';
+}
+
+bool parse_address(std::string_view text, std::uint64_t& out) noexcept {
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    text.remove_prefix(2);
+    if (text.empty() || text.size() > 16) return false;
+    std::uint64_t value = 0;
+    for (const char c : text) {
+      int digit = 0;
+      if (c >= '0' && c <= '9') {
+        digit = c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        digit = c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        digit = c - 'A' + 10;
+      } else {
+        return false;
+      }
+      value = value << 4 | static_cast<std::uint64_t>(digit);
+    }
+    out = value;
+    return true;
+  }
+  return util::parse_u64(text, out);
+}
+
+std::string quote(std::string_view text) {
+  constexpr std::size_t max = 60;
+  if (text.size() <= max) return fmt::format("'{}'", text);
+  return fmt::format("'{}...'", text.substr(0, max));
+}
+
+absl::StatusOr<format_kind> detect_format(std::string_view content, std::string_view file) {
+  line_scanner lines(content);
+  std::string_view line;
+  while (lines.next(line)) {
+    const std::string_view t = util::trim(line);
+    if (t.empty()) continue;
+    if (t.front() == '{') return format_kind::pytorch_snapshot;
+    if (t.front() == '#') continue;
+    std::vector<std::string_view> fields;
+    split_row(t, fields);
+    std::set<std::string> names;
+    for (const std::string_view f : fields) names.insert(util::lower(f));
+    if (names.count("action") != 0 && names.count("addr") != 0) return format_kind::fragctl_csv;
+    if (names.count("action") != 0 && names.count("pointer") != 0) return format_kind::rmm_csv;
+    return line_error(file, lines.line_number(),
+                      "unknown trace format: first line is {} (expected the fragctl CSV header "
+                      "'action,addr,size,stream,time_us', the RMM log header "
+                      "'Thread,Time,Action,Pointer,Size,Stream', or a PyTorch snapshot JSON "
+                      "object)",
+                      quote(t));
+  }
+  return line_error(file, std::max<std::size_t>(lines.line_number(), 1),
+                    "the file is empty (expected a fragctl CSV, an RMM log CSV or a PyTorch "
+                    "snapshot JSON)");
+}
+
+}  // namespace trace_detail
+
+namespace {
+
+struct gz_closer {
+  void operator()(gzFile f) const noexcept { gzclose(f); }
+};
+using gz_file = std::unique_ptr<gzFile_s, gz_closer>;
+
+std::size_t count_lines(std::string_view s) {
+  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')) + 1;
+}
+
+// The whole file, decompressed when it is gzip.
+absl::StatusOr<std::string> read_content(const std::string& path) {
+  errno = 0;
+  gz_file file(gzopen(path.c_str(), "rb"));
+  if (!file) {
+    const int err = errno;
+    const std::string why = err != 0 ? std::strerror(err) : "out of memory";
+    if (err == ENOENT) return absl::NotFoundError(fmt::format("{}: cannot open: {}", path, why));
+    return absl::PermissionDeniedError(fmt::format("{}: cannot open: {}", path, why));
+  }
+  gzbuffer(file.get(), 1 << 18);
+  std::string content;
+  constexpr unsigned chunk = 1u << 20;
+  for (;;) {
+    const std::size_t old = content.size();
+    content.resize(old + chunk);
+    const int n = gzread(file.get(), content.data() + old, chunk);
+    content.resize(old + static_cast<std::size_t>(std::max(n, 0)));
+    int code = Z_OK;
+    const char* message = gzerror(file.get(), &code);
+    if (n < 0 || (code != Z_OK && code != Z_STREAM_END)) {
+      const std::size_t line = count_lines(content);
+      if (code == Z_ERRNO)
+        return absl::DataLossError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+      if (code == Z_BUF_ERROR)
+        return absl::DataLossError(fmt::format(
+            "{}:{}: the gzip data is truncated (the compressed file ends before its data does)",
+            path, line));
+      return absl::DataLossError(
+          fmt::format("{}:{}: corrupt gzip data: {}", path, line, message ? message : "unknown"));
+    }
+    if (n == 0) break;
+  }
+  return content;
+}
+
+absl::StatusOr<trace> parse_labelled(std::string_view content, std::string_view file,
+                                     const trace_options& options) {
+  using namespace trace_detail;
+  if (content.size() >= 3 && content.substr(0, 3) == "\xEF\xBB\xBF") content.remove_prefix(3);
+  auto kind = detect_format(content, file);
+  if (!kind.ok()) return kind.status();
+  switch (*kind) {
+    case format_kind::fragctl_csv: return parse_fragctl_csv(content, file);
+    case format_kind::rmm_csv: return parse_rmm_csv(content, file);
+    case format_kind::pytorch_snapshot: return parse_pytorch_snapshot(content, file, options);
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace
+
+std::string trace_name_from_path(std::string_view path) {
+  const std::size_t slash = path.find_last_of('/');
+  std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  for (const std::string_view suffix : {".gz", ".csv", ".json", ".log", ".trace"}) {
+    if (name.size() > suffix.size() && util::lower(name.substr(name.size() - suffix.size())) == suffix)
+      name.remove_suffix(suffix.size());
+  }
+  return std::string(name);
+}
+
+absl::StatusOr<trace> read_trace(const std::string& path, const trace_options& options) {
+  auto content = read_content(path);
+  if (!content.ok()) return content.status();
+  auto parsed = parse_labelled(*content, path, options);
+  if (parsed.ok()) parsed->name = trace_name_from_path(path);
+  return parsed;
+}
+
+absl::StatusOr<trace> parse_trace(std::string_view content, std::string name,
+                                  const trace_options& options) {
+  auto parsed = parse_labelled(content, name, options);
+  if (parsed.ok()) parsed->name = std::move(name);
+  return parsed;
+}
+
+trace_summary summarize(const trace& t) {
+  trace_summary s;
+  absl::flat_hash_map<std::uint64_t, std::size_t> live;
+  absl::flat_hash_map<std::uint64_t, bool> streams;
+  std::size_t live_bytes = 0;
+  for (const trace_event& e : t.events) {
+    streams.try_emplace(e.stream, true);
+    if (e.kind == trace_event::action::alloc) {
+      ++s.allocs;
+      s.largest_request = std::max(s.largest_request, e.size);
+      auto [it, inserted] = live.try_emplace(e.addr, e.size);
+      if (!inserted) {
+        live_bytes -= it->second;
+        it->second = e.size;
+      }
+      live_bytes += e.size;
+      s.peak_live_bytes = std::max(s.peak_live_bytes, live_bytes);
+    } else {
+      ++s.frees;
+      const auto it = live.find(e.addr);
+      if (it == live.end()) {
+        ++s.unmatched_frees;
+        continue;
+      }
+      live_bytes -= it->second;
+      live.erase(it);
+    }
+  }
+  s.live_at_end = live.size();
+  s.streams = streams.size();
+  if (!t.events.empty()) s.duration_us = t.events.back().time_us - t.events.front().time_us;
+  return s;
+}
+
+}  // namespace fragctl

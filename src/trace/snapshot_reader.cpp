@@ -1,0 +1,123 @@
+// PyTorch memory snapshot JSON: json.dump(torch.cuda.memory._snapshot()).
+//
+// The snapshot is {"segments": [...], "device_traces": [[event, ...], ...]}
+// with one event list per device; an event is {"action", "addr", "size",
+// "stream", "time_us", "frames", ...}. Only device_traces is kept while
+// parsing (stack frames and segments can be most of a large snapshot).
+#include "nlohmann/json.hpp"
+#include "trace/formats.hpp"
+
+namespace fragctl::trace_detail {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::size_t line_of_byte(std::string_view content, std::size_t byte) {
+  const std::size_t end = std::min(byte, content.size());
+  std::size_t line = 1;
+  for (std::size_t i = 0; i + 1 < end; ++i)
+    if (content[i] == '\n') ++line;
+  return line;
+}
+
+bool get_integer(const json& event, const char* key, std::uint64_t& out) {
+  const auto it = event.find(key);
+  if (it == event.end()) return false;
+  if (it->is_number_unsigned()) {
+    out = it->get<std::uint64_t>();
+    return true;
+  }
+  if (it->is_number_integer()) {
+    out = static_cast<std::uint64_t>(it->get<std::int64_t>());
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::string_view file,
+                                             const trace_options& options) {
+  // Drop everything but device_traces, and stack frames inside it.
+  const json::parser_callback_t keep = [](int depth, json::parse_event_t event, json& parsed) {
+    if (event != json::parse_event_t::key) return true;
+    if (depth == 1) return parsed == "device_traces";
+    return parsed != "frames";
+  };
+  json doc;
+  try {
+    doc = json::parse(content.begin(), content.end(), keep);
+  } catch (const json::parse_error& e) {
+    return line_error(file, line_of_byte(content, e.byte), "invalid JSON: {}", e.what());
+  }
+  if (!doc.is_object() || !doc.contains("device_traces") || !doc["device_traces"].is_array())
+    return line_error(file, 1, "a JSON trace must be a PyTorch memory snapshot: an object with a "
+                      "'device_traces' list (json.dump(torch.cuda.memory._snapshot()))");
+  const json& devices = doc["device_traces"];
+
+  std::size_t device = 0;
+  if (options.device >= 0) {
+    device = static_cast<std::size_t>(options.device);
+    if (device >= devices.size())
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: the snapshot has traces for {} device(s); device {} was asked for", file,
+          devices.size(), options.device));
+  } else {
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      if (devices[d].is_array() && !devices[d].empty()) {
+        device = d;
+        break;
+      }
+    }
+  }
+
+  trace t;
+  t.format = "pytorch-snapshot";
+  if (devices.empty()) return t;
+  const json& events = devices[device];
+  if (!events.is_array())
+    return absl::InvalidArgumentError(
+        fmt::format("{}: device_traces[{}] is not a list of events", file, device));
+  t.events.reserve(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const json& ev = events[i];
+    const auto where = [&] { return fmt::format("{}: device_traces[{}][{}]", file, device, i); };
+    if (!ev.is_object() || !ev.contains("action") || !ev["action"].is_string())
+      return absl::InvalidArgumentError(fmt::format("{}: not an event object with an 'action'", where()));
+    const std::string& action = ev["action"].get_ref<const std::string&>();
+    trace_event e;
+    if (action == "alloc") {
+      e.kind = trace_event::action::alloc;
+    } else if (action == "free_requested") {
+      e.kind = trace_event::action::free;
+    } else if (action == "free_completed" || action == "segment_alloc" ||
+               action == "segment_free" || action == "segment_map" || action == "segment_unmap" ||
+               action == "snapshot" || action == "oom" || action == "user_defined") {
+      ++t.ignored_rows;
+      continue;
+    } else {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: unknown action '{}' (expected alloc, free_requested, free_completed, "
+          "segment_alloc, segment_free, segment_map, segment_unmap, snapshot or oom)",
+          where(), action));
+    }
+    std::uint64_t size = 0;
+    if (!get_integer(ev, "addr", e.addr) || !get_integer(ev, "size", size))
+      return absl::InvalidArgumentError(
+          fmt::format("{}: '{}' event without an integer 'addr' and 'size'", where(), action));
+    e.size = static_cast<std::size_t>(size);
+    if (ev.contains("stream") && !get_integer(ev, "stream", e.stream))
+      return absl::InvalidArgumentError(fmt::format("{}: 'stream' is not an integer", where()));
+    std::uint64_t time = 0;
+    if (ev.contains("time_us")) {
+      if (!get_integer(ev, "time_us", time))
+        return absl::InvalidArgumentError(fmt::format("{}: 'time_us' is not an integer", where()));
+      e.time_us = static_cast<std::int64_t>(time);
+    }
+    t.events.push_back(e);
+  }
+  return t;
+}
+
+}  // namespace fragctl::trace_detail

@@ -1,0 +1,213 @@
+// The trace readers: each format on good input, every kind of malformed
+// input (the message names the line), gzip, and the CSV writer round trip.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "fragctl/trace.hpp"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "zlib.h"
+
+namespace fragctl {
+namespace {
+
+using ::testing::HasSubstr;
+using action = trace_event::action;
+
+std::string data(const std::string& file) {
+  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
+  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
+}
+
+std::string temp_path(const std::string& file) {
+  return (std::filesystem::path(::testing::TempDir()) / file).string();
+}
+
+std::string message_of(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(TraceReader, FragctlCsv) {
+  auto t = read_trace(data("tiny_fragctl.csv"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name, "tiny_fragctl");
+  EXPECT_EQ(t->format, "fragctl-csv");
+  ASSERT_EQ(t->events.size(), 6u);
+  EXPECT_EQ(t->ignored_rows, 2u);  // segment_alloc, free_completed
+  EXPECT_EQ(t->events[0], (trace_event{action::alloc, 1048576, 1024, 0, 11}));
+  EXPECT_EQ(t->events[2], (trace_event{action::free, 1048576, 1024, 0, 13}));
+  EXPECT_EQ(t->events[3], (trace_event{action::alloc, 4194304, 3000000, 7, 15}));
+  EXPECT_EQ(t->events[5], (trace_event{action::free, 4194304, 3000000, 7, 17}));
+}
+
+TEST(TraceReader, FragctlCsvAcceptsOtherColumnOrderHexAndCrlf) {
+  auto t = parse_trace("size,action,addr\r\n\r\n# a comment\r\n512,alloc,0x1000\r\n512,free_requested,4096\r\n",
+                       "inline");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 2u);
+  EXPECT_EQ(t->events[0], (trace_event{action::alloc, 0x1000, 512, 0, 0}));
+  EXPECT_EQ(t->events[1], (trace_event{action::free, 0x1000, 512, 0, 0}));
+}
+
+TEST(TraceReader, PytorchSnapshotReadsFirstDeviceWithEvents) {
+  auto t = read_trace(data("tiny_snapshot.json"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name, "tiny_snapshot");
+  EXPECT_EQ(t->format, "pytorch-snapshot");
+  ASSERT_EQ(t->events.size(), 3u);
+  EXPECT_EQ(t->ignored_rows, 3u);  // segment_alloc, free_completed, snapshot
+  EXPECT_EQ(t->events[0], (trace_event{action::alloc, 139637976727552, 512, 0, 1700000000000101}));
+  EXPECT_EQ(t->events[1],
+            (trace_event{action::alloc, 139637976728064, 1536, 94558913184032, 1700000000000102}));
+  EXPECT_EQ(t->events[2].kind, action::free);
+}
+
+TEST(TraceReader, PytorchSnapshotOtherDevice) {
+  auto t = read_trace(data("tiny_snapshot.json"), trace_options{.device = 1});
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 1u);
+  EXPECT_EQ(t->events[0], (trace_event{action::alloc, 140000000000000, 4096, 0, 5}));
+
+  auto missing = read_trace(data("tiny_snapshot.json"), trace_options{.device = 4});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(message_of(missing.status()), HasSubstr("2 device(s)"));
+}
+
+TEST(TraceReader, RmmCsv) {
+  auto t = read_trace(data("tiny_rmm.csv"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format, "rmm-csv");
+  ASSERT_EQ(t->events.size(), 4u);
+  EXPECT_EQ(t->ignored_rows, 1u);  // allocate failure
+  EXPECT_EQ(t->events[0].kind, action::alloc);
+  EXPECT_EQ(t->events[0].addr, 0x7f8a40000000u);
+  EXPECT_EQ(t->events[0].size, 1024u);
+  EXPECT_EQ(t->events[0].stream, 0u);
+  EXPECT_EQ(t->events[1].stream, 0x7f8a38001020u);
+  EXPECT_EQ(t->events[2].kind, action::free);
+  // Times are monotonic across midnight: 23:59:59.999 -> 00:00:00.00025.
+  EXPECT_EQ(t->events[2].time_us - t->events[0].time_us, 1250);
+  EXPECT_EQ(t->events[3].time_us - t->events[0].time_us, 3000);
+}
+
+TEST(TraceReader, RmmSecondsTimestamps) {
+  auto t = parse_trace("Thread,Time,Action,Pointer,Size,Stream\n"
+                       "1,1634567890.123456,allocate,0x7f8a40000000,1024,0x7f8a38001020\n"
+                       "1,1634567890.345678,deallocate,0x7f8a40000000,1024,0x7f8a38001020\n",
+                       "inline");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 2u);
+  EXPECT_EQ(t->events[1].time_us - t->events[0].time_us, 222222);
+}
+
+struct malformed_case {
+  const char* content;
+  const char* expected;  // substring of the message, line number included
+};
+
+class MalformedTrace : public ::testing::TestWithParam<malformed_case> {};
+
+TEST_P(MalformedTrace, NamesFileAndLine) {
+  auto t = parse_trace(GetParam().content, "bad.csv");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(message_of(t.status()), HasSubstr(GetParam().expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MalformedTrace,
+    ::testing::Values(
+        malformed_case{"action,addr,size,stream,time_us\nalloc,1,2,0,0\nalloc,12x,2,0,0\n",
+                       "bad.csv:3: bad addr '12x'"},
+        malformed_case{"action,addr,size,stream,time_us\nalloc,1,-5,0,0\n", "bad.csv:2: bad size '-5'"},
+        malformed_case{"action,addr,size,stream,time_us\nalloc,1,2,0,soon\n", "bad.csv:2: bad time_us"},
+        malformed_case{"action,addr,size,stream,time_us\nalloc,1,2,0,0\n\nalloc,1,2,0\n",
+                       "bad.csv:4: expected 5 columns, found 4"},
+        malformed_case{"action,addr,size,stream,time_us\nmalloc,1,2,0,0\n", "bad.csv:2: unknown action 'malloc'"},
+        malformed_case{"action,addr,stream\nalloc,1,0\n", "bad.csv:1: the header lacks the column 'size'"},
+        malformed_case{"", "bad.csv:1: the file is empty"},
+        malformed_case{"\n  \n", "bad.csv:2: the file is empty"},
+        malformed_case{"time,what\n1,2\n", "bad.csv:1: unknown trace format"},
+        malformed_case{"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.5,allocate,0xZZ,8,0x0\n",
+                       "bad.csv:2: bad Pointer '0xZZ'"},
+        malformed_case{"Thread,Time,Action,Pointer,Size,Stream\n1,25:00:01.5,allocate,0x10,8,0x0\n",
+                       "bad.csv:2: bad Time '25:00:01.5'"},
+        malformed_case{"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.5,reallocate,0x10,8,0x0\n",
+                       "bad.csv:2: unknown action 'reallocate'"},
+        malformed_case{"{\n  \"device_traces\": [\n    [ {\"action\": \"alloc\",, } ]\n  ]\n}\n",
+                       "bad.csv:3: invalid JSON"},
+        malformed_case{"{\"segments\": []}\n", "bad.csv:1: a JSON trace must be a PyTorch memory snapshot"},
+        malformed_case{"{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": \"x\", \"size\": 1}]]}",
+                       "bad.csv: device_traces[0][0]: 'alloc' event without an integer 'addr'"},
+        malformed_case{"{\"device_traces\": [[{\"action\": \"grow\", \"addr\": 1, \"size\": 1}]]}",
+                       "bad.csv: device_traces[0][0]: unknown action 'grow'"}));
+
+TEST(TraceReader, MissingFileIsNotFound) {
+  auto t = read_trace(temp_path("does-not-exist.csv"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(message_of(t.status()), HasSubstr("does-not-exist.csv: cannot open"));
+}
+
+trace sample_trace() {
+  trace t;
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    t.events.push_back({action::alloc, 0x7f0000000000 + i * 4096, 1000 + i, i % 3, std::int64_t(i)});
+    if (i % 2 == 1) t.events.push_back({action::free, 0x7f0000000000 + (i - 1) * 4096, 999 + i, 0, std::int64_t(i)});
+  }
+  return t;
+}
+
+TEST(TraceWriter, RoundTripPlainAndGzip) {
+  const trace original = sample_trace();
+  for (const char* file : {"round_trip.csv", "round_trip.trace.csv.gz"}) {
+    const std::string path = temp_path(file);
+    ASSERT_TRUE(write_trace_csv(original, path).ok());
+    auto back = read_trace(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->name, "round_trip");
+    EXPECT_EQ(back->format, "fragctl-csv");
+    EXPECT_EQ(back->events, original.events);
+  }
+  // The .gz file really is compressed: it starts with gzip's magic bytes.
+  std::ifstream in(temp_path("round_trip.trace.csv.gz"), std::ios::binary);
+  char magic[2] = {};
+  in.read(magic, 2);
+  EXPECT_EQ(static_cast<unsigned char>(magic[0]), 0x1f);
+  EXPECT_EQ(static_cast<unsigned char>(magic[1]), 0x8b);
+}
+
+TEST(TraceReader, TruncatedGzipNamesTheLine) {
+  const std::string path = temp_path("truncated.csv.gz");
+  ASSERT_TRUE(write_trace_csv(sample_trace(), path).ok());
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size / 2);
+  auto t = read_trace(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(message_of(t.status()), ::testing::MatchesRegex(".*truncated\\.csv\\.gz:[0-9]+: the gzip data is truncated.*"));
+}
+
+TEST(TraceReader, Names) {
+  EXPECT_EQ(trace_name_from_path("/a/b/gpt2m.trace.csv.gz"), "gpt2m");
+  EXPECT_EQ(trace_name_from_path("snap.json"), "snap");
+  EXPECT_EQ(trace_name_from_path("run.v2.csv"), "run.v2");
+}
+
+TEST(TraceSummary, TinyTrace) {
+  auto t = read_trace(data("tiny_fragctl.csv"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const trace_summary s = summarize(*t);
+  EXPECT_EQ(s.allocs, 3u);
+  EXPECT_EQ(s.frees, 3u);
+  EXPECT_EQ(s.peak_live_bytes, 3000000u + 4096u);
+  EXPECT_EQ(s.live_at_end, 0u);
+  EXPECT_EQ(s.unmatched_frees, 0u);
+  EXPECT_EQ(s.streams, 2u);
+  EXPECT_EQ(s.largest_request, 3000000u);
+  EXPECT_EQ(s.duration_us, 6);
+}
+
+}  // namespace
+}  // namespace fragctl
