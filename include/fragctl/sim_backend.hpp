@@ -3,19 +3,30 @@
 // Two modes. *Accounting* hands out fake, never-dereferenceable addresses and
 // keeps no host memory, so an 80 GB trace replays on a laptop. *Backed* gives
 // real host memory: raw allocations are host pages, reserved ranges are
-// PROT_NONE mappings, physical handles are memfd files that map() places with
-// MAP_FIXED, so data lives in the handle and survives unmap/remap exactly as on
-// a GPU. Tests write patterns through the pointers and catch overlaps.
+// PROT_NONE mappings, physical handles are regions of one memfd file that map()
+// places with MAP_FIXED, so data lives in the handle and survives unmap/remap
+// exactly as on a GPU; memory stays inaccessible until set_access. Tests write
+// patterns through the pointers and catch overlaps.
+//
+// Capacity counts the bytes of live raw allocations and physical handles (as
+// given, unrounded); reservations are address space only and count nothing.
+// Misuse a real driver rejects (unknown pointers or handles, maps outside a
+// reservation or over a mapping, partial unmaps, releasing what is still
+// mapped) throws backend_error with a CUDA-like code ("invalid_value",
+// "invalid_handle", "not_supported"). Thread-safe: one mutex guards the state.
 //
 // Streams and events. A sim stream is a counter of submitted work; recording
 // an event stamps it with the stream's current position. By default work
 // completes at once (every event is complete when queried). With
 // `manual_completion`, work completes only when the test calls
 // complete(stream) or complete_all(); synchronize_* complete what they wait
-// for, as a GPU would finish it.
+// for, as a GPU would finish it. Any stream value is accepted (a caller's
+// stream, such as a trace's, is met on first use); only streams from
+// create_stream may be destroyed. Copies run synchronously when submitted
+// (backed) or not at all when a side is a fake device address (accounting).
 //
 // Fault injection is deterministic: fail the N-th call of a kind (1-based,
-// counting from construction or the last reset_faults()), or every k-th.
+// counting from when the rule is set), or every k-th.
 // A failed allocate/create_physical/map/set_access reports out of memory
 // (nullptr, nullopt or false) as the contract says.
 #pragma once
@@ -72,6 +83,10 @@ class sim_backend final : public device_backend {
                 streams = 0, host = 0;
   };
   [[nodiscard]] live_objects live() const;
+  /// True when the device may read and write all of [va, va + bytes): the
+  /// range lies in a live raw allocation, or is mapped and set_access granted
+  /// it. For tests: unmapped or not-yet-accessible memory reads false.
+  [[nodiscard]] bool accessible(const void* va, std::size_t bytes) const;
 
  private:
   void* do_allocate(std::size_t bytes) override;
