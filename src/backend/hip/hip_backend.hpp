@@ -1,0 +1,79 @@
+// The HIP backend: device_backend over the HIP runtime (hip_runtime.hpp); the
+// HIP mirror of cuda_backend.hpp.
+//
+// Device. The HIP runtime works on the calling thread's current device. Every
+// call makes this backend's device current for its duration (hipSetDevice)
+// and puts the thread's previous device back afterwards, so a thread working
+// on another device sees no change. When the device is already current (the
+// usual case) the cost is one hipGetDevice.
+//
+// Virtual memory is offered only where hip_runtime.hpp's conditions hold (HIP 6
+// headers and a runtime of the same major, the device attribute set); elsewhere
+// supports_virtual_memory() is false and the calls throw "not_supported".
+//
+// Cost. Event and stream calls take no lock and allocate nothing.
+#pragma once
+
+#include <cstddef>
+
+#include "backend/hip/hip_runtime.hpp"
+#include "fragctl/backend.hpp"
+
+namespace fragctl {
+
+class hip_backend final : public device_backend {
+ public:
+  /// Binds to HIP device `device`. Throws backend_error (one line) when the
+  /// runtime is missing or the device does not exist ("hip backend: no HIP
+  /// device 3 (2 present)").
+  explicit hip_backend(int device);
+  ~hip_backend() override = default;
+
+  [[nodiscard]] std::string_view name() const noexcept override { return "hip"; }
+  [[nodiscard]] int device() const noexcept override { return ordinal_; }
+  [[nodiscard]] bool supports_virtual_memory() const noexcept override { return virtual_memory_; }
+  /// The larger of hipMemAllocationGranularityMinimum and 2 MiB (AMD GPUs can
+  /// report 4 KiB, which would make page stitching map thousands of tiny
+  /// pieces); 2 MiB where virtual memory is not supported.
+  [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
+
+ private:
+  class device_scope;
+
+  void* do_allocate(std::size_t bytes) override;
+  void do_free(void* ptr, std::size_t bytes) override;
+  void* do_reserve_address(std::size_t bytes, std::size_t alignment) override;
+  void do_release_address(void* base, std::size_t bytes) override;
+  std::optional<physical_handle> do_create_physical(std::size_t bytes) override;
+  void do_release_physical(physical_handle handle, std::size_t bytes) override;
+  bool do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) override;
+  bool do_set_access(void* va, std::size_t bytes) override;
+  void do_unmap(void* va, std::size_t bytes) override;
+  event_t do_create_event() override;
+  void do_destroy_event(event_t event) override;
+  void do_record_event(event_t event, stream_t stream) override;
+  bool do_query_event(event_t event) override;
+  void do_synchronize_event(event_t event) override;
+  void do_synchronize_stream(stream_t stream) override;
+  stream_t do_create_stream() override;
+  void do_destroy_stream(stream_t stream) override;
+  memory_info do_get_memory_info() override;
+  void* do_allocate_host(std::size_t bytes) override;
+  void do_free_host(void* ptr, std::size_t bytes) override;
+  void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;
+
+  /// Throws backend_error with code "not_supported" unless VM is supported.
+  void require_virtual_memory(const char* call) const;
+  [[noreturn]] void fail(hipError_t result, const char* call) const;
+
+  const hip::runtime_api& api_;
+  int ordinal_;
+  bool virtual_memory_ = false;
+  std::size_t granularity_ = 0;
+#ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
+  hipMemAllocationProp physical_properties_{};  ///< pinned memory on this device
+  hipMemAccessDesc access_{};                   ///< read-write for this device
+#endif
+};
+
+}  // namespace fragctl
