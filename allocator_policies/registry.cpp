@@ -1,1 +1,223 @@
-// placeholder until written
+// The policy registry: FRAGCTL_POLICY expressions, and the allocator stack
+// that puts the configured adaptors around a policy chain.
+//
+// Adding a policy is one include and one row of `registry()`: a base policy
+// is constructed from (config, device_backend&), a wrapper from (config,
+// unique_ptr<device_allocator> upstream); `row<P>` tells them apart through
+// the allocator_policy concept.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+#include "fragctl/policy.hpp"
+#include "fragctl/report.hpp"
+#include "util/strings.hpp"
+
+#include "allocator_policies/caching/caching_policy.hpp"
+#if __has_include("allocator_policies/arena/arena_policy.hpp")
+#include "allocator_policies/arena/arena_policy.hpp"
+#define FRAGCTL_HAVE_ARENA_POLICY 1
+#endif
+#if __has_include("allocator_policies/buckets/buckets_policy.hpp")
+#include "allocator_policies/buckets/buckets_policy.hpp"
+#define FRAGCTL_HAVE_BUCKETS_POLICY 1
+#endif
+#if __has_include("allocator_policies/warmup/warmup_policy.hpp")
+#include "allocator_policies/warmup/warmup_policy.hpp"
+#define FRAGCTL_HAVE_WARMUP_POLICY 1
+#endif
+
+namespace fragctl {
+
+namespace {
+
+using base_factory = std::unique_ptr<device_allocator> (*)(const config&, device_backend&);
+using wrapper_factory = std::unique_ptr<device_allocator> (*)(const config&, std::unique_ptr<device_allocator>);
+
+struct registered_policy {
+  policy_info info;
+  base_factory make_base = nullptr;        // set for base policies
+  wrapper_factory make_wrapper = nullptr;  // set for wrappers
+};
+
+template <allocator_policy P>
+registered_policy row(std::string_view help) {
+  if constexpr (std::constructible_from<P, const config&, device_backend&>) {
+    return {{P::policy_name, false, help},
+            [](const config& cfg, device_backend& backend) -> std::unique_ptr<device_allocator> {
+              return std::make_unique<P>(cfg, backend);
+            },
+            nullptr};
+  } else {
+    return {{P::policy_name, true, help},
+            nullptr,
+            [](const config& cfg, std::unique_ptr<device_allocator> upstream) -> std::unique_ptr<device_allocator> {
+              return std::make_unique<P>(cfg, std::move(upstream));
+            }};
+  }
+}
+
+const std::vector<registered_policy>& registry() {
+  static const std::vector<registered_policy> table = {
+      row<caching_policy>("best-fit caching over per-stream segments (PyTorch-class baseline)"),
+#ifdef FRAGCTL_HAVE_ARENA_POLICY
+      row<arena_policy>("one virtual range per device, granules mapped on demand (page stitching)"),
+#endif
+#ifdef FRAGCTL_HAVE_BUCKETS_POLICY
+      row<buckets_policy>("size-class slabs for small requests; larger ones go upstream"),
+#endif
+#ifdef FRAGCTL_HAVE_WARMUP_POLICY
+      row<warmup_policy>("pre-reserves what a byte count or a previous run's report says"),
+#endif
+  };
+  return table;
+}
+
+const registered_policy* find(std::string_view name) {
+  for (const registered_policy& p : registry()) {
+    if (p.info.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::string accepted_names() {
+  std::vector<std::string> names;
+  for (const registered_policy& p : registry()) {
+    names.push_back(fmt::format("{} ({})", p.info.name, p.info.wraps_upstream ? "wrapper" : "base"));
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// The policies of an expression, outermost first, ending in a base when one
+// is named. Errors say which part is wrong and what is accepted.
+absl::StatusOr<std::vector<const registered_policy*>> parse_expression(std::string_view expression) {
+  std::vector<const registered_policy*> chain;
+  const std::vector<std::string_view> parts = util::split(expression, ':');
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string_view name = util::trim(parts[i]);
+    if (name.empty()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "policy \"{}\": empty name at position {}; accepted: {}", expression, i + 1, accepted_names()));
+    }
+    const registered_policy* p = find(name);
+    if (p == nullptr) {
+      return absl::InvalidArgumentError(
+          fmt::format("policy \"{}\": unknown policy \"{}\"; accepted: {}", expression, name, accepted_names()));
+    }
+    chain.push_back(p);
+  }
+  for (std::size_t i = 0; i + 1 < chain.size(); ++i) {
+    if (chain[i]->info.wraps_upstream) continue;
+    return absl::InvalidArgumentError(fmt::format(
+        "policy \"{}\": base policy \"{}\" must come last (wrappers from the outside in, then at most "
+        "one base, e.g. \"warmup:{}\")",
+        expression, chain[i]->info.name, chain[i]->info.name));
+  }
+  return chain;
+}
+
+// The expression with the default filled in: empty means the default policy,
+// a trailing wrapper gets the default base.
+std::vector<const registered_policy*> resolve(std::string_view expression, const device_backend& backend) {
+  const std::string fallback = default_policy(backend);
+  auto chain = parse_expression(util::trim(expression).empty() ? std::string_view(fallback) : expression);
+  if (!chain.ok()) throw invalid_argument(std::string(util::to_std(chain.status().message())));
+  if (chain->back()->info.wraps_upstream) {
+    const registered_policy* base = find(fallback);
+    if (base == nullptr) throw invalid_argument(fmt::format("default base policy \"{}\" is not built in", fallback));
+    chain->push_back(base);
+  }
+  return *std::move(chain);
+}
+
+std::string expression_of(const std::vector<const registered_policy*>& chain) {
+  std::vector<std::string_view> names;
+  for (const registered_policy* p : chain) names.push_back(p->info.name);
+  return fmt::format("{}", fmt::join(names, ":"));
+}
+
+std::unique_ptr<device_allocator> build(const std::vector<const registered_policy*>& chain, const config& cfg,
+                                        device_backend& backend) {
+  std::unique_ptr<device_allocator> top = chain.back()->make_base(cfg, backend);
+  for (auto it = std::next(chain.rbegin()); it != chain.rend(); ++it) {
+    top = (*it)->make_wrapper(cfg, std::move(top));
+  }
+  return top;
+}
+
+}  // namespace
+
+const std::vector<policy_info>& policies() {
+  static const std::vector<policy_info> infos = [] {
+    std::vector<policy_info> v;
+    for (const registered_policy& p : registry()) v.push_back(p.info);
+    return v;
+  }();
+  return infos;
+}
+
+std::string default_policy(const device_backend& backend) {
+  if (backend.supports_virtual_memory() && find("arena") != nullptr) return "arena";
+  return "caching";
+}
+
+absl::Status validate_policy(std::string_view expression) {
+  if (util::trim(expression).empty()) return absl::OkStatus();
+  return parse_expression(expression).status();
+}
+
+std::unique_ptr<device_allocator> make_policy(std::string_view expression, const config& cfg,
+                                              device_backend& backend) {
+  return build(resolve(expression, backend), cfg, backend);
+}
+
+// --- allocator_stack ------------------------------------------------------------
+
+allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg)
+    : cfg_(cfg), backend_(std::move(backend)) {
+  if (!backend_) throw invalid_argument("allocator_stack: backend is null");
+  if (!set_log_level(cfg_.log_level)) {
+    throw invalid_argument(fmt::format(
+        "FRAGCTL_LOG_LEVEL: unknown level \"{}\"; accepted: trace, debug, info, warn, error, critical, off",
+        cfg_.log_level));
+  }
+  const auto chain = resolve(cfg_.policy, *backend_);
+  cfg_.policy = expression_of(chain);
+
+  std::unique_ptr<device_allocator> top = build(chain, cfg_, *backend_);
+  if (cfg_.limit != 0) top = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit);
+  auto statistics = std::make_unique<statistics_adaptor>(std::move(top));
+  statistics_ = statistics.get();
+  top = std::move(statistics);
+  if (!cfg_.trace_path.empty()) top = std::make_unique<tracing_adaptor>(std::move(top), cfg_.trace_path);
+  if (cfg_.thread_safe) top = std::make_unique<thread_safe_adaptor>(std::move(top));
+  top_ = std::move(top);
+
+  logger().debug("allocator stack: policy {} on {} device {}{}{}{}", cfg_.policy, backend_->name(),
+                 backend_->device(), cfg_.limit != 0 ? fmt::format(", limit {} bytes", cfg_.limit) : "",
+                 cfg_.trace_path.empty() ? "" : ", tracing to " + cfg_.trace_path,
+                 cfg_.thread_safe ? ", thread-safe" : "");
+  if (!cfg_.report_path.empty()) register_report_source(this, cfg_.report_path, [this] { return stats(); });
+}
+
+allocator_stack::~allocator_stack() {
+  if (!cfg_.report_path.empty()) retire_report_source(this);
+}
+
+allocator_stats allocator_stack::stats() const {
+  // Through the top so that the pool state is read under the stack's lock.
+  allocator_stats s = statistics_->stats(top_->state());
+  s.allocator = cfg_.policy;
+  return s;
+}
+
+std::unique_ptr<allocator_stack> make_allocator(const config& cfg) {
+  return std::make_unique<allocator_stack>(make_backend(cfg), cfg);
+}
+
+}  // namespace fragctl

@@ -1,6 +1,8 @@
 // Adaptors: cross-cutting work wrapped around an upstream allocator
 // (DESIGN.md, "The allocator interface and stream order"). Each owns its
-// upstream and forwards do_* to it; none changes where blocks live.
+// upstream and forwards do_* to it; none changes where blocks live, and each
+// answers name() with its upstream's name, so a stack of adaptors over a
+// policy chain is named by the policy expression.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,13 @@ class statistics_adaptor final : public device_allocator {
  public:
   explicit statistics_adaptor(std::unique_ptr<device_allocator> upstream);
   ~statistics_adaptor() override;
-  /// A snapshot in the one schema of fragctl/stats.hpp.
+  /// A snapshot in the one schema of fragctl/stats.hpp. Counters are read
+  /// atomically from any thread; the pool state comes from upstream().state(),
+  /// which is only safe while no other thread uses the upstream.
   [[nodiscard]] allocator_stats stats() const;
+  /// The same with a pool state the caller took safely, e.g. through the
+  /// thread_safe_adaptor above this one (allocator_stack::stats does).
+  [[nodiscard]] allocator_stats stats(const pool_state& pool) const;
   [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
 
  private:
@@ -60,8 +67,10 @@ class thread_safe_adaptor final : public device_allocator {
   mutable std::mutex mutex_;
 };
 
-/// Refuses (out_of_memory) any allocation that would take requested bytes
-/// above `limit`. Not thread-safe (wrap in thread_safe_adaptor).
+/// Refuses (out_of_memory, nothing changed) any allocation that would take the
+/// bytes it holds live above `limit`, counting each request at the upstream's
+/// allocation_size (its rounded size). Not thread-safe (wrap in
+/// thread_safe_adaptor).
 class limiting_adaptor final : public device_allocator {
  public:
   limiting_adaptor(std::unique_ptr<device_allocator> upstream, std::size_t limit);

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/device_allocator.hpp"
 
@@ -67,5 +68,11 @@ struct allocator_stats {
 /// Prometheus text exposition format, metrics prefixed `fragctl_`, labelled
 /// with allocator, backend and device.
 [[nodiscard]] std::string to_prometheus(const allocator_stats& s);
+
+/// Reads statistics back from to_json's output, or from a report
+/// (fragctl/report.hpp) holding exactly one allocator. Fields missing from the
+/// document stay zero (older writers); a wrong type, a schema_version newer
+/// than stats_schema_version, or a report of several allocators is an error.
+[[nodiscard]] absl::StatusOr<allocator_stats> stats_from_json(std::string_view json);
 
 }  // namespace fragctl

@@ -1,0 +1,143 @@
+// statistics_adaptor: counts on every allocate and free.
+//
+// It sits on every malloc/free, so it does the least it can: one upstream
+// call, one allocation_size call, and a handful of relaxed atomic loads and
+// stores. There is a single writer (the adaptor is not thread-safe for
+// concurrent allocate/deallocate; thread_safe_adaptor serializes writers), so
+// counters are updated with a relaxed load and store instead of a locked
+// read-modify-write; the atomics exist only so that stats() may read them from
+// another thread (a SIGUSR1 report, a metrics scraper) without a data race.
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "fragctl/adaptors.hpp"
+#include "fragctl/backend.hpp"
+#include "fragctl/error.hpp"
+
+namespace fragctl {
+
+namespace {
+
+template <class T>
+void add(std::atomic<T>& a, T delta) noexcept {
+  a.store(a.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+}
+
+// Saturating: a misreported size never wraps a gauge around.
+template <class T>
+void subtract(std::atomic<T>& a, T delta) noexcept {
+  const T now = a.load(std::memory_order_relaxed);
+  a.store(now > delta ? now - delta : T{0}, std::memory_order_relaxed);
+}
+
+template <class T>
+void raise_peak(std::atomic<T>& peak, T value) noexcept {
+  if (value > peak.load(std::memory_order_relaxed)) peak.store(value, std::memory_order_relaxed);
+}
+
+template <class T>
+T read(const std::atomic<T>& a) noexcept {
+  return a.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+struct statistics_adaptor::counters {
+  std::atomic<std::size_t> requested{0};
+  std::atomic<std::size_t> requested_peak{0};
+  std::atomic<std::size_t> allocated{0};
+  std::atomic<std::size_t> allocated_peak{0};
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> frees{0};
+  std::atomic<std::uint64_t> ooms{0};
+  std::atomic<std::uint64_t> not_owned{0};
+  std::atomic<std::uint64_t> size_mismatch{0};
+  std::array<std::atomic<std::uint64_t>, size_histogram_buckets> histogram{};
+
+  void freed(std::size_t requested_bytes, std::size_t allocated_bytes) noexcept {
+    subtract(requested, requested_bytes);
+    subtract(allocated, allocated_bytes);
+    add(frees, std::uint64_t{1});
+  }
+};
+
+statistics_adaptor::statistics_adaptor(std::unique_ptr<device_allocator> upstream)
+    : upstream_(std::move(upstream)), counters_(std::make_unique<counters>()) {
+  if (!upstream_) throw invalid_argument("statistics_adaptor: upstream is null");
+}
+
+statistics_adaptor::~statistics_adaptor() = default;
+
+void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
+  counters& c = *counters_;
+  void* ptr = nullptr;
+  try {
+    ptr = upstream_->allocate(bytes, stream);
+  } catch (const out_of_memory&) {
+    add(c.ooms, std::uint64_t{1});
+    throw;
+  }
+  const std::size_t rounded = upstream_->allocation_size(bytes);
+  const std::size_t requested = read(c.requested) + bytes;
+  const std::size_t allocated = read(c.allocated) + rounded;
+  c.requested.store(requested, std::memory_order_relaxed);
+  c.allocated.store(allocated, std::memory_order_relaxed);
+  raise_peak(c.requested_peak, requested);
+  raise_peak(c.allocated_peak, allocated);
+  add(c.allocations, std::uint64_t{1});
+  add(c.histogram[size_histogram_bucket(bytes)], std::uint64_t{1});
+  return ptr;
+}
+
+free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  counters& c = *counters_;
+  const free_result result = upstream_->try_deallocate(ptr, bytes, stream);
+  switch (result.status) {
+    case free_status::ok:
+      c.freed(bytes, upstream_->allocation_size(bytes));
+      break;
+    case free_status::size_mismatch:
+      add(c.size_mismatch, std::uint64_t{1});
+      c.freed(result.bytes, upstream_->allocation_size(result.bytes));
+      break;
+    case free_status::not_owned:
+      add(c.not_owned, std::uint64_t{1});
+      break;
+  }
+  return result;
+}
+
+allocator_stats statistics_adaptor::stats() const { return stats(upstream_->state()); }
+
+allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
+  const counters& c = *counters_;
+  const device_backend& backend = upstream_->backend();
+  allocator_stats s;
+  s.allocator = std::string(upstream_->name());
+  s.backend = std::string(backend.name());
+  s.device = backend.device();
+  s.requested = {read(c.requested), read(c.requested_peak)};
+  s.allocated = {read(c.allocated), read(c.allocated_peak)};
+  s.allocations = read(c.allocations);
+  s.frees = read(c.frees);
+  s.ooms = read(c.ooms);
+  s.misuse_not_owned = read(c.not_owned);
+  s.misuse_size_mismatch = read(c.size_mismatch);
+  for (std::size_t i = 0; i < size_histogram_buckets; ++i) s.size_histogram[i] = read(c.histogram[i]);
+  s.backend_calls = backend.counters();
+  s.reserved = {s.backend_calls.held_bytes, s.backend_calls.peak_held_bytes};
+  s.pool = pool;
+  s.retries = pool.retries;
+  return s;
+}
+
+std::size_t statistics_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
+  return upstream_->allocation_size(bytes);
+}
+pool_state statistics_adaptor::do_state() const { return upstream_->state(); }
+void statistics_adaptor::do_release_cached() { upstream_->release_cached(); }
+device_backend& statistics_adaptor::do_backend() const noexcept { return upstream_->backend(); }
+std::string_view statistics_adaptor::do_name() const noexcept { return upstream_->name(); }
+
+}  // namespace fragctl

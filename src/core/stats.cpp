@@ -1,0 +1,339 @@
+// Derived metrics and the two export formats of allocator_stats: JSON (with
+// its parser, so a later run can read an earlier run's report) and Prometheus
+// text. Key and metric names are a public schema: docs/statistics.md lists
+// them, and a change of meaning bumps stats_schema_version.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "core/stats_json.hpp"
+#include "fmt/format.h"
+#include "fragctl/stats.hpp"
+
+namespace fragctl {
+
+double allocator_stats::reserved_over_requested() const noexcept {
+  if (requested.peak == 0) return 0.0;
+  return static_cast<double>(reserved.peak) / static_cast<double>(requested.peak);
+}
+
+double allocator_stats::fragmentation() const noexcept {
+  if (reserved.peak == 0) return 0.0;
+  return 1.0 - static_cast<double>(requested.peak) / static_cast<double>(reserved.peak);
+}
+
+double allocator_stats::external_fragmentation() const noexcept {
+  if (pool.cached_free == 0) return 0.0;
+  return 1.0 - static_cast<double>(std::min(pool.largest_free_block, pool.cached_free)) /
+                   static_cast<double>(pool.cached_free);
+}
+
+std::size_t allocator_stats::internal_waste() const noexcept {
+  return allocated.current > requested.current ? allocated.current - requested.current : 0;
+}
+
+std::size_t size_histogram_bucket(std::size_t bytes) noexcept {
+  if (bytes <= 1) return 0;
+  const auto log2 = static_cast<std::size_t>(std::bit_width(bytes)) - 1;
+  return std::min(log2, size_histogram_buckets - 1);
+}
+
+// --- JSON ---------------------------------------------------------------------
+
+namespace detail {
+
+namespace {
+
+using nlohmann::json;
+
+json gauge_json(const byte_gauge& g) { return json{{"current", g.current}, {"peak", g.peak}}; }
+
+// Reads one optional field of an object; absent leaves `out` unchanged.
+class reader {
+ public:
+  explicit reader(std::string_view where) : where_(where) {}
+
+  template <class T>
+  void integer(const json& obj, const char* key, T& out, std::string_view prefix = {}) {
+    if (!status_.ok()) return;
+    const auto it = obj.find(key);
+    if (it == obj.end()) return;
+    if (!it->is_number_integer() || (!std::is_signed_v<T> && !it->is_number_unsigned())) {
+      fail(prefix, key, "a non-negative integer");
+      return;
+    }
+    out = it->template get<T>();
+  }
+
+  void string(const json& obj, const char* key, std::string& out) {
+    if (!status_.ok()) return;
+    const auto it = obj.find(key);
+    if (it == obj.end()) return;
+    if (!it->is_string()) {
+      fail({}, key, "a string");
+      return;
+    }
+    out = it->get<std::string>();
+  }
+
+  // The sub-object `key`, or nullptr when absent or (with an error) not an object.
+  const json* object(const json& obj, const char* key) {
+    if (!status_.ok()) return nullptr;
+    const auto it = obj.find(key);
+    if (it == obj.end()) return nullptr;
+    if (!it->is_object()) {
+      fail({}, key, "an object");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  void gauge(const json& obj, const char* key, byte_gauge& out) {
+    if (const json* g = object(obj, key)) {
+      integer(*g, "current", out.current, key);
+      integer(*g, "peak", out.peak, key);
+    }
+  }
+
+  void fail(std::string_view prefix, std::string_view key, std::string_view expected) {
+    status_ = absl::InvalidArgumentError(fmt::format("{}: field \"{}{}{}\": expected {}", where_, prefix,
+                                                     prefix.empty() ? "" : ".", key, expected));
+  }
+
+  [[nodiscard]] const absl::Status& status() const noexcept { return status_; }
+
+ private:
+  std::string_view where_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+json stats_to_json_value(const allocator_stats& s) {
+  json calls = json::object();
+  for (std::size_t i = 0; i < s.backend_calls.calls.size(); ++i) {
+    calls[std::string(to_string(static_cast<backend_call>(i)))] = s.backend_calls.calls[i];
+  }
+  return json{
+      {"schema_version", stats_schema_version},
+      {"allocator", s.allocator},
+      {"backend", s.backend},
+      {"device", s.device},
+      {"requested_bytes", gauge_json(s.requested)},
+      {"allocated_bytes", gauge_json(s.allocated)},
+      {"reserved_bytes", gauge_json(s.reserved)},
+      {"allocations", s.allocations},
+      {"frees", s.frees},
+      {"ooms", s.ooms},
+      {"retries", s.retries},
+      {"misuse", {{"not_owned", s.misuse_not_owned}, {"size_mismatch", s.misuse_size_mismatch}}},
+      {"backend_counters",
+       {{"calls", std::move(calls)},
+        {"memory_calls", s.backend_calls.memory_calls()},
+        {"total_calls", s.backend_calls.total_calls()},
+        {"held_bytes", s.backend_calls.held_bytes},
+        {"peak_held_bytes", s.backend_calls.peak_held_bytes},
+        {"host_bytes", s.backend_calls.host_bytes},
+        {"failed_allocations", s.backend_calls.failed_allocations}}},
+      {"pool",
+       {{"reserved", s.pool.reserved},
+        {"allocated", s.pool.allocated},
+        {"cached_free", s.pool.cached_free},
+        {"largest_free_block", s.pool.largest_free_block},
+        {"segments", s.pool.segments},
+        {"retries", s.pool.retries}}},
+      {"size_histogram", s.size_histogram},
+      {"derived",
+       {{"reserved_over_requested", s.reserved_over_requested()},
+        {"fragmentation", s.fragmentation()},
+        {"external_fragmentation", s.external_fragmentation()},
+        {"internal_waste_bytes", s.internal_waste()}}},
+  };
+}
+
+absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string_view where) {
+  if (!j.is_object()) return absl::InvalidArgumentError(fmt::format("{}: expected a JSON object", where));
+  reader r(where);
+  int version = 0;
+  r.integer(j, "schema_version", version);
+  if (!r.status().ok()) return r.status();
+  if (!j.contains("schema_version")) {
+    return absl::InvalidArgumentError(fmt::format("{}: no schema_version: not a fragctl statistics object", where));
+  }
+  if (version < 1 || version > stats_schema_version) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: schema_version {} is not supported (this fragctl reads 1 to {})", where, version, stats_schema_version));
+  }
+  allocator_stats s;
+  r.string(j, "allocator", s.allocator);
+  r.string(j, "backend", s.backend);
+  r.integer(j, "device", s.device);
+  r.gauge(j, "requested_bytes", s.requested);
+  r.gauge(j, "allocated_bytes", s.allocated);
+  r.gauge(j, "reserved_bytes", s.reserved);
+  r.integer(j, "allocations", s.allocations);
+  r.integer(j, "frees", s.frees);
+  r.integer(j, "ooms", s.ooms);
+  r.integer(j, "retries", s.retries);
+  if (const json* m = r.object(j, "misuse")) {
+    r.integer(*m, "not_owned", s.misuse_not_owned, "misuse");
+    r.integer(*m, "size_mismatch", s.misuse_size_mismatch, "misuse");
+  }
+  if (const json* b = r.object(j, "backend_counters")) {
+    if (const json* calls = r.object(*b, "calls")) {
+      for (std::size_t i = 0; i < s.backend_calls.calls.size(); ++i) {
+        const std::string key(to_string(static_cast<backend_call>(i)));
+        r.integer(*calls, key.c_str(), s.backend_calls.calls[i], "backend_counters.calls");
+      }
+    }
+    r.integer(*b, "held_bytes", s.backend_calls.held_bytes, "backend_counters");
+    r.integer(*b, "peak_held_bytes", s.backend_calls.peak_held_bytes, "backend_counters");
+    r.integer(*b, "host_bytes", s.backend_calls.host_bytes, "backend_counters");
+    r.integer(*b, "failed_allocations", s.backend_calls.failed_allocations, "backend_counters");
+  }
+  if (const json* p = r.object(j, "pool")) {
+    r.integer(*p, "reserved", s.pool.reserved, "pool");
+    r.integer(*p, "allocated", s.pool.allocated, "pool");
+    r.integer(*p, "cached_free", s.pool.cached_free, "pool");
+    r.integer(*p, "largest_free_block", s.pool.largest_free_block, "pool");
+    r.integer(*p, "segments", s.pool.segments, "pool");
+    r.integer(*p, "retries", s.pool.retries, "pool");
+  }
+  if (!r.status().ok()) return r.status();
+  if (const auto h = j.find("size_histogram"); h != j.end()) {
+    if (!h->is_array() || h->size() > size_histogram_buckets) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: field \"size_histogram\": expected an array of at most {} counts", where, size_histogram_buckets));
+    }
+    for (std::size_t i = 0; i < h->size(); ++i) {
+      const json& count = (*h)[i];
+      if (!count.is_number_unsigned()) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}: field \"size_histogram[{}]\": expected a non-negative integer", where, i));
+      }
+      s.size_histogram[i] = count.get<std::uint64_t>();
+    }
+  }
+  return s;
+}
+
+}  // namespace detail
+
+std::string to_json(const allocator_stats& s) { return detail::stats_to_json_value(s).dump(2); }
+
+absl::StatusOr<allocator_stats> stats_from_json(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("stats JSON: not valid JSON");
+  if (j.is_object() && j.contains("allocators")) {
+    const nlohmann::json& list = j["allocators"];
+    if (!list.is_array()) return absl::InvalidArgumentError("report JSON: \"allocators\" is not an array");
+    if (list.size() != 1) {
+      return absl::InvalidArgumentError(fmt::format(
+          "report JSON: holds {} allocators, expected exactly one (read it with report_from_json)", list.size()));
+    }
+    return detail::stats_from_json_value(list[0], "report JSON: allocators[0]");
+  }
+  return detail::stats_from_json_value(j, "stats JSON");
+}
+
+// --- Prometheus ---------------------------------------------------------------
+
+namespace {
+
+std::string escape_label(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+class exposition {
+ public:
+  explicit exposition(const allocator_stats& s)
+      : labels_(fmt::format("allocator=\"{}\",backend=\"{}\",device=\"{}\"", escape_label(s.allocator),
+                            escape_label(s.backend), s.device)) {}
+
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    fmt::format_to(std::back_inserter(out_), "# HELP fragctl_{} {}\n# TYPE fragctl_{} {}\n", name, help, name, type);
+  }
+  template <class T>
+  void sample(std::string_view name, T value, std::string_view extra_labels = {}) {
+    fmt::format_to(std::back_inserter(out_), "fragctl_{}{{{}{}{}}} {}\n", name, labels_,
+                   extra_labels.empty() ? "" : ",", extra_labels, value);
+  }
+  template <class T>
+  void metric(std::string_view name, std::string_view type, std::string_view help, T value) {
+    family(name, type, help);
+    sample(name, value);
+  }
+
+  [[nodiscard]] std::string take() { return std::move(out_); }
+
+ private:
+  std::string labels_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string to_prometheus(const allocator_stats& s) {
+  exposition e(s);
+  e.metric("requested_bytes", "gauge", "Bytes callers asked for, live now.", s.requested.current);
+  e.metric("requested_peak_bytes", "gauge", "Peak of requested bytes.", s.requested.peak);
+  e.metric("allocated_bytes", "gauge", "Bytes handed out after rounding, live now.", s.allocated.current);
+  e.metric("allocated_peak_bytes", "gauge", "Peak of allocated bytes.", s.allocated.peak);
+  e.metric("reserved_bytes", "gauge", "Device bytes held from the backend now.", s.reserved.current);
+  e.metric("reserved_peak_bytes", "gauge", "Peak of reserved bytes.", s.reserved.peak);
+  e.metric("allocations_total", "counter", "Successful allocate calls.", s.allocations);
+  e.metric("frees_total", "counter", "Deallocate calls that freed a block.", s.frees);
+  e.metric("ooms_total", "counter", "Allocate calls that failed with out_of_memory.", s.ooms);
+  e.metric("retries_total", "counter", "Allocations that succeeded only after releasing cache.", s.retries);
+  e.family("misuse_total", "counter", "Deallocate misuse: foreign pointer or double free, wrong size.");
+  e.sample("misuse_total", s.misuse_not_owned, "kind=\"not_owned\"");
+  e.sample("misuse_total", s.misuse_size_mismatch, "kind=\"size_mismatch\"");
+  e.family("backend_calls_total", "counter", "Calls into the device backend by kind.");
+  for (std::size_t i = 0; i < s.backend_calls.calls.size(); ++i) {
+    e.sample("backend_calls_total", s.backend_calls.calls[i],
+             fmt::format("call=\"{}\"", to_string(static_cast<backend_call>(i))));
+  }
+  e.metric("backend_failed_allocations_total", "counter", "Backend allocations that ran out of memory.",
+           s.backend_calls.failed_allocations);
+  e.metric("backend_host_bytes", "gauge", "Pinned host bytes held from the backend now.",
+           s.backend_calls.host_bytes);
+  e.metric("pool_cached_free_bytes", "gauge", "Reserved bytes not handed out (free in cache).",
+           s.pool.cached_free);
+  e.metric("pool_largest_free_block_bytes", "gauge", "Largest block one request could get from the cache.",
+           s.pool.largest_free_block);
+  e.metric("pool_segments", "gauge", "Segments or mapped regions held.", s.pool.segments);
+  e.metric("reserved_over_requested", "gauge", "Peak reserved over peak requested bytes (1 is ideal).",
+           s.reserved_over_requested());
+  e.metric("fragmentation_ratio", "gauge", "1 - peak requested / peak reserved.", s.fragmentation());
+  e.metric("external_fragmentation_ratio", "gauge", "1 - largest free block / free in cache.",
+           s.external_fragmentation());
+  e.metric("internal_waste_bytes", "gauge", "Allocated minus requested bytes now (rounding).",
+           s.internal_waste());
+
+  // A counter per non-empty log2 bucket rather than a Prometheus histogram:
+  // the adaptor keeps no sum of sizes, which a histogram requires. Bucket i
+  // holds sizes in [2^i, 2^(i+1)); min_bytes labels it by its lower bound.
+  e.family("requests_by_size_total", "counter", "Allocate requests by log2 size bucket (lower bound in bytes).");
+  for (std::size_t i = 0; i < size_histogram_buckets; ++i) {
+    if (s.size_histogram[i] == 0) continue;
+    e.sample("requests_by_size_total", s.size_histogram[i],
+             fmt::format("min_bytes=\"{}\"", std::uint64_t{1} << i));
+  }
+  return e.take();
+}
+
+}  // namespace fragctl

@@ -1,0 +1,19 @@
+// The JSON form of allocator_stats as an nlohmann::json value, shared by
+// stats.cpp (to_json, stats_from_json) and report.cpp (the report document).
+// Key names are the stable schema of docs/statistics.md.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "fragctl/stats.hpp"
+#include "nlohmann/json.hpp"
+
+namespace fragctl::detail {
+
+/// One allocator's statistics as a JSON object, schema_version included.
+[[nodiscard]] nlohmann::json stats_to_json_value(const allocator_stats& s);
+
+/// The inverse of stats_to_json_value; `where` prefixes error messages.
+[[nodiscard]] absl::StatusOr<allocator_stats> stats_from_json_value(const nlohmann::json& j,
+                                                                    std::string_view where);
+
+}  // namespace fragctl::detail

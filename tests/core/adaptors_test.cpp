@@ -1,0 +1,176 @@
+// limiting_adaptor, tracing_adaptor and thread_safe_adaptor over a test policy.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/passthrough_allocator.hpp"
+#include "fmt/format.h"
+#include "fragctl/adaptors.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "gtest/gtest.h"
+#include "util/strings.hpp"
+
+namespace fragctl {
+namespace {
+
+using testing::passthrough_allocator;
+
+std::string temp_path(std::string_view name) {
+  return fmt::format("{}/fragctl_{}_{}", ::testing::TempDir(), ::getpid(), name);
+}
+
+TEST(limiting_adaptor, refuses_over_the_cap_and_changes_nothing) {
+  sim_backend backend;
+  limiting_adaptor limit(std::make_unique<passthrough_allocator>(backend), 8 * KiB);
+  void* a = limit.allocate(4096);
+  void* b = limit.allocate(4000);  // counts as its rounded 4096
+  EXPECT_EQ(limit.used(), 8 * KiB);
+  const auto calls = backend.counters().of(backend_call::allocate);
+
+  try {
+    (void)limit.allocate(1);
+    ADD_FAILURE() << "allocation over the limit succeeded";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.details().requested, 1u);
+    EXPECT_EQ(e.details().device_free, 0u);
+    EXPECT_EQ(e.details().device_total, 8 * KiB);
+    EXPECT_FALSE(e.details().caused_by_fragmentation());
+    EXPECT_NE(std::string(e.what()).find("limit of 8192 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(limit.used(), 8 * KiB);
+  EXPECT_EQ(backend.counters().of(backend_call::allocate), calls);
+
+  limit.deallocate(b, 4000);
+  EXPECT_EQ(limit.used(), 4 * KiB);
+  void* c = limit.allocate(4096);
+  EXPECT_NE(c, nullptr);
+  limit.deallocate(a, 4096);
+  limit.deallocate(c, 4096);
+  EXPECT_EQ(limit.used(), 0u);
+}
+
+TEST(limiting_adaptor, counts_rounded_sizes_and_misuse) {
+  sim_backend backend;
+  limiting_adaptor limit(std::make_unique<passthrough_allocator>(backend), 1000);
+  EXPECT_THROW((void)limit.allocate(600), out_of_memory);  // 600 rounds to 1024 > 1000
+  limiting_adaptor roomy(std::make_unique<passthrough_allocator>(backend), 4096);
+  void* p = roomy.allocate(2048);
+  int foreign = 0;
+  roomy.deallocate(&foreign, 16);  // not owned: nothing changes
+  EXPECT_EQ(roomy.used(), 2048u);
+  roomy.deallocate(p, 512);  // wrong size: the true 2048 is released
+  EXPECT_EQ(roomy.used(), 0u);
+  EXPECT_EQ(roomy.misuse().size_mismatch, 1u);
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> row;
+    for (const std::string_view cell : util::split(line, ',')) row.emplace_back(cell);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+TEST(tracing_adaptor, writes_the_rows_of_our_trace_csv) {
+  const std::string path = temp_path("trace.csv");
+  sim_backend backend(sim_options{.capacity = 16 * MiB});
+  std::string a_addr, b_addr;
+  const auto stream = reinterpret_cast<stream_t>(std::uintptr_t{5});
+  {
+    tracing_adaptor trace(std::make_unique<passthrough_allocator>(backend), path);
+    void* a = trace.allocate(1000);
+    void* b = trace.allocate(2048, stream);
+    a_addr = std::to_string(reinterpret_cast<std::uintptr_t>(a));
+    b_addr = std::to_string(reinterpret_cast<std::uintptr_t>(b));
+    int foreign = 0;
+    trace.deallocate(&foreign, 8);  // no row: a replay must not meet unknown addresses
+    trace.deallocate(b, 100, stream);  // wrong size: the row carries the true size
+    EXPECT_THROW((void)trace.allocate(32 * MiB), out_of_memory);
+    trace.deallocate(a, 1000);
+  }
+  const auto rows = read_csv(path);
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"action", "addr", "size", "stream", "time_us"}));
+  const auto expect_row = [&](std::size_t i, const std::vector<std::string>& first_four) {
+    ASSERT_EQ(rows[i].size(), 5u) << "row " << i;
+    EXPECT_EQ(std::vector<std::string>(rows[i].begin(), rows[i].begin() + 4), first_four) << "row " << i;
+  };
+  expect_row(1, {"alloc", a_addr, "1000", "0"});
+  expect_row(2, {"alloc", b_addr, "2048", "5"});
+  expect_row(3, {"free_requested", b_addr, "2048", "5"});
+  expect_row(4, {"oom", "0", std::to_string(32 * MiB), "0"});
+  expect_row(5, {"free_requested", a_addr, "1000", "0"});
+  std::uint64_t previous = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    std::uint64_t t = 0;
+    ASSERT_TRUE(util::parse_u64(rows[i][4], t)) << rows[i][4];
+    EXPECT_GE(t, previous);
+    previous = t;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(tracing_adaptor, flush_makes_rows_visible_before_destruction) {
+  const std::string path = temp_path("flush.csv");
+  sim_backend backend;
+  tracing_adaptor trace(std::make_unique<passthrough_allocator>(backend), path);
+  void* p = trace.allocate(512);
+  trace.flush();
+  EXPECT_EQ(read_csv(path).size(), 2u);
+  trace.deallocate(p, 512);
+  std::remove(path.c_str());
+}
+
+TEST(tracing_adaptor, unwritable_path_throws) {
+  sim_backend backend;
+  EXPECT_THROW(tracing_adaptor(std::make_unique<passthrough_allocator>(backend), "/nonexistent/dir/t.csv"),
+               error);
+}
+
+TEST(thread_safe_adaptor, keeps_counts_exact_under_eight_threads) {
+  sim_backend backend;
+  auto stats = std::make_unique<statistics_adaptor>(std::make_unique<passthrough_allocator>(backend));
+  statistics_adaptor& counters = *stats;
+  thread_safe_adaptor locked(std::move(stats));
+  constexpr int threads = 8;
+  constexpr int rounds = 2000;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&locked, t] {
+      std::vector<std::pair<void*, std::size_t>> live;
+      for (int i = 0; i < rounds; ++i) {
+        const std::size_t bytes = 512 * static_cast<std::size_t>(1 + (i + t) % 8);
+        live.emplace_back(locked.allocate(bytes), bytes);
+        if (live.size() == 4) {
+          for (const auto& [p, n] : live) locked.deallocate(p, n);
+          live.clear();
+        }
+      }
+      for (const auto& [p, n] : live) locked.deallocate(p, n);
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  const allocator_stats s = counters.stats();
+  EXPECT_EQ(s.allocations, std::uint64_t{threads} * rounds);
+  EXPECT_EQ(s.frees, std::uint64_t{threads} * rounds);
+  EXPECT_EQ(s.requested.current, 0u);
+  EXPECT_EQ(s.allocated.current, 0u);
+  EXPECT_LE(s.requested.peak, std::size_t{threads} * 4 * 8 * 512);
+  EXPECT_EQ(s.backend_calls.of(backend_call::allocate), std::uint64_t{threads} * rounds);
+  EXPECT_EQ(locked.misuse().not_owned, 0u);
+  EXPECT_EQ(locked.name(), "passthrough");
+}
+
+}  // namespace
+}  // namespace fragctl

@@ -1,0 +1,156 @@
+// FRAGCTL_REPORT: the report file written when a stack is destroyed, on
+// SIGUSR1 and on request, and the report document format.
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "fmt/format.h"
+#include "fragctl/policy.hpp"
+#include "fragctl/report.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace fragctl {
+namespace {
+
+std::string temp_path(std::string_view name) {
+  return fmt::format("{}/fragctl_{}_{}", ::testing::TempDir(), ::getpid(), name);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+config report_config(const std::string& path) {
+  config cfg;
+  cfg.policy = "caching";
+  cfg.report_path = path;
+  cfg.sim_capacity = 1 * GiB;
+  return cfg;
+}
+
+std::unique_ptr<allocator_stack> sim_stack(const config& cfg) {
+  return std::make_unique<allocator_stack>(std::make_unique<sim_backend>(sim_options{.capacity = cfg.sim_capacity}),
+                                           cfg);
+}
+
+TEST(report, written_when_the_stack_is_destroyed) {
+  const std::string path = temp_path("destroy.json");
+  std::remove(path.c_str());
+  auto stack = sim_stack(report_config(path));
+  device_allocator& a = stack->allocator();
+  void* p = a.allocate(3 * MiB);
+  a.deallocate(a.allocate(1000), 1000);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  stack.reset();  // p stays live: the report shows it; the policy frees it at teardown
+
+  ASSERT_TRUE(std::filesystem::exists(path));
+  const std::string text = slurp(path);
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  EXPECT_EQ(doc["schema_version"], stats_schema_version);
+  EXPECT_EQ(doc["reason"], "destroy");
+  EXPECT_EQ(doc["pid"], ::getpid());
+  auto report = report_from_json(text);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->size(), 1u);
+  const allocator_stats& s = report->front();
+  EXPECT_EQ(s.allocator, "caching");
+  EXPECT_EQ(s.backend, "sim");
+  EXPECT_EQ(s.allocations, 2u);
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(s.requested.current, 3 * MiB);
+  EXPECT_EQ(s.requested.peak, 3 * MiB + 1000);
+  EXPECT_GE(s.reserved.peak, 3 * MiB);
+  EXPECT_FALSE(std::filesystem::exists(path + fmt::format(".tmp.{}", ::getpid())));
+  (void)p;
+  std::remove(path.c_str());
+}
+
+TEST(report, sigusr1_writes_the_report_of_live_stacks) {
+  const std::string path = temp_path("signal.json");
+  std::remove(path.c_str());
+  auto stack = sim_stack(report_config(path));
+  void* p = stack->allocator().allocate(5 * MiB);
+  const std::uint64_t before = reports_written();
+
+  ASSERT_EQ(std::raise(SIGUSR1), 0);
+  // The writer thread wakes on the signal's pipe; wait for it (bounded).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (reports_written() == before && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(reports_written(), before) << "no report was written after SIGUSR1";
+
+  const std::string text = slurp(path);
+  EXPECT_EQ(nlohmann::json::parse(text)["reason"], "signal");
+  auto report = report_from_json(text);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->size(), 1u);
+  EXPECT_EQ(report->front().requested.current, 5 * MiB);
+  EXPECT_EQ(report->front().allocations, 1u);
+
+  stack->allocator().deallocate(p, 5 * MiB);
+  stack.reset();
+  std::remove(path.c_str());
+}
+
+TEST(report, keeps_destroyed_stacks_and_lists_live_ones) {
+  const std::string path = temp_path("two.json");
+  auto first = sim_stack(report_config(path));
+  auto second = sim_stack(report_config(path));
+  first->allocator().deallocate(first->allocator().allocate(1 * MiB), 1 * MiB);
+  void* p = second->allocator().allocate(2 * MiB);
+  first.reset();
+
+  EXPECT_GE(write_reports(), 1u);
+  auto report = report_from_json(slurp(path));
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->size(), 2u);
+  EXPECT_EQ((*report)[0].requested.peak, 1 * MiB);
+  EXPECT_EQ((*report)[0].requested.current, 0u);
+  EXPECT_EQ((*report)[1].requested.current, 2 * MiB);
+
+  second->allocator().deallocate(p, 2 * MiB);
+  second.reset();
+  std::remove(path.c_str());
+}
+
+TEST(report, document_round_trips_and_rejects_bad_entries) {
+  allocator_stats a;
+  a.allocator = "caching";
+  a.allocations = 3;
+  allocator_stats b;
+  b.allocator = "buckets:caching";
+  b.device = 1;
+  auto back = report_from_json(report_to_json({a, b}, "request"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].allocations, 3u);
+  EXPECT_EQ((*back)[1].allocator, "buckets:caching");
+  EXPECT_EQ((*back)[1].device, 1);
+
+  const auto bad = report_from_json(R"({"allocators": [{"schema_version": 1}, {"schema_version": 1, "ooms": -2}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("allocators[1]"), std::string::npos) << bad.status();
+}
+
+TEST(report, unwritable_path_reports_an_error) {
+  const absl::Status st = write_report_file("/nonexistent/dir/report.json", {}, "request");
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("/nonexistent/dir"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fragctl
