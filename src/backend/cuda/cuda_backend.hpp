@@ -9,6 +9,9 @@
 //
 // Cost. Event and stream calls take no lock and allocate nothing: they are a
 // context check plus the driver call. Only error paths allocate (the message).
+//
+// Map offsets are passed to cuMemMap unchanged, although its documentation
+// says the offset "currently must be zero" (docs/backends.md, "Open question").
 #pragma once
 
 #include <cuda.h>
