@@ -1,1 +1,90 @@
-// placeholder until written
+// fragctl: the command-line tool. main() dispatches to subcommands; each
+// lives in its own file and states its options in a command_spec.
+//
+// Exit status: 0 success, 1 failure (unreadable trace, backend error), 2 usage
+// error (unknown command or option, bad value).
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "fmt/format.h"
+
+namespace fragctl::cli {
+namespace {
+
+const std::vector<command>& commands() {
+  static const std::vector<command> table = {
+      {&replay_spec(), run_replay},
+      {&convert_spec(), run_convert},
+      {&info_spec(), run_info},
+      {&policies_spec(), run_policies},
+  };
+  return table;
+}
+
+const command* find_command(std::string_view name) {
+  for (const command& c : commands())
+    if (c.spec->name == name) return &c;
+  return nullptr;
+}
+
+std::string main_help() {
+  std::string text =
+      "fragctl: replay, compare and inspect GPU allocation traces and fragctl's allocation "
+      "policies.\n\nUsage: fragctl COMMAND [OPTIONS] [ARGS...]\n\nCommands:\n";
+  for (const command& c : commands()) text += fmt::format("  {:<10}  {}\n", c.spec->name, c.spec->summary);
+  text += fmt::format("  {:<10}  {}\n", "help", "show the help of a command (fragctl help replay)");
+  text +=
+      "\nRun 'fragctl COMMAND --help' for a command's options.\n"
+      "Examples:\n"
+      "  fragctl replay gpt2m.trace.csv.gz --policy all\n"
+      "  fragctl convert snapshot.json trace.csv.gz\n";
+  return text;
+}
+
+int run(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    std::fputs(main_help().c_str(), stderr);
+    return 2;
+  }
+  const std::string& name = args.front();
+  if (name == "-h" || name == "--help") {
+    std::fputs(main_help().c_str(), stdout);
+    return 0;
+  }
+  if (name == "help") {
+    if (args.size() < 2) {
+      std::fputs(main_help().c_str(), stdout);
+      return 0;
+    }
+    if (const command* c = find_command(args[1])) {
+      std::fputs(help_text(*c->spec).c_str(), stdout);
+      return 0;
+    }
+  }
+  const command* c = find_command(name == "help" ? args[1] : name);
+  if (c == nullptr) {
+    std::fprintf(stderr, "fragctl: unknown command '%s'\nRun 'fragctl --help' for the commands.\n",
+                 (name == "help" ? args[1] : name).c_str());
+    return 2;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  try {
+    return c->run(rest);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+}  // namespace fragctl::cli
+
+int main(int argc, char** argv) {
+  return fragctl::cli::run(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,75 @@
+// Replaying a trace through a policy (DESIGN.md, "Traces"; docs/replay.md).
+//
+// A replay issues a trace's allocs and frees, in order, to an allocator built
+// by make_allocator, and reports what that allocator held at peak against what
+// the program had live, what each call cost, and how often it went to the
+// backend. It is how policies are compared on real workloads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fragctl/config.hpp"
+#include "fragctl/stats.hpp"
+#include "fragctl/trace.hpp"
+
+namespace fragctl {
+
+struct replay_options {
+  /// Policy expression ("caching", "buckets:arena"); empty means the default
+  /// for the backend (default_policy). Overrides cfg.policy.
+  std::string policy;
+  /// Backend (cfg.backend, sim_capacity, ...) and policy options.
+  config cfg;
+  /// Called now and then with events done and total, from the replaying
+  /// thread, and once at the end with done == total. May be empty.
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+struct replay_result {
+  std::string trace;    ///< trace name
+  std::string policy;   ///< the policy expression replayed (default resolved)
+  std::string backend;  ///< backend name ("sim", "cuda", "hip")
+  std::size_t peak_requested = 0;  ///< stats.requested.peak: peak live bytes the allocator saw
+  std::size_t peak_reserved = 0;   ///< stats.reserved.peak: peak bytes held from the backend
+  double reserved_over_requested = 0;  ///< peak_reserved / peak_requested (0 if nothing requested)
+  std::uint64_t backend_memory_calls = 0;  ///< allocate/free/map/unmap-class backend calls
+  std::uint64_t backend_calls = 0;         ///< every backend call
+  std::uint64_t ooms = 0;           ///< allocs that threw out_of_memory (their frees are skipped)
+  std::uint64_t unknown_frees = 0;  ///< frees of an address that was not live (not replayed)
+  std::uint64_t skipped_frees = 0;  ///< frees of blocks whose alloc ran out of memory
+  std::uint64_t lost_frees = 0;     ///< allocs at a live address: the old block was freed first
+  std::uint64_t operations = 0;     ///< timed allocate and deallocate calls
+  double median_ns = 0;             ///< median wall time of one operation
+  double p99_ns = 0;                ///< 99th percentile of the same
+  double clock_overhead_ns = 0;     ///< median cost of one clock read pair (not subtracted)
+  allocator_stats stats;            ///< the stack's statistics after the last trace event
+};
+
+/// Replays `t` through a fresh allocator stack built from options.cfg with
+/// cfg.policy = options.policy. Trace stream 0 is the default stream
+/// (nullptr); every other distinct stream id gets a stream of its own from
+/// backend.create_stream(), destroyed at the end. Each allocate and
+/// deallocate is timed on its own with std::chrono::steady_clock; an alloc
+/// that runs out of memory counts an OOM and is not timed. Blocks still live
+/// after the last event are freed (not timed, not in the result's stats).
+/// Single-threaded; independent replays may run on different threads.
+/// Throws invalid_argument for a bad policy expression, backend_error when
+/// the backend cannot be created or fails.
+[[nodiscard]] replay_result replay(const trace& t, const replay_options& options);
+
+/// The policy expressions `fragctl replay --policy all` runs: every
+/// registered policy by name (wrappers over their default base).
+[[nodiscard]] std::vector<std::string> replay_policy_set();
+
+/// A result as one JSON object (keys as the fields above; "stats" holds the
+/// statistics report of fragctl/stats.hpp).
+[[nodiscard]] std::string to_json(const replay_result& r);
+
+/// Results as one JSON array.
+[[nodiscard]] std::string to_json(const std::vector<replay_result>& results);
+
+}  // namespace fragctl

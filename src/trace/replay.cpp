@@ -1,0 +1,226 @@
+// The replay engine (docs/replay.md).
+//
+// Model. The trace's addresses name blocks; a map from trace address to the
+// block the replayed allocator returned turns each free into a deallocate of
+// the right pointer with the size recorded at its alloc. Trace stream ids map
+// to real streams of the backend (0 to the default stream), so per-stream
+// caching and cross-stream reuse behave as they did in the program. Anything
+// the trace cannot express consistently is counted, never fatal: frees of
+// unknown addresses, allocs over a live address (a lost free), and the frees
+// of blocks whose allocation ran out of memory.
+#include "fragctl/replay.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "nlohmann/json.hpp"
+
+namespace fragctl {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::int64_t elapsed_ns(clock_type::time_point from, clock_type::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
+}
+
+// Median of back-to-back clock reads: what one timed sample costs on top of
+// the operation itself.
+double clock_overhead_ns() {
+  constexpr std::size_t samples = 1001;
+  std::vector<std::int64_t> d(samples);
+  for (auto& v : d) {
+    const auto a = clock_type::now();
+    const auto b = clock_type::now();
+    v = elapsed_ns(a, b);
+  }
+  std::nth_element(d.begin(), d.begin() + samples / 2, d.end());
+  return static_cast<double>(d[samples / 2]);
+}
+
+// Value of rank `q` (0..1) by the nearest-rank method; reorders `v`.
+double percentile(std::vector<std::int64_t>& v, double q) {
+  if (v.empty()) return 0;
+  auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  rank = std::clamp<std::size_t>(rank, 1, v.size()) - 1;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rank), v.end());
+  return static_cast<double>(v[rank]);
+}
+
+double median(std::vector<std::int64_t>& v) {
+  if (v.empty()) return 0;
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const auto upper = static_cast<double>(v[mid]);
+  if (v.size() % 2 == 1) return upper;
+  const auto lower = static_cast<double>(*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)));
+  return (lower + upper) / 2;
+}
+
+// Streams the replay created, destroyed when it ends (also on a throw).
+class stream_table {
+ public:
+  stream_table(const trace& t, device_backend& backend) : backend_(backend) {
+    for (const trace_event& e : t.events) {
+      if (e.stream != 0 && !streams_.contains(e.stream)) streams_.emplace(e.stream, backend_.create_stream());
+    }
+  }
+  ~stream_table() {
+    for (const auto& [id, s] : streams_) {
+      try {
+        backend_.destroy_stream(s);
+      } catch (const std::exception&) {  // the device is gone; nothing left to do
+      }
+    }
+  }
+  stream_table(const stream_table&) = delete;
+  stream_table& operator=(const stream_table&) = delete;
+
+  [[nodiscard]] stream_t operator[](std::uint64_t id) const {
+    return id == 0 ? nullptr : streams_.at(id);
+  }
+
+ private:
+  device_backend& backend_;
+  absl::flat_hash_map<std::uint64_t, stream_t> streams_;
+};
+
+struct live_block {
+  void* ptr = nullptr;
+  std::size_t size = 0;
+  stream_t stream = nullptr;
+  bool failed = false;  // its allocation ran out of memory
+};
+
+}  // namespace
+
+replay_result replay(const trace& t, const replay_options& options) {
+  config cfg = options.cfg;
+  cfg.policy = options.policy;
+  const std::unique_ptr<allocator_stack> stack = make_allocator(cfg);
+  device_allocator& alloc = stack->allocator();
+  device_backend& backend = stack->backend();
+
+  replay_result r;
+  r.trace = t.name;
+  r.backend = std::string(backend.name());
+  r.policy = options.policy.empty() ? default_policy(backend) : options.policy;
+  r.clock_overhead_ns = clock_overhead_ns();
+
+  const stream_table streams(t, backend);
+  absl::flat_hash_map<std::uint64_t, live_block> live;
+  live.reserve(std::min<std::size_t>(t.events.size(), std::size_t{1} << 20));
+  std::vector<std::int64_t> samples;
+  samples.reserve(t.events.size());
+
+  const auto timed_free = [&](const live_block& b, stream_t stream) {
+    const auto t0 = clock_type::now();
+    alloc.deallocate(b.ptr, b.size, stream);
+    const auto t1 = clock_type::now();
+    samples.push_back(elapsed_ns(t0, t1));
+  };
+
+  const std::size_t total = t.events.size();
+  constexpr std::size_t progress_every = 4096;
+  for (std::size_t i = 0; i < total; ++i) {
+    if (options.progress && i % progress_every == 0) options.progress(i, total);
+    const trace_event& e = t.events[i];
+    const stream_t stream = streams[e.stream];
+    if (e.kind == trace_event::action::alloc) {
+      if (const auto old = live.find(e.addr); old != live.end()) {
+        ++r.lost_frees;
+        if (!old->second.failed) timed_free(old->second, old->second.stream);
+        live.erase(old);
+      }
+      void* ptr = nullptr;
+      const auto t0 = clock_type::now();
+      try {
+        ptr = alloc.allocate(e.size, stream);
+      } catch (const out_of_memory&) {
+        ++r.ooms;
+        live.emplace(e.addr, live_block{nullptr, e.size, stream, true});
+        continue;
+      }
+      const auto t1 = clock_type::now();
+      samples.push_back(elapsed_ns(t0, t1));
+      live.emplace(e.addr, live_block{ptr, e.size, stream, false});
+    } else {
+      const auto it = live.find(e.addr);
+      if (it == live.end()) {
+        ++r.unknown_frees;
+        continue;
+      }
+      if (it->second.failed) {
+        ++r.skipped_frees;
+      } else {
+        timed_free(it->second, stream);
+      }
+      live.erase(it);
+    }
+  }
+  if (options.progress) options.progress(total, total);
+
+  r.stats = stack->stats();
+  r.peak_requested = r.stats.requested.peak;
+  r.peak_reserved = r.stats.reserved.peak;
+  r.reserved_over_requested = r.stats.reserved_over_requested();
+  r.backend_memory_calls = r.stats.backend_calls.memory_calls();
+  r.backend_calls = r.stats.backend_calls.total_calls();
+  r.operations = samples.size();
+  r.median_ns = median(samples);
+  r.p99_ns = percentile(samples, 0.99);
+
+  for (const auto& [addr, b] : live) {
+    if (!b.failed) alloc.deallocate(b.ptr, b.size, b.stream);
+  }
+  alloc.release_cached();
+  return r;
+}
+
+std::vector<std::string> replay_policy_set() {
+  std::vector<std::string> names;
+  for (const policy_info& p : policies()) names.emplace_back(p.name);
+  return names;
+}
+
+namespace {
+
+nlohmann::ordered_json result_json(const replay_result& r) {
+  nlohmann::ordered_json j;
+  j["trace"] = r.trace;
+  j["policy"] = r.policy;
+  j["backend"] = r.backend;
+  j["peak_requested"] = r.peak_requested;
+  j["peak_reserved"] = r.peak_reserved;
+  j["reserved_over_requested"] = r.reserved_over_requested;
+  j["backend_memory_calls"] = r.backend_memory_calls;
+  j["backend_calls"] = r.backend_calls;
+  j["ooms"] = r.ooms;
+  j["unknown_frees"] = r.unknown_frees;
+  j["skipped_frees"] = r.skipped_frees;
+  j["lost_frees"] = r.lost_frees;
+  j["operations"] = r.operations;
+  j["median_ns"] = r.median_ns;
+  j["p99_ns"] = r.p99_ns;
+  j["clock_overhead_ns"] = r.clock_overhead_ns;
+  j["stats"] = nlohmann::ordered_json::parse(to_json(r.stats));
+  return j;
+}
+
+}  // namespace
+
+std::string to_json(const replay_result& r) { return result_json(r).dump(2); }
+
+std::string to_json(const std::vector<replay_result>& results) {
+  nlohmann::ordered_json array = nlohmann::ordered_json::array();
+  for (const replay_result& r : results) array.push_back(result_json(r));
+  return array.dump(2);
+}
+
+}  // namespace fragctl

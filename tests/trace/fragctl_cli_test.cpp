@@ -1,0 +1,147 @@
+// The `fragctl` command end to end: runs the built binary (<build>/tools/fragctl,
+// found next to this test's own directory) and checks its output and exit
+// status.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "fragctl/trace.hpp"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace fragctl {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct run_result {
+  int status = -1;
+  std::string out;
+};
+
+fs::path fragctl_binary() {
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  return self.parent_path().parent_path() / "tools" / "fragctl";
+}
+
+std::string data(const std::string& file) {
+  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
+  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
+}
+
+// Runs fragctl with `args` (shell words); `redirect` picks which stream is kept.
+run_result run_fragctl(const std::string& args, const std::string& redirect = "2>/dev/null") {
+  const std::string command = "'" + fragctl_binary().string() + "' " + args + " " + redirect;
+  run_result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int raw = pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+class FragctlCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(fragctl_binary()))
+      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
+  }
+};
+
+TEST_F(FragctlCli, ReplayJson) {
+  const run_result r =
+      run_fragctl("replay '" + data("tiny_fragctl.csv") + "' --policy caching --backend sim --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["trace"], "tiny_fragctl");
+  EXPECT_EQ(j[0]["policy"], "caching");
+  EXPECT_EQ(j[0]["backend"], "sim");
+  EXPECT_EQ(j[0]["peak_requested"].get<std::size_t>(), 3000000u + 4096u);
+  EXPECT_EQ(j[0]["operations"].get<std::size_t>(), 6u);
+  EXPECT_EQ(j[0]["unknown_frees"].get<std::size_t>(), 0u);
+}
+
+TEST_F(FragctlCli, ReplayTableHasOneRowPerTraceAndPolicy) {
+  const run_result r = run_fragctl("replay '" + data("tiny_fragctl.csv") + "' '" +
+                                   data("tiny_rmm.csv") + "' --policy caching --backend sim");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("reserved/requested"));
+  EXPECT_THAT(r.out, HasSubstr("tiny_fragctl  caching"));
+  EXPECT_THAT(r.out, HasSubstr("tiny_rmm"));
+  EXPECT_THAT(r.out, HasSubstr("2.86 MiB"));  // tiny_fragctl's peak requested, 3004096 bytes
+}
+
+TEST_F(FragctlCli, MalformedTraceExitsOneWithTheLine) {
+  const fs::path bad = fs::path(::testing::TempDir()) / "bad_number.csv";
+  std::ofstream(bad) << "action,addr,size,stream,time_us\nalloc,4096,512,0,1\nalloc,8192,lots,0,2\n";
+  const run_result r = run_fragctl("replay '" + bad.string() + "' --backend sim", "2>&1 >/dev/null");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("bad_number.csv:3: bad size 'lots'"));
+}
+
+TEST_F(FragctlCli, UsageErrorsExitTwo) {
+  run_result r = run_fragctl("replay --frobnicate x", "2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("unknown option '--frobnicate'"));
+  r = run_fragctl("replay", "2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("no trace given"));
+  r = run_fragctl("replay x.csv --policy no-such-policy", "2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--policy"));
+  r = run_fragctl("replay x.csv --capacity lots", "2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--capacity"));
+  r = run_fragctl("frobnicate", "2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("unknown command 'frobnicate'"));
+}
+
+TEST_F(FragctlCli, Help) {
+  run_result r = run_fragctl("--help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("replay"));
+  EXPECT_THAT(r.out, HasSubstr("convert"));
+  r = run_fragctl("replay --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("Usage: fragctl replay"));
+  EXPECT_THAT(r.out, HasSubstr("--policy"));
+  EXPECT_THAT(r.out, HasSubstr("caching"));
+}
+
+TEST_F(FragctlCli, ConvertWritesFragctlCsv) {
+  const fs::path out = fs::path(::testing::TempDir()) / "converted.csv.gz";
+  const run_result r = run_fragctl("convert '" + data("tiny_snapshot.json") + "' '" + out.string() + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto t = read_trace(out.string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format, "fragctl-csv");
+  auto original = read_trace(data("tiny_snapshot.json"));
+  ASSERT_TRUE(original.ok()) << original.status();
+  EXPECT_EQ(t->events, original->events);
+}
+
+TEST_F(FragctlCli, InfoJson) {
+  const run_result r = run_fragctl("info '" + data("tiny_fragctl.csv") + "' --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["peak_live_bytes"].get<std::size_t>(), 3004096u);
+  EXPECT_EQ(j[0]["allocs"].get<std::size_t>(), 3u);
+}
+
+}  // namespace
+}  // namespace fragctl

@@ -1,0 +1,86 @@
+// The fragctl command's subcommands and the small argument parser they share.
+//
+// Each subcommand states its usage and options once (command_spec); parsing,
+// `--help` and usage errors come from that one statement. A hand-written
+// parser rather than absl flags: flags here are per subcommand, and errors
+// must name the subcommand and point at its --help.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fragctl/trace.hpp"
+
+namespace fragctl::cli {
+
+/// One option: "--name VALUE" (value non-empty) or a "--name" switch.
+struct option_spec {
+  std::string_view name;   ///< without the leading dashes
+  std::string_view value;  ///< placeholder shown in help ("NAME"); empty for a switch
+  std::string_view help;
+};
+
+struct command_spec {
+  std::string_view name;     ///< "replay"
+  std::string_view args;     ///< positional arguments for the usage line: "TRACE..."
+  std::string_view summary;  ///< one line for `fragctl --help`
+  std::string details;       ///< paragraphs after the options in `fragctl NAME --help`
+  std::vector<option_spec> options;
+};
+
+/// A command line the user got wrong: the caller prints it and exits 2.
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Parsed arguments of one subcommand.
+struct arguments {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string, std::less<>> values;  ///< option -> value ("" for switches)
+  bool help = false;
+
+  [[nodiscard]] bool has(std::string_view name) const { return values.find(name) != values.end(); }
+  [[nodiscard]] std::optional<std::string> get(std::string_view name) const;
+};
+
+/// Parses `argv` (after the subcommand name). Accepts --name VALUE,
+/// --name=VALUE, -h/--help, and "--" before positional arguments that start
+/// with a dash. Throws usage_error for an unknown option, a missing value, or
+/// an option given twice.
+[[nodiscard]] arguments parse_arguments(const command_spec& spec, const std::vector<std::string>& argv);
+
+/// `fragctl NAME --help`: usage line, summary, options, details.
+[[nodiscard]] std::string help_text(const command_spec& spec);
+
+/// One subcommand of the dispatcher.
+struct command {
+  const command_spec* spec;
+  /// Runs with the arguments after the subcommand's name; returns the exit
+  /// status. May throw usage_error (exit 2) or any std::exception (exit 1).
+  int (*run)(const std::vector<std::string>& argv);
+};
+
+/// The --snapshot-device option the trace-reading commands share.
+extern const option_spec snapshot_device_option;
+
+/// Reads the trace at `path` with the options in `args` (--snapshot-device).
+/// Throws usage_error for a bad option value, std::runtime_error carrying the
+/// reader's message ("<file>:<line>: ...") when the trace cannot be read.
+[[nodiscard]] trace load_trace(const std::string& path, const arguments& args);
+
+// The subcommands, each in its own source file.
+const command_spec& replay_spec();
+int run_replay(const std::vector<std::string>& argv);
+const command_spec& convert_spec();
+int run_convert(const std::vector<std::string>& argv);
+const command_spec& info_spec();
+int run_info(const std::vector<std::string>& argv);
+const command_spec& policies_spec();
+int run_policies(const std::vector<std::string>& argv);
+
+}  // namespace fragctl::cli

@@ -1,0 +1,227 @@
+// fragctl replay: replays traces through policies and prints one row (or one
+// JSON object) per trace and policy.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "command.hpp"
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "fragctl/replay.hpp"
+#include "util/strings.hpp"
+
+namespace fragctl::cli {
+
+namespace {
+
+std::string policy_lines() {
+  std::string text;
+  for (const policy_info& p : policies())
+    text += fmt::format("  {:<10}  {}{}\n", p.name, p.help, p.wraps_upstream ? " (wrapper)" : "");
+  return text;
+}
+
+// A progress line on stderr, redrawn in place; only on a terminal, and only
+// once a replay has run for half a second.
+class progress_line {
+ public:
+  progress_line() : enabled_(isatty(STDERR_FILENO) == 1) {}
+
+  std::function<void(std::size_t, std::size_t)> callback(std::string label) {
+    if (!enabled_) return {};
+    start_ = clock::now();
+    last_ = start_;
+    return [this, label = std::move(label)](std::size_t done, std::size_t total) {
+      const auto now = clock::now();
+      if (done >= total) {
+        clear();
+        return;
+      }
+      if (now - start_ < std::chrono::milliseconds(500) || now - last_ < std::chrono::milliseconds(100))
+        return;
+      last_ = now;
+      shown_ = true;
+      std::fprintf(stderr, "\r\033[K%s: %3.0f%% (%zu/%zu events)", label.c_str(),
+                   100.0 * static_cast<double>(done) / static_cast<double>(total), done, total);
+      std::fflush(stderr);
+    };
+  }
+
+  void clear() {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool enabled_;
+  bool shown_ = false;
+  clock::time_point start_, last_;
+};
+
+struct column {
+  std::string_view header;
+  bool left;
+  std::size_t width;
+};
+
+class result_table {
+ public:
+  result_table(std::size_t trace_width, std::size_t policy_width) {
+    cols_ = {{"trace", true, trace_width},
+             {"policy", true, policy_width},
+             {"backend", true, 7},
+             {"peak requested", false, 0},
+             {"peak reserved", false, 0},
+             {"reserved/requested", false, 0},
+             {"backend memory calls", false, 0},
+             {"OOMs", false, 0},
+             {"unknown frees", false, 0},
+             {"median ns/op", false, 0},
+             {"p99 ns/op", false, 0}};
+    for (column& c : cols_) c.width = std::max(c.width, c.header.size());
+  }
+
+  void print_header() const {
+    std::vector<std::string> cells;
+    for (const column& c : cols_) cells.emplace_back(c.header);
+    print(cells);
+  }
+
+  void print_row(const replay_result& r) const {
+    print({r.trace, r.policy, r.backend, util::human_bytes(r.peak_requested),
+           util::human_bytes(r.peak_reserved), fmt::format("{:.3f}", r.reserved_over_requested),
+           fmt::format("{}", r.backend_memory_calls), fmt::format("{}", r.ooms),
+           fmt::format("{}", r.unknown_frees), fmt::format("{:.0f}", r.median_ns),
+           fmt::format("{:.0f}", r.p99_ns)});
+  }
+
+ private:
+  void print(const std::vector<std::string>& cells) const {
+    std::string line;
+    for (std::size_t i = 0; i < cols_.size(); ++i) {
+      if (i > 0) line += "  ";
+      line += cols_[i].left ? fmt::format("{:<{}}", cells[i], cols_[i].width)
+                            : fmt::format("{:>{}}", cells[i], cols_[i].width);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+
+  std::vector<column> cols_;
+};
+
+std::vector<std::string> policy_list(const arguments& args) {
+  const auto given = args.get("policy");
+  if (!given) return {""};  // the default policy of the backend
+  if (*given == "all") return replay_policy_set();
+  std::vector<std::string> list;
+  for (const std::string_view p : util::split(*given, ',')) {
+    const std::string name(util::trim(p));
+    if (const absl::Status s = validate_policy(name); !s.ok() || name.empty())
+      throw usage_error(fmt::format("--policy: {}\nRun 'fragctl policies' for the policies.",
+                                    name.empty() ? "empty policy name" : std::string(s.message())));
+    list.push_back(name);
+  }
+  return list;
+}
+
+config replay_config(const arguments& args) {
+  config cfg;
+  if (const auto conf = args.get("conf")) {
+    auto parsed = parse_config(*conf, cfg);
+    if (!parsed.ok()) throw usage_error(fmt::format("--conf: {}", std::string(parsed.status().message())));
+    cfg = *std::move(parsed);
+  }
+  if (const auto backend = args.get("backend")) {
+    auto kind = parse_backend_kind(*backend);
+    if (!kind.ok()) throw usage_error(fmt::format("--backend: {}", std::string(kind.status().message())));
+    cfg.backend = *kind;
+  }
+  if (const auto capacity = args.get("capacity")) {
+    auto bytes = parse_size(*capacity);
+    if (!bytes.ok() || *bytes == 0)
+      throw usage_error(fmt::format("--capacity: expected a size such as 80GiB, got '{}'", *capacity));
+    if (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::hip)
+      throw usage_error("--capacity sets the simulated device's size; it needs --backend sim or auto");
+    cfg.sim_capacity = *bytes;
+  }
+  return cfg;
+}
+
+}  // namespace
+
+const command_spec& replay_spec() {
+  static const command_spec spec = {
+      "replay", "TRACE...",
+      "Replay allocation traces through policies: peak bytes held against live, cost per call.",
+      "Each TRACE (fragctl CSV, PyTorch snapshot JSON or RMM log CSV, plain or .gz) is replayed\n"
+      "once per policy through a fresh allocator. Printed per trace and policy: peak requested\n"
+      "(live) bytes, peak reserved bytes (held from the backend), their ratio (1.000 is ideal),\n"
+      "backend memory calls, OOMs, frees of unknown addresses, and the median and 99th\n"
+      "percentile wall time of one allocate or deallocate. docs/replay.md has the details.\n\n"
+      "Policies:\n" +
+          policy_lines() +
+          "\nExit status: 0 success, 1 unreadable trace or failed replay, 2 usage error.\n"
+          "Example: fragctl replay gpt2m.trace.csv.gz --policy caching,arena --backend sim\n",
+      {{"policy", "NAME", "policy expression, a comma-separated list, or 'all' (default: the backend's default)"},
+       {"backend", "KIND", "sim, cuda, hip or auto (default auto: a GPU when present, else sim)"},
+       {"capacity", "BYTES", "simulated device size, e.g. 141GiB (default: sim_capacity, 80GiB)"},
+       {"conf", "KEY:VALUE,...", "options as in FRAGCTL_CONF (docs/configuration.md)"},
+       snapshot_device_option,
+       {"json", "", "print one JSON array of results instead of the table"}}};
+  return spec;
+}
+
+int run_replay(const std::vector<std::string>& argv) {
+  const arguments args = parse_arguments(replay_spec(), argv);
+  if (args.help) {
+    std::fputs(help_text(replay_spec()).c_str(), stdout);
+    return 0;
+  }
+  if (args.positional.empty())
+    throw usage_error("no trace given\nRun 'fragctl replay --help' for its options.");
+  const config cfg = replay_config(args);
+  const std::vector<std::string> policy_names = policy_list(args);
+  const bool json = args.has("json");
+
+  std::size_t trace_width = 5;
+  for (const std::string& path : args.positional)
+    trace_width = std::max(trace_width, trace_name_from_path(path).size());
+  std::size_t policy_width = 8;
+  for (const std::string& p : policy_names) policy_width = std::max(policy_width, p.size());
+  const result_table table(trace_width, policy_width);
+  if (!json) table.print_header();
+
+  progress_line progress;
+  std::vector<replay_result> results;
+  int status = 0;
+  for (const std::string& path : args.positional) {
+    const trace t = load_trace(path, args);
+    for (const std::string& policy : policy_names) {
+      replay_options options{policy, cfg, progress.callback(fmt::format(
+                                              "{} / {}", t.name, policy.empty() ? "default" : policy))};
+      try {
+        replay_result r = replay(t, options);
+        progress.clear();
+        if (!json) table.print_row(r);
+        results.push_back(std::move(r));
+      } catch (const fragctl::error& e) {
+        progress.clear();
+        std::fprintf(stderr, "fragctl replay: %s with policy %s: %s\n", t.name.c_str(),
+                     policy.empty() ? "default" : policy.c_str(), e.what());
+        status = 1;
+      }
+    }
+  }
+  if (json) std::printf("%s\n", to_json(results).c_str());
+  return status;
+}
+
+}  // namespace fragctl::cli

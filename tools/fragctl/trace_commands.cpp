@@ -1,0 +1,139 @@
+// fragctl convert, fragctl info, fragctl policies, and the trace loading the
+// commands share.
+#include <cstdio>
+
+#include "command.hpp"
+#include "fmt/format.h"
+#include "fragctl/policy.hpp"
+#include "nlohmann/json.hpp"
+#include "util/strings.hpp"
+
+namespace fragctl::cli {
+
+const option_spec snapshot_device_option = {
+    "snapshot-device", "N",
+    "PyTorch snapshot JSON: read the trace of device N (default: the first device with events)"};
+
+trace load_trace(const std::string& path, const arguments& args) {
+  trace_options options;
+  if (const auto device = args.get("snapshot-device")) {
+    std::int64_t d = 0;
+    if (!util::parse_i64(*device, d) || d < 0 || d > 1024)
+      throw usage_error(fmt::format("--snapshot-device: expected a device ordinal, got '{}'", *device));
+    options.device = static_cast<int>(d);
+  }
+  auto t = read_trace(path, options);
+  if (!t.ok()) throw std::runtime_error(std::string(t.status().message()));
+  return *std::move(t);
+}
+
+// --- convert ------------------------------------------------------------------
+
+const command_spec& convert_spec() {
+  static const command_spec spec = {
+      "convert", "IN OUT",
+      "Convert a trace in any readable format to fragctl CSV (gzip-compressed when OUT ends in .gz).",
+      "IN may be fragctl CSV, a PyTorch snapshot JSON (json.dump(torch.cuda.memory._snapshot())) or\n"
+      "an RMM logging_resource_adaptor CSV, plain or gzip-compressed. Only allocs and frees are\n"
+      "written; the recording allocator's own rows (segment_*, free_completed, ...) are dropped.\n",
+      {snapshot_device_option}};
+  return spec;
+}
+
+int run_convert(const std::vector<std::string>& argv) {
+  const arguments args = parse_arguments(convert_spec(), argv);
+  if (args.help) {
+    std::fputs(help_text(convert_spec()).c_str(), stdout);
+    return 0;
+  }
+  if (args.positional.size() != 2)
+    throw usage_error(fmt::format("expected IN and OUT, got {} argument(s)\nRun 'fragctl convert --help' for its options.",
+                                  args.positional.size()));
+  const trace t = load_trace(args.positional[0], args);
+  if (const absl::Status s = write_trace_csv(t, args.positional[1]); !s.ok())
+    throw std::runtime_error(std::string(s.message()));
+  std::printf("%s: %zu events (%s) written to %s; %llu rows not replayable dropped\n",
+              args.positional[0].c_str(), t.events.size(), t.format.c_str(), args.positional[1].c_str(),
+              static_cast<unsigned long long>(t.ignored_rows));
+  return 0;
+}
+
+// --- info ---------------------------------------------------------------------
+
+const command_spec& info_spec() {
+  static const command_spec spec = {
+      "info", "TRACE...",
+      "Summarize traces as the program ran them: events, peak live bytes, streams, duration.",
+      "Peak live bytes is the most the program had allocated at once: the floor for the peak\n"
+      "requested bytes of any replay, and the denominator of reserved/requested.\n",
+      {snapshot_device_option, {"json", "", "print one JSON array instead of text"}}};
+  return spec;
+}
+
+int run_info(const std::vector<std::string>& argv) {
+  const arguments args = parse_arguments(info_spec(), argv);
+  if (args.help) {
+    std::fputs(help_text(info_spec()).c_str(), stdout);
+    return 0;
+  }
+  if (args.positional.empty())
+    throw usage_error("no trace given\nRun 'fragctl info --help' for its options.");
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const std::string& path : args.positional) {
+    const trace t = load_trace(path, args);
+    const trace_summary s = summarize(t);
+    if (args.has("json")) {
+      all.push_back({{"trace", t.name},
+                     {"path", path},
+                     {"format", t.format},
+                     {"events", t.events.size()},
+                     {"allocs", s.allocs},
+                     {"frees", s.frees},
+                     {"ignored_rows", t.ignored_rows},
+                     {"peak_live_bytes", s.peak_live_bytes},
+                     {"largest_request", s.largest_request},
+                     {"streams", s.streams},
+                     {"live_at_end", s.live_at_end},
+                     {"unmatched_frees", s.unmatched_frees},
+                     {"duration_us", s.duration_us}});
+      continue;
+    }
+    std::printf(
+        "%s (%s, %s)\n  events          %zu (%zu allocs, %zu frees; %llu other rows ignored)\n"
+        "  peak live       %s (%zu bytes)\n  largest request %s\n  streams         %zu\n"
+        "  live at end     %zu blocks\n  unmatched frees %zu\n  duration        %.3f s\n",
+        t.name.c_str(), path.c_str(), t.format.c_str(), t.events.size(), s.allocs, s.frees,
+        static_cast<unsigned long long>(t.ignored_rows), util::human_bytes(s.peak_live_bytes).c_str(),
+        s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end,
+        s.unmatched_frees, static_cast<double>(s.duration_us) / 1e6);
+  }
+  if (args.has("json")) std::printf("%s\n", all.dump(2).c_str());
+  return 0;
+}
+
+// --- policies -----------------------------------------------------------------
+
+const command_spec& policies_spec() {
+  static const command_spec spec = {
+      "policies", "",
+      "List the allocation policies (FRAGCTL_POLICY, fragctl replay --policy).",
+      "Wrappers (buckets, warmup) compose over a base: 'buckets:arena' is buckets with large\n"
+      "sizes sent to arena; a wrapper alone runs over the default base.\n",
+      {}};
+  return spec;
+}
+
+int run_policies(const std::vector<std::string>& argv) {
+  const arguments args = parse_arguments(policies_spec(), argv);
+  if (args.help) {
+    std::fputs(help_text(policies_spec()).c_str(), stdout);
+    return 0;
+  }
+  if (!args.positional.empty()) throw usage_error("fragctl policies takes no arguments");
+  for (const policy_info& p : policies())
+    std::printf("%-10s %-8s %s\n", std::string(p.name).c_str(), p.wraps_upstream ? "wrapper" : "base",
+                std::string(p.help).c_str());
+  return 0;
+}
+
+}  // namespace fragctl::cli
