@@ -4,7 +4,9 @@
 // Adding a policy is one include and one row of `registry()`: a base policy
 // is constructed from (config, device_backend&), a wrapper from (config,
 // unique_ptr<device_allocator> upstream); `row<P>` tells them apart through
-// the allocator_policy concept.
+// the allocator_policy concept. A wrapper that needs the policies below it
+// configured differently (warmup keeps the arena from unmapping what it
+// pre-fills) gives its row a function mapping its config to theirs.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -39,26 +41,30 @@ namespace {
 using base_factory = std::unique_ptr<device_allocator> (*)(const config&, device_backend&);
 using wrapper_factory = std::unique_ptr<device_allocator> (*)(const config&, std::unique_ptr<device_allocator>);
 
+using upstream_config_fn = config (*)(const config&);
+
 struct registered_policy {
   policy_info info;
-  base_factory make_base = nullptr;        // set for base policies
-  wrapper_factory make_wrapper = nullptr;  // set for wrappers
+  base_factory make_base = nullptr;            // set for base policies
+  wrapper_factory make_wrapper = nullptr;      // set for wrappers
+  upstream_config_fn upstream_config = nullptr;  // optional: config of the policies below
 };
 
 template <allocator_policy P>
-registered_policy row(std::string_view help) {
+registered_policy row(std::string_view help, upstream_config_fn upstream_config = nullptr) {
   if constexpr (std::constructible_from<P, const config&, device_backend&>) {
     return {{P::policy_name, false, help},
             [](const config& cfg, device_backend& backend) -> std::unique_ptr<device_allocator> {
               return std::make_unique<P>(cfg, backend);
             },
-            nullptr};
+            nullptr, upstream_config};
   } else {
     return {{P::policy_name, true, help},
             nullptr,
             [](const config& cfg, std::unique_ptr<device_allocator> upstream) -> std::unique_ptr<device_allocator> {
               return std::make_unique<P>(cfg, std::move(upstream));
-            }};
+            },
+            upstream_config};
   }
 }
 
@@ -72,7 +78,7 @@ const std::vector<registered_policy>& registry() {
       row<buckets_policy>("size-class slabs for small requests; larger ones go upstream"),
 #endif
 #ifdef FRAGCTL_HAVE_WARMUP_POLICY
-      row<warmup_policy>("pre-reserves what a byte count or a previous run's report says"),
+      row<warmup_policy>("pre-reserves what a byte count or a previous run's report says", &warmup_upstream_config),
 #endif
   };
   return table;
@@ -141,12 +147,16 @@ std::string expression_of(const std::vector<const registered_policy*>& chain) {
   return fmt::format("{}", fmt::join(names, ":"));
 }
 
+// Builds from the base up; level i is configured by the upstream_config
+// functions of the levels above it, applied from the outside in.
 std::unique_ptr<device_allocator> build(const std::vector<const registered_policy*>& chain, const config& cfg,
                                         device_backend& backend) {
-  std::unique_ptr<device_allocator> top = chain.back()->make_base(cfg, backend);
-  for (auto it = std::next(chain.rbegin()); it != chain.rend(); ++it) {
-    top = (*it)->make_wrapper(cfg, std::move(top));
+  std::vector<config> configs{cfg};
+  for (std::size_t i = 0; i + 1 < chain.size(); ++i) {
+    configs.push_back(chain[i]->upstream_config != nullptr ? chain[i]->upstream_config(configs[i]) : configs[i]);
   }
+  std::unique_ptr<device_allocator> top = chain.back()->make_base(configs.back(), backend);
+  for (std::size_t i = chain.size() - 1; i-- > 0;) top = chain[i]->make_wrapper(configs[i], std::move(top));
   return top;
 }
 

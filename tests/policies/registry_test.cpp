@@ -129,6 +129,7 @@ TEST(allocator_stack, trailing_wrapper_gets_the_default_base) {
   cfg.policy = "buckets";
   auto stack = make_allocator(cfg);
   EXPECT_EQ(stack->configuration().policy, "buckets:caching");
+  EXPECT_EQ(stack->allocator().name(), "buckets:caching");
   void* p = stack->allocator().allocate(1000);
   stack->allocator().deallocate(p, 1000);
   EXPECT_EQ(stack->stats().allocator, "buckets:caching");
