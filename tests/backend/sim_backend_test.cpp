@@ -52,7 +52,8 @@ std::size_t resident_bytes() {
 int memory_file_mappings() {
   std::ifstream maps("/proc/self/maps");
   int n = 0;
-  for (std::string line; std::getline(maps, line);) n += line.find("fragctl-sim") != std::string::npos ? 1 : 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("fragctl-sim") != std::string::npos ? 1 : 0;
   return n;
 }
 
@@ -100,7 +101,8 @@ TEST(address_ranges, merges_splits_and_covers) {
 
 TEST(sim_accounting, fake_addresses_are_unique_aligned_and_in_a_high_range) {
   sim_backend sim(small(false, 1 * GiB));
-  const std::vector<std::size_t> sizes = {1, 511, 512, 513, 4096, 100'000, gran - 1, gran, gran + 1, 3 * gran};
+  const std::vector<std::size_t> sizes = {1,       511,      512,  513,      4096,
+                                          100'000, gran - 1, gran, gran + 1, 3 * gran};
   std::vector<std::pair<std::uintptr_t, std::size_t>> blocks;
   for (int round = 0; round < 3; ++round) {
     for (std::size_t size : sizes) {
@@ -181,8 +183,9 @@ class sim_modes : public ::testing::TestWithParam<bool> {
  protected:
   bool backed() const { return GetParam(); }
 };
-INSTANTIATE_TEST_SUITE_P(sim, sim_modes, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& mode) { return mode.param ? "backed" : "accounting"; });
+INSTANTIATE_TEST_SUITE_P(sim, sim_modes, ::testing::Bool(), [](const ::testing::TestParamInfo<bool>& mode) {
+  return mode.param ? "backed" : "accounting";
+});
 
 TEST_P(sim_modes, capacity_bounds_raw_and_physical_bytes) {
   sim_backend sim(small(backed(), 8 * MiB));
@@ -249,31 +252,47 @@ TEST_P(sim_modes, misuse_throws_like_a_driver_and_changes_nothing) {
   const auto before = sim.live();
   const std::size_t used = sim.used_bytes();
 
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, 4 * gran), gran, *h2); }), "invalid_value");  // outside
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, gran), gran, *h2); }), "invalid_value");      // over a mapping
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, 3 * gran), gran, *h2, gran); }), "invalid_value");  // past handle
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, 3 * gran), gran / 2, *h2); }), "invalid_value");    // size
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, 3 * gran + 4096), gran, *h2); }), "invalid_value");  // address
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, 3 * gran), gran, *h, 4096); }), "invalid_value");    // offset
-  EXPECT_EQ(error_of([&] { (void)sim.map(at(base, 3 * gran), gran, physical_handle{999}); }), "invalid_handle");
-  EXPECT_EQ(error_of([&] { (void)sim.set_access(at(base, 2 * gran), 2 * gran); }), "invalid_value");  // not all mapped
-  EXPECT_EQ(error_of([&] { sim.unmap(base, gran); }), "invalid_value");                 // part of a mapping
-  EXPECT_EQ(error_of([&] { sim.unmap(at(base, gran), 2 * gran); }), "invalid_value");   // starts mid-mapping
-  EXPECT_EQ(error_of([&] { sim.unmap(base, 4 * gran); }), "invalid_value");             // runs into a gap
-  EXPECT_EQ(error_of([&] { sim.release_physical(*h, 2 * gran); }), "invalid_value");    // still mapped
-  EXPECT_EQ(error_of([&] { sim.release_physical(physical_handle{999}, gran); }), "invalid_handle");
-  EXPECT_EQ(error_of([&] { sim.release_address(base, 4 * gran); }), "invalid_value");   // has mappings
-  EXPECT_EQ(error_of([&] { sim.release_address(base, 2 * gran); }), "invalid_value");   // not the whole range
-  EXPECT_EQ(error_of([&] { (void)sim.reserve_address(gran + 4096); }), "invalid_value");
-  EXPECT_EQ(error_of([&] { (void)sim.create_physical(4096); }), "invalid_value");
-  EXPECT_EQ(error_of([&] { sim.free(at(raw, 512), 512); }), "invalid_value");            // unknown pointer
-  EXPECT_EQ(error_of([&] { sim.free(raw, 8192); }), "invalid_value");                    // wrong size
-  EXPECT_EQ(error_of([&] { sim.free_host(raw, 4096); }), "invalid_value");
-  EXPECT_EQ(error_of([&] { (void)sim.allocate(0); }), "invalid_value");
-  EXPECT_EQ(error_of([&] { sim.destroy_event(reinterpret_cast<event_t>(0x40)); }), "invalid_handle");
-  EXPECT_EQ(error_of([&] { (void)sim.query_event(reinterpret_cast<event_t>(0x40)); }), "invalid_handle");
-  EXPECT_EQ(error_of([&] { sim.destroy_stream(reinterpret_cast<stream_t>(0x40)); }), "invalid_handle");
-  EXPECT_EQ(error_of([&] { sim.destroy_stream(nullptr); }), "invalid_handle");
+  struct misuse {
+    const char* what;
+    const char* code;
+    std::function<void()> call;
+  };
+  const physical_handle unknown{999};
+  const std::vector<misuse> misuses = {
+      {"map outside a reservation", "invalid_value", [&] { (void)sim.map(at(base, 4 * gran), gran, *h2); }},
+      {"map over a mapping", "invalid_value", [&] { (void)sim.map(at(base, gran), gran, *h2); }},
+      {"map past the handle", "invalid_value", [&] { (void)sim.map(at(base, 3 * gran), gran, *h2, gran); }},
+      {"map a partial granule", "invalid_value", [&] { (void)sim.map(at(base, 3 * gran), gran / 2, *h2); }},
+      {"map at a misaligned address", "invalid_value",
+       [&] { (void)sim.map(at(base, 3 * gran + 4096), gran, *h2); }},
+      {"map at a misaligned offset", "invalid_value",
+       [&] { (void)sim.map(at(base, 3 * gran), gran, *h, 4096); }},
+      {"map an unknown handle", "invalid_handle", [&] { (void)sim.map(at(base, 3 * gran), gran, unknown); }},
+      {"set_access over unmapped memory", "invalid_value",
+       [&] { (void)sim.set_access(at(base, 2 * gran), 2 * gran); }},
+      {"unmap part of a mapping", "invalid_value", [&] { sim.unmap(base, gran); }},
+      {"unmap from mid-mapping", "invalid_value", [&] { sim.unmap(at(base, gran), 2 * gran); }},
+      {"unmap into a gap", "invalid_value", [&] { sim.unmap(base, 4 * gran); }},
+      {"release a mapped handle", "invalid_value", [&] { sim.release_physical(*h, 2 * gran); }},
+      {"release a handle with the wrong size", "invalid_value", [&] { sim.release_physical(*h2, 2 * gran); }},
+      {"release an unknown handle", "invalid_handle", [&] { sim.release_physical(unknown, gran); }},
+      {"release a reservation with mappings", "invalid_value", [&] { sim.release_address(base, 4 * gran); }},
+      {"release part of a reservation", "invalid_value", [&] { sim.release_address(base, 2 * gran); }},
+      {"reserve a partial granule", "invalid_value", [&] { (void)sim.reserve_address(gran + 4096); }},
+      {"create a partial granule", "invalid_value", [&] { (void)sim.create_physical(4096); }},
+      {"free an unknown pointer", "invalid_value", [&] { sim.free(at(raw, 512), 512); }},
+      {"free with the wrong size", "invalid_value", [&] { sim.free(raw, 8192); }},
+      {"free_host a device pointer", "invalid_value", [&] { sim.free_host(raw, 4096); }},
+      {"allocate zero bytes", "invalid_value", [&] { (void)sim.allocate(0); }},
+      {"destroy an unknown event", "invalid_handle",
+       [&] { sim.destroy_event(reinterpret_cast<event_t>(0x40)); }},
+      {"query an unknown event", "invalid_handle",
+       [&] { (void)sim.query_event(reinterpret_cast<event_t>(0x40)); }},
+      {"destroy an unknown stream", "invalid_handle",
+       [&] { sim.destroy_stream(reinterpret_cast<stream_t>(0x40)); }},
+      {"destroy the default stream", "invalid_handle", [&] { sim.destroy_stream(nullptr); }},
+  };
+  for (const misuse& m : misuses) EXPECT_EQ(error_of(m.call), m.code) << m.what;
 
   const auto after = sim.live();
   EXPECT_EQ(total(after), total(before));

@@ -45,9 +45,10 @@ const sim_options& checked(const sim_options& o) {
                                        min_alignment, o.granularity));
   }
   if (o.backed && o.granularity < sim_detail::page_size()) {
-    throw invalid_argument(fmt::format("sim_options.granularity must be at least the host page size ({}) "
-                                       "in backed mode, got {}",
-                                       sim_detail::page_size(), o.granularity));
+    throw invalid_argument(
+        fmt::format("sim_options.granularity must be at least the host page size ({}) "
+                    "in backed mode, got {}",
+                    sim_detail::page_size(), o.granularity));
   }
   return o;
 }
@@ -77,8 +78,8 @@ void sim_backend::state::require_granular(const char* call, std::uintptr_t va, s
   const std::size_t g = options.granularity;
   if (bytes == 0 || bytes % g != 0 || va % g != 0 || bytes > UINTPTR_MAX - va) {
     fail(sim_error::invalid_value,
-         fmt::format("{}: address {:#x} and size {} must be non-zero multiples of the granularity {}", call, va,
-                     bytes, g));
+         fmt::format("{}: address {:#x} and size {} must be non-zero multiples of the granularity {}", call,
+                     va, bytes, g));
   }
 }
 
@@ -86,7 +87,9 @@ bool sim_backend::state::take_fault(sim_fault_target target) {
   return faults[static_cast<std::size_t>(target)].next_call_fails();
 }
 
-bool sim_backend::state::fits(std::size_t bytes) const { return bytes <= options.capacity - std::min(used, options.capacity); }
+bool sim_backend::state::fits(std::size_t bytes) const {
+  return bytes <= options.capacity - std::min(used, options.capacity);
+}
 
 std::uintptr_t sim_backend::state::fake_range(std::size_t span, std::size_t alignment) {
   const std::uintptr_t limit = sim_detail::fake_device_limit;
@@ -122,8 +125,8 @@ bool sim_backend::state::device_range(const char* call, std::uintptr_t a, std::s
   if (!device) return false;
   if (bytes > UINTPTR_MAX - a || !(in_raw_block(a, bytes) || accessible.covers(a, a + bytes))) {
     fail(sim_error::invalid_value,
-         fmt::format("{}: device range [{:#x}, +{}) is not allocated, or not mapped with access granted", call,
-                     a, bytes));
+         fmt::format("{}: device range [{:#x}, +{}) is not allocated, or not mapped with access granted",
+                     call, a, bytes));
   }
   return true;
 }
@@ -163,8 +166,9 @@ sim_backend::live_objects sim_backend::live() const {
   l.reservations = s.reservations.size();
   l.mappings = s.mappings.size();
   l.events = s.events.size();
-  l.streams = static_cast<std::size_t>(std::count_if(
-      s.streams.begin(), s.streams.end(), [](const auto& kv) { return kv.second.created && !kv.second.destroyed; }));
+  l.streams = static_cast<std::size_t>(std::count_if(s.streams.begin(), s.streams.end(), [](const auto& kv) {
+    return kv.second.created && !kv.second.destroyed;
+  }));
   l.host = s.host.size();
   return l;
 }
@@ -228,7 +232,8 @@ void sim_backend::do_free(void* ptr, std::size_t bytes) {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
   auto it = s.raw.find(address_of(ptr));
-  if (it == s.raw.end()) fail(sim_error::invalid_value, fmt::format("free: {} is not a live allocation", ptr));
+  if (it == s.raw.end())
+    fail(sim_error::invalid_value, fmt::format("free: {} is not a live allocation", ptr));
   if (it->second.bytes != bytes) {
     fail(sim_error::invalid_value,
          fmt::format("free: size {} does not match the allocation's {} at {}", bytes, it->second.bytes, ptr));
@@ -266,8 +271,8 @@ void sim_backend::do_free_host(void* ptr, std::size_t bytes) {
     fail(sim_error::invalid_value, fmt::format("free_host: {} is not a live host allocation", ptr));
   }
   if (it->second.bytes != bytes) {
-    fail(sim_error::invalid_value,
-         fmt::format("free_host: size {} does not match the allocation's {} at {}", bytes, it->second.bytes, ptr));
+    fail(sim_error::invalid_value, fmt::format("free_host: size {} does not match the allocation's {} at {}",
+                                               bytes, it->second.bytes, ptr));
   }
   sim_detail::unmap_pages(ptr, it->second.span);
   s.host.erase(it);
@@ -276,7 +281,8 @@ void sim_backend::do_free_host(void* ptr, std::size_t bytes) {
 void sim_backend::do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
-  if (bytes != 0 && (dst == nullptr || src == nullptr)) fail(sim_error::invalid_value, "memcpy_async: null pointer");
+  if (bytes != 0 && (dst == nullptr || src == nullptr))
+    fail(sim_error::invalid_value, "memcpy_async: null pointer");
   const bool device_dst = bytes != 0 && s.device_range("memcpy_async", address_of(dst), bytes);
   const bool device_src = bytes != 0 && s.device_range("memcpy_async", address_of(src), bytes);
   s.submit(s.stream_for("memcpy_async", stream));

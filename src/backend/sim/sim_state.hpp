@@ -32,7 +32,12 @@ inline constexpr std::uintptr_t event_handle_base = std::uintptr_t{0xe0} << 48;
 inline constexpr std::uintptr_t stream_handle_base = std::uintptr_t{0xf0} << 48;
 
 /// The driver-like error codes the sim throws (CUDA's numbers and meanings).
-enum class sim_error : int { invalid_value = 1, out_of_memory = 2, invalid_handle = 400, not_supported = 801 };
+enum class sim_error : int {
+  invalid_value = 1,
+  out_of_memory = 2,
+  invalid_handle = 400,
+  not_supported = 801
+};
 
 /// Throws backend_error("sim: <message>", code, "<code name>").
 [[noreturn]] void fail(sim_error code, const std::string& message);
@@ -106,14 +111,16 @@ struct sim_backend::state {
   /// Bumps the fake address counter; 0 when the fake range is exhausted.
   [[nodiscard]] std::uintptr_t fake_range(std::size_t span, std::size_t alignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  [[nodiscard]] bool in_raw_block(std::uintptr_t a, std::size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  [[nodiscard]] bool in_raw_block(std::uintptr_t a, std::size_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   [[nodiscard]] bool in_reservation(std::uintptr_t a, std::size_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   /// True when some mapping overlaps [a, a + bytes).
   [[nodiscard]] bool overlaps_mapping(std::uintptr_t a, std::size_t bytes) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   /// True when consecutive mappings cover [a, a + bytes) with no gap.
-  [[nodiscard]] bool fully_mapped(std::uintptr_t a, std::size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  [[nodiscard]] bool fully_mapped(std::uintptr_t a, std::size_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   /// True when [a, a + bytes) is device memory (checked live and accessible,
   /// else throws invalid_value); false when it is host memory.
   [[nodiscard]] bool device_range(const char* call, std::uintptr_t a, std::size_t bytes) const
@@ -123,7 +130,8 @@ struct sim_backend::state {
   sim_detail::stream_state& stream_for(const char* call, stream_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   /// Queues one work item on `s`; completes it at once unless manual_completion.
   void submit(sim_detail::stream_state& s) const;
-  [[nodiscard]] sim_detail::event_state& event_for(const char* call, event_t event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  [[nodiscard]] sim_detail::event_state& event_for(const char* call, event_t event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   [[nodiscard]] bool event_done(const sim_detail::event_state& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const sim_options options;

@@ -16,7 +16,8 @@ using sim_detail::sim_error;
 
 sim_detail::stream_state& sim_backend::state::stream_for(const char* call, stream_t stream) {
   auto [it, met] = streams.try_emplace(address_of(stream));
-  if (it->second.destroyed) fail(sim_error::invalid_handle, fmt::format("{}: stream {} was destroyed", call, stream));
+  if (it->second.destroyed)
+    fail(sim_error::invalid_handle, fmt::format("{}: stream {} was destroyed", call, stream));
   return it->second;
 }
 
@@ -27,7 +28,8 @@ void sim_backend::state::submit(sim_detail::stream_state& s) const {
 
 sim_detail::event_state& sim_backend::state::event_for(const char* call, event_t event) {
   auto it = events.find(address_of(event));
-  if (it == events.end()) fail(sim_error::invalid_handle, fmt::format("{}: {} is not a live event", call, event));
+  if (it == events.end())
+    fail(sim_error::invalid_handle, fmt::format("{}: {} is not a live event", call, event));
   return it->second;
 }
 
@@ -100,7 +102,8 @@ void sim_backend::do_destroy_stream(stream_t stream) {
   absl::MutexLock lock(&s.mu);
   auto it = s.streams.find(address_of(stream));
   if (it == s.streams.end() || !it->second.created || it->second.destroyed) {
-    fail(sim_error::invalid_handle, fmt::format("destroy_stream: {} is not a live stream from create_stream", stream));
+    fail(sim_error::invalid_handle,
+         fmt::format("destroy_stream: {} is not a live stream from create_stream", stream));
   }
   // Kept (as destroyed) so events recorded on it still resolve; work queued on
   // it completes when the test says so, as it would on a GPU.

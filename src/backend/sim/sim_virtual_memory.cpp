@@ -54,7 +54,8 @@ void* sim_backend::do_reserve_address(std::size_t bytes, std::size_t alignment) 
   s.require_virtual_memory("reserve_address");
   s.require_granular("reserve_address", 0, bytes);
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    fail(sim_error::invalid_value, fmt::format("reserve_address: alignment {} is not a power of two", alignment));
+    fail(sim_error::invalid_value,
+         fmt::format("reserve_address: alignment {} is not a power of two", alignment));
   }
   const std::size_t align = std::max(alignment, s.options.granularity);
   std::uintptr_t a = 0;
@@ -100,7 +101,8 @@ std::optional<physical_handle> sim_backend::do_create_physical(std::size_t bytes
     // out, so the file stays sparse and holds only live physical memory.
     if (s.memory_file < 0) s.memory_file = sim_detail::create_memory_file();
     file_offset = s.memory_file_end;
-    if (bytes > SIZE_MAX - file_offset || !sim_detail::resize_memory_file(s.memory_file, file_offset + bytes)) {
+    if (bytes > SIZE_MAX - file_offset ||
+        !sim_detail::resize_memory_file(s.memory_file, file_offset + bytes)) {
       return std::nullopt;
     }
     s.memory_file_end = file_offset + bytes;
@@ -140,13 +142,15 @@ bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle, st
   const std::uintptr_t a = address_of(va);
   s.require_granular("map", a, bytes);
   if (offset % s.options.granularity != 0) {
-    fail(sim_error::invalid_value, fmt::format("map: offset {} is not a multiple of the granularity", offset));
+    fail(sim_error::invalid_value,
+         fmt::format("map: offset {} is not a multiple of the granularity", offset));
   }
   auto h = s.handles.find(handle.value);
-  if (h == s.handles.end()) fail(sim_error::invalid_handle, fmt::format("map: {} is not a live handle", handle.value));
+  if (h == s.handles.end())
+    fail(sim_error::invalid_handle, fmt::format("map: {} is not a live handle", handle.value));
   if (offset > h->second.bytes || bytes > h->second.bytes - offset) {
-    fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) runs past the end of handle {} ({} bytes)", offset,
-                                               bytes, handle.value, h->second.bytes));
+    fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) runs past the end of handle {} ({} bytes)",
+                                               offset, bytes, handle.value, h->second.bytes));
   }
   if (!s.in_reservation(a, bytes)) {
     fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) is not inside one reserved range", va, bytes));
@@ -155,8 +159,7 @@ bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle, st
     fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) overlaps an existing mapping", va, bytes));
   }
   if (s.take_fault(sim_fault_target::map)) return false;
-  if (s.options.backed &&
-      !sim_detail::map_file(va, bytes, s.memory_file, h->second.file_offset + offset)) {
+  if (s.options.backed && !sim_detail::map_file(va, bytes, s.memory_file, h->second.file_offset + offset)) {
     return false;
   }
   s.mappings.emplace(a, sim_detail::mapping{bytes, handle.value, offset});
