@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <string>
 
 #include "fragctl/trace.hpp"
@@ -102,9 +103,12 @@ TEST(TraceReader, RmmSecondsTimestamps) {
 }
 
 struct malformed_case {
+  const char* name;
   const char* content;
   const char* expected;  // substring of the message, line number included
 };
+
+void PrintTo(const malformed_case& c, std::ostream* os) { *os << c.name; }
 
 class MalformedTrace : public ::testing::TestWithParam<malformed_case> {};
 
@@ -118,30 +122,31 @@ TEST_P(MalformedTrace, NamesFileAndLine) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, MalformedTrace,
     ::testing::Values(
-        malformed_case{"action,addr,size,stream,time_us\nalloc,1,2,0,0\nalloc,12x,2,0,0\n",
+        malformed_case{"bad_addr", "action,addr,size,stream,time_us\nalloc,1,2,0,0\nalloc,12x,2,0,0\n",
                        "bad.csv:3: bad addr '12x'"},
-        malformed_case{"action,addr,size,stream,time_us\nalloc,1,-5,0,0\n", "bad.csv:2: bad size '-5'"},
-        malformed_case{"action,addr,size,stream,time_us\nalloc,1,2,0,soon\n", "bad.csv:2: bad time_us"},
-        malformed_case{"action,addr,size,stream,time_us\nalloc,1,2,0,0\n\nalloc,1,2,0\n",
+        malformed_case{"bad_size", "action,addr,size,stream,time_us\nalloc,1,-5,0,0\n", "bad.csv:2: bad size '-5'"},
+        malformed_case{"bad_time", "action,addr,size,stream,time_us\nalloc,1,2,0,soon\n", "bad.csv:2: bad time_us"},
+        malformed_case{"column_count", "action,addr,size,stream,time_us\nalloc,1,2,0,0\n\nalloc,1,2,0\n",
                        "bad.csv:4: expected 5 columns, found 4"},
-        malformed_case{"action,addr,size,stream,time_us\nmalloc,1,2,0,0\n", "bad.csv:2: unknown action 'malloc'"},
-        malformed_case{"action,addr,stream\nalloc,1,0\n", "bad.csv:1: the header lacks the column 'size'"},
-        malformed_case{"", "bad.csv:1: the file is empty"},
-        malformed_case{"\n  \n", "bad.csv:2: the file is empty"},
-        malformed_case{"time,what\n1,2\n", "bad.csv:1: unknown trace format"},
-        malformed_case{"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.5,allocate,0xZZ,8,0x0\n",
+        malformed_case{"unknown_action", "action,addr,size,stream,time_us\nmalloc,1,2,0,0\n", "bad.csv:2: unknown action 'malloc'"},
+        malformed_case{"missing_column", "action,addr,stream\nalloc,1,0\n", "bad.csv:1: the header lacks the column 'size'"},
+        malformed_case{"empty", "", "bad.csv:1: the file is empty"},
+        malformed_case{"blank_lines_only", "\n  \n", "bad.csv:2: the file is empty"},
+        malformed_case{"unknown_format", "time,what\n1,2\n", "bad.csv:1: unknown trace format"},
+        malformed_case{"rmm_bad_pointer", "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.5,allocate,0xZZ,8,0x0\n",
                        "bad.csv:2: bad Pointer '0xZZ'"},
-        malformed_case{"Thread,Time,Action,Pointer,Size,Stream\n1,25:00:01.5,allocate,0x10,8,0x0\n",
+        malformed_case{"rmm_bad_time", "Thread,Time,Action,Pointer,Size,Stream\n1,25:00:01.5,allocate,0x10,8,0x0\n",
                        "bad.csv:2: bad Time '25:00:01.5'"},
-        malformed_case{"Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.5,reallocate,0x10,8,0x0\n",
+        malformed_case{"rmm_unknown_action", "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:01.5,reallocate,0x10,8,0x0\n",
                        "bad.csv:2: unknown action 'reallocate'"},
-        malformed_case{"{\n  \"device_traces\": [\n    [ {\"action\": \"alloc\",, } ]\n  ]\n}\n",
+        malformed_case{"invalid_json", "{\n  \"device_traces\": [\n    [ {\"action\": \"alloc\",, } ]\n  ]\n}\n",
                        "bad.csv:3: invalid JSON"},
-        malformed_case{"{\"segments\": []}\n", "bad.csv:1: a JSON trace must be a PyTorch memory snapshot"},
-        malformed_case{"{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": \"x\", \"size\": 1}]]}",
+        malformed_case{"json_without_device_traces", "{\"segments\": []}\n", "bad.csv:1: a JSON trace must be a PyTorch memory snapshot"},
+        malformed_case{"json_bad_addr", "{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": \"x\", \"size\": 1}]]}",
                        "bad.csv: device_traces[0][0]: 'alloc' event without an integer 'addr'"},
-        malformed_case{"{\"device_traces\": [[{\"action\": \"grow\", \"addr\": 1, \"size\": 1}]]}",
-                       "bad.csv: device_traces[0][0]: unknown action 'grow'"}));
+        malformed_case{"json_unknown_action", "{\"device_traces\": [[{\"action\": \"grow\", \"addr\": 1, \"size\": 1}]]}",
+                       "bad.csv: device_traces[0][0]: unknown action 'grow'"}),
+    [](const ::testing::TestParamInfo<malformed_case>& p) { return std::string(p.param.name); });
 
 TEST(TraceReader, MissingFileIsNotFound) {
   auto t = read_trace(temp_path("does-not-exist.csv"));
