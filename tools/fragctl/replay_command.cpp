@@ -197,7 +197,7 @@ int run_replay(const std::vector<std::string>& argv) {
   std::size_t policy_width = 8;
   for (const std::string& p : policy_names) policy_width = std::max(policy_width, p.size());
   const result_table table(trace_width, policy_width);
-  if (!json) table.print_header();
+  bool header_printed = false;
 
   progress_line progress;
   std::vector<replay_result> results;
@@ -210,7 +210,11 @@ int run_replay(const std::vector<std::string>& argv) {
       try {
         replay_result r = replay(t, options);
         progress.clear();
-        if (!json) table.print_row(r);
+        if (!json) {
+          if (!header_printed) table.print_header();
+          header_printed = true;
+          table.print_row(r);
+        }
         results.push_back(std::move(r));
       } catch (const fragctl::error& e) {
         progress.clear();
