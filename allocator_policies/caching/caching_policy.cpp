@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -193,7 +194,7 @@ void* caching_policy::hand_out(block* b, std::size_t rounded, std::size_t reques
   }
   b->state = block_state::allocated;
   b->requested = requested;
-  allocated_ += b->size;
+  allocated_ += rounded;
   live_.emplace(b->ptr, b);
   return b->ptr;
 }
@@ -209,7 +210,7 @@ free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t
   const free_status status = bytes == requested || bytes == round_request(requested)
                                  ? free_status::ok
                                  : free_status::size_mismatch;
-  allocated_ -= b->size;
+  allocated_ -= round_request(requested);
   if (stream == b->stream) {
     free_block(b);
   } else {

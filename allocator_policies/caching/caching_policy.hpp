@@ -49,6 +49,10 @@
 
 namespace fragctl {
 
+/// Best-fit caching allocator over raw backend allocations (see the theory
+/// above). allocate throws out_of_memory after the release-and-retry of
+/// release_on_oom, backend_error on a runtime failure; deallocate never
+/// throws. Not thread-safe: wrap it in thread_safe_adaptor to share it.
 class caching_policy final : public device_allocator {
  public:
   static constexpr std::string_view policy_name = "caching";
