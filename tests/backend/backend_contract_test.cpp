@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,8 @@ struct backend_case {
   std::function<std::unique_ptr<device_backend>()> make;
   bool moves_data;  ///< copies move bytes (not so for sim's fake accounting addresses)
 };
+
+void PrintTo(const backend_case& c, std::ostream* os) { *os << c.name; }
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 char* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
