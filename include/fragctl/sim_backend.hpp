@@ -1,7 +1,8 @@
 // The host simulator backend: tests, CI and trace replay without a GPU.
 //
-// Two modes. *Accounting* hands out fake, never-dereferenceable addresses and
-// keeps no host memory, so an 80 GB trace replays on a laptop. *Backed* gives
+// Two modes. *Accounting* hands out fake, never-dereferenceable addresses
+// (from 2^48 up, above any host mapping; never reused) and keeps no host
+// memory, so an 80 GB trace replays on a laptop. *Backed* gives
 // real host memory: raw allocations are host pages, reserved ranges are
 // PROT_NONE mappings, physical handles are regions of one memfd file that map()
 // places with MAP_FIXED, so data lives in the handle and survives unmap/remap
