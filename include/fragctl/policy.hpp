@@ -63,6 +63,12 @@ struct policy_info {
 /// the adaptors the configuration asks for, from the outside in:
 /// thread_safe (if cfg.thread_safe) > tracing (if cfg.trace_path) >
 /// statistics > limiting (if cfg.limit) > policy.
+///
+/// Construction applies cfg.log_level (set_log_level) and throws
+/// invalid_argument for an unknown level or a bad policy expression. With
+/// cfg.report_path set, the stack joins the FRAGCTL_REPORT registry
+/// (fragctl/report.hpp): its statistics are written there on SIGUSR1, at
+/// exit, and when it is destroyed.
 class allocator_stack {
  public:
   allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg);
@@ -71,8 +77,11 @@ class allocator_stack {
   /// The outermost allocator: use this one.
   [[nodiscard]] device_allocator& allocator() noexcept { return *top_; }
   [[nodiscard]] device_backend& backend() noexcept { return *backend_; }
+  /// The configuration the stack was built with; its `policy` is the
+  /// expression actually built, defaults filled in ("buckets:caching").
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
-  /// Statistics of the whole stack.
+  /// Statistics of the whole stack, `allocator` set to configuration().policy.
+  /// Callable from any thread (the pool state is read through the lock).
   [[nodiscard]] allocator_stats stats() const;
 
  private:
