@@ -1,0 +1,312 @@
+// The arena policy: a contiguous arena with page stitching.
+//
+// Theory.
+//
+// Address space. The arena reserves one virtual range per device, twice the
+// physical memory it may hold (arena_size, default the device's total). The
+// range is tiled into blocks (block_index.hpp): free blocks in segregated
+// lists two levels deep (exact classes below 32 KiB, then 64 classes per
+// doubling), found near best fit in O(1) (the request's own class first, then
+// the next non-empty class), split on allocation, coalesced with free
+// neighbours on free through boundary links. Sizes are rounded to 512 bytes.
+// Every operation is a few array and bitmap accesses plus one hash-map insert
+// or erase for the live-block lookup; no ordered tree, no heap allocation.
+// Twice the address space means address-space fragmentation cannot be what
+// fails an allocation: a contiguous free range of any size the device could
+// hold is always left somewhere.
+//
+// Page stitching (granule_map.hpp). Physical memory is mapped one granule at
+// a time (2 MiB on H100/H200), one physical handle per granule, so any page
+// can go anywhere. Each granule counts the live blocks touching it. A block
+// landing on unmapped granules gets handles from the pool of unmapped ones,
+// else steals the oldest wholly free ("cached") granule by unmapping it, and
+// only when neither exists creates a new one. A granule no live block touches
+// is cached: it stays mapped while at most release_threshold bytes are
+// cached, and beyond that the oldest are unmapped into the pool. Hence:
+//  * physical memory held grows only when every held granule is touched by a
+//    live block: the peak held is the peak of touched granules, whatever the
+//    addresses. Reserved bytes follow live bytes; the only waste is the
+//    partly used granules at the two edges of each hole between live blocks.
+//  * because a free range's pages are re-stitched wherever the next request
+//    lands, the largest block the arena can serve is effectively all free
+//    physical memory: an out-of-memory caused by fragmentation needs the free
+//    bytes to sit in partly used granules, which essentially never happens.
+//  * pooled handles are still held from the device (the backend counts them),
+//    but the pool is drained before any handle is created, so it never adds
+//    to the peak. release_cached() returns pool and cache to the device.
+//
+// Driver calls. The common path (the block lands on mapped granules) makes
+// none. A newly touched run of granules costs one map per granule and one
+// set_access for the whole run; unmap is per granule (a mapping is unmapped
+// whole). set_access and unmap are the expensive calls (16 and 11 us per
+// page on an H200), so the threshold matters: a free granule kept mapped is
+// reused at its own address for free, and because cached granules are
+// stolen before anything is created, a generous release_threshold costs no
+// peak memory at all. With release_threshold at least the memory a training
+// step frees and takes again, steady-state steps map and unmap nothing.
+// With 0 granules are unmapped once their frees are complete; on a GPU that
+// is when the event recorded on the freeing stream completed, which the host
+// sees a little later, so back-to-back reuse on one stream still maps nothing.
+//
+// Stream order (stream_clock.hpp). A free is stamped with its stream's tick
+// and costs no backend call. Same-stream reuse is immediate. Another stream
+// may use a free block's dirty part only once one event recorded on the
+// freeing stream after the free (lazily, when someone needs to know)
+// completed; a clean prefix or suffix is usable at once. A granule is
+// unmapped only when every free that touched it is complete; that is checked
+// by querying, and waited for only when memory is short.
+//
+// Out of memory. No fitting block usable on the stream: query pending events,
+// then wait for them. Mapping short of handles: wait for pending frees and
+// steal every cached granule; then unmap and release everything unused and
+// try once more; then out_of_memory with requested, reserved, free in cache,
+// the largest free block and device free/total.
+//
+// Without virtual memory (HIP 5.2, sim without it) the arena is one raw block
+// of fallback_size bytes, tiled the same way; nothing is mapped, reserved is
+// the block, and the arena is out of memory when no block of it fits.
+#include "allocator_policies/arena/arena_policy.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "allocator_policies/arena/block_index.hpp"
+#include "allocator_policies/arena/granule_map.hpp"
+#include "allocator_policies/arena/stream_clock.hpp"
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl {
+
+using arena_detail::block_index;
+using arena_detail::free_stamp;
+using arena_detail::granule_map;
+using arena_detail::nil;
+using arena_detail::stream_clock;
+
+struct arena_policy::impl {
+  impl(const config& cfg, device_backend& b, arena_tuning t);
+  ~impl();
+
+  [[nodiscard]] block_index::fit find_fit_slow(std::size_t bytes, std::uint32_t stream, std::size_t requested);
+  void map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested);
+  void trim() noexcept;
+  [[nodiscard]] std::size_t largest_free() const;
+  [[nodiscard]] out_of_memory oom(std::size_t requested) const;
+
+  device_backend& backend;
+  std::size_t threshold;
+  std::uint64_t release_delay;
+  std::uint64_t calls = 0;  // allocations and frees so far: the clock of release_delay
+  void* raw = nullptr;  // the reserved range, or the fallback block
+  std::size_t range = 0;
+  stream_clock clock;
+  block_index blocks;
+  std::optional<granule_map> granules;  // with virtual memory only
+  std::size_t allocated = 0;
+  std::uint64_t retries = 0;
+};
+
+arena_policy::impl::impl(const config& cfg, device_backend& b, arena_tuning t)
+    : backend(b), threshold(cfg.release_threshold), release_delay(t.release_delay), clock(b) {
+  if (backend.supports_virtual_memory()) {
+    const std::size_t g = backend.granularity();
+    const std::size_t cap = round_up(cfg.arena_size != 0 ? cfg.arena_size : backend.get_memory_info().total, g);
+    if (cap == 0) throw invalid_argument("arena: the device reports no memory and arena_size is 0");
+    range = 2 * cap;
+    raw = backend.reserve_address(range);
+    try {
+      granules.emplace(backend, clock, reinterpret_cast<std::uintptr_t>(raw), range, g, cap);
+      blocks.reset(reinterpret_cast<std::uintptr_t>(raw), range);
+    } catch (...) {
+      granules.reset();
+      backend.release_address(raw, range);
+      throw;
+    }
+  } else {
+    range = cfg.fallback_size;
+    if (range == 0) {
+      const std::size_t free_bytes = backend.get_memory_info().free / 10 * 9;
+      range = free_bytes >= 2 * MiB ? round_down(free_bytes, 2 * MiB) : round_down(free_bytes, min_alignment);
+    }
+    range = round_up(range, min_alignment);
+    if (range == 0) throw invalid_argument("arena: fallback_size is 0 and the device reports no free memory");
+    raw = backend.allocate(range);
+    if (raw == nullptr) {
+      oom_details d;
+      d.requested = range;
+      const memory_info info = backend.get_memory_info();
+      d.device_free = info.free;
+      d.device_total = info.total;
+      throw out_of_memory(d, "arena (fallback block)");
+    }
+    try {
+      blocks.reset(reinterpret_cast<std::uintptr_t>(raw), range);
+    } catch (...) {
+      backend.free(raw, range);
+      throw;
+    }
+  }
+}
+
+arena_policy::impl::~impl() {
+  try {
+    clock.synchronize_all();
+    if (granules) {
+      granules.reset();
+      backend.release_address(raw, range);
+    } else {
+      backend.free(raw, range);
+    }
+  } catch (const std::exception& e) {
+    logger().error("arena: returning memory at destruction failed: {}", e.what());
+  }
+}
+
+block_index::fit arena_policy::impl::find_fit_slow(std::size_t bytes, std::uint32_t stream,
+                                                    std::size_t requested) {
+  clock.refresh_all();
+  if (const block_index::fit f = blocks.find_fit(bytes, stream, clock)) return f;
+  clock.synchronize_all();
+  if (const block_index::fit f = blocks.find_fit(bytes, stream, clock)) return f;
+  throw oom(requested);
+}
+
+void arena_policy::impl::map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
+  if (granules->map_range(addr, bytes, /*wait=*/false)) return;
+  if (!granules->map_range(addr, bytes, /*wait=*/true)) {
+    clock.synchronize_all();
+    granules->release_unused();
+    if (!granules->map_range(addr, bytes, /*wait=*/true)) throw oom(requested);
+  }
+  ++retries;
+}
+
+void arena_policy::impl::trim() noexcept {
+  if (calls < release_delay) return;
+  try {
+    granules->trim(threshold, calls - release_delay);
+  } catch (const std::exception& e) {
+    logger().error("arena: unmapping free granules failed: {}", e.what());
+  }
+}
+
+std::size_t arena_policy::impl::largest_free() const {
+  std::size_t best = 0;
+  blocks.for_each_free([&](const block_index::block& b) {
+    best = std::max(best, granules ? granules->longest_mapped(b.addr, b.size) : b.size);
+  });
+  return best;
+}
+
+out_of_memory arena_policy::impl::oom(std::size_t requested) const {
+  oom_details d;
+  d.requested = requested;
+  d.reserved = granules ? granules->held_bytes() : range;
+  d.cached_free = d.reserved - allocated;
+  d.largest_free_block = largest_free();
+  try {
+    const memory_info info = backend.get_memory_info();
+    d.device_free = info.free;
+    d.device_total = info.total;
+  } catch (const std::exception&) {
+    // Leave device figures at zero; the other fields still explain the failure.
+  }
+  return out_of_memory(d, "arena");
+}
+
+arena_policy::arena_policy(const config& cfg, device_backend& backend, arena_tuning tuning)
+    : impl_(std::make_unique<impl>(cfg, backend, tuning)) {}
+
+arena_policy::~arena_policy() = default;
+
+bool arena_policy::uses_virtual_memory() const noexcept { return impl_->granules.has_value(); }
+
+std::size_t arena_policy::range_bytes() const noexcept { return impl_->range; }
+
+std::size_t arena_policy::pooled_bytes() const noexcept {
+  return impl_->granules ? impl_->granules->pooled_bytes() : 0;
+}
+
+void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
+  impl& s = *impl_;
+  ++s.calls;
+  const std::size_t size = round_up(bytes, block_index::unit);
+  const std::uint32_t si = s.clock.index_of(stream);
+  s.blocks.prepare();
+  block_index::fit where = s.blocks.find_fit(size, si, s.clock);
+  if (where.blocked != free_stamp::none) {
+    // A better block waits for another stream's frees: ask once whether they are done.
+    s.clock.refresh(where.blocked);
+    where = s.blocks.find_fit(size, si, s.clock);
+  }
+  if (!where) where = s.find_fit_slow(size, si, bytes);
+  if (s.granules) {
+    const std::uintptr_t at = s.blocks.address_of(where, size);
+    if (!s.granules->covered(at, size)) s.map_or_throw(at, size, bytes);
+  }
+  const std::uintptr_t addr = s.blocks.allocate(where, size, bytes);
+  if (s.granules) s.granules->on_allocate(addr, size);
+  s.allocated += size;
+  return reinterpret_cast<void*>(addr);
+}
+
+free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  impl& s = *impl_;
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::uint32_t id = s.blocks.take_live(addr);
+  if (id == nil) return {free_status::not_owned, 0};
+  ++s.calls;
+  const std::size_t size = s.blocks.at(id).size;
+  const std::size_t requested = s.blocks.at(id).requested;
+  free_stamp stamp;
+  try {
+    stamp = s.clock.on_free(s.clock.index_of(stream));
+  } catch (const std::exception&) {
+    // No room to track a new stream: make the free complete instead.
+    try {
+      s.backend.synchronize_stream(stream);
+    } catch (const std::exception& e) {
+      logger().error("arena: synchronizing stream {} failed: {}", stream, e.what());
+    }
+  }
+  bool trim = false;
+  if (s.granules) {
+    trim = s.granules->on_free(addr, size, stamp, s.calls) && s.granules->cached_bytes() > s.threshold &&
+           *s.granules->oldest_cached() + s.release_delay <= s.calls;
+  }
+  s.blocks.release(id, stamp, s.clock);
+  s.allocated -= size;
+  if (trim) s.trim();
+  return {bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
+}
+
+std::size_t arena_policy::do_allocation_size(std::size_t bytes) const noexcept {
+  return round_up(bytes, block_index::unit);
+}
+
+pool_state arena_policy::do_state() const {
+  const impl& s = *impl_;
+  pool_state p;
+  p.allocated = s.allocated;
+  p.reserved = s.granules ? s.granules->mapped_bytes() : s.range;
+  p.cached_free = p.reserved - p.allocated;
+  p.largest_free_block = s.largest_free();
+  p.segments = s.granules ? s.granules->mapped_runs() : 1;
+  p.retries = s.retries;
+  return p;
+}
+
+void arena_policy::do_release_cached() {
+  impl& s = *impl_;
+  if (!s.granules) return;
+  s.clock.synchronize_all();
+  s.granules->release_unused();
+}
+
+device_backend& arena_policy::do_backend() const noexcept { return impl_->backend; }
+
+std::string_view arena_policy::do_name() const noexcept { return policy_name; }
+
+}  // namespace fragctl

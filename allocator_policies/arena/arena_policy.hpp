@@ -1,0 +1,90 @@
+// The `arena` policy: one contiguous address range per device, physical
+// pages mapped on demand and stitched to wherever live memory is, so the
+// memory held follows the live bytes (docs/policies/arena.md; the theory is
+// at the top of arena_policy.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "fragctl/backend.hpp"
+#include "fragctl/config.hpp"
+#include "fragctl/device_allocator.hpp"
+#include "fragctl/policy.hpp"
+
+namespace fragctl {
+
+/// Arena settings that are not FRAGCTL_CONF options.
+struct arena_tuning {
+  /// Allocator calls (allocations plus frees) a wholly free granule beyond
+  /// release_threshold stays mapped before it is unmapped into the pool. The
+  /// hysteresis keeps memory a training loop frees and takes again mapped
+  /// across steps; 0 unmaps as soon as the granule's frees are complete.
+  std::uint64_t release_delay = std::uint64_t{1} << 20;
+};
+
+/// Best-fit (segregated, near exact) allocation with coalescing inside one
+/// reserved virtual range; granules are mapped when a block first touches
+/// them and unmapped, their physical handles pooled and re-mapped elsewhere,
+/// once no live block touches them.
+///
+/// Options (config): `arena_size` caps the physical memory the arena holds
+/// (0 = the device's total memory, rounded up to the granularity); twice that
+/// much address space is reserved, so that address-space fragmentation can
+/// never be what runs out. `release_threshold` is how many bytes of wholly
+/// free granules stay mapped indefinitely; free granules beyond it are
+/// unmapped into the pool, oldest first, once they stayed free for
+/// arena_tuning::release_delay allocator calls. Free granules are taken
+/// (re-stitched) wherever memory is needed before any new physical memory is
+/// created, so neither setting raises the peak memory held. Without virtual
+/// memory the arena is one raw block of `fallback_size` bytes (0 = 90% of the
+/// device's free memory at construction) managed the same way, without
+/// mapping; reserved is then the block's size.
+///
+/// Stream order: as device_allocator says. Same-stream reuse is immediate;
+/// another stream gets a freed block once an event recorded on the freeing
+/// stream (lazily, one per stream covering all its frees so far) completed.
+/// A granule is unmapped only once the frees that touched it are complete.
+///
+/// Pointers are aligned to 512 bytes and sizes rounded up to 512. A size
+/// given to deallocate must equal the size given to allocate (else
+/// size_mismatch; the block is still freed). Not thread-safe (wrap it in
+/// thread_safe_adaptor).
+class arena_policy final : public device_allocator {
+ public:
+  static constexpr std::string_view policy_name = "arena";
+
+  /// Reserves the address range (or allocates the fallback block) on
+  /// `backend`, which must outlive the policy. Throws backend_error when the
+  /// reservation fails, out_of_memory when the fallback block cannot be
+  /// allocated, invalid_argument for an unusable size.
+  arena_policy(const config& cfg, device_backend& backend, arena_tuning tuning = {});
+  /// Waits for pending frees, then unmaps and releases every granule and
+  /// handle and the range (or frees the fallback block), live blocks or not.
+  ~arena_policy() override;
+
+  /// Whether the arena maps granules on demand (false: the fallback block).
+  [[nodiscard]] bool uses_virtual_memory() const noexcept;
+  /// Bytes of address space reserved (virtual memory) or of the fallback block.
+  [[nodiscard]] std::size_t range_bytes() const noexcept;
+  /// Bytes of physical handles held but mapped nowhere (virtual memory only).
+  [[nodiscard]] std::size_t pooled_bytes() const noexcept;
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+static_assert(allocator_policy<arena_policy>);
+
+}  // namespace fragctl

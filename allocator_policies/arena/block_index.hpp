@@ -1,0 +1,345 @@
+// The arena's blocks: a tiling of one address range into free and live
+// blocks, with O(1) good-fit search, split and coalesce.
+//
+// Every block is a node in a vector; nodes of neighbouring addresses are
+// doubly linked (boundary tags), so a freed block finds its neighbours
+// without a search. Free blocks sit in segregated lists, two-level as in
+// TLSF: sizes are counted in 512-byte units u; units below 64 get one exact
+// class each, and from 64 on every doubling [2^k, 2^(k+1)) is cut into 64
+// classes of equal width, so a class spans at most 1/64 (1.6%) of its sizes.
+// One bit per non-empty class (and one per group of 64 classes) finds the
+// next non-empty class above a size with two count-trailing-zeros.
+//
+// Search (near best fit): first the request's own class, whose blocks may be
+// smaller or larger than the request, keeping the smallest that fits among
+// its first few entries; then the first non-empty class above it, where every
+// block fits. Live blocks are found by address in a hash map.
+//
+// Stream order. A free block carries the stamp of its latest frees and the
+// *dirty* interval those frees cover; the rest of the block is clean (no work
+// pending). Coalescing keeps the hull of the dirty parts, so a small block
+// freed next to a large clean one does not taint it: a stream that may not
+// use the dirty part yet takes a clean prefix or suffix instead. Blocks with
+// pending frees on two different streams are not coalesced (until one of
+// them is complete).
+//
+// Not thread-safe. allocate() and release() never allocate memory once
+// prepare() succeeded, so the hot path makes no heap allocation.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "allocator_policies/arena/stream_clock.hpp"
+
+namespace fragctl::arena_detail {
+
+inline constexpr std::uint32_t nil = UINT32_MAX;
+
+class block_index {
+ public:
+  /// Granularity of every block's address and size.
+  static constexpr std::size_t unit = 512;
+
+  struct block {
+    std::uintptr_t addr = 0;
+    std::size_t size = 0;
+    std::size_t requested = 0;  // caller's size, while live
+    free_stamp stamp;           // latest frees, while free; none when clean
+    std::uintptr_t dirty_lo = 0, dirty_hi = 0;       // part the stamp covers
+    std::uint32_t prev = nil, next = nil;            // address neighbours
+    std::uint32_t prev_free = nil, next_free = nil;  // class list, while free
+    bool is_free = false;
+  };
+
+  /// Where a found block is cut: its first or its last bytes.
+  enum class side : std::uint8_t { front, back };
+  struct fit {
+    std::uint32_t id = nil;
+    side at = side::front;
+    std::uint32_t blocked = free_stamp::none;  // stream whose pending frees were passed over
+    [[nodiscard]] explicit operator bool() const noexcept { return id != nil; }
+  };
+
+  /// Starts over with one clean free block [base, base + bytes) (bytes a multiple of unit).
+  void reset(std::uintptr_t base, std::size_t bytes);
+
+  /// Makes sure the next allocate() needs no memory. Throws std::bad_alloc.
+  void prepare() {
+    if (spare_ == nil) grow();
+    if (live_.size() >= live_room_) {
+      live_.reserve(2 * live_.size() + 64);
+      live_room_ = 2 * live_.size() + 64;
+    }
+  }
+
+  /// A free block with at least `bytes` usable on stream `stream`, or none.
+  /// The result names the stream whose pending frees kept a better-fitting
+  /// block from being chosen, if any, so the caller may refresh it and retry.
+  [[nodiscard]] fit find_fit(std::size_t bytes, std::uint32_t stream, const stream_clock& clock) const noexcept;
+
+  /// Makes `bytes` of the found block live (at its front or back), leaving
+  /// the rest free. Call prepare() first. Returns the address.
+  std::uintptr_t allocate(fit where, std::size_t bytes, std::size_t requested) noexcept;
+
+  /// Where allocate(where, bytes, ...) will place the block.
+  [[nodiscard]] std::uintptr_t address_of(fit where, std::size_t bytes) const noexcept {
+    const block& b = nodes_[where.id];
+    return where.at == side::front ? b.addr : b.addr + b.size - bytes;
+  }
+
+  /// The live block at `addr`, or nil.
+  [[nodiscard]] std::uint32_t find_live(std::uintptr_t addr) const noexcept {
+    auto it = live_.find(addr);
+    return it == live_.end() ? nil : it->second;
+  }
+  /// Forgets the live block at `addr` and returns it (nil if there is none);
+  /// release() must follow.
+  [[nodiscard]] std::uint32_t take_live(std::uintptr_t addr) noexcept {
+    auto it = live_.find(addr);
+    if (it == live_.end()) return nil;
+    const std::uint32_t id = it->second;
+    live_.erase(it);
+    return id;
+  }
+
+  /// Frees block `id` (from take_live) with `stamp`, coalescing with free neighbours.
+  void release(std::uint32_t id, free_stamp stamp, const stream_clock& clock) noexcept;
+
+  [[nodiscard]] const block& at(std::uint32_t id) const noexcept { return nodes_[id]; }
+  [[nodiscard]] std::size_t live_count() const noexcept { return live_.size(); }
+
+  /// Calls f(block) for every free block, in no particular order.
+  template <class F>
+  void for_each_free(F&& f) const {
+    for (const block& b : nodes_) {
+      if (b.is_free) f(b);
+    }
+  }
+
+ private:
+  static constexpr unsigned sl_bits = 6;
+  static constexpr std::size_t sl_count = std::size_t{1} << sl_bits;
+  static constexpr std::size_t group_count = 64;
+  // Entries of a class list looked at before moving on.
+  static constexpr int scan_limit = 8;
+
+  struct size_class {
+    unsigned group;
+    unsigned sl;
+  };
+  [[nodiscard]] static size_class class_of(std::size_t bytes) noexcept {
+    const std::size_t u = bytes / unit;
+    if (u < sl_count) return {0, static_cast<unsigned>(u)};
+    const unsigned fl = static_cast<unsigned>(std::bit_width(u)) - 1;
+    return {fl - sl_bits + 1, static_cast<unsigned>((u >> (fl - sl_bits)) & (sl_count - 1))};
+  }
+  /// The first non-empty class strictly above c, if any.
+  [[nodiscard]] std::optional<size_class> next_class(size_class c) const noexcept {
+    const std::uint64_t above = c.sl + 1 < sl_count ? sl_map_[c.group] & (~std::uint64_t{0} << (c.sl + 1)) : 0;
+    if (above != 0) return size_class{c.group, static_cast<unsigned>(std::countr_zero(above))};
+    const std::uint64_t groups =
+        c.group + 1 < group_count ? group_map_ & (~std::uint64_t{0} << (c.group + 1)) : 0;
+    if (groups == 0) return std::nullopt;
+    const auto g = static_cast<unsigned>(std::countr_zero(groups));
+    return size_class{g, static_cast<unsigned>(std::countr_zero(sl_map_[g]))};
+  }
+
+  /// Which side of free block b can hold `bytes` for `stream`, if any.
+  [[nodiscard]] static std::optional<side> usable(const block& b, std::size_t bytes, std::uint32_t stream,
+                                                  const stream_clock& clock) noexcept {
+    if (clock.usable_on(b.stamp, stream)) return side::front;
+    if (b.dirty_lo - b.addr >= bytes) return side::front;
+    if (b.addr + b.size - b.dirty_hi >= bytes) return side::back;
+    return std::nullopt;
+  }
+  /// Whether free neighbours may coalesce: not when both have pending frees
+  /// on different streams.
+  [[nodiscard]] static bool joinable(const block& a, const block& b, const stream_clock& clock) noexcept {
+    return a.stamp.stream == b.stamp.stream || clock.complete(a.stamp) || clock.complete(b.stamp);
+  }
+  /// Coalesces free block `hi` (in no class list) into its lower neighbour
+  /// `lo` (in no class list); they must be joinable.
+  void absorb(std::uint32_t lo, std::uint32_t hi, const stream_clock& clock) noexcept;
+  /// Clips b's dirty interval to b after b shrank; clean when nothing is left.
+  static void clip(block& b) noexcept {
+    b.dirty_lo = std::max(b.dirty_lo, b.addr);
+    b.dirty_hi = std::min(b.dirty_hi, b.addr + b.size);
+    if (b.dirty_lo >= b.dirty_hi) b.stamp = free_stamp{};
+    if (b.stamp.stream == free_stamp::none) b.dirty_lo = b.dirty_hi = b.addr;
+  }
+
+  void grow();
+  [[nodiscard]] std::uint32_t take_spare() noexcept {
+    const std::uint32_t id = spare_;
+    spare_ = nodes_[id].next_free;
+    return id;
+  }
+  void link_free(std::uint32_t id) noexcept;
+  void unlink_free(std::uint32_t id) noexcept;
+  /// Removes `id` (merged into its predecessor) from the address list and recycles it.
+  void drop(std::uint32_t id) noexcept;
+
+  std::vector<block> nodes_;
+  std::uint32_t spare_ = nil;  // recycled nodes, chained through next_free
+  std::array<std::array<std::uint32_t, sl_count>, group_count> heads_{};
+  std::array<std::uint64_t, group_count> sl_map_{};
+  std::uint64_t group_map_ = 0;
+  absl::flat_hash_map<std::uintptr_t, std::uint32_t> live_;
+  std::size_t live_room_ = 0;  // live_ holds this many without rehashing (reserve)
+};
+
+// --- Hot paths, inline -------------------------------------------------------
+
+inline block_index::fit block_index::find_fit(std::size_t bytes, std::uint32_t stream,
+                                              const stream_clock& clock) const noexcept {
+  const size_class own = class_of(bytes);
+  fit best;
+  std::uint32_t blocked = free_stamp::none;
+  const auto consider = [&](const block& b, std::uint32_t id) {
+    if (const std::optional<side> s = usable(b, bytes, stream, clock)) {
+      best = {id, *s, blocked};
+      return true;
+    }
+    if (blocked == free_stamp::none) blocked = b.stamp.stream;
+    return false;
+  };
+  int seen = 0;
+  for (std::uint32_t id = heads_[own.group][own.sl]; id != nil && seen < scan_limit;
+       id = nodes_[id].next_free, ++seen) {
+    const block& b = nodes_[id];
+    if (b.size < bytes || (best && b.size >= nodes_[best.id].size)) continue;
+    if (consider(b, id) && b.size == bytes) break;
+  }
+  if (best) return best;
+  for (std::optional<size_class> c = next_class(own); c; c = next_class(*c)) {
+    seen = 0;
+    for (std::uint32_t id = heads_[c->group][c->sl]; id != nil && seen < scan_limit;
+         id = nodes_[id].next_free, ++seen) {
+      if (consider(nodes_[id], id)) return best;
+    }
+  }
+  return {nil, side::front, blocked};
+}
+
+inline std::uintptr_t block_index::allocate(fit where, std::size_t bytes, std::size_t requested) noexcept {
+  std::uint32_t id = where.id;
+  unlink_free(id);
+  if (nodes_[id].size > bytes) {
+    std::uint32_t rest = take_spare();
+    block& b = nodes_[id];
+    block& r = nodes_[rest];
+    r = b;
+    r.prev_free = r.next_free = nil;
+    if (where.at == side::front) {
+      // b keeps [addr, addr + bytes); r is the rest above it.
+      r.addr = b.addr + bytes;
+      r.size = b.size - bytes;
+      r.prev = id;
+      if (b.next != nil) nodes_[b.next].prev = rest;
+      b.next = rest;
+      b.size = bytes;
+    } else {
+      // b keeps its lower part free; r is the live block at its end.
+      r.addr = b.addr + b.size - bytes;
+      r.size = bytes;
+      r.prev = id;
+      if (b.next != nil) nodes_[b.next].prev = rest;
+      b.next = rest;
+      b.size -= bytes;
+      std::swap(id, rest);
+    }
+    block& f = nodes_[rest];
+    clip(f);
+    link_free(rest);
+  }
+  block& b = nodes_[id];
+  b.is_free = false;
+  b.requested = requested;
+  b.stamp = free_stamp{};
+  live_.emplace(b.addr, id);
+  return b.addr;
+}
+
+inline void block_index::release(std::uint32_t id, free_stamp stamp, const stream_clock& clock) noexcept {
+  block& b = nodes_[id];
+  b.is_free = true;
+  b.stamp = stamp;
+  b.dirty_lo = b.addr;
+  b.dirty_hi = b.addr + b.size;
+  if (const std::uint32_t n = b.next; n != nil && nodes_[n].is_free && joinable(b, nodes_[n], clock)) {
+    unlink_free(n);
+    absorb(id, n, clock);
+  }
+  if (const std::uint32_t p = nodes_[id].prev; p != nil && nodes_[p].is_free && joinable(nodes_[p], nodes_[id], clock)) {
+    unlink_free(p);
+    absorb(p, id, clock);
+    id = p;
+  }
+  link_free(id);
+}
+
+inline void block_index::absorb(std::uint32_t lo, std::uint32_t hi, const stream_clock& clock) noexcept {
+  block& a = nodes_[lo];
+  const block& b = nodes_[hi];
+  const bool a_clean = clock.complete(a.stamp);
+  const bool b_clean = clock.complete(b.stamp);
+  if (!a_clean && !b_clean) {
+    if (b.stamp.tick > a.stamp.tick) a.stamp = b.stamp;
+    a.dirty_hi = b.dirty_hi;
+  } else if (!b_clean) {
+    a.stamp = b.stamp;
+    a.dirty_lo = b.dirty_lo;
+    a.dirty_hi = b.dirty_hi;
+  } else if (a_clean) {
+    a.stamp = free_stamp{};
+  }
+  a.size += b.size;
+  drop(hi);
+  clip(a);
+}
+
+inline void block_index::link_free(std::uint32_t id) noexcept {
+  const size_class c = class_of(nodes_[id].size);
+  std::uint32_t& head = heads_[c.group][c.sl];
+  nodes_[id].prev_free = nil;
+  nodes_[id].next_free = head;
+  if (head != nil) nodes_[head].prev_free = id;
+  head = id;
+  sl_map_[c.group] |= std::uint64_t{1} << c.sl;
+  group_map_ |= std::uint64_t{1} << c.group;
+}
+
+inline void block_index::unlink_free(std::uint32_t id) noexcept {
+  block& b = nodes_[id];
+  if (b.prev_free != nil) {
+    nodes_[b.prev_free].next_free = b.next_free;
+  } else {
+    const size_class c = class_of(b.size);
+    heads_[c.group][c.sl] = b.next_free;
+    if (b.next_free == nil) {
+      sl_map_[c.group] &= ~(std::uint64_t{1} << c.sl);
+      if (sl_map_[c.group] == 0) group_map_ &= ~(std::uint64_t{1} << c.group);
+    }
+  }
+  if (b.next_free != nil) nodes_[b.next_free].prev_free = b.prev_free;
+  b.prev_free = b.next_free = nil;
+}
+
+inline void block_index::drop(std::uint32_t id) noexcept {
+  block& b = nodes_[id];
+  if (b.prev != nil) nodes_[b.prev].next = b.next;
+  if (b.next != nil) nodes_[b.next].prev = b.prev;
+  b = block{};
+  b.next_free = spare_;
+  spare_ = id;
+}
+
+}  // namespace fragctl::arena_detail

@@ -1,0 +1,96 @@
+#include "allocator_policies/arena/stream_clock.hpp"
+
+#include <algorithm>
+
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl::arena_detail {
+namespace {
+// Events a stream may have in flight before refresh stops recording more:
+// a GPU far behind the host would otherwise get one event per refresh.
+constexpr std::size_t max_pending_events = 8;
+}  // namespace
+
+stream_clock::stream_clock(device_backend& backend) : backend_(backend) { streams_.reserve(16); }
+
+stream_clock::~stream_clock() {
+  for (stream_state& s : streams_) {
+    for (const pending_event& p : s.pending) backend_.destroy_event(p.event);
+  }
+  for (event_t e : spare_events_) backend_.destroy_event(e);
+}
+
+std::uint32_t stream_clock::lookup(stream_t stream) {
+  auto it = std::find_if(streams_.begin(), streams_.end(),
+                         [stream](const stream_state& s) { return s.stream == stream; });
+  if (it == streams_.end()) {
+    streams_.emplace_back();
+    streams_.back().stream = stream;
+    it = streams_.end() - 1;
+  }
+  last_stream_ = stream;
+  last_index_ = static_cast<std::uint32_t>(it - streams_.begin());
+  return last_index_;
+}
+
+void stream_clock::record(stream_state& s) {
+  event_t event;
+  if (spare_events_.empty()) {
+    event = backend_.create_event();
+  } else {
+    event = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  try {
+    backend_.record_event(event, s.stream);
+  } catch (const backend_error& e) {
+    // The stream is gone (destroyed by its owner while frees on it were
+    // pending). Its queued work still finishes on a GPU, but nothing can wait
+    // for it any more: treat its frees as complete.
+    spare_events_.push_back(event);
+    logger().warn("arena: cannot record an event on stream {} ({}); treating its frees as complete",
+                  s.stream, e.what());
+    s.completed = s.tick++;
+    s.dirty = false;
+    return;
+  }
+  s.pending.push_back({event, s.tick});
+  ++s.tick;
+  s.dirty = false;
+}
+
+void stream_clock::refresh(std::uint32_t index) {
+  stream_state& s = streams_[index];
+  if (s.dirty && s.pending.size() < max_pending_events) record(s);
+  std::size_t done = 0;
+  while (done < s.pending.size() && backend_.query_event(s.pending[done].event)) ++done;
+  if (done == 0) return;
+  s.completed = s.pending[done - 1].tick;
+  for (std::size_t i = 0; i < done; ++i) spare_events_.push_back(s.pending[i].event);
+  s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void stream_clock::refresh_all() {
+  bool all_idle = true;
+  for (std::uint32_t i = 0; i < streams_.size(); ++i) {
+    refresh(i);
+    all_idle = all_idle && idle(streams_[i]);
+  }
+  if (all_idle) ++quiescent_epoch_;
+}
+
+void stream_clock::synchronize_all() {
+  for (stream_state& s : streams_) {
+    if (s.dirty) record(s);
+    for (const pending_event& p : s.pending) {
+      backend_.synchronize_event(p.event);
+      spare_events_.push_back(p.event);
+    }
+    if (!s.pending.empty()) s.completed = s.pending.back().tick;
+    s.pending.clear();
+  }
+  ++quiescent_epoch_;
+}
+
+}  // namespace fragctl::arena_detail

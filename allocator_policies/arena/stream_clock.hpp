@@ -1,0 +1,136 @@
+// Stream order for the arena: when is memory freed on one stream safe for
+// another stream, or safe to unmap?
+//
+// Every stream the arena meets gets a small index and a *tick*: the number of
+// the next event that will be recorded on it. A free on stream S is stamped
+// (S, S.tick) and costs nothing else: no backend call. Only when someone needs
+// to know whether such frees finished (another stream wants the block, or a
+// granule is to be unmapped) does `refresh(S)` record ONE event on S covering
+// every free since the last event (tick += 1) and query the pending events,
+// oldest first. `completed` is the highest tick whose event has been seen
+// complete, so a stamp (S, t) is complete once S.completed >= t.
+//
+// A granule may be touched by frees on several streams. Two stamps of one
+// stream merge into the later; stamps of different streams merge into a
+// *multi* stamp that holds the current quiescence epoch. The epoch grows each
+// time every stream is seen with all its frees complete (refresh_all,
+// synchronize_all), so a multi stamp is complete once the epoch has moved past
+// the one it holds. Blocks do not need multi stamps: free blocks of different
+// streams are simply not coalesced until one of them is complete.
+//
+// Events are pooled and reused; the clock owns all of them. Events are
+// recorded after the frees they cover, so a stream must stay alive while
+// frees on it are pending; if it was destroyed, recording fails and its frees
+// are taken as complete (with a warning). Not thread-safe (the arena is used
+// under its caller's lock).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "fragctl/backend.hpp"
+#include "fragctl/types.hpp"
+
+namespace fragctl::arena_detail {
+
+/// Who last freed a piece of memory, and when (in that stream's ticks).
+struct free_stamp {
+  /// No pending work: never freed, or known complete.
+  static constexpr std::uint32_t none = UINT32_MAX;
+  /// Frees on several streams; `tick` holds a quiescence epoch.
+  static constexpr std::uint32_t multi = UINT32_MAX - 1;
+
+  std::uint32_t stream = none;
+  std::uint64_t tick = 0;
+};
+
+class stream_clock {
+ public:
+  explicit stream_clock(device_backend& backend);
+  /// Destroys every event the clock created (pending ones too).
+  ~stream_clock();
+  stream_clock(const stream_clock&) = delete;
+  stream_clock& operator=(const stream_clock&) = delete;
+
+  /// The index of `stream`, registering it on first use (may allocate then).
+  [[nodiscard]] std::uint32_t index_of(stream_t stream) {
+    if (stream == last_stream_ && last_index_ != free_stamp::none) return last_index_;
+    return lookup(stream);
+  }
+
+  /// Stamps a free on stream `index`. No backend call.
+  [[nodiscard]] free_stamp on_free(std::uint32_t index) noexcept {
+    stream_state& s = streams_[index];
+    s.dirty = true;
+    return {index, s.tick};
+  }
+
+  /// Whether all work of the frees behind `stamp` is known complete (from
+  /// what earlier queries saw; no backend call).
+  [[nodiscard]] bool complete(free_stamp stamp) const noexcept {
+    if (stamp.stream == free_stamp::none) return true;
+    if (stamp.stream == free_stamp::multi) return quiescent_epoch_ > stamp.tick;
+    return streams_[stamp.stream].completed >= stamp.tick;
+  }
+
+  /// Whether memory with `stamp` may be handed out on stream `index` now.
+  [[nodiscard]] bool usable_on(free_stamp stamp, std::uint32_t index) const noexcept {
+    return stamp.stream == index || complete(stamp);
+  }
+
+  /// Records an event on stream `index` if it has frees no event covers yet,
+  /// then queries its pending events oldest first. Never blocks.
+  void refresh(std::uint32_t index);
+  /// refresh() on every stream; moves the quiescence epoch when every free so
+  /// far is complete.
+  void refresh_all();
+  /// Blocks until every free so far on every stream is complete.
+  void synchronize_all();
+
+  /// The stamp of memory freed by `later` after it was last freed by `earlier`
+  /// (granules): the later of two on one stream, else a multi stamp.
+  [[nodiscard]] free_stamp merge(free_stamp earlier, free_stamp later) const noexcept {
+    if (complete(earlier) || earlier.stream == later.stream) return later;
+    return {free_stamp::multi, quiescent_epoch_};
+  }
+
+  /// The stamp of two adjacent free blocks coalesced into one, or nullopt when
+  /// they must stay apart (pending frees on two different streams).
+  [[nodiscard]] std::optional<free_stamp> join(free_stamp a, free_stamp b) const noexcept {
+    if (complete(a)) return b;
+    if (complete(b)) return a;
+    if (a.stream == b.stream) return a.tick > b.tick ? a : b;
+    return std::nullopt;
+  }
+
+  /// Number of streams seen so far.
+  [[nodiscard]] std::size_t stream_count() const noexcept { return streams_.size(); }
+
+ private:
+  struct pending_event {
+    event_t event;
+    std::uint64_t tick;
+  };
+  struct stream_state {
+    stream_t stream = nullptr;
+    std::uint64_t tick = 1;       // tick of the next event recorded on this stream
+    std::uint64_t completed = 0;  // highest tick seen complete
+    bool dirty = false;           // frees since the last recorded event
+    std::vector<pending_event> pending;  // recorded, not yet seen complete; oldest first
+  };
+
+  std::uint32_t lookup(stream_t stream);
+  void record(stream_state& s);
+  [[nodiscard]] bool idle(const stream_state& s) const noexcept { return !s.dirty && s.pending.empty(); }
+
+  device_backend& backend_;
+  std::vector<stream_state> streams_;
+  std::vector<event_t> spare_events_;
+  std::uint64_t quiescent_epoch_ = 1;
+  stream_t last_stream_ = nullptr;
+  std::uint32_t last_index_ = free_stamp::none;
+};
+
+}  // namespace fragctl::arena_detail

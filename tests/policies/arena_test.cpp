@@ -1,0 +1,471 @@
+// The arena policy's own rules, on the sim backend: page stitching (data
+// survives, reserved follows live, handles are pooled and stolen), the
+// release threshold and delay, stream order, the no-VM fallback block, OOM
+// and misuse.
+#include "allocator_policies/arena/arena_policy.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "fragctl/error.hpp"
+#include "fragctl/sim_backend.hpp"
+
+namespace fragctl {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+sim_options options(std::size_t capacity, std::size_t granularity = 2 * MiB, bool backed = false,
+                    bool manual = false, bool vm = true) {
+  sim_options o;
+  o.capacity = capacity;
+  o.granularity = granularity;
+  o.backed = backed;
+  o.manual_completion = manual;
+  o.virtual_memory = vm;
+  return o;
+}
+
+std::uint64_t calls(const sim_backend& sim, backend_call c) { return sim.counters().of(c); }
+
+// Unmap free granules as soon as their frees are complete: the literal
+// page-stitching rule, without hysteresis.
+constexpr arena_tuning eager{.release_delay = 0};
+
+// Fills [p, p + bytes) with a pattern derived from `seed`.
+void fill(void* p, std::size_t bytes, std::uint32_t seed) {
+  auto* w = static_cast<std::uint32_t*>(p);
+  for (std::size_t i = 0; i < bytes / 4; ++i) w[i] = seed * 2654435761u + static_cast<std::uint32_t>(i);
+}
+bool intact(const void* p, std::size_t bytes, std::uint32_t seed) {
+  const auto* w = static_cast<const std::uint32_t*>(p);
+  for (std::size_t i = 0; i < bytes / 4; ++i) {
+    if (w[i] != seed * 2654435761u + static_cast<std::uint32_t>(i)) return false;
+  }
+  return true;
+}
+
+// Bytes of the granules that live blocks touch.
+std::size_t touched_bytes(const std::map<std::uintptr_t, std::size_t>& live, std::size_t granularity) {
+  std::set<std::uintptr_t> granules;
+  for (const auto& [a, bytes] : live) {
+    for (std::uintptr_t g = a / granularity; g <= (a + bytes - 1) / granularity; ++g) granules.insert(g);
+  }
+  return granules.size() * granularity;
+}
+
+TEST(arena_test, rounds_to_512_bytes_and_returns_null_for_zero) {
+  sim_backend sim(options(GiB));
+  arena_policy arena(config{}, sim);
+  EXPECT_TRUE(arena.uses_virtual_memory());
+  EXPECT_EQ(arena.range_bytes(), 2 * GiB);
+  EXPECT_EQ(arena.allocation_size(1), 512u);
+  EXPECT_EQ(arena.allocation_size(513), 1024u);
+  EXPECT_EQ(arena.allocate(0), nullptr);
+  void* p = arena.allocate(1000);
+  EXPECT_EQ(addr(p) % min_alignment, 0u);
+  EXPECT_EQ(arena.state().allocated, 1024u);
+  EXPECT_EQ(arena.state().reserved, 2 * MiB);
+  arena.deallocate(p, 1000);
+  EXPECT_EQ(arena.state().allocated, 0u);
+  EXPECT_EQ(arena.name(), "arena");
+}
+
+TEST(arena_test, small_blocks_pack_into_one_granule_without_further_backend_calls) {
+  sim_backend sim(options(GiB));
+  arena_policy arena(config{}, sim);
+  std::vector<void*> blocks;
+  blocks.push_back(arena.allocate(4096));
+  const std::uint64_t after_first = sim.counters().memory_calls();
+  for (int i = 1; i < 256; ++i) blocks.push_back(arena.allocate(4096));
+  EXPECT_EQ(sim.counters().memory_calls(), after_first);
+  EXPECT_EQ(arena.state().reserved, 2 * MiB);
+  for (std::size_t i = 1; i < blocks.size(); ++i) EXPECT_EQ(addr(blocks[i]), addr(blocks[i - 1]) + 4096);
+  for (void* p : blocks) arena.deallocate(p, 4096);
+  const std::uint64_t before = sim.counters().total_calls();
+  for (int i = 0; i < 100; ++i) arena.deallocate(arena.allocate(4096 * (1 + i % 7)), 4096 * (1 + i % 7));
+  EXPECT_EQ(sim.counters().total_calls(), before) << "warm reuse made backend calls";
+}
+
+TEST(arena_test, data_survives_unmapping_and_remapping_around_it) {
+  // Backed memory, 64 KiB granules, eager unmapping: every free that empties
+  // a granule unmaps it and every new block remaps pooled pages.
+  sim_backend sim(options(256 * MiB, 64 * KiB, /*backed=*/true));
+  arena_policy arena(config{}, sim, eager);
+  std::mt19937 rng(7);
+  struct live_block {
+    void* p;
+    std::size_t bytes;
+    std::uint32_t seed;
+  };
+  std::vector<live_block> live;
+  std::uint32_t next_seed = 1;
+  for (int step = 0; step < 3000; ++step) {
+    if (live.size() < 40 || rng() % 2 == 0) {
+      const std::size_t bytes = std::size_t{4} << (rng() % 18);  // 4 B .. 512 KiB
+      const std::size_t sized = bytes + (rng() % 3) * 4;
+      void* p = arena.allocate(sized);
+      ASSERT_TRUE(sim.accessible(p, sized));
+      fill(p, sized, next_seed);
+      live.push_back({p, sized, next_seed++});
+    } else {
+      const std::size_t i = rng() % live.size();
+      ASSERT_TRUE(intact(live[i].p, live[i].bytes, live[i].seed)) << "block " << live[i].seed;
+      arena.deallocate(live[i].p, live[i].bytes);
+      live[i] = live.back();
+      live.pop_back();
+    }
+  }
+  EXPECT_GT(calls(sim, backend_call::unmap), 100u);
+  EXPECT_GT(calls(sim, backend_call::map), calls(sim, backend_call::create_physical));
+  for (const live_block& b : live) {
+    EXPECT_TRUE(intact(b.p, b.bytes, b.seed)) << "block " << b.seed;
+    arena.deallocate(b.p, b.bytes);
+  }
+}
+
+TEST(arena_test, reserved_follows_live_bytes_after_frees) {
+  sim_backend sim(options(4 * GiB));
+  arena_policy arena(config{}, sim, eager);
+  std::map<std::uintptr_t, std::size_t> live;
+  std::vector<std::pair<void*, std::size_t>> all;
+  for (int i = 0; i < 200; ++i) {
+    const std::size_t bytes = (i % 5 + 1) * 3 * MiB / 2 + 4096 * (i % 3);
+    all.emplace_back(arena.allocate(bytes), bytes);
+  }
+  const std::size_t peak_reserved = arena.state().reserved;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (i % 10 == 0) {
+      live[addr(all[i].first)] = arena.allocation_size(all[i].second);
+    } else {
+      arena.deallocate(all[i].first, all[i].second);
+    }
+  }
+  const pool_state s = arena.state();
+  EXPECT_EQ(s.reserved, touched_bytes(live, 2 * MiB));
+  EXPECT_LT(s.reserved, peak_reserved / 5);
+  EXPECT_EQ(s.cached_free, s.reserved - s.allocated);
+  // The unmapped pages wait in the pool; the backend still holds them until release_cached.
+  EXPECT_EQ(sim.counters().held_bytes, s.reserved + arena.pooled_bytes());
+  arena.release_cached();
+  EXPECT_EQ(arena.pooled_bytes(), 0u);
+  EXPECT_EQ(sim.counters().held_bytes, s.reserved);
+  for (const auto& [a, bytes] : live) arena.deallocate(reinterpret_cast<void*>(a), bytes);
+}
+
+TEST(arena_test, release_threshold_keeps_free_granules_mapped) {
+  sim_backend sim(options(4 * GiB));
+  config cfg;
+  cfg.release_threshold = 8 * MiB;
+  arena_policy arena(cfg, sim, eager);
+  void* big = arena.allocate(32 * MiB);
+  void* pin = arena.allocate(512);  // keeps the range after `big` live
+  arena.deallocate(big, 32 * MiB);
+  EXPECT_EQ(arena.state().reserved, 2 * MiB + 8 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::unmap), 12u);
+  // What stayed mapped is reused with no backend call.
+  const std::uint64_t before = sim.counters().memory_calls();
+  void* again = arena.allocate(6 * MiB);
+  EXPECT_EQ(sim.counters().memory_calls(), before);
+  arena.deallocate(again, 6 * MiB);
+  arena.deallocate(pin, 512);
+}
+
+TEST(arena_test, release_delay_keeps_freed_granules_mapped_for_a_while) {
+  sim_backend sim(options(4 * GiB));
+  arena_policy arena(config{}, sim, arena_tuning{.release_delay = 100});
+  void* big = arena.allocate(16 * MiB);
+  arena.deallocate(big, 16 * MiB);
+  EXPECT_EQ(arena.state().reserved, 16 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::unmap), 0u);
+  // A step that takes the memory again maps nothing.
+  big = arena.allocate(16 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::map), 8u);
+  arena.deallocate(big, 16 * MiB);
+  for (int i = 0; i < 60; ++i) arena.deallocate(arena.allocate(4 * KiB), 4 * KiB);
+  // 120 calls later the next free that empties a granule unmaps the old ones.
+  void* other = arena.allocate(4 * MiB);
+  void* pin = arena.allocate(4 * KiB);
+  arena.deallocate(other, 4 * MiB);
+  EXPECT_GT(calls(sim, backend_call::unmap), 0u);
+  EXPECT_LE(arena.state().reserved, 6 * MiB + 2 * MiB);
+  arena.deallocate(pin, 4 * KiB);
+}
+
+TEST(arena_test, pooled_handles_are_remapped_instead_of_created) {
+  sim_backend sim(options(4 * GiB));
+  arena_policy arena(config{}, sim, eager);
+  void* a = arena.allocate(20 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 10u);
+  EXPECT_EQ(calls(sim, backend_call::set_access), 1u) << "one set_access per run of granules";
+  void* pin = arena.allocate(512);  // one more granule; the next block lands after it
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 11u);
+  arena.deallocate(a, 20 * MiB);
+  EXPECT_EQ(arena.pooled_bytes(), 20 * MiB);
+  void* b = arena.allocate(30 * MiB);  // does not fit the 20 MiB hole
+  EXPECT_NE(addr(b), addr(a));
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 11u + 5u) << "b needs 15 granules; 10 come from the pool";
+  EXPECT_EQ(arena.pooled_bytes(), 0u);
+  arena.deallocate(b, 30 * MiB);
+  arena.deallocate(pin, 512);
+}
+
+TEST(arena_test, free_granules_are_stolen_before_memory_is_created) {
+  // 16 MiB device: A (8 MiB) and B (4 MiB) held, A freed but kept mapped; C
+  // (10 MiB) fits no hole, lands on unmapped granules and takes A's pages.
+  sim_backend sim(options(16 * MiB));
+  config cfg;
+  cfg.release_threshold = GiB;
+  arena_policy arena(cfg, sim);
+  void* a = arena.allocate(8 * MiB);
+  void* b = arena.allocate(4 * MiB);
+  arena.deallocate(a, 8 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::unmap), 0u);
+  void* c = arena.allocate(10 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::unmap), 4u);
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 4u + 2u + 1u);
+  EXPECT_EQ(sim.counters().held_bytes, 14 * MiB);
+  EXPECT_EQ(arena.state().retries, 0u);
+  arena.deallocate(b, 4 * MiB);
+  arena.deallocate(c, 10 * MiB);
+}
+
+TEST(arena_test, destruction_returns_everything) {
+  sim_backend sim(options(GiB, 64 * KiB, /*backed=*/true, /*manual=*/true));
+  stream_t s = sim.create_stream();
+  {
+    arena_policy arena(config{}, sim, eager);
+    std::vector<void*> keep;
+    for (int i = 0; i < 20; ++i) keep.push_back(arena.allocate(300 * KiB, s));
+    for (int i = 0; i < 20; i += 2) arena.deallocate(keep[i], 300 * KiB, s);  // pending on s
+    (void)arena.allocate(MiB, nullptr);  // leaks one block on purpose
+  }
+  sim.destroy_stream(s);
+  const sim_backend::live_objects left = sim.live();
+  EXPECT_EQ(left.physical, 0u);
+  EXPECT_EQ(left.mappings, 0u);
+  EXPECT_EQ(left.reservations, 0u);
+  EXPECT_EQ(left.events, 0u);
+  EXPECT_EQ(left.allocations, 0u);
+  EXPECT_EQ(sim.counters().held_bytes, 0u);
+}
+
+TEST(arena_test, another_stream_waits_for_the_freeing_streams_work) {
+  sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
+  stream_t s = sim.create_stream();
+  stream_t t = sim.create_stream();
+  {
+    arena_policy arena(config{}, sim);
+    void* x = arena.allocate(MiB, s);
+    void* a = arena.allocate(MiB, s);
+    void* y = arena.allocate(MiB, s);
+    arena.deallocate(a, MiB, s);  // S's work on `a` is not complete
+    void* on_t = arena.allocate(MiB, t);
+    EXPECT_NE(on_t, a);
+    void* on_s = arena.allocate(MiB, s);
+    EXPECT_EQ(on_s, a) << "the freeing stream reuses at once";
+    arena.deallocate(on_s, MiB, s);
+    void* still = arena.allocate(MiB, t);
+    EXPECT_NE(still, a);
+    sim.complete(s);
+    void* later = arena.allocate(MiB, t);
+    EXPECT_EQ(later, a) << "once S's work completed, T may take the block";
+    // One event when T first looked at a's block, one for the free of on_s.
+    EXPECT_EQ(sim.counters().of(backend_call::record_event), 2u);
+    for (void* p : {later, on_t, still}) arena.deallocate(p, MiB, t);
+    arena.deallocate(x, MiB, s);
+    arena.deallocate(y, MiB, s);
+  }
+  EXPECT_EQ(sim.live().events, 0u);
+  sim.destroy_stream(s);
+  sim.destroy_stream(t);
+}
+
+TEST(arena_test, a_destroyed_stream_does_not_keep_memory_from_being_returned) {
+  sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
+  {
+    arena_policy arena(config{}, sim);
+    stream_t s = sim.create_stream();
+    arena.deallocate(arena.allocate(4 * MiB, s), 4 * MiB, s);
+    sim.destroy_stream(s);
+  }
+  EXPECT_EQ(sim.counters().held_bytes, 0u);
+  EXPECT_EQ(sim.live().mappings, 0u);
+  EXPECT_EQ(sim.live().reservations, 0u);
+}
+
+TEST(arena_test, granules_are_unmapped_only_after_their_frees_completed) {
+  sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
+  arena_policy arena(config{}, sim, eager);
+  stream_t s = sim.create_stream();
+  void* a = arena.allocate(8 * MiB, s);
+  arena.deallocate(a, 8 * MiB, s);
+  EXPECT_EQ(calls(sim, backend_call::unmap), 0u);
+  EXPECT_EQ(arena.state().reserved, 8 * MiB);
+  sim.complete(s);  // completes the event the trim above recorded
+  void* b = arena.allocate(2 * MiB, s);  // lands on a cached granule
+  arena.deallocate(b, 2 * MiB, s);       // frees it again (not complete): trims the other three
+  EXPECT_EQ(arena.state().reserved, 2 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::unmap), 3u);
+  // release_cached waits for what is pending.
+  void* c = arena.allocate(6 * MiB, s);
+  arena.deallocate(c, 6 * MiB, s);
+  arena.release_cached();
+  EXPECT_EQ(arena.state().reserved, 0u);
+  EXPECT_EQ(sim.counters().held_bytes, 0u);
+  sim.destroy_stream(s);
+}
+
+TEST(arena_test, out_of_memory_says_why_and_leaves_the_arena_usable) {
+  sim_backend sim(options(32 * MiB));
+  arena_policy arena(config{}, sim, eager);
+  void* a = arena.allocate(8 * MiB);
+  void* b = arena.allocate(8 * MiB);
+  void* c = arena.allocate(8 * MiB);
+  try {
+    (void)arena.allocate(16 * MiB);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.details().requested, 16 * MiB);
+    EXPECT_EQ(e.details().reserved, 32 * MiB);
+    EXPECT_EQ(e.details().device_total, 32 * MiB);
+    EXPECT_FALSE(e.details().caused_by_fragmentation());
+    EXPECT_THAT(e.what(), HasSubstr("arena"));
+  }
+  EXPECT_EQ(arena.state().allocated, 24 * MiB);
+  arena.deallocate(b, 8 * MiB);
+  // b's hole plus the free 8 MiB elsewhere: stitched together for 16 MiB.
+  void* d = arena.allocate(16 * MiB);
+  EXPECT_EQ(sim.counters().held_bytes, 32 * MiB);
+  arena.deallocate(a, 8 * MiB);
+  arena.deallocate(c, 8 * MiB);
+  arena.deallocate(d, 16 * MiB);
+}
+
+TEST(arena_test, arena_size_caps_physical_memory) {
+  sim_backend sim(options(GiB));
+  config cfg;
+  cfg.arena_size = 10 * MiB;
+  arena_policy arena(cfg, sim);
+  EXPECT_EQ(arena.range_bytes(), 20 * MiB);
+  void* a = arena.allocate(10 * MiB);
+  EXPECT_THROW((void)arena.allocate(512), out_of_memory);
+  arena.deallocate(a, 10 * MiB);
+}
+
+TEST(arena_test, backend_failures_are_retried_after_releasing_cache) {
+  sim_backend sim(options(GiB));
+  arena_policy arena(config{}, sim, eager);
+  sim.fail_nth(sim_fault_target::create_physical, 1);
+  void* a = arena.allocate(4 * MiB);
+  EXPECT_EQ(arena.state().retries, 1u);
+  sim.fail_nth(sim_fault_target::map, 2);
+  void* b = arena.allocate(8 * MiB);
+  sim.fail_nth(sim_fault_target::set_access, 1);
+  void* c = arena.allocate(6 * MiB);
+  EXPECT_EQ(arena.state().retries, 3u);
+  EXPECT_EQ(arena.state().allocated, 18 * MiB);
+  EXPECT_EQ(arena.state().reserved, 18 * MiB);
+  arena.deallocate(a, 4 * MiB);
+  arena.deallocate(b, 8 * MiB);
+  arena.deallocate(c, 6 * MiB);
+  arena.release_cached();
+  EXPECT_EQ(sim.live().mappings, 0u);
+  EXPECT_EQ(sim.live().physical, 0u);
+}
+
+TEST(arena_test, reports_foreign_pointers_double_frees_and_wrong_sizes) {
+  sim_backend sim(options(GiB));
+  arena_policy arena(config{}, sim);
+  void* p = arena.allocate(1000);
+  int on_host = 0;
+  EXPECT_EQ(arena.try_deallocate(&on_host, 4).status, free_status::not_owned);
+  EXPECT_EQ(arena.try_deallocate(static_cast<char*>(p) + 512, 488).status, free_status::not_owned);
+  const free_result wrong = arena.try_deallocate(p, 999);
+  EXPECT_EQ(wrong.status, free_status::size_mismatch);
+  EXPECT_EQ(wrong.bytes, 1000u);
+  EXPECT_EQ(arena.state().allocated, 0u);
+  arena.deallocate(p, 1000);  // double free
+  EXPECT_EQ(arena.misuse().not_owned, 1u);
+  void* q = arena.allocate(1000);
+  EXPECT_EQ(arena.try_deallocate(q, 1000).status, free_status::ok);
+}
+
+TEST(arena_test, state_reports_largest_free_block_and_mapped_runs) {
+  sim_backend sim(options(GiB));
+  config cfg;
+  cfg.release_threshold = GiB;
+  arena_policy arena(cfg, sim);
+  void* a = arena.allocate(6 * MiB);
+  void* b = arena.allocate(MiB);
+  arena.deallocate(a, 6 * MiB);
+  pool_state s = arena.state();
+  EXPECT_EQ(s.reserved, 8 * MiB);
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.largest_free_block, 6 * MiB) << "the free 6 MiB before b, all mapped";
+  arena.deallocate(b, MiB);
+  s = arena.state();
+  EXPECT_EQ(s.largest_free_block, 8 * MiB);
+  EXPECT_EQ(s.cached_free, 8 * MiB);
+}
+
+TEST(arena_test, fallback_block_without_virtual_memory) {
+  sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
+  config cfg;
+  cfg.fallback_size = 64 * MiB;
+  arena_policy arena(cfg, sim);
+  EXPECT_FALSE(arena.uses_virtual_memory());
+  EXPECT_EQ(calls(sim, backend_call::allocate), 1u);
+  EXPECT_EQ(arena.state().reserved, 64 * MiB);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(arena.allocate(8 * MiB));
+  try {
+    (void)arena.allocate(512);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.details().reserved, 64 * MiB);
+    EXPECT_EQ(e.details().cached_free, 0u);
+  }
+  arena.deallocate(blocks[3], 8 * MiB);
+  arena.deallocate(blocks[4], 8 * MiB);
+  void* merged = arena.allocate(16 * MiB);
+  EXPECT_EQ(merged, blocks[3]) << "neighbours coalesce";
+  EXPECT_EQ(calls(sim, backend_call::allocate), 1u);
+  EXPECT_EQ(arena.state().largest_free_block, 0u);
+  arena.release_cached();  // keeps the block
+  EXPECT_EQ(sim.counters().held_bytes, 64 * MiB);
+  for (int i : {0, 1, 2, 5, 6, 7}) arena.deallocate(blocks[i], 8 * MiB);
+  arena.deallocate(merged, 16 * MiB);
+  EXPECT_EQ(arena.state().largest_free_block, 64 * MiB);
+}
+
+TEST(arena_test, fallback_block_defaults_to_ninety_percent_of_free_memory) {
+  sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
+  {
+    arena_policy arena(config{}, sim);
+    EXPECT_EQ(arena.range_bytes(), round_down(GiB / 10 * 9, 2 * MiB));
+  }
+  EXPECT_EQ(sim.counters().held_bytes, 0u);
+  EXPECT_EQ(sim.live().allocations, 0u);
+}
+
+TEST(arena_test, fallback_block_that_does_not_fit_throws_out_of_memory) {
+  sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
+  config cfg;
+  cfg.fallback_size = 2 * GiB;
+  EXPECT_THROW(arena_policy(cfg, sim), out_of_memory);
+}
+
+}  // namespace
+}  // namespace fragctl
