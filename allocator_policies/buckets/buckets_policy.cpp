@@ -1,0 +1,409 @@
+// The `buckets` policy: size-class slabs over an upstream policy. The class
+// table and the data structures are derived in buckets_policy.hpp.
+#include "allocator_policies/buckets/buckets_policy.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl {
+
+/// One slab: host-side metadata of slab_size bytes of upstream memory.
+struct buckets_policy::slab {
+  std::uintptr_t base = 0;
+  std::uint32_t slot_size = 0;
+  std::uint32_t reciprocal = 0;  ///< ceil(2^32 / slot_size)
+  std::uint32_t slot_count = 0;
+  std::uint32_t carved = 0;    ///< slots [0, carved) were handed out at least once
+  std::uint32_t free_top = 0;  ///< entries on free_stack
+  std::uint32_t live = 0;      ///< slots handed out now
+  std::uint32_t held = 0;      ///< slots freed on another stream, not yet reusable
+  std::uint32_t cls = 0;
+  bool listed = false;         ///< in its pool's list of slabs with a free slot
+  bool counted_empty = false;  ///< counted in empty_per_class_
+  std::size_t index = 0;       ///< position in slabs_
+  stream_pool* pool = nullptr;
+  slab* prev = nullptr;
+  slab* next = nullptr;
+  std::unique_ptr<std::uint32_t[]> free_stack;
+  std::unique_ptr<std::uint64_t[]> live_bits;
+
+  [[nodiscard]] bool has_free_slot() const noexcept { return free_top > 0 || carved < slot_count; }
+  [[nodiscard]] bool empty() const noexcept { return live == 0 && held == 0; }
+  [[nodiscard]] bool is_live(std::uint32_t i) const noexcept {
+    return ((live_bits[i / 64] >> (i % 64)) & 1U) != 0;
+  }
+  void flip(std::uint32_t i) noexcept { live_bits[i / 64] ^= std::uint64_t{1} << (i % 64); }
+};
+
+/// The slabs of one stream: per class, the slabs that have a free slot.
+/// Partly used slabs come first, empty ones last, so empty ones drain.
+struct buckets_policy::stream_pool {
+  stream_t stream = nullptr;
+  std::vector<slab_list> open;
+};
+
+namespace {
+
+[[nodiscard]] std::string upstream_name(const device_allocator& upstream) {
+  return fmt::format("buckets:{}", upstream.name());
+}
+
+}  // namespace
+
+buckets_policy::buckets_policy(const config& cfg, std::unique_ptr<device_allocator> upstream)
+    : upstream_(std::move(upstream)),
+      slab_size_(cfg.slab_size),
+      reserve_(cfg.slab_reserve),
+      classes_(buckets::class_count(cfg.buckets_limit)) {
+  if (upstream_ == nullptr) throw invalid_argument("buckets: no upstream policy");
+  name_ = upstream_name(*upstream_);
+  if (!std::has_single_bit(slab_size_) || slab_size_ > GiB) {
+    throw invalid_argument(fmt::format(
+        "buckets: slab_size {} is not a power of two of at most 1GiB", slab_size_));
+  }
+  if (cfg.buckets_limit > slab_size_) {
+    throw invalid_argument(fmt::format(
+        "buckets: buckets_limit {} exceeds slab_size {}: a slab must hold a slot of every class",
+        cfg.buckets_limit, slab_size_));
+  }
+  largest_class_ = classes_ == 0 ? 0 : buckets::class_size(classes_ - 1);
+  slab_cost_ = upstream_->allocation_size(slab_size_);
+  slab_shift_ = static_cast<unsigned>(std::countr_zero(slab_size_));
+  empty_per_class_.assign(classes_, 0);
+  (void)find_or_add_pool(nullptr);
+}
+
+buckets_policy::~buckets_policy() {
+  try {
+    reclaim_held(/*wait=*/true);
+  } catch (const std::exception& e) {
+    logger().warn("{}: waiting for cross-stream frees failed: {}", name_, e.what());
+  }
+  for (fence& f : fenced_) {
+    try {
+      if (f.event != nullptr) upstream_->backend().destroy_event(f.event);
+    } catch (const std::exception&) {
+    }
+  }
+  for (event_t e : spare_events_) {
+    try {
+      upstream_->backend().destroy_event(e);
+    } catch (const std::exception&) {
+    }
+  }
+  std::size_t live = 0;
+  for (const auto& s : slabs_) {
+    live += s->live;
+    (void)upstream_->try_deallocate(reinterpret_cast<void*>(s->base), slab_size_, s->pool->stream);
+  }
+  if (live > 0) logger().warn("{}: destroyed with {} slots still live", name_, live);
+}
+
+std::size_t buckets_policy::empty_slabs() const noexcept {
+  std::size_t n = 0;
+  for (std::size_t c : empty_per_class_) n += c;
+  return n;
+}
+
+// --- Streams ----------------------------------------------------------------
+
+buckets_policy::stream_pool& buckets_policy::pool_for(stream_t stream) {
+  if (stream == last_stream_ && last_pool_ != nullptr) return *last_pool_;
+  return find_or_add_pool(stream);
+}
+
+buckets_policy::stream_pool& buckets_policy::find_or_add_pool(stream_t stream) {
+  stream_pool* found = nullptr;
+  for (const auto& p : pools_) {
+    if (p->stream == stream) found = p.get();
+  }
+  if (found == nullptr) {
+    auto pool = std::make_unique<stream_pool>();
+    pool->stream = stream;
+    pool->open.resize(classes_);
+    found = pool.get();
+    pools_.push_back(std::move(pool));
+  }
+  last_stream_ = stream;
+  last_pool_ = found;
+  return *found;
+}
+
+// --- Intrusive lists of slabs with a free slot ------------------------------
+
+void buckets_policy::link_head(slab* s) noexcept {
+  slab_list& l = s->pool->open[s->cls];
+  s->prev = nullptr;
+  s->next = l.head;
+  (l.head != nullptr ? l.head->prev : l.tail) = s;
+  l.head = s;
+  s->listed = true;
+}
+
+void buckets_policy::link_tail(slab* s) noexcept {
+  slab_list& l = s->pool->open[s->cls];
+  s->next = nullptr;
+  s->prev = l.tail;
+  (l.tail != nullptr ? l.tail->next : l.head) = s;
+  l.tail = s;
+  s->listed = true;
+}
+
+void buckets_policy::unlink(slab* s) noexcept {
+  slab_list& l = s->pool->open[s->cls];
+  (s->prev != nullptr ? s->prev->next : l.head) = s->next;
+  (s->next != nullptr ? s->next->prev : l.tail) = s->prev;
+  s->prev = s->next = nullptr;
+  s->listed = false;
+}
+
+// --- Allocate -----------------------------------------------------------------
+
+void* buckets_policy::do_allocate(std::size_t bytes, stream_t stream) {
+  if (bytes > largest_class_) return upstream_allocate(bytes, stream);
+  const std::size_t cls = buckets::class_index(bytes);
+  stream_pool& pool = pool_for(stream);
+  slab* s = pool.open[cls].head;
+  if (s == nullptr) s = refill(pool, cls);
+
+  std::uint32_t slot = 0;
+  if (s->free_top > 0) {
+    slot = s->free_stack[--s->free_top];
+  } else {
+    slot = s->carved++;
+  }
+  if (s->counted_empty) {
+    s->counted_empty = false;
+    --empty_per_class_[cls];
+  }
+  ++s->live;
+  s->flip(slot);
+  if (!s->has_free_slot()) unlink(s);
+  live_slot_bytes_ += s->slot_size;
+  return reinterpret_cast<void*>(s->base + std::uintptr_t{slot} * s->slot_size);
+}
+
+buckets_policy::slab* buckets_policy::refill(stream_pool& pool, std::size_t cls) {
+  if (held_slots_ > 0) {
+    reclaim_held(/*wait=*/false);
+    if (pool.open[cls].head != nullptr) return pool.open[cls].head;
+  }
+  return new_slab(pool, cls);
+}
+
+void* buckets_policy::upstream_allocate(std::size_t bytes, stream_t stream) {
+  try {
+    return upstream_->allocate(bytes, stream);
+  } catch (const out_of_memory&) {
+    if (release_empty_slabs() == 0) throw;
+  }
+  ++retries_;
+  return upstream_->allocate(bytes, stream);
+}
+
+buckets_policy::slab* buckets_policy::new_slab(stream_pool& pool, std::size_t cls) {
+  const auto slot_size = static_cast<std::uint32_t>(buckets::class_size(cls));
+  const auto slot_count = static_cast<std::uint32_t>(slab_size_ / slot_size);
+  auto s = std::make_unique<slab>();
+  s->slot_size = slot_size;
+  s->reciprocal = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) + slot_size - 1) / slot_size);
+  s->slot_count = slot_count;
+  s->cls = static_cast<std::uint32_t>(cls);
+  s->pool = &pool;
+  s->free_stack = std::make_unique<std::uint32_t[]>(slot_count);
+  s->live_bits = std::make_unique<std::uint64_t[]>((slot_count + 63) / 64);
+  // Host memory first: once the upstream gave the slab, nothing below throws.
+  slabs_.reserve(slabs_.size() + 1);
+  cells_.reserve(cells_.size() + 2);
+
+  s->base = reinterpret_cast<std::uintptr_t>(upstream_allocate(slab_size_, pool.stream));
+  const std::uintptr_t first = s->base >> slab_shift_;
+  if ((s->base & (slab_size_ - 1)) == 0) {
+    cells_[first].low = s.get();
+  } else {
+    cells_[first].high = s.get();
+    cells_[first + 1].low = s.get();
+  }
+  s->index = slabs_.size();
+  slab* raw = s.get();
+  slabs_.push_back(std::move(s));
+  link_head(raw);
+  return raw;
+}
+
+// --- Free ---------------------------------------------------------------------
+
+buckets_policy::slab* buckets_policy::find_slab(std::uintptr_t p) const noexcept {
+  const auto it = cells_.find(p >> slab_shift_);
+  if (it == cells_.end()) return nullptr;
+  const slab_cell& c = it->second;
+  slab* s = (c.high != nullptr && p >= c.high->base) ? c.high : c.low;
+  if (s == nullptr || p < s->base || p - s->base >= slab_size_) return nullptr;
+  return s;
+}
+
+free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  slab* s = find_slab(p);
+  if (s == nullptr) return upstream_->try_deallocate(ptr, bytes, stream);
+
+  const std::uint64_t offset = p - s->base;
+  const auto slot = static_cast<std::uint32_t>((offset * s->reciprocal) >> 32);
+  if (std::uint64_t{slot} * s->slot_size != offset || slot >= s->carved || !s->is_live(slot)) {
+    return {free_status::not_owned, 0};
+  }
+  s->flip(slot);
+  --s->live;
+  live_slot_bytes_ -= s->slot_size;
+  const bool same_class = bytes != 0 && bytes <= largest_class_ && buckets::class_index(bytes) == s->cls;
+  if (stream == s->pool->stream) {
+    push_free(s, slot);
+  } else {
+    hold_free(s, slot, stream);
+  }
+  return {same_class ? free_status::ok : free_status::size_mismatch, s->slot_size};
+}
+
+void buckets_policy::push_free(slab* s, std::uint32_t slot) noexcept {
+  s->free_stack[s->free_top++] = slot;
+  if (s->empty()) {
+    became_empty(s);
+  } else if (!s->listed) {
+    link_head(s);
+  }
+}
+
+void buckets_policy::became_empty(slab* s) noexcept {
+  if (empty_per_class_[s->cls] >= reserve_) {
+    release_slab(s);
+    return;
+  }
+  ++empty_per_class_[s->cls];
+  s->counted_empty = true;
+  if (s->listed) unlink(s);
+  link_tail(s);
+}
+
+void buckets_policy::release_slab(slab* s) noexcept {
+  if (s->listed) unlink(s);
+  if (s->counted_empty) --empty_per_class_[s->cls];
+  const std::uintptr_t first = s->base >> slab_shift_;
+  const auto clear = [this](std::uintptr_t cell, slab* gone) {
+    auto it = cells_.find(cell);
+    if (it == cells_.end()) return;
+    if (it->second.low == gone) it->second.low = nullptr;
+    if (it->second.high == gone) it->second.high = nullptr;
+    if (it->second.low == nullptr && it->second.high == nullptr) cells_.erase(it);
+  };
+  clear(first, s);
+  if ((s->base & (slab_size_ - 1)) != 0) clear(first + 1, s);
+  (void)upstream_->try_deallocate(reinterpret_cast<void*>(s->base), slab_size_, s->pool->stream);
+  // Swap-remove from slabs_; `s` dies here.
+  const std::size_t i = s->index;
+  if (i + 1 != slabs_.size()) {
+    slabs_[i] = std::move(slabs_.back());
+    slabs_[i]->index = i;
+  }
+  slabs_.pop_back();
+}
+
+std::size_t buckets_policy::release_empty_slabs() noexcept {
+  std::vector<slab*> empty;
+  for (const auto& s : slabs_) {
+    if (s->empty()) empty.push_back(s.get());
+  }
+  for (slab* s : empty) release_slab(s);
+  return empty.size();
+}
+
+// --- Cross-stream frees ---------------------------------------------------------
+
+void buckets_policy::hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept {
+  ++s->held;
+  ++held_slots_;
+  fence* f = nullptr;
+  for (fence& candidate : unfenced_) {
+    if (candidate.stream == stream) f = &candidate;
+  }
+  if (f == nullptr) f = &unfenced_.emplace_back(fence{stream, nullptr, {}});
+  f->slots.push_back({s, slot});
+}
+
+void buckets_policy::reclaim_held(bool wait) {
+  device_backend& backend = upstream_->backend();
+  for (fence& f : unfenced_) {
+    if (f.slots.empty()) continue;
+    event_t e = nullptr;
+    if (!spare_events_.empty()) {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    } else {
+      e = backend.create_event();
+    }
+    try {
+      backend.record_event(e, f.stream);
+    } catch (...) {
+      spare_events_.push_back(e);
+      throw;
+    }
+    fenced_.push_back(fence{f.stream, e, std::move(f.slots)});
+    f.slots.clear();
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < fenced_.size(); ++i) {
+    fence& f = fenced_[i];
+    if (wait) {
+      backend.synchronize_event(f.event);
+    } else if (!backend.query_event(f.event)) {
+      if (kept != i) fenced_[kept] = std::move(f);
+      ++kept;
+      continue;
+    }
+    spare_events_.push_back(f.event);
+    for (const held_free& h : f.slots) {
+      --h.owner->held;
+      --held_slots_;
+      push_free(h.owner, h.slot);
+    }
+  }
+  fenced_.resize(kept);
+}
+
+// --- State and release ------------------------------------------------------
+
+std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept {
+  if (bytes == 0 || bytes > largest_class_) return upstream_->allocation_size(bytes);
+  return buckets::class_size(buckets::class_index(bytes));
+}
+
+pool_state buckets_policy::do_state() const {
+  pool_state up = upstream_->state();
+  const std::size_t slab_bytes = slabs_.size() * slab_cost_;
+  pool_state s = up;
+  s.allocated = live_slot_bytes_ + (up.allocated >= slab_bytes ? up.allocated - slab_bytes : 0);
+  s.cached_free = up.cached_free + slab_bytes - live_slot_bytes_;
+  std::size_t largest_slot = 0;
+  for (const auto& pool : pools_) {
+    for (std::size_t c = classes_; c-- > 0;) {
+      if (pool->open[c].head != nullptr) {
+        largest_slot = std::max(largest_slot, buckets::class_size(c));
+        break;
+      }
+    }
+  }
+  s.largest_free_block = std::max(up.largest_free_block, largest_slot);
+  s.retries = up.retries + retries_;
+  return s;
+}
+
+void buckets_policy::do_release_cached() {
+  reclaim_held(/*wait=*/true);
+  (void)release_empty_slabs();
+  upstream_->release_cached();
+}
+
+}  // namespace fragctl
