@@ -303,6 +303,7 @@ TEST_F(buckets_test, a_slot_is_reused_at_once_on_its_stream_and_never_early_on_a
   stream_t t = sim_->create_stream();
   // Same stream: reused at once, though the stream's work has not completed.
   void* p = b.allocate(4096, s);
+  sim_->submit(s);  // work that uses p
   b.deallocate(p, 4096, s);
   EXPECT_EQ(b.allocate(4096, s), p);
   // Another stream gets other memory.
@@ -314,6 +315,7 @@ TEST_F(buckets_test, a_slot_is_reused_at_once_on_its_stream_and_never_early_on_a
   // A slot of s's slab freed on t waits for t's work.
   void* x = b.allocate(MiB, s);
   void* y = b.allocate(MiB, s);  // the slab (2 slots) is full
+  sim_->submit(t);  // work on t that uses x
   EXPECT_EQ(b.try_deallocate(x, MiB, t).status, free_status::ok);
   void* z = b.allocate(MiB, s);
   EXPECT_NE(z, x) << "reused before the freeing stream's work completed";
