@@ -191,7 +191,7 @@ std::unique_ptr<device_allocator> make_policy(std::string_view expression, const
 allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg)
     : cfg_(cfg), backend_(std::move(backend)) {
   if (!backend_) throw invalid_argument("allocator_stack: backend is null");
-  if (!set_log_level(cfg_.log_level)) {
+  if (!cfg_.log_level.empty() && !set_log_level(cfg_.log_level)) {
     throw invalid_argument(fmt::format(
         "FRAGCTL_LOG_LEVEL: unknown level \"{}\"; accepted: trace, debug, info, warn, error, critical, off",
         cfg_.log_level));
