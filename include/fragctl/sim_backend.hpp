@@ -16,8 +16,10 @@
 // mapped) throws backend_error with a CUDA-like code ("invalid_value",
 // "invalid_handle", "not_supported"). Thread-safe: one mutex guards the state.
 //
-// Streams and events. A sim stream is a counter of submitted work; recording
-// an event stamps it with the stream's current position. By default work
+// Streams and events. A sim stream is a counter of submitted work: submit()
+// (a stand-in for a kernel launch) and memcpy_async each queue one unit.
+// Recording an event stamps it with the stream's current position; an event
+// is not work, so one recorded on an idle stream is complete. By default work
 // completes at once (every event is complete when queried). With
 // `manual_completion`, work completes only when the test calls
 // complete(stream) or complete_all(); synchronize_* complete what they wait
@@ -63,6 +65,9 @@ class sim_backend final : public device_backend {
   [[nodiscard]] std::size_t granularity() const noexcept override;
   [[nodiscard]] const sim_options& options() const noexcept;
 
+  /// Queues one unit of simulated work (a kernel launch) on `stream`; with
+  /// manual_completion it stays pending until complete()/synchronize.
+  void submit(stream_t stream);
   /// Completes all work submitted to `stream` so far.
   void complete(stream_t stream);
   /// Completes all work on every stream.

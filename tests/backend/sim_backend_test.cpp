@@ -439,12 +439,16 @@ TEST(sim_streams, manual_completion_completes_only_when_told) {
   event_t e = sim.create_event();
   EXPECT_TRUE(sim.query_event(e));  // never recorded
   sim.record_event(e, s);
+  EXPECT_TRUE(sim.query_event(e));  // nothing queued before it
+  sim.submit(s);
+  sim.record_event(e, s);
   EXPECT_FALSE(sim.query_event(e));
   sim.complete(other);
   EXPECT_FALSE(sim.query_event(e));
   sim.complete(s);
   EXPECT_TRUE(sim.query_event(e));
 
+  sim.submit(nullptr);
   sim.record_event(e, nullptr);  // the default stream
   EXPECT_FALSE(sim.query_event(e));
   sim.complete_all();
@@ -453,6 +457,7 @@ TEST(sim_streams, manual_completion_completes_only_when_told) {
   // Events order work on their stream: synchronizing the first completes it, not later work.
   event_t first = sim.create_event();
   event_t second = sim.create_event();
+  sim.submit(s);
   sim.record_event(first, s);
   void* h = sim.allocate_host(64);
   sim.memcpy_async(h, h, 64, s);
@@ -464,6 +469,7 @@ TEST(sim_streams, manual_completion_completes_only_when_told) {
   EXPECT_TRUE(sim.query_event(second));
 
   // An event recorded on a destroyed stream completes with complete_all.
+  sim.submit(other);
   sim.record_event(first, other);
   sim.destroy_stream(other);
   EXPECT_FALSE(sim.query_event(first));

@@ -199,7 +199,8 @@ TEST_F(caching_manual_test, a_block_freed_on_another_stream_waits_for_its_event)
   stream_t s1 = sim_.create_stream();
   stream_t s2 = sim_.create_stream();
   void* a = policy().allocate(12 * MiB, s1);
-  policy().deallocate(a, 12 * MiB, s2);  // work on s2 may still use it
+  sim_.submit(s2);                       // work on s2 that uses it
+  policy().deallocate(a, 12 * MiB, s2);
   void* b = policy().allocate(12 * MiB, s1);
   EXPECT_NE(b, a);
   EXPECT_EQ(policy().state().cached_free, 12 * MiB);
@@ -218,6 +219,7 @@ TEST_F(caching_manual_test, release_cached_waits_for_pending_cross_stream_frees)
   stream_t s1 = sim_.create_stream();
   stream_t s2 = sim_.create_stream();
   void* a = policy().allocate(12 * MiB, s1);
+  sim_.submit(s2);
   policy().deallocate(a, 12 * MiB, s2);
   policy().release_cached();
   EXPECT_EQ(held(), 0u);

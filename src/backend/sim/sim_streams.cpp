@@ -59,8 +59,9 @@ void sim_backend::do_record_event(event_t event, stream_t stream) {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
   sim_detail::event_state& e = s.event_for("record_event", event);
-  sim_detail::stream_state& st = s.stream_for("record_event", stream);
-  s.submit(st);
+  // An event marks the work queued so far; it is not work itself, so an event
+  // recorded on an idle stream is complete at once, as on a GPU.
+  const sim_detail::stream_state& st = s.stream_for("record_event", stream);
   e = {true, address_of(stream), st.submitted};
 }
 
@@ -108,6 +109,12 @@ void sim_backend::do_destroy_stream(stream_t stream) {
   // Kept (as destroyed) so events recorded on it still resolve; work queued on
   // it completes when the test says so, as it would on a GPU.
   it->second.destroyed = true;
+}
+
+void sim_backend::submit(stream_t stream) {
+  state& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  s.submit(s.stream_for("submit", stream));
 }
 
 void sim_backend::complete(stream_t stream) {
