@@ -28,6 +28,10 @@ using util::human_bytes;
 /// up, so a profile of many tiny requests costs thousands of calls, not millions.
 constexpr std::size_t max_blocks_per_size = std::size_t{1} << 14;
 
+/// How much more than their share of the traffic requests below the one-block
+/// bound get in the pre-fill (plan_warmup).
+constexpr double small_share_boost = 2.0;
+
 /// Margin on the arena's release_threshold for rounding blocks to granules.
 constexpr std::size_t threshold_margin = 32 * MiB;
 
@@ -107,15 +111,28 @@ std::vector<warmup_block> plan_warmup(const warmup_profile& profile, std::size_t
     total_weight += weight[i];
   }
   if (total_weight == 0) return {{round_up(profile.bytes, min_alignment), 1}};
+  // Small requests get small_share_boost times their share of the traffic,
+  // taken from the one block: long-lived small tensors hold more of the peak
+  // than of the traffic.
+  double small_weight = 0;
+  for (std::size_t i = 0; i < size_histogram_buckets && (std::size_t{1} << i) < one_block_from; ++i) {
+    small_weight += weight[i];
+  }
+  const double small_fraction = std::min(1.0, small_share_boost * small_weight / total_weight);
+  const double small_scale = small_weight > 0 ? small_fraction * total_weight / small_weight : 0;
+  const double large_scale =
+      total_weight > small_weight ? (1 - small_fraction) * total_weight / (total_weight - small_weight) : 0;
 
   std::map<std::size_t, std::size_t, std::greater<>> blocks;
   double one_block = 0;  // the share of the large buckets, pre-filled as one block
   double carry = 0;      // bytes moved up from a bucket that hit max_blocks_per_size
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) {
-    const double share = static_cast<double>(profile.bytes) * weight[i] / total_weight + carry;
+    const bool large = (std::size_t{1} << i) >= one_block_from;
+    const double share =
+        static_cast<double>(profile.bytes) * weight[i] / total_weight * (large ? large_scale : small_scale) + carry;
     carry = 0;
     if (share <= 0) continue;
-    if ((std::size_t{1} << i) >= one_block_from) {
+    if (large) {
       one_block += share;
       continue;
     }
@@ -245,9 +262,9 @@ void warmup_policy::exhausted(void* p, std::size_t bytes, stream_t stream, std::
                         "pre-filled; set warmup_bytes to at least {})",
                         human_bytes(grown), human_bytes(profile_.bytes), profile_.source,
                         human_bytes(warmed_bytes_), human_bytes(suggested_bytes()))
-          : fmt::format("the upstream gave warm-up memory back to the backend and needed it again "
-                        "({} backend memory calls since warm-up; warmup over arena needs "
-                        "release_threshold >= {})",
+          : fmt::format("the upstream unmapped or returned warm-up memory and needed the backend "
+                        "again ({} backend memory calls since warm-up; warm up on the stream that "
+                        "uses the memory, and warmup over arena needs release_threshold >= {})",
                         backend_calls_since_warmup(), human_bytes(warmed_bytes_));
   if (on_exhausted_ == warmup_exhausted::fail) {
     upstream_->deallocate(p, bytes, stream);

@@ -16,7 +16,8 @@
 //     requests only from its small pool's 2 MiB segments; buckets keeps slabs
 //     per size class. So with a profile the pre-fill follows its request-size
 //     histogram: the share (by bytes) of requests of small_size or more is one
-//     block, and each smaller log2 bucket gets its share in blocks spread
+//     block, and each smaller log2 bucket gets its share (doubled: small
+//     tensors live longer than their traffic suggests) in blocks spread
 //     over the bucket (four sizes, 1.25x to 2x its lower bound, which also
 //     warms four size classes of `buckets`). Without a histogram it is one
 //     block. Every block is allocated from the upstream on the warm-up
@@ -75,14 +76,17 @@ struct warmup_block {
   std::size_t count = 0;
 };
 
-/// The blocks a profile pre-fills, largest first. Histogram buckets of
-/// requests of `one_block_from` bytes or more (cfg.small_size: what caching
-/// serves from its large pool, where one segment is split for any of them)
-/// share one block; each smaller bucket gets its share of profile.bytes in
-/// blocks of four sizes across the bucket (of its top size when fewer than
-/// four such blocks make the share), at most 16384 blocks of one size (the
-/// rest moves up a bucket). Without a histogram: one block of profile.bytes.
-/// The total is within half a block per bucket of profile.bytes.
+/// The blocks a profile pre-fills, largest first. A bucket's share of
+/// profile.bytes is its share of the bytes requested over the run (count x
+/// mid-size), except that buckets below `one_block_from` together get twice
+/// theirs (at most all of it): long-lived small tensors hold more of the peak
+/// than of the traffic. Buckets of `one_block_from` bytes or more
+/// (cfg.small_size: what caching serves from its large pool, where one
+/// segment is split for any of them) share one block; each smaller bucket
+/// gets blocks of four sizes across the bucket (of its top size when fewer
+/// than four such blocks make the share), at most 16384 blocks of one size
+/// (the rest moves up a bucket). Without a histogram: one block of
+/// profile.bytes. The total is within half a block per bucket of profile.bytes.
 [[nodiscard]] std::vector<warmup_block> plan_warmup(const warmup_profile& profile,
                                                     std::size_t one_block_from = MiB);
 

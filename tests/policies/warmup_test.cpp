@@ -84,8 +84,8 @@ TEST(warmup_plan, a_byte_count_is_one_block_and_a_histogram_shapes_the_rest) {
   EXPECT_EQ(plan[0].count, 1u);
 
   p.bytes = 512 * MiB;
-  p.size_histogram[12] = 100000;  // 4 KiB .. 8 KiB: 600 MiB asked in all
-  p.size_histogram[26] = 6;       // 64 MiB .. 128 MiB: 576 MiB asked
+  p.size_histogram[12] = 20000;  // 4 KiB .. 8 KiB: 19.6% of the bytes asked
+  p.size_histogram[26] = 5;      // 64 MiB .. 128 MiB: the rest
   plan = plan_warmup(p);
   std::size_t total = 0;
   std::size_t small = 0;
@@ -103,7 +103,9 @@ TEST(warmup_plan, a_byte_count_is_one_block_and_a_histogram_shapes_the_rest) {
   EXPECT_EQ(plan.size(), 5u) << "four sizes across the 4 KiB bucket and one large block";
   EXPECT_EQ(plan[0].count, 1u);
   EXPECT_NEAR(static_cast<double>(total), static_cast<double>(p.bytes), 4 * 8 * KiB + 512);
-  EXPECT_NEAR(static_cast<double>(small) / static_cast<double>(total), 600.0 / 1176.0, 0.01);
+  const double small_traffic = 20000 * 6144.0 / (20000 * 6144.0 + 5 * 96.0 * MiB);
+  EXPECT_NEAR(static_cast<double>(small) / static_cast<double>(total), 2 * small_traffic, 0.01)
+      << "small requests get twice their share of the traffic";
 }
 
 TEST(warmup_profile_loading, errors_name_the_file) {
