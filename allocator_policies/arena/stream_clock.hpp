@@ -92,7 +92,7 @@ class stream_clock {
   /// The stamp of memory freed by `later` after it was last freed by `earlier`
   /// (granules): the later of two on one stream, else a multi stamp.
   [[nodiscard]] free_stamp merge(free_stamp earlier, free_stamp later) const noexcept {
-    if (complete(earlier) || earlier.stream == later.stream) return later;
+    if (earlier.stream == later.stream || complete(earlier)) return later;
     return {free_stamp::multi, quiescent_epoch_};
   }
 

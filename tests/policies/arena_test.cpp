@@ -248,6 +248,7 @@ TEST(arena_test, destruction_returns_everything) {
     arena_policy arena(config{}, sim, eager);
     std::vector<void*> keep;
     for (int i = 0; i < 20; ++i) keep.push_back(arena.allocate(300 * KiB, s));
+    sim.submit(s);  // work on s uses the blocks
     for (int i = 0; i < 20; i += 2) arena.deallocate(keep[i], 300 * KiB, s);  // pending on s
     (void)arena.allocate(MiB, nullptr);  // leaks one block on purpose
   }
@@ -270,11 +271,13 @@ TEST(arena_test, another_stream_waits_for_the_freeing_streams_work) {
     void* x = arena.allocate(MiB, s);
     void* a = arena.allocate(MiB, s);
     void* y = arena.allocate(MiB, s);
-    arena.deallocate(a, MiB, s);  // S's work on `a` is not complete
+    sim.submit(s);                // work on S uses `a`...
+    arena.deallocate(a, MiB, s);  // ...and is not complete when `a` is freed
     void* on_t = arena.allocate(MiB, t);
     EXPECT_NE(on_t, a);
     void* on_s = arena.allocate(MiB, s);
     EXPECT_EQ(on_s, a) << "the freeing stream reuses at once";
+    sim.submit(s);
     arena.deallocate(on_s, MiB, s);
     void* still = arena.allocate(MiB, t);
     EXPECT_NE(still, a);
@@ -297,7 +300,9 @@ TEST(arena_test, a_destroyed_stream_does_not_keep_memory_from_being_returned) {
   {
     arena_policy arena(config{}, sim);
     stream_t s = sim.create_stream();
-    arena.deallocate(arena.allocate(4 * MiB, s), 4 * MiB, s);
+    void* p = arena.allocate(4 * MiB, s);
+    sim.submit(s);
+    arena.deallocate(p, 4 * MiB, s);
     sim.destroy_stream(s);
   }
   EXPECT_EQ(sim.counters().held_bytes, 0u);
@@ -310,17 +315,21 @@ TEST(arena_test, granules_are_unmapped_only_after_their_frees_completed) {
   arena_policy arena(config{}, sim, eager);
   stream_t s = sim.create_stream();
   void* a = arena.allocate(8 * MiB, s);
+  sim.submit(s);
   arena.deallocate(a, 8 * MiB, s);
   EXPECT_EQ(calls(sim, backend_call::unmap), 0u);
   EXPECT_EQ(arena.state().reserved, 8 * MiB);
   sim.complete(s);  // completes the event the trim above recorded
   void* b = arena.allocate(2 * MiB, s);  // lands on a cached granule
-  arena.deallocate(b, 2 * MiB, s);       // frees it again (not complete): trims the other three
+  sim.submit(s);
+  arena.deallocate(b, 2 * MiB, s);  // frees it again (not complete): trims the other three
   EXPECT_EQ(arena.state().reserved, 2 * MiB);
   EXPECT_EQ(calls(sim, backend_call::unmap), 3u);
   // release_cached waits for what is pending.
   void* c = arena.allocate(6 * MiB, s);
+  sim.submit(s);
   arena.deallocate(c, 6 * MiB, s);
+  EXPECT_GT(arena.state().reserved, 0u);
   arena.release_cached();
   EXPECT_EQ(arena.state().reserved, 0u);
   EXPECT_EQ(sim.counters().held_bytes, 0u);
