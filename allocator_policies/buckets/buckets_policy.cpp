@@ -46,21 +46,13 @@ struct buckets_policy::stream_pool {
   std::vector<slab_list> open;
 };
 
-namespace {
-
-[[nodiscard]] std::string upstream_name(const device_allocator& upstream) {
-  return fmt::format("buckets:{}", upstream.name());
-}
-
-}  // namespace
-
 buckets_policy::buckets_policy(const config& cfg, std::unique_ptr<device_allocator> upstream)
     : upstream_(std::move(upstream)),
       slab_size_(cfg.slab_size),
       reserve_(cfg.slab_reserve),
       classes_(buckets::class_count(cfg.buckets_limit)) {
   if (upstream_ == nullptr) throw invalid_argument("buckets: no upstream policy");
-  name_ = upstream_name(*upstream_);
+  name_ = fmt::format("buckets:{}", upstream_->name());
   if (!std::has_single_bit(slab_size_) || slab_size_ > GiB) {
     throw invalid_argument(fmt::format(
         "buckets: slab_size {} is not a power of two of at most 1GiB", slab_size_));

@@ -150,6 +150,13 @@ static_assert(class_index(4096) == 7 && class_index(4097) == 8 && class_index(51
 
 }  // namespace buckets
 
+/// Size-class slabs for requests up to buckets_limit over an owned upstream
+/// policy, which also serves every larger request. Stream order as
+/// device_allocator says (slabs per stream, see the comment above). Pointers
+/// are 512-aligned; allocation_size is the class size (the upstream's for
+/// larger requests). Deallocate reports double frees, pointers that are not a
+/// slot start, and sizes of another class. Not thread-safe (wrap it in
+/// thread_safe_adaptor).
 class buckets_policy final : public device_allocator {
  public:
   static constexpr std::string_view policy_name = "buckets";

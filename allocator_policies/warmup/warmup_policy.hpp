@@ -96,6 +96,10 @@ struct warmup_block {
 /// read (the warmup policy then reports the error).
 [[nodiscard]] config warmup_upstream_config(const config& cfg);
 
+/// Pre-fills an owned upstream policy from a profile at construction, then
+/// forwards every call to it, watching allocations for backend calls (see the
+/// comment above). Stream order, alignment, sizes and misuse reports are the
+/// upstream's. Not thread-safe (wrap it in thread_safe_adaptor).
 class warmup_policy final : public device_allocator {
  public:
   static constexpr std::string_view policy_name = "warmup";
