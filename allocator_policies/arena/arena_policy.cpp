@@ -21,8 +21,8 @@
 // landing on unmapped granules gets handles from the pool of unmapped ones,
 // else steals the oldest wholly free ("cached") granule by unmapping it, and
 // only when neither exists creates a new one. A granule no live block touches
-// is cached: it stays mapped while at most release_threshold bytes are
-// cached, and beyond that the oldest are unmapped into the pool. Hence:
+// is cached (kept mapped); see "Driver calls" for when it is unmapped into
+// the pool. Hence:
 //  * physical memory held grows only when every held granule is touched by a
 //    live block: the peak held is the peak of touched granules, whatever the
 //    addresses. Reserved bytes follow live bytes; the only waste is the
@@ -39,14 +39,16 @@
 // none. A newly touched run of granules costs one map per granule and one
 // set_access for the whole run; unmap is per granule (a mapping is unmapped
 // whole). set_access and unmap are the expensive calls (16 and 11 us per
-// page on an H200), so the threshold matters: a free granule kept mapped is
+// page on an H200), so what to keep mapped matters. A cached granule is
 // reused at its own address for free, and because cached granules are
-// stolen before anything is created, a generous release_threshold costs no
-// peak memory at all. With release_threshold at least the memory a training
-// step frees and takes again, steady-state steps map and unmap nothing.
-// With 0 granules are unmapped once their frees are complete; on a GPU that
-// is when the event recorded on the freeing stream completed, which the host
-// sees a little later, so back-to-back reuse on one stream still maps nothing.
+// stolen before anything is created, keeping them costs no peak memory. So
+// cached granules up to release_threshold bytes stay mapped indefinitely, and
+// beyond it a cached granule is unmapped into the pool only once it stayed
+// cached for release_delay allocator calls (2^20 by default): a hysteresis
+// under which memory a training step frees and the next takes again is never
+// unmapped, and a steady-state step maps and unmaps nothing. Unmapping every
+// free granule at once (release_delay 0) keeps the same peak but sends most
+// operations of a training trace to the driver (docs/policies/arena.md).
 //
 // Stream order (stream_clock.hpp). A free is stamped with its stream's tick
 // and costs no backend call. Same-stream reuse is immediate. Another stream

@@ -95,11 +95,6 @@ class block_index {
     return where.at == side::front ? b.addr : b.addr + b.size - bytes;
   }
 
-  /// The live block at `addr`, or nil.
-  [[nodiscard]] std::uint32_t find_live(std::uintptr_t addr) const noexcept {
-    auto it = live_.find(addr);
-    return it == live_.end() ? nil : it->second;
-  }
   /// Forgets the live block at `addr` and returns it (nil if there is none);
   /// release() must follow.
   [[nodiscard]] std::uint32_t take_live(std::uintptr_t addr) noexcept {
