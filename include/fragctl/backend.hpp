@@ -140,9 +140,11 @@ class device_backend {
   [[nodiscard]] std::optional<physical_handle> create_physical(std::size_t bytes);
   /// Releases a physical allocation; it must be unmapped everywhere.
   void release_physical(physical_handle handle, std::size_t bytes);
-  /// Maps `bytes` of `handle` starting at `offset` at address `va` (inside a
-  /// reserved range, not mapped). Returns false when out of memory.
-  [[nodiscard]] bool map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset = 0);
+  /// Maps the first `bytes` of `handle` at address `va` (inside a reserved
+  /// range, not mapped). A handle is always mapped from its start: CUDA's
+  /// cuMemMap refuses any other offset (measured on an H200, docs/backends.md).
+  /// Returns false when out of memory.
+  [[nodiscard]] bool map(void* va, std::size_t bytes, physical_handle handle);
   /// Grants this device read-write access to a mapped range. Must follow map
   /// before the memory is used. Returns false when out of memory.
   [[nodiscard]] bool set_access(void* va, std::size_t bytes);
@@ -195,7 +197,7 @@ class device_backend {
   virtual void do_release_address(void* base, std::size_t bytes) = 0;
   virtual std::optional<physical_handle> do_create_physical(std::size_t bytes) = 0;
   virtual void do_release_physical(physical_handle handle, std::size_t bytes) = 0;
-  virtual bool do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) = 0;
+  virtual bool do_map(void* va, std::size_t bytes, physical_handle handle) = 0;
   virtual bool do_set_access(void* va, std::size_t bytes) = 0;
   virtual void do_unmap(void* va, std::size_t bytes) = 0;
   virtual event_t do_create_event() = 0;

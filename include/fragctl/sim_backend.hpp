@@ -101,7 +101,7 @@ class sim_backend final : public device_backend {
   void do_release_address(void* base, std::size_t bytes) override;
   std::optional<physical_handle> do_create_physical(std::size_t bytes) override;
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
-  bool do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) override;
+  bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;

@@ -99,9 +99,9 @@ void device_backend::release_physical(physical_handle handle, std::size_t bytes)
   sub_held(bytes);
 }
 
-bool device_backend::map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) {
+bool device_backend::map(void* va, std::size_t bytes, physical_handle handle) {
   count(backend_call::map);
-  const bool ok = do_map(va, bytes, handle, offset);
+  const bool ok = do_map(va, bytes, handle);
   if (!ok) failed_allocations_.fetch_add(1, std::memory_order_relaxed);
   return ok;
 }

@@ -195,45 +195,6 @@ TEST_F(cuda_backend_test, remapped_handles_carry_their_data) {
   EXPECT_EQ(c.of(backend_call::release_physical), 2u);
 }
 
-// The contract lets map() start at a granule offset into a handle. The
-// driver's documentation of cuMemMap says the offset "currently must be zero";
-// this test isolates that case so a run on a GPU says which is true.
-TEST_F(cuda_backend_test, maps_a_handle_from_a_granule_offset) {
-  if (!backend_->supports_virtual_memory()) GTEST_SKIP() << "device has no virtual memory management";
-  const std::size_t g = backend_->granularity();
-  void* base = backend_->reserve_address(2 * g);
-  ASSERT_NE(base, nullptr);
-  auto* va = static_cast<char*>(base);
-  const auto handle = backend_->create_physical(2 * g);
-  ASSERT_TRUE(handle.has_value());
-  void* host = backend_->allocate_host(2 * g);
-  ASSERT_NE(host, nullptr);
-  auto* h = static_cast<char*>(host);
-
-  ASSERT_TRUE(backend_->map(va, 2 * g, *handle));
-  ASSERT_TRUE(backend_->set_access(va, 2 * g));
-  fill_pattern(h, g, 5);
-  fill_pattern(h + g, g, 6);
-  backend_->memcpy_async(va, host, 2 * g, nullptr);
-  backend_->synchronize_stream(nullptr);
-  backend_->unmap(va, 2 * g);
-
-  bool mapped = false;
-  EXPECT_NO_THROW(mapped = backend_->map(va + g, g, *handle, g)) << "offset mapping refused by the driver";
-  if (mapped) {
-    ASSERT_TRUE(backend_->set_access(va + g, g));
-    std::memset(host, 0, g);
-    backend_->memcpy_async(host, va + g, g, nullptr);
-    backend_->synchronize_stream(nullptr);
-    EXPECT_EQ(first_mismatch(h, g, 6), -1) << "the second granule of the handle is not what was mapped";
-    backend_->unmap(va + g, g);
-  }
-  backend_->free_host(host, 2 * g);
-  backend_->release_physical(*handle, 2 * g);
-  backend_->release_address(base, 2 * g);
-  EXPECT_EQ(backend_->counters().held_bytes, 0u);
-}
-
 TEST_F(cuda_backend_test, physical_allocation_beyond_the_device_returns_nullopt) {
   if (!backend_->supports_virtual_memory()) GTEST_SKIP() << "device has no virtual memory management";
   const memory_info info = backend_->get_memory_info();

@@ -153,10 +153,10 @@ void cuda_backend::do_release_physical(physical_handle handle, std::size_t /*byt
   if (rc != CUDA_SUCCESS) fail(rc, "cuMemRelease");
 }
 
-bool cuda_backend::do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) {
+bool cuda_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
   require_virtual_memory("map");
   context_scope scope(*this);
-  const CUresult rc = api_.mem_map(device_address(va), bytes, offset,
+  const CUresult rc = api_.mem_map(device_address(va), bytes, 0,
                                    static_cast<CUmemGenericAllocationHandle>(handle.value), 0);
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return false;
   if (rc != CUDA_SUCCESS) fail(rc, "cuMemMap");

@@ -10,8 +10,7 @@
 // Cost. Event and stream calls take no lock and allocate nothing: they are a
 // context check plus the driver call. Only error paths allocate (the message).
 //
-// Map offsets are passed to cuMemMap unchanged, although its documentation
-// says the offset "currently must be zero" (docs/backends.md, "Open question").
+// Handles are mapped from offset 0, the only offset cuMemMap accepts.
 #pragma once
 
 #include <cuda.h>
@@ -51,7 +50,7 @@ class cuda_backend final : public device_backend {
   void do_release_address(void* base, std::size_t bytes) override;
   std::optional<physical_handle> do_create_physical(std::size_t bytes) override;
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
-  bool do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) override;
+  bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;

@@ -160,10 +160,10 @@ void hip_backend::do_release_physical(physical_handle handle, std::size_t /*byte
   if (const hipError_t rc = api_.mem_release(to_hip(handle)); rc != hipSuccess) fail(rc, "hipMemRelease");
 }
 
-bool hip_backend::do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) {
+bool hip_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
   require_virtual_memory("map");
   device_scope scope(*this);
-  const hipError_t rc = api_.mem_map(va, bytes, offset, to_hip(handle), 0);
+  const hipError_t rc = api_.mem_map(va, bytes, 0, to_hip(handle), 0);
   if (rc == hipErrorOutOfMemory) return false;
   if (rc != hipSuccess) fail(rc, "hipMemMap");
   return true;
@@ -200,7 +200,7 @@ std::optional<physical_handle> hip_backend::do_create_physical(std::size_t /*byt
 void hip_backend::do_release_physical(physical_handle /*handle*/, std::size_t /*bytes*/) {
   require_virtual_memory("release_physical");
 }
-bool hip_backend::do_map(void* /*va*/, std::size_t /*bytes*/, physical_handle /*handle*/, std::size_t /*offset*/) {
+bool hip_backend::do_map(void* /*va*/, std::size_t /*bytes*/, physical_handle /*handle*/) {
   require_virtual_memory("map");
   return false;
 }

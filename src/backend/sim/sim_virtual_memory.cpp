@@ -135,22 +135,18 @@ void sim_backend::do_release_physical(physical_handle handle, std::size_t bytes)
   s.handles.erase(it);
 }
 
-bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle, std::size_t offset) {
+bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
   s.require_virtual_memory("map");
   const std::uintptr_t a = address_of(va);
   s.require_granular("map", a, bytes);
-  if (offset % s.options.granularity != 0) {
-    fail(sim_error::invalid_value,
-         fmt::format("map: offset {} is not a multiple of the granularity", offset));
-  }
   auto h = s.handles.find(handle.value);
   if (h == s.handles.end())
     fail(sim_error::invalid_handle, fmt::format("map: {} is not a live handle", handle.value));
-  if (offset > h->second.bytes || bytes > h->second.bytes - offset) {
-    fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) runs past the end of handle {} ({} bytes)",
-                                               offset, bytes, handle.value, h->second.bytes));
+  if (bytes > h->second.bytes) {
+    fail(sim_error::invalid_value, fmt::format("map: {} bytes run past the end of handle {} ({} bytes)",
+                                               bytes, handle.value, h->second.bytes));
   }
   if (!s.in_reservation(a, bytes)) {
     fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) is not inside one reserved range", va, bytes));
@@ -159,10 +155,10 @@ bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle, st
     fail(sim_error::invalid_value, fmt::format("map: [{}, +{}) overlaps an existing mapping", va, bytes));
   }
   if (s.take_fault(sim_fault_target::map)) return false;
-  if (s.options.backed && !sim_detail::map_file(va, bytes, s.memory_file, h->second.file_offset + offset)) {
+  if (s.options.backed && !sim_detail::map_file(va, bytes, s.memory_file, h->second.file_offset)) {
     return false;
   }
-  s.mappings.emplace(a, sim_detail::mapping{bytes, handle.value, offset});
+  s.mappings.emplace(a, sim_detail::mapping{bytes, handle.value, 0});
   ++h->second.mappings;
   return true;
 }
