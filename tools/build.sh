@@ -11,4 +11,4 @@ if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" ]; then
   args+=(-DFRAGCTL_WITH_CUDA=OFF)
 fi
 cmake -S . -B "$build" "${args[@]}" "$@" >/dev/null
-cmake --build "$build" -j "$(nproc)"
+cmake --build "$build" -j "$(nproc)" ${FRAGCTL_KEEP_GOING:+-- -k 0}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: build, run the whole test suite (GPU tests included) and
 # replay the traces through every policy on the cuda backend, beside sim.
-# Writes logs and JSON results into ${OUT:-gpu-results}.
+# Writes logs and JSON results into ${OUT:-gpu-results}. Warnings are not
+# fatal here: the GPU image's newer compiler warns inside fmt's headers.
 #   tools/gpu-check.sh [TRACE...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +13,8 @@ mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   nvcc --version | tail -1
 } | tee "$out/machine.txt"
-FRAGCTL_BUILD_TYPE=Release FRAGCTL_BUILD_DIR=build-gpu tools/build.sh -DFRAGCTL_BUILD_TESTS=ON \
-  > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+FRAGCTL_KEEP_GOING=1 FRAGCTL_BUILD_TYPE=Release FRAGCTL_BUILD_DIR=build-gpu tools/build.sh -DFRAGCTL_BUILD_TESTS=ON -DFRAGCTL_WERROR=OFF ${FRAGCTL_CMAKE_ARGS:-} \
+  > "$out/build.log" 2>&1 || { grep -E "error:|FAILED" "$out/build.log" | grep -v Werror | head -40; exit 1; }
 ctest --test-dir build-gpu -j 8 --timeout 600 --output-on-failure > "$out/ctest.log" 2>&1
 echo "ctest exit $?"; grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tail -30
 grep -h "no CUDA device" build-gpu/Testing/Temporary/LastTest.log | head -3

@@ -4,6 +4,8 @@
 // fmt and splits with these.)
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
