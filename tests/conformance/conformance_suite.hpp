@@ -9,7 +9,10 @@
 //   INSTANTIATE_TYPED_TEST_SUITE_P(caching, conformance, caching_tag);
 //
 // A tag may also carry `static constexpr const char* conf` (FRAGCTL_CONF
-// syntax) and `static constexpr bool virtual_memory` (sim offers VM calls).
+// syntax), `static constexpr bool virtual_memory` (sim offers VM calls), and
+// `static constexpr bool fixed_reservation = true` for a policy that holds one
+// pre-reserved block for its life (the arena's fallback without VM), whose
+// release_cached cannot return memory while any block is live.
 //
 // Everything runs on the sim backend: accounting mode for long sequences
 // checked against an interval model, backed mode where tests write patterns
@@ -174,7 +177,8 @@ TYPED_TEST_P(conformance, random_sequence_matches_interval_model) {
   std::vector<block> live;
   std::size_t allocated = 0;
   for (int step = 0; step < 20000; ++step) {
-    if (live.empty() || rng() % 100 < 55) {
+    // At most 300 live blocks (about 1 GiB): the test is about placement, not capacity.
+    if (live.empty() || (live.size() < 300 && rng() % 100 < 55)) {
       const std::size_t n = fragctl::testing::log_uniform(rng, 1, 64 * MiB);
       void* p = t.allocator->allocate(n);
       ASSERT_TRUE(model.insert(reinterpret_cast<std::uintptr_t>(p), n))
@@ -372,7 +376,9 @@ TYPED_TEST_P(conformance, release_cached_keeps_live_blocks) {
   const fragctl::pool_state after = t.allocator->state();
   EXPECT_LE(after.reserved, before);
   EXPECT_GE(after.reserved, t.allocator->allocation_size(5 * MiB));
-  EXPECT_LT(after.reserved, before) << "release_cached returned nothing of 48 MiB of free blocks";
+  if constexpr (!requires { TypeParam::fixed_reservation; }) {
+    EXPECT_LT(after.reserved, before) << "release_cached returned nothing of 48 MiB of free blocks";
+  }
   EXPECT_TRUE(fragctl::testing::stamped(keep, 5 * MiB, 42));
   t.allocator->deallocate(keep, 5 * MiB);
 }
