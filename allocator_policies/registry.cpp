@@ -171,6 +171,18 @@ const std::vector<policy_info>& policies() {
   return infos;
 }
 
+const std::vector<std::string>& documented_compositions() {
+  static const std::vector<std::string> expressions = [] {
+    std::vector<std::string> v;
+    for (const char* e : {"caching", "arena", "buckets:caching", "buckets:arena", "warmup:arena",
+                          "warmup:buckets:arena"}) {
+      if (validate_policy(e).ok()) v.emplace_back(e);
+    }
+    return v;
+  }();
+  return expressions;
+}
+
 std::string default_policy(const device_backend& backend) {
   if (backend.supports_virtual_memory() && find("arena") != nullptr) return "arena";
   return "caching";

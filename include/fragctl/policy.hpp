@@ -44,6 +44,12 @@ struct policy_info {
 /// Every policy FRAGCTL_POLICY accepts.
 [[nodiscard]] const std::vector<policy_info>& policies();
 
+/// The expressions the documentation recommends and the conformance suite
+/// covers, base policies first: "caching", "arena", "buckets:caching",
+/// "buckets:arena", "warmup:arena", "warmup:buckets:arena" (those whose
+/// policies are registered). `fragctl replay --policy all` replays these.
+[[nodiscard]] const std::vector<std::string>& documented_compositions();
+
 /// The default policy expression for a backend ("arena" with virtual memory,
 /// else "caching").
 [[nodiscard]] std::string default_policy(const device_backend& backend);

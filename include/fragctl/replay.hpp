@@ -61,8 +61,8 @@ struct replay_result {
 /// the backend cannot be created or fails.
 [[nodiscard]] replay_result replay(const trace& t, const replay_options& options);
 
-/// The policy expressions `fragctl replay --policy all` runs: every
-/// registered policy by name (wrappers over their default base).
+/// The policy expressions `fragctl replay --policy all` runs:
+/// documented_compositions() (fragctl/policy.hpp).
 [[nodiscard]] std::vector<std::string> replay_policy_set();
 
 /// A result as one JSON object (keys as the fields above; "stats" holds the

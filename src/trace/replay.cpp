@@ -183,11 +183,7 @@ replay_result replay(const trace& t, const replay_options& options) {
   return r;
 }
 
-std::vector<std::string> replay_policy_set() {
-  std::vector<std::string> names;
-  for (const policy_info& p : policies()) names.emplace_back(p.name);
-  return names;
-}
+std::vector<std::string> replay_policy_set() { return documented_compositions(); }
 
 namespace {
 
