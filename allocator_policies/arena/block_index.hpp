@@ -21,7 +21,8 @@
 // freed next to a large clean one does not taint it: a stream that may not
 // use the dirty part yet takes a clean prefix or suffix instead. Blocks with
 // pending frees on two different streams are not coalesced (until one of
-// them is complete).
+// them is complete), nor two blocks of one stream whose hull would taint more
+// clean memory than they have dirty.
 //
 // Not thread-safe. allocate() and release() never allocate memory once
 // prepare() succeeded, so the hot path makes no heap allocation.
@@ -155,10 +156,16 @@ class block_index {
     if (b.addr + b.size - b.dirty_hi >= bytes) return side::back;
     return std::nullopt;
   }
-  /// Whether free neighbours may coalesce: not when both have pending frees
-  /// on different streams.
+  /// Whether free neighbours a (lower) and b may coalesce. Not when both
+  /// have pending frees on different streams; not when both have pending
+  /// frees on one stream and the clean memory between their dirty parts,
+  /// which the merged block's dirty interval would cover, is larger than the
+  /// dirty parts themselves (other streams could use it now).
   [[nodiscard]] static bool joinable(const block& a, const block& b, const stream_clock& clock) noexcept {
-    return a.stamp.stream == b.stamp.stream || clock.complete(a.stamp) || clock.complete(b.stamp);
+    if (clock.complete(a.stamp) || clock.complete(b.stamp)) return true;
+    if (a.stamp.stream != b.stamp.stream) return false;
+    const std::size_t gap = (a.addr + a.size - a.dirty_hi) + (b.dirty_lo - b.addr);
+    return gap <= (a.dirty_hi - a.dirty_lo) + (b.dirty_hi - b.dirty_lo);
   }
   /// Coalesces free block `hi` (in no class list) into its lower neighbour
   /// `lo` (in no class list); they must be joinable.
