@@ -75,6 +75,7 @@ enum class backend_call : std::uint8_t {
   allocate_host,
   free_host,
   memcpy_async,
+  wait_event,
   count_  // number of kinds; not a call
 };
 
@@ -166,6 +167,14 @@ class device_backend {
   void synchronize_event(event_t event);
   /// Blocks the calling thread until all work queued on `stream` completed.
   void synchronize_stream(stream_t stream);
+  /// Makes all work queued on `stream` after this call wait until `event`
+  /// has completed (cuStreamWaitEvent / hipStreamWaitEvent); never blocks the
+  /// calling thread. Waits for the work `event` marked when this call is made:
+  /// recording the event again later does not change what `stream` waits for.
+  /// An event never recorded is complete. The base implementation, for
+  /// backends that cannot order streams on the device, blocks the calling
+  /// thread in synchronize_event instead (correct, not asynchronous).
+  void wait_event(stream_t stream, event_t event);
   /// Creates a non-blocking stream (for tests, benchmarks and copy engines).
   [[nodiscard]] stream_t create_stream();
   void destroy_stream(stream_t stream);
@@ -206,6 +215,7 @@ class device_backend {
   virtual bool do_query_event(event_t event) = 0;
   virtual void do_synchronize_event(event_t event) = 0;
   virtual void do_synchronize_stream(stream_t stream) = 0;
+  virtual void do_wait_event(stream_t /*stream*/, event_t event) { do_synchronize_event(event); }
   virtual stream_t do_create_stream() = 0;
   virtual void do_destroy_stream(stream_t stream) = 0;
   virtual memory_info do_get_memory_info() = 0;

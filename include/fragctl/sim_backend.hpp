@@ -23,7 +23,9 @@
 // completes at once (every event is complete when queried). With
 // `manual_completion`, work completes only when the test calls
 // complete(stream) or complete_all(); synchronize_* complete what they wait
-// for, as a GPU would finish it. Any stream value is accepted (a caller's
+// for, as a GPU would finish it. wait_event(s, e) on a pending event holds
+// the work s queues afterwards: complete(s) stops before it until e's stream
+// has completed e (complete_all and synchronize_* complete both). Any stream value is accepted (a caller's
 // stream, such as a trace's, is met on first use); only streams from
 // create_stream may be destroyed. Copies run synchronously when submitted
 // (backed) or not at all when a side is a fake device address (accounting).
@@ -68,7 +70,8 @@ class sim_backend final : public device_backend {
   /// Queues one unit of simulated work (a kernel launch) on `stream`; with
   /// manual_completion it stays pending until complete()/synchronize.
   void submit(stream_t stream);
-  /// Completes all work submitted to `stream` so far.
+  /// Completes all work submitted to `stream` so far, except work held by a
+  /// wait_event whose event has not completed (that work and what follows it).
   void complete(stream_t stream);
   /// Completes all work on every stream.
   void complete_all();
@@ -110,6 +113,7 @@ class sim_backend final : public device_backend {
   bool do_query_event(event_t event) override;
   void do_synchronize_event(event_t event) override;
   void do_synchronize_stream(stream_t stream) override;
+  void do_wait_event(stream_t stream, event_t event) override;
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;

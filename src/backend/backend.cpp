@@ -28,6 +28,7 @@ std::string_view to_string(backend_call call) noexcept {
     case backend_call::allocate_host: return "allocate_host";
     case backend_call::free_host: return "free_host";
     case backend_call::memcpy_async: return "memcpy_async";
+    case backend_call::wait_event: return "wait_event";
     case backend_call::count_: break;
   }
   return "unknown";
@@ -146,6 +147,11 @@ void device_backend::synchronize_event(event_t event) {
 void device_backend::synchronize_stream(stream_t stream) {
   count(backend_call::synchronize_stream);
   do_synchronize_stream(stream);
+}
+
+void device_backend::wait_event(stream_t stream, event_t event) {
+  count(backend_call::wait_event);
+  do_wait_event(stream, event);
 }
 
 stream_t device_backend::create_stream() {

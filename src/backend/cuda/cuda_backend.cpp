@@ -224,6 +224,12 @@ void cuda_backend::do_synchronize_stream(stream_t stream) {
   }
 }
 
+void cuda_backend::do_wait_event(stream_t stream, event_t event) {
+  context_scope scope(*this);
+  const CUresult rc = api_.stream_wait_event(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0);
+  if (rc != CUDA_SUCCESS) fail(rc, "cuStreamWaitEvent");
+}
+
 stream_t cuda_backend::do_create_stream() {
   context_scope scope(*this);
   CUstream stream = nullptr;

@@ -59,6 +59,7 @@ class cuda_backend final : public device_backend {
   bool do_query_event(event_t event) override;
   void do_synchronize_event(event_t event) override;
   void do_synchronize_stream(stream_t stream) override;
+  void do_wait_event(stream_t stream, event_t event) override;
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;

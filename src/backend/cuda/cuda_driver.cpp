@@ -137,6 +137,7 @@ load_result load() {
   get(api.event_synchronize, "cuEventSynchronize", 2000, "cuEventSynchronize");
   get(api.stream_create, "cuStreamCreate", 2000, "cuStreamCreate");
   get(api.stream_synchronize, "cuStreamSynchronize", 2000, "cuStreamSynchronize");
+  get(api.stream_wait_event, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent");
   get(api.stream_destroy, "cuStreamDestroy", 4000, "cuStreamDestroy_v2");
   if (const char* missing = get.take_missing(); missing != nullptr) {
     return failure(fmt::format("cuda backend: driver {} lacks {}", version_text(api.version), missing),

@@ -56,6 +56,7 @@ struct driver_api {
   PFN_cuEventSynchronize_v2000 event_synchronize = nullptr;
   PFN_cuStreamCreate_v2000 stream_create = nullptr;
   PFN_cuStreamSynchronize_v2000 stream_synchronize = nullptr;
+  PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
   PFN_cuStreamDestroy_v4000 stream_destroy = nullptr;
 
   // Virtual memory management (optional).

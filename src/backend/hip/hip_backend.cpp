@@ -258,6 +258,13 @@ void hip_backend::do_synchronize_stream(stream_t stream) {
   }
 }
 
+void hip_backend::do_wait_event(stream_t stream, event_t event) {
+  device_scope scope(*this);
+  const hipError_t rc =
+      api_.stream_wait_event(static_cast<hipStream_t>(stream), static_cast<hipEvent_t>(event), 0);
+  if (rc != hipSuccess) fail(rc, "hipStreamWaitEvent");
+}
+
 stream_t hip_backend::do_create_stream() {
   device_scope scope(*this);
   hipStream_t stream = nullptr;

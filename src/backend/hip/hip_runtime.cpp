@@ -132,6 +132,7 @@ load_result load() {
   get(api.event_synchronize, "hipEventSynchronize");
   get(api.stream_create_with_flags, "hipStreamCreateWithFlags");
   get(api.stream_synchronize, "hipStreamSynchronize");
+  get(api.stream_wait_event, "hipStreamWaitEvent");
   get(api.stream_destroy, "hipStreamDestroy");
   get(api.host_malloc, "hipHostMalloc");
   if (api.host_malloc == nullptr) {

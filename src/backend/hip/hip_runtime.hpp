@@ -58,6 +58,7 @@ struct runtime_api {
   hipError_t (*event_synchronize)(hipEvent_t event) = nullptr;
   hipError_t (*stream_create_with_flags)(hipStream_t* stream, unsigned int flags) = nullptr;
   hipError_t (*stream_synchronize)(hipStream_t stream) = nullptr;
+  hipError_t (*stream_wait_event)(hipStream_t stream, hipEvent_t event, unsigned int flags) = nullptr;
   hipError_t (*stream_destroy)(hipStream_t stream) = nullptr;
 
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
@@ -65,9 +66,17 @@ struct mapping {
   std::uint64_t handle = 0;
   std::size_t offset = 0;
 };
+/// A wait_event on a stream: its work items numbered above `after` complete
+/// only once `stream`'s completed count reaches `stamp`.
+struct stream_wait {
+  std::uint64_t after = 0;
+  std::uintptr_t stream = 0;
+  std::uint64_t stamp = 0;
+};
 struct stream_state {
   std::uint64_t submitted = 0;  ///< work items queued so far
   std::uint64_t completed = 0;  ///< work items finished so far (<= submitted)
+  std::vector<stream_wait> waits;  ///< unmet waits, in the order they were queued
   bool created = false;         ///< by create_stream (else a caller's stream, met on first use)
   bool destroyed = false;
 };
@@ -133,6 +142,11 @@ struct sim_backend::state {
   [[nodiscard]] sim_detail::event_state& event_for(const char* call, event_t event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   [[nodiscard]] bool event_done(const sim_detail::event_state& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  /// Completes the work of `s` up to item `target`. Unmet waits stop it
+  /// there, unless `force`, which first completes what they wait for (as a GPU
+  /// finishes the work a synchronize waits on). Returns whether it moved.
+  bool advance(sim_detail::stream_state& s, std::uint64_t target, bool force, int depth = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   const sim_options options;
   const std::size_t page;  ///< host page size

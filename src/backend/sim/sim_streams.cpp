@@ -2,7 +2,11 @@
 // and work completed; an event remembers the stream and the submitted count
 // when it was recorded and is complete once the stream's completed count
 // reaches it. Streams the caller did not create (a framework's, a trace's) are
-// met on first use and live as long as the backend.
+// met on first use and live as long as the backend. A wait_event on a pending
+// event adds a wait to the stream: its later work cannot complete before the
+// awaited stream reaches the event's stamp.
+#include <algorithm>
+
 #include "backend/sim/sim_state.hpp"
 #include "fmt/format.h"
 #include "fragctl/sim_backend.hpp"
@@ -24,6 +28,29 @@ sim_detail::stream_state& sim_backend::state::stream_for(const char* call, strea
 void sim_backend::state::submit(sim_detail::stream_state& s) const {
   ++s.submitted;
   if (!options.manual_completion) s.completed = s.submitted;
+}
+
+bool sim_backend::state::advance(sim_detail::stream_state& s, std::uint64_t target, bool force,
+                                 int depth) {
+  // A cycle of waits is a deadlock on a GPU too; the depth bounds the search.
+  if (depth > 64) fail(sim_error::invalid_value, "wait_event: the streams wait on each other (deadlock)");
+  target = std::min(target, s.submitted);
+  std::size_t met = 0;
+  for (; met < s.waits.size() && s.waits[met].after < target; ++met) {
+    const sim_detail::stream_wait w = s.waits[met];
+    auto it = streams.find(w.stream);
+    if (it == streams.end() || it->second.completed >= w.stamp) continue;
+    if (force) {
+      advance(it->second, w.stamp, true, depth + 1);
+    } else {
+      target = w.after;
+      break;
+    }
+  }
+  s.waits.erase(s.waits.begin(), s.waits.begin() + static_cast<std::ptrdiff_t>(met));
+  if (target <= s.completed) return false;
+  s.completed = target;
+  return true;
 }
 
 sim_detail::event_state& sim_backend::state::event_for(const char* call, event_t event) {
@@ -77,14 +104,23 @@ void sim_backend::do_synchronize_event(event_t event) {
   const sim_detail::event_state& e = s.event_for("synchronize_event", event);
   if (!e.recorded) return;
   auto it = s.streams.find(e.stream);
-  if (it != s.streams.end() && it->second.completed < e.stamp) it->second.completed = e.stamp;
+  if (it != s.streams.end()) s.advance(it->second, e.stamp, /*force=*/true);
 }
 
 void sim_backend::do_synchronize_stream(stream_t stream) {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
   sim_detail::stream_state& st = s.stream_for("synchronize_stream", stream);
-  st.completed = st.submitted;
+  s.advance(st, st.submitted, /*force=*/true);
+}
+
+void sim_backend::do_wait_event(stream_t stream, event_t event) {
+  state& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  const sim_detail::event_state e = s.event_for("wait_event", event);
+  sim_detail::stream_state& st = s.stream_for("wait_event", stream);
+  if (s.event_done(e) || e.stream == sim_detail::address_of(stream)) return;  // nothing to wait for
+  st.waits.push_back({st.submitted, e.stream, e.stamp});
 }
 
 stream_t sim_backend::do_create_stream() {
@@ -121,13 +157,17 @@ void sim_backend::complete(stream_t stream) {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
   auto it = s.streams.find(address_of(stream));
-  if (it != s.streams.end()) it->second.completed = it->second.submitted;
+  if (it != s.streams.end()) s.advance(it->second, it->second.submitted, /*force=*/false);
 }
 
 void sim_backend::complete_all() {
   state& s = *state_;
   absl::MutexLock lock(&s.mu);
-  for (auto& [handle, st] : s.streams) st.completed = st.submitted;
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (auto& [handle, st] : s.streams) moved = s.advance(st, st.submitted, /*force=*/false) || moved;
+  }
 }
 
 }  // namespace fragctl
