@@ -212,6 +212,8 @@ class buckets_policy final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override { return upstream_->backend(); }
   std::string_view do_name() const noexcept override { return name_; }
+  // The upstream's layout: slabs appear as its live blocks.
+  memory_snapshot do_memory_map() const override { return upstream_->memory_map(); }
 
   [[nodiscard]] stream_pool& pool_for(stream_t stream);
   [[nodiscard]] stream_pool& find_or_add_pool(stream_t stream);

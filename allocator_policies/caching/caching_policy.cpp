@@ -6,6 +6,7 @@
 #include <exception>
 #include <iterator>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "fmt/format.h"
@@ -378,6 +379,47 @@ pool_state caching_policy::do_state() const {
   s.segments = segments_.size();
   s.retries = retries_;
   return s;
+}
+
+// Every segment from its head block, found by walking back from any block
+// the policy indexes (live, free or pending); a block withheld after a
+// failed event record is reached through its neighbours.
+memory_snapshot caching_policy::do_memory_map() const {
+  std::vector<const block*> known;
+  known.reserve(live_.size() + small_free_.size() + large_free_.size() + pending_.size());
+  for (const auto& [ptr, b] : live_) known.push_back(b);
+  for (const free_set* pool : {&small_free_, &large_free_})
+    for (const free_entry& e : *pool) known.push_back(e.node);
+  for (const pending_free& p : pending_) known.push_back(p.node);
+
+  absl::flat_hash_map<const char*, const block*> heads;
+  for (const block* b : known) {
+    while (b->prev != nullptr) b = b->prev;
+    heads.emplace(b->ptr, b);
+  }
+  memory_snapshot m;
+  m.available = true;
+  m.allocator = std::string(policy_name);
+  for (const auto& [ptr, seg] : segments_) {
+    memory_segment s;
+    s.address = reinterpret_cast<std::uintptr_t>(ptr);
+    s.size = seg.size;
+    s.stream = seg.stream;
+    const auto head = heads.find(static_cast<const char*>(ptr));
+    if (head != heads.end()) {
+      s.pool = head->second->small ? "small" : "large";
+      for (const block* b = head->second; b != nullptr; b = b->next) {
+        const block_use use = b->state == block_state::allocated ? block_use::live
+                              : b->state == block_state::pending ? block_use::pending
+                                                                 : block_use::free;
+        s.blocks.push_back({reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, use, b->stream});
+      }
+    }
+    m.segments.push_back(std::move(s));
+  }
+  std::sort(m.segments.begin(), m.segments.end(),
+            [](const memory_segment& a, const memory_segment& b) { return a.address < b.address; });
+  return m;
 }
 
 void caching_policy::throw_oom(std::size_t requested) {

@@ -120,6 +120,7 @@ class caching_policy final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override { return backend_; }
   std::string_view do_name() const noexcept override { return policy_name; }
+  memory_snapshot do_memory_map() const override;
 
   [[nodiscard]] std::size_t segment_size_for(std::size_t rounded) const noexcept;
   [[nodiscard]] bool should_split(const block& b, std::size_t rounded) const noexcept;

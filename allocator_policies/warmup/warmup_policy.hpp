@@ -143,6 +143,7 @@ class warmup_policy final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override { return upstream_->backend(); }
   std::string_view do_name() const noexcept override { return name_; }
+  memory_snapshot do_memory_map() const override { return upstream_->memory_map(); }
 
   void warm_up(stream_t stream);
   void exhausted(void* p, std::size_t bytes, stream_t stream, std::size_t held_now);

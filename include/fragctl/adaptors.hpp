@@ -12,13 +12,16 @@
 #include <string_view>
 
 #include "fragctl/device_allocator.hpp"
+#include "fragctl/error.hpp"
 #include "fragctl/stats.hpp"
 
 namespace fragctl {
 
 /// Counts requested and allocated bytes (current, peak), allocations, frees,
 /// OOMs, retries and a log2 size histogram; reads reserved bytes and backend
-/// calls from the backend's counters. Not thread-safe for concurrent
+/// calls from the backend's counters. Keeps the latest OOM failures with
+/// their diagnosis (fragctl/oom.hpp) and logs each as one warning line (the
+/// first oom_events_kept, then the 16th, 32nd, ...). Not thread-safe for concurrent
 /// allocate/deallocate (wrap in thread_safe_adaptor); stats() may be called
 /// from any thread at any time and sees each field atomically.
 class statistics_adaptor final : public device_allocator {
@@ -42,6 +45,9 @@ class statistics_adaptor final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
+  memory_snapshot do_memory_map() const override;
+
+  void record_oom(const oom_details& details, stream_t stream) noexcept;
 
   struct counters;
   std::unique_ptr<device_allocator> upstream_;
@@ -62,6 +68,7 @@ class thread_safe_adaptor final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
+  memory_snapshot do_memory_map() const override;
 
   std::unique_ptr<device_allocator> upstream_;
   mutable std::mutex mutex_;
@@ -85,6 +92,7 @@ class limiting_adaptor final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
+  memory_snapshot do_memory_map() const override;
 
   std::unique_ptr<device_allocator> upstream_;
   std::size_t limit_;
@@ -110,6 +118,7 @@ class tracing_adaptor final : public device_allocator {
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
+  memory_snapshot do_memory_map() const override;
 
   struct sink;
   std::unique_ptr<device_allocator> upstream_;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "fragctl/memory_map.hpp"
 #include "fragctl/types.hpp"
 
 namespace fragctl {
@@ -105,6 +106,15 @@ class device_allocator {
   /// Policy expression this allocator implements, e.g. "caching" or "stats(caching)".
   [[nodiscard]] std::string_view name() const noexcept { return do_name(); }
 
+  /// The allocator's memory layout now (fragctl/memory_map.hpp): the
+  /// segments it holds and the blocks that tile them. A policy that does not
+  /// describe its layout answers `available == false`; adaptors and wrappers
+  /// answer with their upstream's. `allocator` is filled with name() when the
+  /// policy leaves it empty. Not thread-safe against allocate/deallocate
+  /// unless the allocator is wrapped in a thread_safe_adaptor. O(blocks): for
+  /// reports, not for hot paths.
+  [[nodiscard]] memory_snapshot memory_map() const;
+
   /// Misuse seen by deallocate (pointers not owned / double frees, wrong sizes).
   struct misuse_counters {
     std::uint64_t not_owned = 0;
@@ -123,6 +133,8 @@ class device_allocator {
   virtual void do_release_cached() = 0;
   virtual device_backend& do_backend() const noexcept = 0;
   virtual std::string_view do_name() const noexcept = 0;
+  // Optional: the default describes nothing (available == false).
+  virtual memory_snapshot do_memory_map() const { return {}; }
 
   std::atomic<std::uint64_t> misuse_not_owned_{0};
   std::atomic<std::uint64_t> misuse_size_mismatch_{0};

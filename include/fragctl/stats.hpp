@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/device_allocator.hpp"
+#include "fragctl/oom.hpp"
 
 namespace fragctl {
 
@@ -29,6 +31,9 @@ struct byte_gauge {
 /// Number of buckets of the request-size histogram: bucket i counts requests
 /// with floor(log2(bytes)) == i (bucket 0 also holds 1-byte requests).
 inline constexpr std::size_t size_histogram_buckets = 48;
+
+/// How many of the latest OOM events the statistics keep (allocator_stats::oom_events).
+inline constexpr std::size_t oom_events_kept = 8;
 
 struct allocator_stats {
   std::string allocator;  ///< name() of the allocator measured
@@ -49,6 +54,10 @@ struct allocator_stats {
   pool_state pool;  ///< cache state when the stats were taken
 
   std::array<std::uint64_t, size_histogram_buckets> size_histogram{};
+
+  /// The latest OOM failures, oldest first, at most oom_events_kept (the
+  /// count of all of them is `ooms`), each with its diagnosis.
+  std::vector<oom_event> oom_events;
 
   /// peak reserved / peak requested; 1.0 is ideal; 0 when nothing was requested.
   [[nodiscard]] double reserved_over_requested() const noexcept;

@@ -2,6 +2,7 @@
 #include "fragctl/device_allocator.hpp"
 
 #include <cstdlib>
+#include <string>
 
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
@@ -39,6 +40,12 @@ void device_allocator::deallocate(void* ptr, std::size_t bytes, stream_t stream)
 #ifdef FRAGCTL_CHECKED
   std::abort();
 #endif
+}
+
+memory_snapshot device_allocator::memory_map() const {
+  memory_snapshot m = do_memory_map();
+  if (m.allocator.empty()) m.allocator = std::string(name());
+  return m;
 }
 
 device_allocator::misuse_counters device_allocator::misuse() const noexcept {

@@ -48,5 +48,6 @@ pool_state limiting_adaptor::do_state() const { return upstream_->state(); }
 void limiting_adaptor::do_release_cached() { upstream_->release_cached(); }
 device_backend& limiting_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view limiting_adaptor::do_name() const noexcept { return upstream_->name(); }
+memory_snapshot limiting_adaptor::do_memory_map() const { return upstream_->memory_map(); }
 
 }  // namespace fragctl

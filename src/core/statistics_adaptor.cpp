@@ -10,10 +10,15 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
+#include <deque>
+#include <mutex>
 
 #include "fragctl/adaptors.hpp"
 #include "fragctl/backend.hpp"
 #include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+#include "fragctl/oom.hpp"
 
 namespace fragctl {
 
@@ -54,6 +59,9 @@ struct statistics_adaptor::counters {
   std::atomic<std::uint64_t> not_owned{0};
   std::atomic<std::uint64_t> size_mismatch{0};
   std::array<std::atomic<std::uint64_t>, size_histogram_buckets> histogram{};
+  // The latest OOM events; OOMs are rare, so a lock is cheap enough here.
+  mutable std::mutex oom_mutex;
+  std::deque<oom_event> oom_events;
 
   void freed(std::size_t requested_bytes, std::size_t allocated_bytes) noexcept {
     subtract(requested, requested_bytes);
@@ -74,8 +82,9 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   void* ptr = nullptr;
   try {
     ptr = upstream_->allocate(bytes, stream);
-  } catch (const out_of_memory&) {
+  } catch (const out_of_memory& e) {
     add(c.ooms, std::uint64_t{1});
+    record_oom(e.details(), stream);
     throw;
   }
   const std::size_t rounded = upstream_->allocation_size(bytes);
@@ -108,6 +117,26 @@ free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
   return result;
 }
 
+// Keeps the event and logs it: every one of the first 8, then the 16th,
+// 32nd, ... so that a replay full of OOMs does not flood the log.
+void statistics_adaptor::record_oom(const oom_details& details, stream_t stream) noexcept {
+  counters& c = *counters_;
+  try {
+    const device_backend& backend = upstream_->backend();
+    oom_event e = make_oom_event(details, upstream_->name(), backend.supports_virtual_memory());
+    e.sequence = read(c.allocations) + read(c.ooms);
+    e.stream = reinterpret_cast<std::uintptr_t>(stream);
+    const std::uint64_t n = read(c.ooms);
+    if (n <= oom_events_kept || std::has_single_bit(n)) {
+      logger().warn("{} (OOM #{})", describe(e, upstream_->name()), n);
+    }
+    const std::lock_guard lock(c.oom_mutex);
+    c.oom_events.push_back(std::move(e));
+    if (c.oom_events.size() > oom_events_kept) c.oom_events.pop_front();
+  } catch (...) {  // out of host memory while reporting device OOM: the count is kept
+  }
+}
+
 allocator_stats statistics_adaptor::stats() const { return stats(upstream_->state()); }
 
 allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
@@ -129,6 +158,10 @@ allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
   s.reserved = {s.backend_calls.held_bytes, s.backend_calls.peak_held_bytes};
   s.pool = pool;
   s.retries = pool.retries;
+  {
+    const std::lock_guard lock(c.oom_mutex);
+    s.oom_events.assign(c.oom_events.begin(), c.oom_events.end());
+  }
   return s;
 }
 
@@ -139,5 +172,6 @@ pool_state statistics_adaptor::do_state() const { return upstream_->state(); }
 void statistics_adaptor::do_release_cached() { upstream_->release_cached(); }
 device_backend& statistics_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view statistics_adaptor::do_name() const noexcept { return upstream_->name(); }
+memory_snapshot statistics_adaptor::do_memory_map() const { return upstream_->memory_map(); }
 
 }  // namespace fragctl

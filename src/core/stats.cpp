@@ -52,6 +52,22 @@ using nlohmann::json;
 
 json gauge_json(const byte_gauge& g) { return json{{"current", g.current}, {"peak", g.peak}}; }
 
+json oom_event_json(const oom_event& e) {
+  const oom_details& d = e.details;
+  return json{{"sequence", e.sequence},
+              {"time_unix_ms", e.time_unix_ms},
+              {"stream", e.stream},
+              {"requested", d.requested},
+              {"reserved", d.reserved},
+              {"cached_free", d.cached_free},
+              {"largest_free_block", d.largest_free_block},
+              {"device_free", d.device_free},
+              {"device_total", d.device_total},
+              {"used_by_others", memory_used_by_others(d)},
+              {"verdict", std::string(to_string(e.verdict))},
+              {"advice", e.advice}};
+}
+
 // Reads one optional field of an object; absent leaves `out` unchanged.
 class reader {
  public:
@@ -114,6 +130,8 @@ class reader {
 }  // namespace
 
 json stats_to_json_value(const allocator_stats& s) {
+  json oom_events = json::array();
+  for (const oom_event& e : s.oom_events) oom_events.push_back(oom_event_json(e));
   json calls = json::object();
   for (std::size_t i = 0; i < s.backend_calls.calls.size(); ++i) {
     calls[std::string(to_string(static_cast<backend_call>(i)))] = s.backend_calls.calls[i];
@@ -147,6 +165,7 @@ json stats_to_json_value(const allocator_stats& s) {
         {"segments", s.pool.segments},
         {"retries", s.pool.retries}}},
       {"size_histogram", s.size_histogram},
+      {"oom_events", std::move(oom_events)},
       {"derived",
        {{"reserved_over_requested", s.reserved_over_requested()},
         {"fragmentation", s.fragmentation()},
@@ -216,6 +235,37 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
             fmt::format("{}: field \"size_histogram[{}]\": expected a non-negative integer", where, i));
       }
       s.size_histogram[i] = count.get<std::uint64_t>();
+    }
+  }
+  if (const auto events = j.find("oom_events"); events != j.end()) {
+    if (!events->is_array()) {
+      return absl::InvalidArgumentError(fmt::format("{}: field \"oom_events\": expected an array", where));
+    }
+    for (std::size_t i = 0; i < events->size(); ++i) {
+      const json& ej = (*events)[i];
+      const std::string prefix = fmt::format("oom_events[{}]", i);
+      if (!ej.is_object()) {
+        return absl::InvalidArgumentError(fmt::format("{}: field \"{}\": expected an object", where, prefix));
+      }
+      oom_event e;
+      r.integer(ej, "sequence", e.sequence, prefix);
+      r.integer(ej, "time_unix_ms", e.time_unix_ms, prefix);
+      r.integer(ej, "stream", e.stream, prefix);
+      r.integer(ej, "requested", e.details.requested, prefix);
+      r.integer(ej, "reserved", e.details.reserved, prefix);
+      r.integer(ej, "cached_free", e.details.cached_free, prefix);
+      r.integer(ej, "largest_free_block", e.details.largest_free_block, prefix);
+      r.integer(ej, "device_free", e.details.device_free, prefix);
+      r.integer(ej, "device_total", e.details.device_total, prefix);
+      std::string verdict;
+      r.string(ej, "verdict", verdict);
+      r.string(ej, "advice", e.advice);
+      if (!r.status().ok()) return r.status();
+      // An unknown verdict (a newer writer) is recomputed from the numbers.
+      e.verdict = diagnose(e.details);
+      for (const oom_verdict v : {oom_verdict::fragmentation, oom_verdict::capacity, oom_verdict::other_process})
+        if (verdict == to_string(v)) e.verdict = v;
+      s.oom_events.push_back(std::move(e));
     }
   }
   return s;

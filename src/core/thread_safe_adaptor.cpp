@@ -39,4 +39,9 @@ std::size_t thread_safe_adaptor::do_allocation_size(std::size_t bytes) const noe
 device_backend& thread_safe_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view thread_safe_adaptor::do_name() const noexcept { return upstream_->name(); }
 
+memory_snapshot thread_safe_adaptor::do_memory_map() const {
+  const std::lock_guard lock(mutex_);
+  return upstream_->memory_map();
+}
+
 }  // namespace fragctl

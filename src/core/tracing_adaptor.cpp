@@ -94,5 +94,6 @@ pool_state tracing_adaptor::do_state() const { return upstream_->state(); }
 void tracing_adaptor::do_release_cached() { upstream_->release_cached(); }
 device_backend& tracing_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view tracing_adaptor::do_name() const noexcept { return upstream_->name(); }
+memory_snapshot tracing_adaptor::do_memory_map() const { return upstream_->memory_map(); }
 
 }  // namespace fragctl

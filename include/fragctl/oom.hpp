@@ -1,0 +1,69 @@
+// Diagnosing an out-of-memory failure (docs/reports.md, "OOM diagnosis").
+//
+// When an allocation fails, what the user needs is not "out of memory" but
+// why: was memory free but in pieces too small (fragmentation), do the live
+// bytes simply not fit (capacity), or does something outside this allocator
+// hold the device's memory (another process, another allocator, the
+// runtime's context)? The verdict is computed from the allocator's
+// oom_details (fragctl/error.hpp):
+//
+//   others        = device_total - device_free - reserved   (0 if negative)
+//   free_anywhere = cached_free + device_free
+//   fragmentation   when requested <= free_anywhere: the bytes exist, no
+//                   block of them is big enough;
+//   another process when requested <= free_anywhere + others: it would fit
+//                   without the memory held outside this allocator;
+//   capacity        otherwise.
+//
+// Each verdict comes with the one setting most likely to help.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fragctl/error.hpp"
+
+namespace fragctl {
+
+enum class oom_verdict : std::uint8_t {
+  fragmentation,  ///< enough bytes free, none contiguous enough
+  capacity,       ///< the live bytes and the request exceed the device
+  other_process,  ///< it would fit without memory held outside this allocator
+};
+
+/// "fragmentation", "capacity" or "other_process".
+[[nodiscard]] std::string_view to_string(oom_verdict v) noexcept;
+
+/// Device bytes held outside the allocator: total - free - reserved, or 0.
+[[nodiscard]] std::size_t memory_used_by_others(const oom_details& d) noexcept;
+
+/// The verdict of the theory comment above.
+[[nodiscard]] oom_verdict diagnose(const oom_details& d) noexcept;
+
+/// The one setting most likely to help, for an allocator named `allocator`
+/// (a policy expression) on a backend with or without virtual memory, e.g.
+/// "FRAGCTL_POLICY=arena (...)".
+[[nodiscard]] std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view allocator,
+                                     bool virtual_memory);
+
+/// One out-of-memory failure, as the statistics keep it.
+struct oom_event {
+  std::uint64_t sequence = 0;  ///< 1-based number of the failing allocate call among all allocate calls
+  std::int64_t time_unix_ms = 0;  ///< wall-clock time of the failure
+  std::uintptr_t stream = 0;      ///< stream handle of the request (0: default stream)
+  oom_details details;
+  oom_verdict verdict = oom_verdict::capacity;
+  std::string advice;  ///< oom_advice at the time of the failure
+};
+
+/// The event built from an allocator's oom_details, with verdict and advice.
+[[nodiscard]] oom_event make_oom_event(const oom_details& d, std::string_view allocator, bool virtual_memory);
+
+/// One line for logs and reports: what was requested, reserved, cached and
+/// free on the device, the largest free block, memory used by others, the
+/// verdict with its reason, and the advice.
+[[nodiscard]] std::string describe(const oom_event& e, std::string_view allocator);
+
+}  // namespace fragctl

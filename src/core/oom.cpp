@@ -1,0 +1,99 @@
+// OOM verdicts and advice (fragctl/oom.hpp; the rules are in its theory comment).
+#include "fragctl/oom.hpp"
+
+#include <chrono>
+
+#include "fmt/format.h"
+#include "util/strings.hpp"
+
+namespace fragctl {
+
+std::string_view to_string(oom_verdict v) noexcept {
+  switch (v) {
+    case oom_verdict::fragmentation:
+      return "fragmentation";
+    case oom_verdict::capacity:
+      return "capacity";
+    case oom_verdict::other_process:
+      return "other_process";
+  }
+  return "capacity";
+}
+
+std::size_t memory_used_by_others(const oom_details& d) noexcept {
+  const std::size_t ours_and_free = d.device_free + d.reserved;
+  return d.device_total > ours_and_free ? d.device_total - ours_and_free : 0;
+}
+
+oom_verdict diagnose(const oom_details& d) noexcept {
+  const std::size_t free_anywhere = d.cached_free + d.device_free;
+  if (d.requested <= free_anywhere) return oom_verdict::fragmentation;
+  const std::size_t others = memory_used_by_others(d);
+  if (others > 0 && d.requested <= free_anywhere + others) return oom_verdict::other_process;
+  return oom_verdict::capacity;
+}
+
+std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view allocator, bool virtual_memory) {
+  using util::human_bytes;
+  switch (v) {
+    case oom_verdict::fragmentation:
+      if (allocator.find("arena") != std::string_view::npos) {
+        return "FRAGCTL_POLICY=buckets:arena (size classes keep small blocks from pinning whole granules)";
+      }
+      if (virtual_memory) {
+        return "FRAGCTL_POLICY=arena (free pages are re-mapped wherever a request needs them, so free "
+               "bytes need not be contiguous)";
+      }
+      return "FRAGCTL_CONF=max_split_size:512MiB (large cached blocks are kept whole instead of being "
+             "split into pieces no large request fits)";
+    case oom_verdict::other_process:
+      return fmt::format(
+          "free the {} held outside this allocator (another process: see nvidia-smi or rocm-smi; another "
+          "allocator in this process, e.g. a framework's own cache) or route it through fragctl",
+          human_bytes(memory_used_by_others(d)));
+    case oom_verdict::capacity:
+      break;
+  }
+  return "reduce the batch size (or sequence length); the live bytes alone exceed the device: "
+         "activation checkpointing or ZeRO-3 offload lower them";
+}
+
+oom_event make_oom_event(const oom_details& d, std::string_view allocator, bool virtual_memory) {
+  oom_event e;
+  e.details = d;
+  e.verdict = diagnose(d);
+  e.advice = oom_advice(e.verdict, d, allocator, virtual_memory);
+  e.time_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  return e;
+}
+
+std::string describe(const oom_event& e, std::string_view allocator) {
+  using util::human_bytes;
+  const oom_details& d = e.details;
+  std::string reason;
+  switch (e.verdict) {
+    case oom_verdict::fragmentation:
+      reason = fmt::format("fragmentation: {} is free (cache and device) but the largest free block is {}",
+                           human_bytes(d.cached_free + d.device_free), human_bytes(d.largest_free_block));
+      break;
+    case oom_verdict::other_process:
+      reason = fmt::format("another process: {} of the device is held outside this allocator",
+                           human_bytes(memory_used_by_others(d)));
+      break;
+    case oom_verdict::capacity:
+      reason = fmt::format("true capacity: live {} plus the request exceed the device's {}",
+                           human_bytes(d.reserved > d.cached_free ? d.reserved - d.cached_free : 0),
+                           human_bytes(d.device_total));
+      break;
+  }
+  return fmt::format(
+      "out of memory: {} could not allocate {} on stream {:#x}: reserved {}, cached free {}, largest free "
+      "block {}, device free {} of {}, used by others {}; verdict: {}; try {}",
+      allocator, human_bytes(d.requested), e.stream, human_bytes(d.reserved), human_bytes(d.cached_free),
+      human_bytes(d.largest_free_block), human_bytes(d.device_free), human_bytes(d.device_total),
+      human_bytes(memory_used_by_others(d)), reason, e.advice);
+}
+
+}  // namespace fragctl

@@ -1,0 +1,117 @@
+// OOM verdicts and advice (fragctl/oom.hpp), and the events the statistics
+// keep and export.
+#include "fragctl/oom.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fragctl/policy.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "fragctl/stats.hpp"
+
+namespace fragctl {
+namespace {
+
+using ::testing::HasSubstr;
+
+oom_details details(std::size_t requested, std::size_t reserved, std::size_t cached_free, std::size_t largest,
+                    std::size_t device_free, std::size_t device_total) {
+  oom_details d;
+  d.requested = requested;
+  d.reserved = reserved;
+  d.cached_free = cached_free;
+  d.largest_free_block = largest;
+  d.device_free = device_free;
+  d.device_total = device_total;
+  return d;
+}
+
+TEST(oom_diagnosis, verdicts) {
+  // 6 GiB free in the cache in pieces of at most 1 GiB, 1 GiB on the device.
+  const oom_details frag = details(4 * GiB, 70 * GiB, 6 * GiB, GiB, GiB, 80 * GiB);
+  EXPECT_EQ(diagnose(frag), oom_verdict::fragmentation);
+  EXPECT_EQ(memory_used_by_others(frag), 9 * GiB);
+
+  // Nothing free anywhere, nothing held by others.
+  const oom_details full = details(4 * GiB, 79 * GiB, GiB, GiB, GiB, 80 * GiB);
+  EXPECT_EQ(diagnose(full), oom_verdict::capacity);
+  EXPECT_EQ(memory_used_by_others(full), 0u);
+
+  // 30 GiB used by another process; without it the request fits.
+  const oom_details shared = details(8 * GiB, 49 * GiB, GiB, GiB, GiB, 80 * GiB);
+  EXPECT_EQ(memory_used_by_others(shared), 30 * GiB);
+  EXPECT_EQ(diagnose(shared), oom_verdict::other_process);
+
+  // Others hold a little, but not enough to explain it: capacity.
+  const oom_details big = details(40 * GiB, 78 * GiB, 0, 0, GiB, 80 * GiB);
+  EXPECT_EQ(diagnose(big), oom_verdict::capacity);
+}
+
+TEST(oom_diagnosis, advice_names_one_setting) {
+  const oom_details d = details(4 * GiB, 70 * GiB, 6 * GiB, GiB, GiB, 80 * GiB);
+  EXPECT_THAT(oom_advice(oom_verdict::fragmentation, d, "caching", true), HasSubstr("FRAGCTL_POLICY=arena"));
+  EXPECT_THAT(oom_advice(oom_verdict::fragmentation, d, "caching", false), HasSubstr("max_split_size"));
+  EXPECT_THAT(oom_advice(oom_verdict::fragmentation, d, "warmup:arena", true),
+              HasSubstr("FRAGCTL_POLICY=buckets:arena"));
+  EXPECT_THAT(oom_advice(oom_verdict::capacity, d, "arena", true), HasSubstr("batch size"));
+  EXPECT_THAT(oom_advice(oom_verdict::other_process, d, "arena", true), HasSubstr("9.00 GiB"));
+}
+
+TEST(oom_diagnosis, describe_states_every_number) {
+  oom_event e = make_oom_event(details(4 * GiB, 70 * GiB, 6 * GiB, GiB, GiB, 80 * GiB), "caching", true);
+  e.stream = 0x10;
+  const std::string line = describe(e, "caching");
+  for (const char* part : {"could not allocate 4.00 GiB", "stream 0x10", "reserved 70.00 GiB", "cached free 6.00 GiB",
+                           "largest free block 1.00 GiB", "device free 1.00 GiB of 80.00 GiB",
+                           "used by others 9.00 GiB", "verdict: fragmentation", "try FRAGCTL_POLICY=arena"}) {
+    EXPECT_THAT(line, HasSubstr(part));
+  }
+}
+
+// A fragmented caching cache on a 64 MiB sim device: the statistics keep the
+// event with the verdict, and the JSON report carries it.
+TEST(oom_diagnosis, statistics_keep_the_latest_events) {
+  config cfg;
+  cfg.backend = backend_kind::sim;
+  cfg.sim_capacity = 64 * MiB;
+  cfg.policy = "caching";
+  cfg.log_level = "off";
+  const auto stack = make_allocator(cfg);
+  device_allocator& a = stack->allocator();
+  // Three 20 MiB segments (60 MiB held), each with an 8 MiB hole.
+  std::vector<void*> holes;
+  std::vector<void*> keep;
+  for (int i = 0; i < 3; ++i) {
+    holes.push_back(a.allocate(8 * MiB));
+    keep.push_back(a.allocate(12 * MiB));
+  }
+  for (void* p : holes) a.deallocate(p, 8 * MiB);
+  // 24 MiB are free in the cache plus 4 MiB on the device, none of it in one
+  // 16 MiB piece.
+  for (int i = 0; i < 10; ++i) EXPECT_THROW((void)a.allocate(16 * MiB), out_of_memory);
+
+  const allocator_stats s = stack->stats();
+  EXPECT_EQ(s.ooms, 10u);
+  ASSERT_EQ(s.oom_events.size(), oom_events_kept);
+  const oom_event& last = s.oom_events.back();
+  EXPECT_EQ(last.sequence, 6u + 10u);
+  EXPECT_EQ(last.details.requested, 16 * MiB);
+  EXPECT_EQ(last.details.reserved, 60 * MiB);
+  EXPECT_EQ(last.details.cached_free, 24 * MiB);
+  EXPECT_EQ(last.details.largest_free_block, 8 * MiB);
+  EXPECT_EQ(last.verdict, oom_verdict::fragmentation);
+  EXPECT_THAT(last.advice, HasSubstr("FRAGCTL_POLICY=arena"));
+
+  const auto back = stats_from_json(to_json(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->oom_events.size(), oom_events_kept);
+  EXPECT_EQ(back->oom_events.back().sequence, last.sequence);
+  EXPECT_EQ(back->oom_events.back().details.largest_free_block, 8 * MiB);
+  EXPECT_EQ(back->oom_events.back().verdict, oom_verdict::fragmentation);
+  EXPECT_EQ(back->oom_events.back().advice, last.advice);
+
+  for (void* p : keep) a.deallocate(p, 12 * MiB);
+}
+
+}  // namespace
+}  // namespace fragctl
