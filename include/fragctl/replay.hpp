@@ -18,6 +18,15 @@
 
 namespace fragctl {
 
+/// One point of a replay's timeline, taken after a trace event.
+struct replay_sample {
+  std::size_t event = 0;      ///< index of the trace event just replayed
+  std::int64_t time_us = 0;   ///< its trace time
+  std::size_t requested = 0;  ///< bytes live in the allocator (the callers' sizes)
+  std::size_t reserved = 0;   ///< device bytes the backend holds
+  bool oom = false;           ///< this event's allocation ran out of memory
+};
+
 struct replay_options {
   /// Policy expression ("caching", "buckets:arena"); empty means the default
   /// for the backend (default_policy). Overrides cfg.policy.
@@ -27,6 +36,12 @@ struct replay_options {
   /// Called now and then with events done and total, from the replaying
   /// thread, and once at the end with done == total. May be empty.
   std::function<void(std::size_t done, std::size_t total)> progress;
+  /// Called after every trace event with the point of the timeline it made
+  /// and the allocator (to take its memory_map(), say), from the replaying
+  /// thread, outside the timed calls. May be empty. Sampling changes no
+  /// result; it costs one call and one read of the backend's counters per
+  /// event.
+  std::function<void(const replay_sample& sample, const device_allocator& allocator)> sample = {};
 };
 
 struct replay_result {

@@ -89,9 +89,10 @@ std::string describe(const oom_event& e, std::string_view allocator) {
       break;
   }
   return fmt::format(
-      "out of memory: {} could not allocate {} on stream {:#x}: reserved {}, cached free {}, largest free "
+      "out of memory: {} could not allocate {} on stream {}: reserved {}, cached free {}, largest free "
       "block {}, device free {} of {}, used by others {}; verdict: {}; try {}",
-      allocator, human_bytes(d.requested), e.stream, human_bytes(d.reserved), human_bytes(d.cached_free),
+      allocator, human_bytes(d.requested), e.stream == 0 ? std::string("default") : fmt::format("{:#x}", e.stream),
+      human_bytes(d.reserved), human_bytes(d.cached_free),
       human_bytes(d.largest_free_block), human_bytes(d.device_free), human_bytes(d.device_total),
       human_bytes(memory_used_by_others(d)), reason, e.advice);
 }

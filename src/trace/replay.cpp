@@ -126,6 +126,13 @@ replay_result replay(const trace& t, const replay_options& options) {
     samples.push_back(elapsed_ns(t0, t1));
   };
 
+  // Bytes live in the allocator, for the timeline (failed allocs hold none).
+  std::size_t live_bytes = 0;
+  const auto sample = [&](std::size_t i, const trace_event& e, bool oom) {
+    if (!options.sample) return;
+    options.sample(replay_sample{i, e.time_us, live_bytes, backend.counters().held_bytes, oom}, alloc);
+  };
+
   const std::size_t total = t.events.size();
   constexpr std::size_t progress_every = 4096;
   for (std::size_t i = 0; i < total; ++i) {
@@ -135,7 +142,10 @@ replay_result replay(const trace& t, const replay_options& options) {
     if (e.kind == trace_event::action::alloc) {
       if (const auto old = live.find(e.addr); old != live.end()) {
         ++r.lost_frees;
-        if (!old->second.failed) timed_free(old->second, old->second.stream);
+        if (!old->second.failed) {
+          timed_free(old->second, old->second.stream);
+          live_bytes -= old->second.size;
+        }
         live.erase(old);
       }
       void* ptr = nullptr;
@@ -145,24 +155,29 @@ replay_result replay(const trace& t, const replay_options& options) {
       } catch (const out_of_memory&) {
         ++r.ooms;
         live.emplace(e.addr, live_block{nullptr, e.size, stream, true});
+        sample(i, e, true);
         continue;
       }
       const auto t1 = clock_type::now();
       samples.push_back(elapsed_ns(t0, t1));
       live.emplace(e.addr, live_block{ptr, e.size, stream, false});
+      live_bytes += e.size;
     } else {
       const auto it = live.find(e.addr);
       if (it == live.end()) {
         ++r.unknown_frees;
+        sample(i, e, false);
         continue;
       }
       if (it->second.failed) {
         ++r.skipped_frees;
       } else {
         timed_free(it->second, stream);
+        live_bytes -= it->second.size;
       }
       live.erase(it);
     }
+    sample(i, e, false);
   }
   if (options.progress) options.progress(total, total);
 

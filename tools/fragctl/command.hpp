@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fragctl/config.hpp"
 #include "fragctl/trace.hpp"
 
 namespace fragctl::cli {
@@ -73,6 +74,15 @@ extern const option_spec snapshot_device_option;
 /// reader's message ("<file>:<line>: ...") when the trace cannot be read.
 [[nodiscard]] trace load_trace(const std::string& path, const arguments& args);
 
+/// The --policy list of the replaying commands: expressions split at
+/// commas, "all" for replay_policy_set(), {""} (the default) when absent.
+/// Throws usage_error for an invalid expression.
+[[nodiscard]] std::vector<std::string> policy_list(const arguments& args);
+
+/// The configuration of the replaying commands from --conf, --backend and
+/// --capacity. Throws usage_error for a bad value.
+[[nodiscard]] config replay_config(const arguments& args);
+
 // The subcommands, each in its own source file.
 const command_spec& replay_spec();
 int run_replay(const std::vector<std::string>& argv);
@@ -82,5 +92,7 @@ const command_spec& info_spec();
 int run_info(const std::vector<std::string>& argv);
 const command_spec& policies_spec();
 int run_policies(const std::vector<std::string>& argv);
+const command_spec& report_spec();
+int run_report(const std::vector<std::string>& argv);
 
 }  // namespace fragctl::cli

@@ -20,6 +20,7 @@ const std::vector<command>& commands() {
       {&convert_spec(), run_convert},
       {&info_spec(), run_info},
       {&policies_spec(), run_policies},
+      {&report_spec(), run_report},
   };
   return table;
 }
@@ -40,7 +41,8 @@ std::string main_help() {
       "\nRun 'fragctl COMMAND --help' for a command's options.\n"
       "Examples:\n"
       "  fragctl replay gpt2m.trace.csv.gz --policy all\n"
-      "  fragctl convert snapshot.json trace.csv.gz\n";
+      "  fragctl convert snapshot.json trace.csv.gz\n"
+      "  fragctl report job.report.json --html job.html\n";
   return text;
 }
 

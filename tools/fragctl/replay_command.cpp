@@ -11,6 +11,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/replay.hpp"
+#include "report/progress_bar.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl::cli {
@@ -23,46 +24,6 @@ std::string policy_lines() {
     text += fmt::format("  {:<10}  {}{}\n", p.name, p.help, p.wraps_upstream ? " (wrapper)" : "");
   return text;
 }
-
-// A progress line on stderr, redrawn in place; only on a terminal, and only
-// once a replay has run for half a second.
-class progress_line {
- public:
-  progress_line() : enabled_(isatty(STDERR_FILENO) == 1) {}
-
-  std::function<void(std::size_t, std::size_t)> callback(std::string label) {
-    if (!enabled_) return {};
-    start_ = clock::now();
-    last_ = start_;
-    return [this, label = std::move(label)](std::size_t done, std::size_t total) {
-      const auto now = clock::now();
-      if (done >= total) {
-        clear();
-        return;
-      }
-      if (now - start_ < std::chrono::milliseconds(500) || now - last_ < std::chrono::milliseconds(100))
-        return;
-      last_ = now;
-      shown_ = true;
-      std::fprintf(stderr, "\r\033[K%s: %3.0f%% (%zu/%zu events)", label.c_str(),
-                   100.0 * static_cast<double>(done) / static_cast<double>(total), done, total);
-      std::fflush(stderr);
-    };
-  }
-
-  void clear() {
-    if (!shown_) return;
-    std::fputs("\r\033[K", stderr);
-    std::fflush(stderr);
-    shown_ = false;
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  bool enabled_;
-  bool shown_ = false;
-  clock::time_point start_, last_;
-};
 
 struct column {
   std::string_view header;
@@ -117,6 +78,8 @@ class result_table {
   std::vector<column> cols_;
 };
 
+}  // namespace
+
 std::vector<std::string> policy_list(const arguments& args) {
   const auto given = args.get("policy");
   if (!given) return {""};  // the default policy of the backend
@@ -154,8 +117,6 @@ config replay_config(const arguments& args) {
   }
   return cfg;
 }
-
-}  // namespace
 
 const command_spec& replay_spec() {
   static const command_spec spec = {
@@ -199,7 +160,7 @@ int run_replay(const std::vector<std::string>& argv) {
   const result_table table(trace_width, policy_width);
   bool header_printed = false;
 
-  progress_line progress;
+  progress_bar progress;
   std::vector<replay_result> results;
   int status = 0;
   for (const std::string& path : args.positional) {

@@ -1,0 +1,140 @@
+// Fragmentation reports people can read and look at: what `fragctl report`
+// prints and draws (docs/reports.md).
+//
+// A run_report gathers what is known about one allocator's run: its
+// statistics (fragctl/stats.hpp), memory maps (fragctl/memory_map.hpp) taken
+// at telling moments, and, for a replayed trace, a timeline of requested and
+// reserved bytes with the OOMs marked. It is read from a JSON report
+// (FRAGCTL_REPORT, the C API, Python), from `fragctl replay --json` output,
+// or made by replaying a trace. Renderers turn it into a terminal summary, a
+// side-by-side comparison, one self-contained HTML page, or an SVG map.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fragctl/memory_map.hpp"
+#include "fragctl/replay.hpp"
+#include "fragctl/stats.hpp"
+#include "fragctl/trace.hpp"
+
+namespace fragctl {
+
+/// A memory map and the moment it shows.
+struct labelled_map {
+  std::string label;  ///< "at peak reserved (event 1234)", "at exit", ...
+  memory_snapshot map;
+};
+
+/// One point of a timeline: requested and reserved bytes after an event.
+struct timeline_point {
+  std::size_t event = 0;      ///< index of the trace event
+  double time_ms = 0;         ///< trace time since the first event
+  std::size_t requested = 0;  ///< the largest value since the previous point
+  std::size_t reserved = 0;   ///< the largest value since the previous point
+};
+
+/// An allocation that ran out of memory during a replay.
+struct timeline_oom {
+  std::size_t event = 0;
+  double time_ms = 0;
+  std::size_t requested = 0;  ///< requested bytes live when it failed
+  std::size_t reserved = 0;
+  std::size_t bytes = 0;      ///< size of the failed request
+};
+
+/// Requested vs reserved bytes over a replay, at most `max_points` points
+/// (each the maximum over its stretch of events, so peaks survive).
+struct timeline {
+  bool by_time = true;  ///< x axis: trace time (ms); false: event index (the trace had no times)
+  std::vector<timeline_point> points;
+  std::vector<timeline_oom> ooms;  ///< every OOM, in order
+};
+
+/// Everything known about one allocator's run.
+struct run_report {
+  std::string name;    ///< what it is called in tables: "gpt2m / caching", "job.json"
+  std::string source;  ///< the file it came from
+  std::string kind;    ///< "report" (a JSON report) or "replay" (a trace replayed here)
+  allocator_stats stats;
+  std::vector<labelled_map> maps;  ///< may be empty (no map in the report, or a policy without one)
+  timeline time;                   ///< replays only
+  replay_result replay;            ///< replays only (kind == "replay")
+};
+
+/// How load_run_reports treats a trace.
+struct report_options {
+  /// Replay options (policy, backend, capacity, conf) for traces; the
+  /// default replays on sim with the backend's default policy.
+  replay_options replay;
+  trace_options trace;
+  std::size_t max_timeline_points = 2000;
+};
+
+/// Reads `path`: a JSON report (one run_report per allocator it holds),
+/// `fragctl replay --json` output (one per result), or a trace in any format
+/// trace.hpp reads, replayed through options.replay (one run_report with a
+/// timeline and maps at peak reserved, at the first OOM, and after the last
+/// event). Errors name the file; a replay's backend or policy error is an
+/// error too. Does not throw.
+[[nodiscard]] absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path,
+                                                                       const report_options& options = {});
+
+/// Replays `t` and gathers its report (load_run_reports does this for traces).
+/// Throws what replay() throws.
+[[nodiscard]] run_report replay_run_report(const trace& t, const report_options& options = {});
+
+/// A JSON report document's allocators as run_reports, with the memory maps
+/// the document carries ("memory_map" of each allocator). `source` names the
+/// file in errors.
+[[nodiscard]] absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view json,
+                                                                            const std::string& source);
+
+/// Options of the text renderers.
+struct text_options {
+  std::size_t top_regions = 10;  ///< rows of "top wasted regions"
+  std::size_t bar_width = 40;    ///< characters of the longest histogram bar
+};
+
+/// The terminal summary of one run: current and peak requested and reserved
+/// bytes, reserved_over_requested, external fragmentation, largest free
+/// block, top wasted regions, the size histogram as a bar chart, backend
+/// calls, and OOM events with their diagnosis.
+[[nodiscard]] std::string render_text(const run_report& r, const text_options& options = {});
+
+/// Runs side by side, one column each, and the difference of each against
+/// the first run (peak reserved first).
+[[nodiscard]] std::string render_comparison(const std::vector<run_report>& runs);
+
+/// One self-contained HTML page (inline CSS, JavaScript and SVG; nothing
+/// fetched) with, per run, its figures, its memory maps and, for replays, the
+/// timeline; with several runs, a comparison table first.
+[[nodiscard]] std::string render_html(const std::vector<run_report>& runs);
+
+/// Options of the memory map picture.
+struct map_options {
+  double width = 960;         ///< pixels of the drawing area
+  double row_height = 14;     ///< pixels per row
+  std::size_t max_rows = 400;  ///< rows beyond are summarized in one line
+};
+
+/// The memory map as a standalone SVG document: rows of reserved memory,
+/// segments packed in address order, live blocks coloured by size class,
+/// free and pending space visible, each block with a tooltip (address, size,
+/// requested, stream), and a legend.
+[[nodiscard]] std::string render_map_svg(const labelled_map& m, const map_options& options = {});
+
+/// Size classes the map colours live blocks by: upper bounds in bytes
+/// (the last class is open) and the colour of each.
+struct size_class {
+  std::size_t below = 0;  ///< exclusive upper bound; SIZE_MAX for the last class
+  std::string_view label;
+  std::string_view colour;
+};
+[[nodiscard]] const std::vector<size_class>& map_size_classes();
+
+}  // namespace fragctl

@@ -1,0 +1,214 @@
+// Gathering run_reports: from JSON reports, from `fragctl replay --json`
+// output, and by replaying traces with a sampling hook that builds the
+// timeline and takes memory maps at peak reserved, at the first OOM and
+// after the last event.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "core/memory_map_json.hpp"
+#include "core/stats_json.hpp"
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
+#include "fragctl/run_report.hpp"
+#include "nlohmann/json.hpp"
+
+namespace fragctl {
+
+namespace {
+
+using nlohmann::json;
+
+std::string base_name(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Builds the timeline and the maps while a trace replays.
+class replay_observer {
+ public:
+  replay_observer(const trace& t, std::size_t max_points)
+      : first_time_(t.events.empty() ? 0 : t.events.front().time_us),
+        last_event_(t.events.empty() ? 0 : t.events.size() - 1),
+        stride_(std::max<std::size_t>(1, (t.events.size() + max_points - 1) / std::max<std::size_t>(1, max_points))) {
+    time_.by_time = !t.events.empty() && t.events.back().time_us != t.events.front().time_us;
+  }
+
+  void operator()(const replay_sample& s, const device_allocator& a) {
+    const double ms = static_cast<double>(s.time_us - first_time_) / 1000.0;
+    bucket_.event = s.event;
+    bucket_.time_ms = ms;
+    bucket_.requested = std::max(bucket_.requested, s.requested);
+    bucket_.reserved = std::max(bucket_.reserved, s.reserved);
+    if ((s.event + 1) % stride_ == 0 || s.event == last_event_) {
+      time_.points.push_back(bucket_);
+      bucket_ = {};
+    }
+    if (s.oom) {
+      const std::size_t bytes = s.event < sizes_.size() ? sizes_[s.event] : 0;
+      time_.ooms.push_back({s.event, ms, s.requested, s.reserved, bytes});
+      if (!oom_map_taken_) {
+        oom_map_ = {fmt::format("at the first OOM (event {}, {:.1f} ms)", s.event, ms), a.memory_map()};
+        oom_map_taken_ = true;
+      }
+    }
+    if (s.reserved > peak_reserved_ || !peak_taken_) {
+      peak_reserved_ = s.reserved;
+      peak_taken_ = true;
+      peak_event_ = s.event;
+      peak_ms_ = ms;
+      // A policy without a map answers cheaply; ask once.
+      if (map_supported_) {
+        peak_map_.map = a.memory_map();
+        map_supported_ = peak_map_.map.available;
+      }
+    }
+    if (s.event == last_event_) end_map_ = {fmt::format("after the last event ({:.1f} ms)", ms), a.memory_map()};
+  }
+
+  void set_sizes(std::vector<std::size_t> sizes) { sizes_ = std::move(sizes); }
+
+  [[nodiscard]] timeline take_timeline() { return std::move(time_); }
+
+  [[nodiscard]] std::vector<labelled_map> take_maps() {
+    std::vector<labelled_map> maps;
+    if (!peak_map_.map.available) {
+      // One unavailable map says why there is no picture.
+      if (peak_taken_) maps.push_back({"", std::move(peak_map_.map)});
+      return maps;
+    }
+    peak_map_.label = fmt::format("at peak reserved (event {}, {:.1f} ms)", peak_event_, peak_ms_);
+    if (oom_map_taken_) maps.push_back(std::move(oom_map_));
+    maps.push_back(std::move(peak_map_));
+    maps.push_back(std::move(end_map_));
+    return maps;
+  }
+
+ private:
+  std::int64_t first_time_;
+  std::size_t last_event_;
+  std::size_t stride_;
+  timeline time_;
+  timeline_point bucket_;
+  std::vector<std::size_t> sizes_;
+  std::size_t peak_reserved_ = 0;
+  bool peak_taken_ = false;
+  bool map_supported_ = true;
+  std::size_t peak_event_ = 0;
+  double peak_ms_ = 0;
+  labelled_map peak_map_;
+  labelled_map oom_map_;
+  bool oom_map_taken_ = false;
+  labelled_map end_map_;
+};
+
+absl::StatusOr<std::vector<run_report>> from_replay_json(const json& j, const std::string& source) {
+  std::vector<run_report> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const json& r = j[i];
+    auto stats = detail::stats_from_json_value(r["stats"], fmt::format("{}: [{}].stats", source, i));
+    if (!stats.ok()) return stats.status();
+    run_report rep;
+    rep.source = source;
+    rep.kind = "report";
+    rep.stats = *std::move(stats);
+    const std::string trace_name = r.value("trace", std::string());
+    const std::string policy = r.value("policy", rep.stats.allocator);
+    rep.name = trace_name.empty() ? policy : fmt::format("{} / {}", trace_name, policy);
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+bool is_replay_json(const json& j) {
+  return j.is_array() && !j.empty() && j[0].is_object() && j[0].contains("stats") && j[0].contains("policy");
+}
+
+bool is_report_json(const json& j) {
+  return j.is_object() && j.contains("schema_version") && !j.contains("device_traces");
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view text, const std::string& source) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(fmt::format("{}: not valid JSON", source));
+  if (is_replay_json(j)) return from_replay_json(j, source);
+  if (!is_report_json(j)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{}: not a fragctl report (no schema_version) nor `fragctl replay --json` output", source));
+  }
+  const bool document = j.contains("allocators");
+  const json list = document ? j["allocators"] : json::array({j});
+  if (!list.is_array()) return absl::InvalidArgumentError(fmt::format("{}: \"allocators\" is not an array", source));
+  std::vector<run_report> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string where = fmt::format("{}: allocators[{}]", source, i);
+    auto stats = detail::stats_from_json_value(list[i], where);
+    if (!stats.ok()) return stats.status();
+    run_report rep;
+    rep.source = source;
+    rep.kind = "report";
+    rep.stats = *std::move(stats);
+    rep.name = list.size() == 1 ? base_name(source) : fmt::format("{} [{}] {}", base_name(source), i, rep.stats.allocator);
+    if (const auto m = list[i].find("memory_map"); m != list[i].end()) {
+      auto map = detail::memory_snapshot_from_json_value(*m, where + ".memory_map");
+      if (!map.ok()) return map.status();
+      const std::string reason = document ? j.value("reason", std::string("report")) : std::string("report");
+      rep.maps.push_back({fmt::format("when the report was written ({})", reason), *std::move(map)});
+    }
+    out.push_back(std::move(rep));
+  }
+  return out;
+}
+
+run_report replay_run_report(const trace& t, const report_options& options) {
+  replay_options ro = options.replay;
+  replay_observer observer(t, options.max_timeline_points);
+  std::vector<std::size_t> sizes(t.events.size());
+  for (std::size_t i = 0; i < t.events.size(); ++i) sizes[i] = t.events[i].size;
+  observer.set_sizes(std::move(sizes));
+  auto user_sample = ro.sample;
+  ro.sample = [&observer, user_sample](const replay_sample& s, const device_allocator& a) {
+    observer(s, a);
+    if (user_sample) user_sample(s, a);
+  };
+  run_report rep;
+  rep.replay = replay(t, ro);
+  rep.kind = "replay";
+  rep.source = t.name;
+  rep.name = fmt::format("{} / {}", t.name, rep.replay.policy);
+  rep.stats = rep.replay.stats;
+  rep.time = observer.take_timeline();
+  rep.maps = observer.take_maps();
+  return rep;
+}
+
+absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path, const report_options& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  const std::string content = buffer.str();
+  const std::size_t first = content.find_first_not_of(" \t\r\n");
+  const bool json_like = first != std::string::npos && (content[first] == '{' || content[first] == '[');
+  if (json_like) {
+    const json j = json::parse(content, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && (is_report_json(j) || is_replay_json(j))) return run_reports_from_json(content, path);
+  }
+  auto t = read_trace(path, options.trace);
+  if (!t.ok()) return t.status();
+  try {
+    std::vector<run_report> out;
+    out.push_back(replay_run_report(*t, options));
+    out.back().source = path;
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(fmt::format("{}: replay failed: {}", path, e.what()));
+  }
+}
+
+}  // namespace fragctl

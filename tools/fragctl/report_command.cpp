@@ -1,0 +1,134 @@
+// fragctl report: a fragmentation report of JSON reports and traces, as
+// text, a side-by-side comparison, an HTML page or an SVG memory map.
+#include <cstdio>
+#include <fstream>
+
+#include "command.hpp"
+#include "fmt/format.h"
+#include "fragctl/policy.hpp"
+#include "fragctl/run_report.hpp"
+#include "report/progress_bar.hpp"
+#include "util/strings.hpp"
+
+namespace fragctl::cli {
+
+namespace {
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+  out.close();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path));
+}
+
+std::size_t top_rows(const arguments& args) {
+  const auto top = args.get("top");
+  if (!top) return text_options{}.top_regions;
+  std::uint64_t n = 0;
+  if (!util::parse_u64(*top, n) || n == 0 || n > 10000)
+    throw usage_error(fmt::format("--top: expected a count from 1 to 10000, got '{}'", *top));
+  return n;
+}
+
+}  // namespace
+
+const command_spec& report_spec() {
+  static const command_spec spec = {
+      "report", "FILE...",
+      "Fragmentation report of JSON reports or traces: text summary, comparison, HTML page, SVG map.",
+      "Each FILE is a JSON report (FRAGCTL_REPORT, the C API, Python), the output of\n"
+      "`fragctl replay --json`, or a trace in any format `fragctl replay` reads, which is\n"
+      "replayed first (on sim with the default policy unless --policy/--backend say otherwise;\n"
+      "a comma-separated --policy replays it once per policy).\n\n"
+      "One run prints its summary: current and peak requested and reserved bytes, their ratio,\n"
+      "external fragmentation, the largest free block, the segments wasting the most bytes, a\n"
+      "bar chart of request sizes, backend calls and every OOM with its diagnosis. Several runs\n"
+      "(several files, or one report of several allocators) print a side-by-side comparison\n"
+      "with the difference in peak reserved; --details adds each run's summary.\n\n"
+      "--html writes one self-contained page (no network) with the memory maps and, for traces,\n"
+      "the timeline of requested vs reserved bytes with OOMs marked. --svg writes the memory map\n"
+      "of the first run as SVG. docs/reports.md shows both.\n\n"
+      "Exit status: 0 success, 1 unreadable file or failed replay, 2 usage error.\n"
+      "Examples:\n"
+      "  fragctl report job.report.json\n"
+      "  fragctl report gpt2m.trace.csv.gz --policy caching,arena --html gpt2m.html\n"
+      "  fragctl report native.json arena.json\n",
+      {{"html", "OUT", "write the HTML page to OUT"},
+       {"svg", "OUT", "write the memory map of the first run as SVG to OUT"},
+       {"details", "", "with several runs, print each run's summary after the comparison"},
+       {"top", "N", "rows of the top wasted regions (default 10)"},
+       {"policy", "NAME", "traces: policy expression or comma-separated list (default: the backend's default)"},
+       {"backend", "KIND", "traces: sim, cuda, hip or auto (default sim)"},
+       {"capacity", "BYTES", "traces: simulated device size, e.g. 141GiB (default 80GiB)"},
+       {"conf", "KEY:VALUE,...", "traces: options as in FRAGCTL_CONF (docs/configuration.md)"},
+       snapshot_device_option}};
+  return spec;
+}
+
+int run_report(const std::vector<std::string>& argv) {
+  const arguments args = parse_arguments(report_spec(), argv);
+  if (args.help) {
+    std::fputs(help_text(report_spec()).c_str(), stdout);
+    return 0;
+  }
+  if (args.positional.empty()) throw usage_error("no file given\nRun 'fragctl report --help' for its options.");
+  report_options options;
+  options.replay.cfg = replay_config(args);
+  if (!args.has("backend")) options.replay.cfg.backend = backend_kind::sim;
+  const std::vector<std::string> policies = policy_list(args);
+  if (const auto device = args.get("snapshot-device")) {
+    std::int64_t d = 0;
+    if (!util::parse_i64(*device, d) || d < 0 || d > 1024)
+      throw usage_error(fmt::format("--snapshot-device: expected a device ordinal, got '{}'", *device));
+    options.trace.device = static_cast<int>(d);
+  }
+  text_options text;
+  text.top_regions = top_rows(args);
+
+  progress_bar progress;
+  std::vector<fragctl::run_report> runs;
+  for (const std::string& path : args.positional) {
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      options.replay.policy = policies[i];
+      options.replay.progress = progress.callback(
+          fmt::format("{} / {}", trace_name_from_path(path), policies[i].empty() ? "default" : policies[i]));
+      auto loaded = load_run_reports(path, options);
+      progress.clear();
+      if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().message()));
+      const bool replayed = !loaded->empty() && loaded->front().kind == "replay";
+      for (fragctl::run_report& r : *loaded) runs.push_back(std::move(r));
+      if (!replayed) break;  // a JSON file does not depend on --policy
+    }
+  }
+
+  if (runs.size() == 1) {
+    std::fputs(render_text(runs.front(), text).c_str(), stdout);
+  } else {
+    std::fputs(render_comparison(runs).c_str(), stdout);
+    if (args.has("details")) {
+      for (const fragctl::run_report& r : runs) std::printf("\n%s", render_text(r, text).c_str());
+    }
+  }
+  if (const auto html = args.get("html")) {
+    write_file(*html, render_html(runs));
+    std::fprintf(stderr, "fragctl report: wrote %s\n", html->c_str());
+  }
+  if (const auto svg = args.get("svg")) {
+    const labelled_map* map = nullptr;
+    for (const fragctl::run_report& r : runs) {
+      for (const labelled_map& m : r.maps) {
+        if (m.map.available) {
+          map = &m;
+          break;
+        }
+      }
+      if (map != nullptr) break;
+    }
+    if (map == nullptr) throw std::runtime_error("--svg: no run has a memory map (see 'fragctl report --help')");
+    write_file(*svg, render_map_svg(*map));
+    std::fprintf(stderr, "fragctl report: wrote %s\n", svg->c_str());
+  }
+  return 0;
+}
+
+}  // namespace fragctl::cli
