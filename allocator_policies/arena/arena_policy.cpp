@@ -88,7 +88,7 @@ using arena_detail::nil;
 using arena_detail::stream_clock;
 
 struct arena_policy::impl {
-  impl(const config& cfg, device_backend& b, arena_tuning t);
+  impl(const config& cfg, device_backend& b);
   ~impl();
 
   [[nodiscard]] block_index::fit find_fit_slow(std::size_t bytes, std::uint32_t stream, std::size_t requested);
@@ -110,8 +110,8 @@ struct arena_policy::impl {
   std::uint64_t retries = 0;
 };
 
-arena_policy::impl::impl(const config& cfg, device_backend& b, arena_tuning t)
-    : backend(b), threshold(cfg.release_threshold), release_delay(t.release_delay), clock(b) {
+arena_policy::impl::impl(const config& cfg, device_backend& b)
+    : backend(b), threshold(cfg.release_threshold), release_delay(cfg.release_delay), clock(b) {
   if (backend.supports_virtual_memory()) {
     const std::size_t g = backend.granularity();
     const std::size_t cap = round_up(cfg.arena_size != 0 ? cfg.arena_size : backend.get_memory_info().total, g);
@@ -218,8 +218,8 @@ out_of_memory arena_policy::impl::oom(std::size_t requested) const {
   return out_of_memory(d, "arena");
 }
 
-arena_policy::arena_policy(const config& cfg, device_backend& backend, arena_tuning tuning)
-    : impl_(std::make_unique<impl>(cfg, backend, tuning)) {}
+arena_policy::arena_policy(const config& cfg, device_backend& backend)
+    : impl_(std::make_unique<impl>(cfg, backend)) {}
 
 arena_policy::~arena_policy() = default;
 

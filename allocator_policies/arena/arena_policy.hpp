@@ -16,15 +16,6 @@
 
 namespace fragctl {
 
-/// Arena settings that are not FRAGCTL_CONF options.
-struct arena_tuning {
-  /// Allocator calls (allocations plus frees) a wholly free granule beyond
-  /// release_threshold stays mapped before it is unmapped into the pool. The
-  /// hysteresis keeps memory a training loop frees and takes again mapped
-  /// across steps; 0 unmaps as soon as the granule's frees are complete.
-  std::uint64_t release_delay = std::uint64_t{1} << 20;
-};
-
 /// Best-fit (segregated, near exact) allocation with coalescing inside one
 /// reserved virtual range; granules are mapped when a block first touches
 /// them and unmapped, their physical handles pooled and re-mapped elsewhere,
@@ -36,7 +27,9 @@ struct arena_tuning {
 /// never be what runs out. `release_threshold` is how many bytes of wholly
 /// free granules stay mapped indefinitely; free granules beyond it are
 /// unmapped into the pool, oldest first, once they stayed free for
-/// arena_tuning::release_delay allocator calls. Free granules are taken
+/// `release_delay` allocator calls (allocations plus frees; 0 = as soon as
+/// their frees are complete). The hysteresis keeps memory a training loop
+/// frees and takes again mapped across steps. Free granules are taken
 /// (re-stitched) wherever memory is needed before any new physical memory is
 /// created, so neither setting raises the peak memory held. Without virtual
 /// memory the arena is one raw block of `fallback_size` bytes (0 = 90% of the
@@ -60,7 +53,7 @@ class arena_policy final : public device_allocator {
   /// `backend`, which must outlive the policy. Throws backend_error when the
   /// reservation fails, out_of_memory when the fallback block cannot be
   /// allocated, invalid_argument for an unusable size.
-  arena_policy(const config& cfg, device_backend& backend, arena_tuning tuning = {});
+  arena_policy(const config& cfg, device_backend& backend);
   /// Waits for pending frees, then unmaps and releases every granule and
   /// handle and the range (or frees the fallback block), live blocks or not.
   ~arena_policy() override;

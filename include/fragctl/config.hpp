@@ -47,6 +47,7 @@ struct config {
   // arena policy.
   std::size_t arena_size = 0;                 ///< virtual range to reserve; 0 = device total
   std::size_t release_threshold = 0;          ///< free mapped bytes kept instead of unmapped
+  std::size_t release_delay = std::size_t{1} << 20;  ///< allocator calls a free granule beyond the threshold stays mapped
   std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free
 
   // buckets policy.
@@ -63,8 +64,12 @@ struct config {
   std::size_t limit = 0;                      ///< byte cap on requested bytes; 0 = none
   bool thread_safe = true;                    ///< wrap the allocator in a lock
 
-  // Outputs (FRAGCTL_REPORT, FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL).
+  // Outputs (FRAGCTL_REPORT, FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL,
+  // FRAGCTL_REPORT_INTERVAL, FRAGCTL_PROMETHEUS).
   std::string report_path;
+  std::string prometheus_path;          ///< Prometheus text file for a node exporter's textfile collector
+  std::uint64_t report_interval_ms = 0; ///< rewrite the report and Prometheus files this often; 0 = off
+  bool report_map = true;               ///< put each allocator's memory map into the JSON report
   std::string trace_path;
   std::string log_level = "warn";
 };
@@ -87,11 +92,16 @@ struct option_info {
 /// Parses a size: "4096", "512MiB", "2GiB", "1.5GiB".
 [[nodiscard]] absl::StatusOr<std::size_t> parse_size(std::string_view text);
 
+/// Parses a duration into milliseconds: "10s", "500ms", "2m", "1h", or a
+/// plain number of seconds ("10", "0.5").
+[[nodiscard]] absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text);
+
 /// Parses "cuda", "hip", "sim" or "auto".
 [[nodiscard]] absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text);
 
 /// Reads FRAGCTL_POLICY, FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_REPORT,
-/// FRAGCTL_TRACE and FRAGCTL_LOG_LEVEL. Errors name the variable and key.
+/// FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL, FRAGCTL_REPORT_INTERVAL and
+/// FRAGCTL_PROMETHEUS. Errors name the variable and key.
 [[nodiscard]] absl::StatusOr<config> config_from_environment();
 
 }  // namespace fragctl

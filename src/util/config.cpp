@@ -105,6 +105,14 @@ const std::vector<option_row>& rows() {
        size_field(&config::arena_size)},
       {{"release_threshold", "size", "0", "arena: free mapped bytes kept mapped instead of unmapped"},
        size_field(&config::release_threshold)},
+      {{"release_delay", "int", "1048576",
+        "arena: allocator calls a wholly free granule beyond release_threshold stays mapped before it is "
+        "unmapped (0 = at once)"},
+       field(&config::release_delay, [](std::string_view v) -> absl::StatusOr<std::size_t> {
+         std::uint64_t n = 0;
+         if (!util::parse_u64(util::trim(v), n)) return absl::InvalidArgumentError("expected an integer >= 0");
+         return static_cast<std::size_t>(n);
+       })},
       {{"fallback_size", "size", "0 (90% of free)", "arena without virtual memory: size of the pre-reserved block"},
        size_field(&config::fallback_size)},
       {{"buckets_limit", "size", "1MiB", "buckets: largest request served from size classes"},
@@ -136,6 +144,13 @@ const std::vector<option_row>& rows() {
        string_field(&config::report_path)},
       {{"trace", "string", "", "same as FRAGCTL_TRACE: record every allocate and free to this CSV"},
        string_field(&config::trace_path)},
+      {{"report_interval", "duration", "0 (off)",
+        "same as FRAGCTL_REPORT_INTERVAL: rewrite the report and Prometheus files this often"},
+       field(&config::report_interval_ms, parse_duration_ms)},
+      {{"prometheus", "string", "", "same as FRAGCTL_PROMETHEUS: write Prometheus text here"},
+       string_field(&config::prometheus_path)},
+      {{"report_map", "bool", "true", "put each allocator's memory map into the JSON report"},
+       bool_field(&config::report_map)},
   };
   return table;
 }
@@ -185,6 +200,25 @@ absl::StatusOr<std::size_t> parse_size(std::string_view text) {
   const double bytes = std::round(value * multiplier);
   if (!(bytes >= 0) || bytes >= 0x1p64) return bad();
   return static_cast<std::size_t>(bytes);
+}
+
+absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text) {
+  const std::string_view t = util::trim(text);
+  std::size_t split = 0;
+  while (split < t.size() && ((t[split] >= '0' && t[split] <= '9') || t[split] == '.')) ++split;
+  const std::string unit = util::lower(util::trim(t.substr(split)));
+  double per_unit = 0;
+  if (unit.empty() || unit == "s") per_unit = 1e3;
+  else if (unit == "ms") per_unit = 1;
+  else if (unit == "m" || unit == "min") per_unit = 60e3;
+  else if (unit == "h") per_unit = 3600e3;
+  double value = 0;
+  if (per_unit == 0 || split == 0 || !util::parse_double(t.substr(0, split), value) || !(value >= 0) ||
+      value * per_unit >= 0x1p63) {
+    return absl::InvalidArgumentError(
+        fmt::format("\"{}\" is not a duration: expected a number with ms, s, m or h (e.g. 10s)", text));
+  }
+  return static_cast<std::uint64_t>(std::llround(value * per_unit));
 }
 
 absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text) {
@@ -241,6 +275,15 @@ absl::StatusOr<config> config_from_environment() {
   if (!env("FRAGCTL_REPORT").empty()) parsed->report_path = std::string(env("FRAGCTL_REPORT"));
   if (!env("FRAGCTL_TRACE").empty()) parsed->trace_path = std::string(env("FRAGCTL_TRACE"));
   if (!env("FRAGCTL_LOG_LEVEL").empty()) parsed->log_level = std::string(env("FRAGCTL_LOG_LEVEL"));
+  if (!env("FRAGCTL_PROMETHEUS").empty()) parsed->prometheus_path = std::string(env("FRAGCTL_PROMETHEUS"));
+  if (!env("FRAGCTL_REPORT_INTERVAL").empty()) {
+    auto interval = parse_duration_ms(env("FRAGCTL_REPORT_INTERVAL"));
+    if (!interval.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("FRAGCTL_REPORT_INTERVAL: {}", util::to_std(interval.status().message())));
+    }
+    parsed->report_interval_ms = *interval;
+  }
   return parsed;
 }
 

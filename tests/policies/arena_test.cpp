@@ -41,7 +41,16 @@ std::uint64_t calls(const sim_backend& sim, backend_call c) { return sim.counter
 
 // Unmap free granules as soon as their frees are complete: the literal
 // page-stitching rule, without hysteresis.
-constexpr arena_tuning eager{.release_delay = 0};
+/// release_delay 0: granules are unmapped as soon as their frees complete.
+config eager(config cfg = {}) {
+  cfg.release_delay = 0;
+  return cfg;
+}
+config delayed(std::size_t calls) {
+  config cfg;
+  cfg.release_delay = calls;
+  return cfg;
+}
 
 // Fills [p, p + bytes) with a pattern derived from `seed`.
 void fill(void* p, std::size_t bytes, std::uint32_t seed) {
@@ -102,7 +111,7 @@ TEST(arena_test, data_survives_unmapping_and_remapping_around_it) {
   // Backed memory, 64 KiB granules, eager unmapping: every free that empties
   // a granule unmaps it and every new block remaps pooled pages.
   sim_backend sim(options(256 * MiB, 64 * KiB, /*backed=*/true));
-  arena_policy arena(config{}, sim, eager);
+  arena_policy arena(eager(), sim);
   std::mt19937 rng(7);
   struct live_block {
     void* p;
@@ -137,7 +146,7 @@ TEST(arena_test, data_survives_unmapping_and_remapping_around_it) {
 
 TEST(arena_test, reserved_follows_live_bytes_after_frees) {
   sim_backend sim(options(4 * GiB));
-  arena_policy arena(config{}, sim, eager);
+  arena_policy arena(eager(), sim);
   std::map<std::uintptr_t, std::size_t> live;
   std::vector<std::pair<void*, std::size_t>> all;
   for (int i = 0; i < 200; ++i) {
@@ -168,7 +177,7 @@ TEST(arena_test, release_threshold_keeps_free_granules_mapped) {
   sim_backend sim(options(4 * GiB));
   config cfg;
   cfg.release_threshold = 8 * MiB;
-  arena_policy arena(cfg, sim, eager);
+  arena_policy arena(eager(cfg), sim);
   void* big = arena.allocate(32 * MiB);
   void* pin = arena.allocate(512);  // keeps the range after `big` live
   arena.deallocate(big, 32 * MiB);
@@ -184,7 +193,7 @@ TEST(arena_test, release_threshold_keeps_free_granules_mapped) {
 
 TEST(arena_test, release_delay_keeps_freed_granules_mapped_for_a_while) {
   sim_backend sim(options(4 * GiB));
-  arena_policy arena(config{}, sim, arena_tuning{.release_delay = 100});
+  arena_policy arena(delayed(100), sim);
   void* big = arena.allocate(16 * MiB);
   arena.deallocate(big, 16 * MiB);
   EXPECT_EQ(arena.state().reserved, 16 * MiB);
@@ -205,7 +214,7 @@ TEST(arena_test, release_delay_keeps_freed_granules_mapped_for_a_while) {
 
 TEST(arena_test, pooled_handles_are_remapped_instead_of_created) {
   sim_backend sim(options(4 * GiB));
-  arena_policy arena(config{}, sim, eager);
+  arena_policy arena(eager(), sim);
   void* a = arena.allocate(20 * MiB);
   EXPECT_EQ(calls(sim, backend_call::create_physical), 10u);
   EXPECT_EQ(calls(sim, backend_call::set_access), 1u) << "one set_access per run of granules";
@@ -245,7 +254,7 @@ TEST(arena_test, destruction_returns_everything) {
   sim_backend sim(options(GiB, 64 * KiB, /*backed=*/true, /*manual=*/true));
   stream_t s = sim.create_stream();
   {
-    arena_policy arena(config{}, sim, eager);
+    arena_policy arena(eager(), sim);
     std::vector<void*> keep;
     for (int i = 0; i < 20; ++i) keep.push_back(arena.allocate(300 * KiB, s));
     sim.submit(s);  // work on s uses the blocks
@@ -316,7 +325,7 @@ TEST(arena_test, random_work_on_three_streams_never_reuses_a_block_too_early) {
   std::mt19937 rng(11);
   std::uint64_t syncs = 0;
   {
-    arena_policy arena(config{}, sim, arena_tuning{.release_delay = 50});
+    arena_policy arena(delayed(50), sim);
     for (int step = 0; step < 4000; ++step) {
       const std::size_t si = rng() % 3;
       const auto roll = rng() % 100;
@@ -379,7 +388,7 @@ TEST(arena_test, a_destroyed_stream_does_not_keep_memory_from_being_returned) {
 
 TEST(arena_test, granules_are_unmapped_only_after_their_frees_completed) {
   sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
-  arena_policy arena(config{}, sim, eager);
+  arena_policy arena(eager(), sim);
   stream_t s = sim.create_stream();
   void* a = arena.allocate(8 * MiB, s);
   sim.submit(s);
@@ -405,7 +414,7 @@ TEST(arena_test, granules_are_unmapped_only_after_their_frees_completed) {
 
 TEST(arena_test, out_of_memory_says_why_and_leaves_the_arena_usable) {
   sim_backend sim(options(32 * MiB));
-  arena_policy arena(config{}, sim, eager);
+  arena_policy arena(eager(), sim);
   void* a = arena.allocate(8 * MiB);
   void* b = arena.allocate(8 * MiB);
   void* c = arena.allocate(8 * MiB);
@@ -442,7 +451,7 @@ TEST(arena_test, arena_size_caps_physical_memory) {
 
 TEST(arena_test, backend_failures_are_retried_after_releasing_cache) {
   sim_backend sim(options(GiB));
-  arena_policy arena(config{}, sim, eager);
+  arena_policy arena(eager(), sim);
   sim.fail_nth(sim_fault_target::create_physical, 1);
   void* a = arena.allocate(4 * MiB);
   EXPECT_EQ(arena.state().retries, 1u);

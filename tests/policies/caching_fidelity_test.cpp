@@ -51,7 +51,7 @@ class recorded_address_backend final : public device_backend {
   void do_release_address(void*, std::size_t) override {}
   std::optional<physical_handle> do_create_physical(std::size_t) override { return std::nullopt; }
   void do_release_physical(physical_handle, std::size_t) override {}
-  bool do_map(void*, std::size_t, physical_handle, std::size_t) override { return false; }
+  bool do_map(void*, std::size_t, physical_handle) override { return false; }
   bool do_set_access(void*, std::size_t) override { return false; }
   void do_unmap(void*, std::size_t) override {}
   event_t do_create_event() override { return &addresses_; }
