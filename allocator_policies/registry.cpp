@@ -224,11 +224,17 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
                  backend_->device(), cfg_.limit != 0 ? fmt::format(", limit {} bytes", cfg_.limit) : "",
                  cfg_.trace_path.empty() ? "" : ", tracing to " + cfg_.trace_path,
                  cfg_.thread_safe ? ", thread-safe" : "");
-  if (!cfg_.report_path.empty()) register_report_source(this, cfg_.report_path, [this] { return stats(); });
+  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) {
+    const report_outputs outputs{cfg_.report_path, cfg_.prometheus_path,
+                                 std::chrono::milliseconds(cfg_.report_interval_ms)};
+    memory_map_source map;
+    if (cfg_.report_map) map = [this] { return top_->memory_map(); };
+    register_report_source(this, outputs, [this] { return stats(); }, std::move(map));
+  }
 }
 
 allocator_stack::~allocator_stack() {
-  if (!cfg_.report_path.empty()) retire_report_source(this);
+  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_report_source(this);
 }
 
 allocator_stats allocator_stack::stats() const {

@@ -8,7 +8,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config python3
   libabsl-dev libspdlog-dev libfmt-dev libjemalloc-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libamdhip64-dev)
+  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libamdhip64-dev
+  chromium)  # chromium: the HTML report's browser test (tests/report/html_browser_test.cpp)
 if [ "${1:-}" = "--list" ]; then
   printf '%s\n' "${packages[@]}"
   exit 0

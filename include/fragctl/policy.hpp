@@ -72,9 +72,10 @@ struct policy_info {
 ///
 /// Construction applies cfg.log_level (set_log_level) and throws
 /// invalid_argument for an unknown level or a bad policy expression. With
-/// cfg.report_path set, the stack joins the FRAGCTL_REPORT registry
-/// (fragctl/report.hpp): its statistics are written there on SIGUSR1, at
-/// exit, and when it is destroyed.
+/// cfg.report_path or cfg.prometheus_path set, the stack joins the
+/// FRAGCTL_REPORT registry (fragctl/report.hpp): its statistics (and, with
+/// cfg.report_map, its memory map) are written there on SIGUSR1, at exit,
+/// when it is destroyed, and every cfg.report_interval_ms.
 class allocator_stack {
  public:
   allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg);

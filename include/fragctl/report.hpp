@@ -12,8 +12,17 @@
 // Signals. The first registration installs a SIGUSR1 handler (chaining to a
 // handler installed before it) that only writes a byte to a pipe; a
 // background thread does the writing, so nothing unsafe runs in the handler.
+//
+// Live export (docs/reports.md). A registration may also name a Prometheus
+// text file (for a node exporter's textfile collector; written atomically
+// like the JSON) and an interval: a background thread then rewrites every
+// report and Prometheus file that has a live allocator that often (reason
+// "interval"). The interval is process-wide: the shortest one registered. A
+// registration may give a memory map source: each allocator's entry of the
+// JSON document then carries its "memory_map" (fragctl/memory_map.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fragctl/memory_map.hpp"
 #include "fragctl/stats.hpp"
 
 namespace fragctl {
@@ -45,9 +55,46 @@ namespace fragctl {
 /// registry's lock held, from any thread (the SIGUSR1 writer included).
 using stats_source = std::function<allocator_stats()>;
 
+/// Produces the memory map of one live allocator, under the same rules as
+/// stats_source.
+using memory_map_source = std::function<memory_snapshot()>;
+
+/// Where and how often one allocator's statistics are written.
+struct report_outputs {
+  std::string json_path;        ///< the JSON report (FRAGCTL_REPORT); empty: none
+  std::string prometheus_path;  ///< Prometheus text (FRAGCTL_PROMETHEUS); empty: none
+  /// Rewrite period (FRAGCTL_REPORT_INTERVAL); zero: only on destroy, exit,
+  /// signal and request.
+  std::chrono::milliseconds interval{0};
+};
+
+/// The rewrite period of a Prometheus file registered without an interval:
+/// a textfile collector wants fresh numbers, not only those at exit.
+inline constexpr std::chrono::milliseconds default_prometheus_interval{15000};
+
+/// Most blocks a memory map in the JSON report lists; beyond, its segments
+/// are written without their blocks (memory_map.hpp's to_json).
+inline constexpr std::size_t report_map_max_blocks = 50000;
+
 /// Adds a live allocator, identified by `owner`, to the report at `path`.
 /// Thread-safe. The first call installs the SIGUSR1 handler and the exit hook.
 void register_report_source(const void* owner, std::string path, stats_source source);
+
+/// The same with every output: the JSON report and/or a Prometheus file, a
+/// rewrite interval (a nonzero one starts the interval thread, once), and an
+/// optional memory map source for the JSON report. Thread-safe.
+void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
+                            memory_map_source map_source = {});
+
+/// Prometheus text of several allocators: to_prometheus of each, merged so
+/// that every metric family appears once (HELP and TYPE lines first, then
+/// each allocator's samples).
+[[nodiscard]] std::string prometheus_text(const std::vector<allocator_stats>& allocators);
+
+/// Writes prometheus_text(allocators) to `path` atomically (temporary file
+/// in the same directory + rename), as a textfile collector requires.
+[[nodiscard]] absl::Status write_prometheus_file(const std::string& path,
+                                                 const std::vector<allocator_stats>& allocators);
 
 /// Takes `owner`'s final statistics, stops calling its source and rewrites its
 /// report (reason "destroy"). Call before the allocator is torn down; after

@@ -1,0 +1,198 @@
+// The HTML report in a real browser: headless Chromium loads the page, runs
+// its script, and the DOM it dumps is checked for what a reader sees (the
+// memory maps' blocks and legends, the timeline's lines and OOM mark, the
+// tooltip a hover shows); a screenshot checks that it renders at all.
+// Skipped, with a message, where Chromium is not installed
+// (tools/install-deps.sh installs Debian's `chromium`).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "fmt/format.h"
+#include "fragctl/run_report.hpp"
+
+namespace fragctl {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string find_chromium() {
+  if (const char* given = std::getenv("FRAGCTL_CHROMIUM"); given != nullptr && *given != '\0') return given;
+  const char* path = std::getenv("PATH");
+  for (const std::string_view name : {"chromium", "chromium-browser", "google-chrome", "chrome"}) {
+    std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+    std::size_t start = 0;
+    while (start <= dirs.size()) {
+      const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+      const fs::path candidate = fs::path(dirs.substr(start, end - start)) / name;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+      start = end + 1;
+    }
+  }
+  return {};
+}
+
+// Runs the browser headless on `page` with the flags that keep it off the
+// network and out of the user's profile; returns stdout.
+std::string run_chromium(const std::string& chromium, const fs::path& profile, const std::string& action,
+                         const fs::path& page, int* status) {
+  const std::string command = fmt::format(
+      "timeout 120 '{}' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync --disable-extensions "
+      "--hide-scrollbars --user-data-dir='{}' {} 'file://{}' 2>/dev/null",
+      chromium, profile.string(), action, page.string());
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  std::array<char, 65536> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int raw = ::pclose(pipe);
+  *status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return out;
+}
+
+// The fragmenting trace of report_render_test: an OOM on a 64 MiB device.
+trace fragmenting_trace() {
+  trace t;
+  t.name = "fragmenting";
+  std::int64_t time = 0;
+  const auto add = [&](trace_event::action a, std::uint64_t addr, std::size_t size) {
+    t.events.push_back({a, addr, size, 0, time});
+    time += 1000;
+  };
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    add(trace_event::action::alloc, 0x1000 + i, 8 * MiB);
+    add(trace_event::action::alloc, 0x2000 + i, 12 * MiB);
+  }
+  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x1000 + i, 8 * MiB);
+  add(trace_event::action::alloc, 0x3000, 16 * MiB);
+  add(trace_event::action::alloc, 0x4000, 4 * KiB);
+  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x2000 + i, 12 * MiB);
+  add(trace_event::action::free, 0x4000, 4 * KiB);
+  return t;
+}
+
+class html_browser : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    chromium_ = find_chromium();
+    if (chromium_.empty()) {
+      GTEST_SKIP() << "Chromium is not installed (apt-get install chromium, or set FRAGCTL_CHROMIUM); "
+                      "the HTML report is not checked in a browser";
+    }
+    dir_ = fs::temp_directory_path() / fmt::format("fragctl_html_browser_{}", ::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "profile");
+    report_options o;
+    o.replay.policy = "caching";
+    o.replay.cfg.backend = backend_kind::sim;
+    o.replay.cfg.sim_capacity = 64 * MiB;
+    o.replay.cfg.log_level = "off";
+    run_ = replay_run_report(fragmenting_trace(), o);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  std::string chromium_;
+  fs::path dir_;
+  run_report run_;
+};
+
+TEST_F(html_browser, dom_after_scripts_shows_maps_timeline_and_tooltip) {
+  std::string html = render_html({run_});
+  // What a hover does: the test moves the pointer onto the first live block
+  // of the first map once the page's own script has run.
+  const std::string probe =
+      "<script>(function(){var b=document.querySelector('svg.memory-map .block.live');"
+      "var r=b.getBoundingClientRect();b.dispatchEvent(new MouseEvent('mousemove',{bubbles:true,"
+      "clientX:r.left+1,clientY:r.top+1}));document.body.dataset.probed='1';})();</script>\n";
+  html.insert(html.rfind("</body>"), probe);
+  const fs::path page = dir_ / "report.html";
+  std::ofstream(page) << html;
+
+  int status = -1;
+  const std::string dom = run_chromium(chromium_, dir_ / "profile", "--dump-dom", page, &status);
+  ASSERT_EQ(status, 0) << "chromium failed";
+  ASSERT_FALSE(dom.empty());
+
+  // The page's script ran to its end, then the probe.
+  EXPECT_THAT(dom, HasSubstr("data-ready=\"1\""));
+  EXPECT_THAT(dom, HasSubstr("data-probed=\"1\""));
+  std::size_t blocks = 0;
+  std::size_t live = 0;
+  std::size_t maps = 0;
+  for (const labelled_map& m : run_.maps) {
+    maps += m.map.available ? 1 : 0;
+    blocks += m.map.block_count();
+    for (const memory_segment& seg : m.map.segments)
+      for (const memory_block& b : seg.blocks) live += b.use == block_use::live ? 1 : 0;
+  }
+  ASSERT_EQ(maps, 3u);
+  EXPECT_THAT(dom, HasSubstr(fmt::format("data-maps=\"{}\"", maps)));
+  EXPECT_THAT(dom, HasSubstr(fmt::format("data-blocks=\"{}\"", blocks)));
+  EXPECT_EQ(count(dom, "<rect class=\"block "), blocks);
+  EXPECT_EQ(live, 3u + 4u);  // at the OOM: three 12 MiB blocks; at peak: those and the 4 KiB one
+  EXPECT_EQ(count(dom, "<rect class=\"block live\""), live);
+  EXPECT_EQ(count(dom, "<g class=\"legend-item\""), maps * (map_size_classes().size() + 2));
+
+  // The timeline: both lines with one vertex per event, and the OOM.
+  const std::regex reserved("<path class=\"line reserved\" d=\"(M[^\"]*)\"");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(dom, match, reserved));
+  EXPECT_EQ(count(match[1].str(), "L"), fragmenting_trace().events.size() - 1);
+  EXPECT_EQ(count(dom, "<path class=\"line requested\""), 1u);
+  EXPECT_EQ(count(dom, "<g class=\"oom\" data-event=\"9\">"), 1u);
+
+  // The tooltip shows the hovered block's address, size and stream.
+  const std::regex tooltip("<div id=\"tooltip\" style=\"([^\"]*)\">([^<]*)</div>");
+  ASSERT_TRUE(std::regex_search(dom, match, tooltip)) << "no tooltip in the DOM";
+  EXPECT_THAT(match[1].str(), HasSubstr("display: block"));
+  EXPECT_THAT(match[2].str(), HasSubstr("live block 0x"));
+  EXPECT_THAT(match[2].str(), HasSubstr("size 12.00 MiB  (requested 12.00 MiB)"));
+  EXPECT_THAT(match[2].str(), HasSubstr("stream default"));
+  EXPECT_THAT(match[2].str(), HasSubstr("segment 0x"));
+}
+
+TEST_F(html_browser, screenshot_renders) {
+  const fs::path page = dir_ / "report.html";
+  std::ofstream(page) << render_html({run_});
+  const fs::path png = dir_ / "report.png";
+  int status = -1;
+  run_chromium(chromium_, dir_ / "profile", fmt::format("--window-size=1200,900 --screenshot='{}'", png.string()),
+               page, &status);
+  ASSERT_EQ(status, 0);
+  ASSERT_TRUE(fs::exists(png));
+  std::ifstream in(png, std::ios::binary);
+  std::array<unsigned char, 24> head{};
+  in.read(reinterpret_cast<char*>(head.data()), head.size());
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(head.data()) + 1, 3), "PNG");
+  const auto be32 = [&](std::size_t at) {
+    return (std::uint32_t{head[at]} << 24) | (std::uint32_t{head[at + 1]} << 16) | (std::uint32_t{head[at + 2]} << 8) |
+           std::uint32_t{head[at + 3]};
+  };
+  EXPECT_EQ(be32(16), 1200u);  // IHDR width
+  EXPECT_EQ(be32(20), 900u);   // IHDR height
+  EXPECT_GT(fs::file_size(png), 20000u) << "a blank page compresses to almost nothing";
+}
+
+}  // namespace
+}  // namespace fragctl
