@@ -141,10 +141,10 @@ class device_backend {
   [[nodiscard]] std::optional<physical_handle> create_physical(std::size_t bytes);
   /// Releases a physical allocation; it must be unmapped everywhere.
   void release_physical(physical_handle handle, std::size_t bytes);
-  /// Maps the first `bytes` of `handle` at address `va` (inside a reserved
-  /// range, not mapped). A handle is always mapped from its start: CUDA's
-  /// cuMemMap refuses any other offset (measured on an H200, docs/backends.md).
-  /// Returns false when out of memory.
+  /// Maps all of `handle` at address `va` (inside a reserved range, not
+  /// mapped); `bytes` must be the handle's size. CUDA's cuMemMap refuses both
+  /// an offset into a handle and a part of one (measured on an H200,
+  /// docs/backends.md). Returns false when out of memory.
   [[nodiscard]] bool map(void* va, std::size_t bytes, physical_handle handle);
   /// Grants this device read-write access to a mapped range. Must follow map
   /// before the memory is used. Returns false when out of memory.

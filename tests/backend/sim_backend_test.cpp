@@ -523,8 +523,9 @@ TEST(sim_backed, data_lives_in_the_handle_through_unmap_and_remap) {
   EXPECT_EQ(mismatches, 0u);
   sim.unmap(elsewhere, 2 * gran);
 
-  // The first granule of the handle, mapped alone at the base.
-  ASSERT_TRUE(sim.map(base, gran, *h));
+  // Back at the base; access to its first granule only.
+  EXPECT_EQ(error_of([&] { (void)sim.map(base, gran, *h); }), "invalid_value");  // handles map whole
+  ASSERT_TRUE(sim.map(base, 2 * gran, *h));
   ASSERT_TRUE(sim.set_access(base, gran));
   const std::size_t half = gran / sizeof(std::uint32_t);
   EXPECT_EQ(p[1], static_cast<std::uint32_t>(2654435761u));
@@ -537,7 +538,7 @@ TEST(sim_backed, data_lives_in_the_handle_through_unmap_and_remap) {
   EXPECT_EQ(std::memcmp(host, base, gran), 0);
   sim.free_host(host, gran);
 
-  sim.unmap(base, gran);
+  sim.unmap(base, 2 * gran);
   sim.release_physical(*h, 2 * gran);
   sim.release_address(base, 4 * gran);
   EXPECT_EQ(total(sim.live()), 0u);

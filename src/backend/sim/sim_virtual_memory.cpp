@@ -144,8 +144,8 @@ bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
   auto h = s.handles.find(handle.value);
   if (h == s.handles.end())
     fail(sim_error::invalid_handle, fmt::format("map: {} is not a live handle", handle.value));
-  if (bytes > h->second.bytes) {
-    fail(sim_error::invalid_value, fmt::format("map: {} bytes run past the end of handle {} ({} bytes)",
+  if (bytes != h->second.bytes) {
+    fail(sim_error::invalid_value, fmt::format("map: {} bytes, but handle {} has {} (a handle is mapped whole)",
                                                bytes, handle.value, h->second.bytes));
   }
   if (!s.in_reservation(a, bytes)) {
