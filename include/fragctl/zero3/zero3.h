@@ -1,0 +1,87 @@
+/* C API of the ZeRO-3 parameter-block manager (docs/zero3.md, "C API").
+ *
+ * A thin layer over fragctl::zero3::block_manager (block_manager.hpp states
+ * the semantics). Nothing here throws: every call returns a status, and the
+ * message of the last failure on the calling thread is
+ * fragctl_zero3_last_error(). One thread drives one manager.
+ *
+ * The backend comes from the environment as for every fragctl allocator
+ * (FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_POLICY); the manager builds two
+ * allocators of that policy on it, one for long-lived and one for gathered
+ * memory.
+ *
+ *   fragctl_zero3* z = NULL;
+ *   fragctl_zero3_create("stage3_max_live_parameters:2e8", "nccl:rank=0,size=2,id_file=/tmp/job/id", &z);
+ *   fragctl_zero3_add_block(z, "layer.0", params, 9);  ... one per block, in execution order
+ *   fragctl_zero3_start(z);                             lays out and allocates
+ *   fragctl_zero3_fetch(z, 0, stream, ptrs, sizes, 9);  ... use, then
+ *   fragctl_zero3_release(z, 0, stream);
+ *   fragctl_zero3_destroy(z);
+ */
+#ifndef FRAGCTL_ZERO3_ZERO3_H
+#define FRAGCTL_ZERO3_ZERO3_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fragctl_zero3 fragctl_zero3;
+
+typedef enum fragctl_zero3_status {
+  FRAGCTL_ZERO3_OK = 0,
+  FRAGCTL_ZERO3_INVALID_ARGUMENT = 1, /* misuse, bad option, bad layout */
+  FRAGCTL_ZERO3_OUT_OF_MEMORY = 2,
+  FRAGCTL_ZERO3_BUDGET = 3,     /* a fetch needs more than max_live_bytes leaves */
+  FRAGCTL_ZERO3_COLLECTIVE = 4, /* a collective failed; the communicator is aborted */
+  FRAGCTL_ZERO3_TIMEOUT = 5,    /* a collective passed its deadline; aborted */
+  FRAGCTL_ZERO3_BACKEND = 6,    /* the GPU runtime or NCCL/RCCL failed or is missing */
+  FRAGCTL_ZERO3_ERROR = 7       /* anything else */
+} fragctl_zero3_status;
+
+typedef struct fragctl_zero3_param {
+  const char* name;
+  size_t elements;
+  size_t element_bytes; /* 2 for bf16/fp16 */
+  int trainable;        /* 0: frozen (no gradient) */
+} fragctl_zero3_param;
+
+/* Creates a manager. `options`: zero3 options ("key:value,..." as
+ * parse_options takes, NULL or "" for defaults). `communicator`:
+ *   "local"                      one rank (threads on sim, NCCL/RCCL of size 1 on a GPU)
+ *   "nccl:rank=R,size=N[,id_file=PATH][,timeout_ms=T][,library=PATH]"
+ *   "rccl:..."                   the same with RCCL
+ * Without id_file the unique id is read from FRAGCTL_NCCL_UNIQUE_ID. */
+fragctl_zero3_status fragctl_zero3_create(const char* options, const char* communicator, fragctl_zero3** out);
+/* Adds a block of `count` parameters (execution order). Before start only. */
+fragctl_zero3_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name, const fragctl_zero3_param* params,
+                                             size_t count);
+/* Lays out the blocks and allocates the shards. */
+fragctl_zero3_status fragctl_zero3_start(fragctl_zero3* z);
+/* Gathers block `block`; writes up to `capacity` parameter views. */
+fragctl_zero3_status fragctl_zero3_fetch(fragctl_zero3* z, size_t block, void* stream, void** pointers, size_t* sizes,
+                                         size_t capacity);
+fragctl_zero3_status fragctl_zero3_release(fragctl_zero3* z, size_t block, void* stream);
+/* Where parameter `param` of `block` has bytes in this rank's shard (for
+ * loading); *pointer is NULL when the rank holds none of it. */
+fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param, size_t* parameter_offset,
+                                            void** pointer, size_t* bytes);
+fragctl_zero3_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t block, void* stream, void** pointers,
+                                                   size_t* sizes, size_t capacity);
+fragctl_zero3_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream);
+fragctl_zero3_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stream);
+fragctl_zero3_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream);
+fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z);
+/* Copies the statistics JSON (with a terminating NUL when it fits) and
+ * returns its length; call with capacity 0 to size the buffer. */
+size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity);
+/* The message of the last failure on this thread ("" when none). */
+const char* fragctl_zero3_last_error(void);
+void fragctl_zero3_destroy(fragctl_zero3* z);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FRAGCTL_ZERO3_ZERO3_H */

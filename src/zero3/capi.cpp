@@ -1,0 +1,234 @@
+// C API of the block manager: each function catches every exception and
+// turns it into a status plus a thread-local message.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "fragctl/config.hpp"
+#include "fragctl/policy.hpp"
+#include "fragctl/zero3/block_manager.hpp"
+#include "fragctl/zero3/zero3.h"
+#include "util/strings.hpp"
+
+struct fragctl_zero3 {
+  fragctl::config cfg;
+  fragctl::zero3::options opts;
+  std::unique_ptr<fragctl::device_backend> backend;
+  std::unique_ptr<fragctl::device_allocator> persistent;
+  std::unique_ptr<fragctl::device_allocator> transient;
+  std::unique_ptr<fragctl::zero3::communicator> comm;
+  std::vector<fragctl::zero3::block_spec> blocks;
+  std::unique_ptr<fragctl::zero3::block_manager> manager;
+  std::string json;
+};
+
+namespace {
+
+using namespace fragctl;
+using namespace fragctl::zero3;
+
+thread_local std::string last_error;
+
+template <class F>
+fragctl_zero3_status guarded(F&& body) noexcept {
+  try {
+    last_error.clear();
+    body();
+    return FRAGCTL_ZERO3_OK;
+  } catch (const collective_error& e) {
+    last_error = e.what();
+    return e.timed_out() ? FRAGCTL_ZERO3_TIMEOUT : FRAGCTL_ZERO3_COLLECTIVE;
+  } catch (const budget_error& e) {
+    last_error = e.what();
+    return FRAGCTL_ZERO3_BUDGET;
+  } catch (const fragctl::invalid_argument& e) {
+    last_error = e.what();
+    return FRAGCTL_ZERO3_INVALID_ARGUMENT;
+  } catch (const backend_error& e) {
+    last_error = e.what();
+    return FRAGCTL_ZERO3_BACKEND;
+  } catch (const std::bad_alloc& e) {
+    last_error = e.what();
+    return FRAGCTL_ZERO3_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return FRAGCTL_ZERO3_ERROR;
+  } catch (...) {
+    last_error = "unknown error";
+    return FRAGCTL_ZERO3_ERROR;
+  }
+}
+
+void need(const void* p, const char* what) {
+  if (p == nullptr) throw fragctl::invalid_argument(fmt::format("zero3: {} is NULL", what));
+}
+
+fragctl_zero3& started(fragctl_zero3* z) {
+  need(z, "the manager");
+  if (!z->manager) throw fragctl::invalid_argument("zero3: call fragctl_zero3_start first");
+  return *z;
+}
+
+// "nccl:rank=0,size=2,id_file=/path,timeout_ms=1000,library=/path/libnccl.so.2"
+std::unique_ptr<communicator> make_communicator(std::string_view spec, device_backend& backend) {
+  const std::size_t colon = spec.find(':');
+  const std::string kind = util::lower(util::trim(spec.substr(0, colon)));
+  if (kind == "local" || kind.empty()) {
+    if (backend.name() == "sim") return make_thread_communicator(make_thread_group(1, std::chrono::minutes(10)), 0, backend);
+    nccl_options o;
+    o.library = backend.name() == "hip" ? collective_library::rccl : collective_library::nccl;
+    o.unique_id_env.clear();
+    return make_nccl_communicator(backend, o);
+  }
+  if (kind != "nccl" && kind != "rccl") {
+    throw fragctl::invalid_argument(fmt::format("zero3: communicator \"{}\": expected local, nccl:... or rccl:...", spec));
+  }
+  nccl_options o;
+  o.library = kind == "rccl" ? collective_library::rccl : collective_library::nccl;
+  const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
+  for (const std::string_view item : util::split(rest, ',')) {
+    if (util::trim(item).empty()) continue;
+    const std::size_t eq = item.find('=');
+    const std::string_view key = util::trim(item.substr(0, eq));
+    const std::string_view value = eq == std::string_view::npos ? std::string_view{} : util::trim(item.substr(eq + 1));
+    std::int64_t n = 0;
+    const bool number = util::parse_i64(value, n);
+    if (key == "rank" && number) o.rank = static_cast<int>(n);
+    else if (key == "size" && number) o.size = static_cast<int>(n);
+    else if (key == "timeout_ms" && number) o.timeout = std::chrono::milliseconds(n);
+    else if (key == "id_file") o.unique_id_file = std::string(value);
+    else if (key == "library") o.library_path = std::string(value);
+    else throw fragctl::invalid_argument(fmt::format("zero3: communicator option \"{}\" not understood (rank, size, "
+                                                     "id_file, timeout_ms, library)", item));
+  }
+  return make_nccl_communicator(backend, o);
+}
+
+std::size_t copy_views(std::span<const view> views, void** pointers, std::size_t* sizes, std::size_t capacity) {
+  const std::size_t n = std::min(capacity, views.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pointers != nullptr) pointers[i] = views[i].data;
+    if (sizes != nullptr) sizes[i] = views[i].bytes;
+  }
+  return n;
+}
+
+}  // namespace
+
+extern "C" {
+
+fragctl_zero3_status fragctl_zero3_create(const char* options_text, const char* communicator_spec,
+                                          fragctl_zero3** out) {
+  return guarded([&] {
+    need(out, "out");
+    *out = nullptr;
+    auto z = std::make_unique<fragctl_zero3>();
+    auto cfg = config_from_environment();
+    if (!cfg.ok()) throw fragctl::invalid_argument(std::string(cfg.status().message()));
+    z->cfg = *cfg;
+    auto opts = parse_options(options_text != nullptr ? options_text : "");
+    if (!opts.ok()) throw fragctl::invalid_argument(std::string(opts.status().message()));
+    z->opts = *opts;
+    z->backend = make_backend(z->cfg);
+    z->persistent = make_policy(z->cfg.policy, z->cfg, *z->backend);
+    z->transient = make_policy(z->cfg.policy, z->cfg, *z->backend);
+    z->comm = make_communicator(communicator_spec != nullptr ? communicator_spec : "local", *z->backend);
+    *out = z.release();
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name, const fragctl_zero3_param* params,
+                                             size_t count) {
+  return guarded([&] {
+    need(z, "the manager");
+    need(name, "the block name");
+    if (count > 0) need(params, "params");
+    if (z->manager) throw fragctl::invalid_argument("zero3: blocks are added before fragctl_zero3_start");
+    block_spec b{name, {}};
+    for (std::size_t i = 0; i < count; ++i) {
+      b.parameters.push_back({params[i].name != nullptr ? params[i].name : fmt::format("param{}", i),
+                              params[i].elements, params[i].element_bytes, params[i].trainable != 0});
+    }
+    z->blocks.push_back(std::move(b));
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_start(fragctl_zero3* z) {
+  return guarded([&] {
+    need(z, "the manager");
+    if (z->manager) throw fragctl::invalid_argument("zero3: started already");
+    z->manager = std::make_unique<block_manager>(z->blocks, z->opts, *z->comm, *z->persistent, *z->transient);
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_fetch(fragctl_zero3* z, size_t block, void* stream, void** pointers, size_t* sizes,
+                                         size_t capacity) {
+  return guarded([&] { copy_views(started(z).manager->fetch(block, stream), pointers, sizes, capacity); });
+}
+
+fragctl_zero3_status fragctl_zero3_release(fragctl_zero3* z, size_t block, void* stream) {
+  return guarded([&] { started(z).manager->release(block, stream); });
+}
+
+fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param, size_t* parameter_offset,
+                                            void** pointer, size_t* bytes) {
+  return guarded([&] {
+    const block_manager::parameter_part p = started(z).manager->shard_of(block, param);
+    if (parameter_offset != nullptr) *parameter_offset = p.parameter_offset;
+    if (pointer != nullptr) *pointer = p.data.data;
+    if (bytes != nullptr) *bytes = p.data.bytes;
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t block, void* stream, void** pointers,
+                                                   size_t* sizes, size_t capacity) {
+  return guarded([&] { copy_views(started(z).manager->begin_gradients(block, stream), pointers, sizes, capacity); });
+}
+
+fragctl_zero3_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream) {
+  return guarded([&] { started(z).manager->reduce_gradients(block, stream); });
+}
+
+fragctl_zero3_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stream) {
+  return guarded([&] { started(z).manager->finish_gradients(stream); });
+}
+
+fragctl_zero3_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream) {
+  return guarded([&] { started(z).manager->end_step(stream); });
+}
+
+fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z) {
+  return guarded([&] { started(z).manager->synchronize(); });
+}
+
+size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity) {
+  std::size_t length = 0;
+  const fragctl_zero3_status s = guarded([&] {
+    z->json = to_json(started(z).manager->stats());
+    length = z->json.size();
+    if (buffer != nullptr && capacity > 0) {
+      const std::size_t n = std::min(capacity - 1, length);
+      std::memcpy(buffer, z->json.data(), n);
+      buffer[n] = '\0';
+    }
+  });
+  return s == FRAGCTL_ZERO3_OK ? length : 0;
+}
+
+const char* fragctl_zero3_last_error(void) { return last_error.c_str(); }
+
+void fragctl_zero3_destroy(fragctl_zero3* z) {
+  if (z == nullptr) return;
+  (void)guarded([&] {
+    z->manager.reset();
+    z->comm.reset();
+    z->transient.reset();
+    z->persistent.reset();
+    z->backend.reset();
+    delete z;
+  });
+}
+
+}  // extern "C"

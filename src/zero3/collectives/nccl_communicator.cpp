@@ -1,0 +1,431 @@
+// NCCL / RCCL communicator: non-blocking, every wait with a deadline.
+//
+// The communicator is created non-blocking (ncclConfig_t blocking = 0), so
+// no NCCL call blocks the host: a call may answer ncclInProgress, and then
+// the communicator is polled (ncclCommGetAsyncError) until it is ready, up to
+// the deadline, before anything else is queued on its streams, as NCCL
+// requires. After each collective an event is recorded on its stream; the
+// collective is pending until the event completes. A watchdog thread polls the
+// pending collectives and the communicator's asynchronous error; one that
+// passes its deadline, or an error, aborts the communicator (which also ends
+// its kernels, so a thread blocked in a stream synchronization returns) and
+// is raised by the next call as collective_error naming rank, operation and
+// tag. One mutex orders the NCCL calls of the driving thread and the
+// watchdog, so the abort never races a call on the same communicator.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "fmt/format.h"
+#include "fragctl/backend.hpp"
+#include "fragctl/log.hpp"
+#include "zero3/collectives/device_runtime.hpp"
+#include "util/strings.hpp"
+#include "zero3/collectives/nccl_library.hpp"
+
+namespace fragctl::zero3 {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+std::uint64_t nanoseconds_since(clock::time_point start) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count());
+}
+
+struct failure {
+  std::string message;
+  std::string operation;
+  std::string tag;
+  bool timed_out = false;
+};
+
+struct pending_op {
+  event_t event = nullptr;
+  clock::time_point deadline;
+  std::string operation;
+  std::string tag;
+};
+
+std::optional<std::string> read_id_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string text = s.str();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.size() != 256) return std::nullopt;  // still being written (rename makes that rare)
+  return text;
+}
+
+nccl::unique_id_t obtain_id(const nccl::library& lib, const nccl_options& o) {
+  nccl::unique_id_t raw{};
+  const auto from_hex = [&](const std::string& hex, const std::string& where) {
+    auto id = unique_id_from_hex(hex);
+    if (!id.ok()) {
+      throw invalid_argument(fmt::format("zero3 rank {}: unique id in {}: {}", o.rank, where, util::to_std(id.status().message())));
+    }
+    std::copy(id->begin(), id->end(), reinterpret_cast<unsigned char*>(raw.internal));
+  };
+  if (const char* env = o.unique_id_env.empty() ? nullptr : std::getenv(o.unique_id_env.c_str());
+      env != nullptr && env[0] != '\0') {
+    from_hex(env, o.unique_id_env);
+    return raw;
+  }
+  if (o.unique_id_file.empty()) {
+    if (o.size == 1) {
+      if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
+        throw backend_error(fmt::format("ncclGetUniqueId: {}", lib.describe(r, nullptr)), r, "ncclResult_t");
+      }
+      return raw;
+    }
+    throw invalid_argument(fmt::format("zero3 rank {}: no unique id: set {} or nccl_options::unique_id_file",
+                                       o.rank, o.unique_id_env));
+  }
+  if (o.rank == 0) {
+    if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
+      throw backend_error(fmt::format("ncclGetUniqueId: {}", lib.describe(r, nullptr)), r, "ncclResult_t");
+    }
+    unique_id id{};
+    std::copy(raw.internal, raw.internal + 128, reinterpret_cast<char*>(id.data()));
+    const std::string tmp = fmt::format("{}.tmp.{}", o.unique_id_file, getpid());
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << to_hex(id) << "\n";
+      if (!out) throw invalid_argument(fmt::format("zero3 rank 0: cannot write the unique id to {}", tmp));
+    }
+    if (std::rename(tmp.c_str(), o.unique_id_file.c_str()) != 0) {
+      throw invalid_argument(fmt::format("zero3 rank 0: cannot rename {} to {}", tmp, o.unique_id_file));
+    }
+    return raw;
+  }
+  const auto deadline = clock::now() + o.timeout;
+  while (true) {
+    if (auto text = read_id_file(o.unique_id_file)) {
+      from_hex(*text, o.unique_id_file);
+      return raw;
+    }
+    if (clock::now() > deadline) {
+      throw collective_error(fmt::format("zero3 rank {}: init: the unique id file {} did not appear within {} ms "
+                                         "(is rank 0 running?)",
+                                         o.rank, o.unique_id_file, o.timeout.count()),
+                             o.rank, "init", o.unique_id_file, true);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+class nccl_communicator final : public communicator {
+ public:
+  nccl_communicator(device_backend& backend, const nccl_options& options)
+      : lib_(nccl::load(options)), backend_(backend), options_(options),
+        runtime_(make_device_runtime(options.library, backend.device())) {
+    const nccl::unique_id_t id = obtain_id(lib_, options_);
+    const auto started = clock::now();
+    {
+      auto bound = runtime_->bind();
+      nccl::config_v21700 config;
+      const nccl::result_t r = lib_.comm_init_rank_config(&comm_, options_.size, id, options_.rank, &config);
+      if (r != nccl::success && r != nccl::in_progress) {
+        const std::string what = lib_.describe(r, comm_);
+        if (comm_ != nullptr) (void)lib_.comm_abort(comm_);
+        comm_ = nullptr;
+        throw collective_error(fmt::format("zero3 rank {}: ncclCommInitRankConfig failed: {}", rank(), what), rank(),
+                               "init", "communicator", false);
+      }
+    }
+    wait_ready("init", "communicator", started + options_.timeout);
+    blocked_ns_ += nanoseconds_since(started);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~nccl_communicator() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    std::lock_guard lock(mutex_);
+    if (comm_ != nullptr) {
+      try {
+        auto bound = runtime_->bind();
+        finalize_locked();
+      } catch (const std::exception& e) {
+        logger().warn("zero3 rank {}: closing the communicator: {}", rank(), e.what());
+      }
+    }
+    for (const pending_op& p : pending_) free_events_.push_back(p.event);
+    for (event_t e : free_events_) {
+      try {
+        backend_.destroy_event(e);
+      } catch (const std::exception&) {  // device lost: nothing to free
+      }
+    }
+  }
+
+  [[nodiscard]] int rank() const noexcept override { return options_.rank; }
+  [[nodiscard]] int size() const noexcept override { return options_.size; }
+  [[nodiscard]] std::string_view name() const noexcept override { return lib_.name; }
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
+
+  void all_gather(std::span<const gather_part> parts, stream_t stream, std::string_view tag) override {
+    enqueue("all_gather", tag, stream, [&] {
+      for (const gather_part& p : parts) {
+        const nccl::result_t r = lib_.all_gather(p.send, p.recv, p.bytes, nccl::type_uint8, comm_, stream);
+        if (r != nccl::success && r != nccl::in_progress) return r;
+      }
+      return nccl::success;
+    });
+  }
+
+  void reduce_scatter(std::span<const scatter_part> parts, data_type type, stream_t stream,
+                      std::string_view tag) override {
+    enqueue("reduce_scatter", tag, stream, [&] {
+      for (const scatter_part& p : parts) {
+        const nccl::result_t r =
+            lib_.reduce_scatter(p.send, p.recv, p.elements, nccl::type_of(type), nccl::op_sum, comm_, stream);
+        if (r != nccl::success && r != nccl::in_progress) return r;
+      }
+      return nccl::success;
+    });
+  }
+
+  void check() override {
+    std::lock_guard lock(mutex_);
+    poll_locked();
+    throw_if_failed_locked();
+  }
+
+  void synchronize() override {
+    const auto started = clock::now();
+    std::unique_lock lock(mutex_);
+    while (true) {
+      poll_locked();
+      throw_if_failed_locked();
+      if (pending_.empty()) break;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+    }
+    blocked_ns_ += nanoseconds_since(started);
+  }
+
+  void abort() noexcept override {
+    std::lock_guard lock(mutex_);
+    abort_locked();
+    if (!failed_) failed_ = failure{fmt::format("zero3 rank {}: communicator aborted by the caller", rank()), "abort", "", false};
+  }
+
+  [[nodiscard]] std::uint64_t blocked_ns() const noexcept override { return blocked_ns_; }
+
+ private:
+  template <class Calls>
+  void enqueue(const char* op, std::string_view tag, stream_t stream, Calls&& calls) {
+    const auto started = clock::now();
+    nccl::result_t r = nccl::success;
+    {
+      std::lock_guard lock(mutex_);
+      poll_locked();
+      throw_if_failed_locked();
+      auto bound = runtime_->bind();
+      (void)lib_.group_start();
+      const nccl::result_t inner = calls();
+      r = lib_.group_end();
+      if (inner != nccl::success) r = inner;
+      if (r != nccl::success && r != nccl::in_progress) {
+        fail_locked({fmt::format("zero3 rank {}: {} of {} failed: {}; communicator aborted", rank(), op, tag,
+                                 lib_.describe(r, comm_)),
+                     op, std::string(tag), false});
+        throw_if_failed_locked();
+      }
+    }
+    if (r == nccl::in_progress) wait_ready(op, tag, started + options_.timeout);
+    std::lock_guard lock(mutex_);
+    throw_if_failed_locked();
+    event_t event = nullptr;
+    if (free_events_.empty()) {
+      event = backend_.create_event();
+    } else {
+      event = free_events_.back();
+      free_events_.pop_back();
+    }
+    backend_.record_event(event, stream);
+    pending_.push_back({event, clock::now() + options_.timeout, op, std::string(tag)});
+    blocked_ns_ += nanoseconds_since(started);
+  }
+
+  // Polls until the communicator has no call in progress, or fails at `deadline`.
+  void wait_ready(const char* op, std::string_view tag, clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      throw_if_failed_locked();
+      nccl::result_t state = nccl::success;
+      const nccl::result_t r = lib_.comm_get_async_error(comm_, &state);
+      if (r != nccl::success) state = r;
+      if (state == nccl::success) return;
+      if (state != nccl::in_progress) {
+        fail_locked({fmt::format("zero3 rank {}: {} of {} failed: {}; communicator aborted", rank(), op, tag,
+                                 lib_.describe(state, comm_)),
+                     op, std::string(tag), false});
+        continue;
+      }
+      if (clock::now() > deadline) {
+        fail_locked({fmt::format("zero3 rank {}: {} of {} did not complete within {} ms (a peer never joined?); "
+                                 "communicator aborted",
+                                 rank(), op, tag, options_.timeout.count()),
+                     op, std::string(tag), true});
+        continue;
+      }
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lock.lock();
+    }
+  }
+
+  // Retires completed collectives; fails the communicator at a passed deadline
+  // or an asynchronous error.
+  void poll_locked() {
+    if (failed_ || comm_ == nullptr) return;
+    const auto now = clock::now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      bool done = false;
+      try {
+        done = backend_.query_event(it->event);
+      } catch (const std::exception& e) {
+        fail_locked({fmt::format("zero3 rank {}: {} of {}: {}; communicator aborted", rank(), it->operation, it->tag,
+                                 e.what()),
+                     it->operation, it->tag, false});
+        return;
+      }
+      if (done) {
+        free_events_.push_back(it->event);
+        it = pending_.erase(it);
+        continue;
+      }
+      if (now > it->deadline) {
+        fail_locked({fmt::format("zero3 rank {}: {} of {} did not complete within {} ms; communicator aborted",
+                                 rank(), it->operation, it->tag, options_.timeout.count()),
+                     it->operation, it->tag, true});
+        return;
+      }
+      ++it;
+    }
+    nccl::result_t state = nccl::success;
+    const nccl::result_t r = lib_.comm_get_async_error(comm_, &state);
+    if (r != nccl::success) state = r;
+    if (state != nccl::success && state != nccl::in_progress) {
+      const std::string what = pending_.empty() ? std::string("communicator") : pending_.front().tag;
+      const std::string op = pending_.empty() ? std::string("async") : pending_.front().operation;
+      fail_locked({fmt::format("zero3 rank {}: {} of {} failed: {}; communicator aborted", rank(), op, what,
+                               lib_.describe(state, comm_)),
+                   op, what, false});
+    }
+  }
+
+  void fail_locked(failure f) {
+    if (!failed_) failed_ = std::move(f);
+    logger().error("{}", failed_->message);
+    abort_locked();
+  }
+
+  void abort_locked() noexcept {
+    if (comm_ == nullptr) return;
+    try {
+      auto bound = runtime_->bind();
+      (void)lib_.comm_abort(comm_);
+    } catch (...) {  // binding failed: the device is gone; abort without it
+      (void)lib_.comm_abort(comm_);
+    }
+    comm_ = nullptr;
+  }
+
+  void throw_if_failed_locked() const {
+    if (failed_) throw collective_error(failed_->message, rank(), failed_->operation, failed_->tag, failed_->timed_out);
+  }
+
+  void finalize_locked() {
+    if (lib_.comm_finalize != nullptr) {
+      nccl::result_t r = lib_.comm_finalize(comm_);
+      const auto deadline = clock::now() + options_.timeout;
+      while (r == nccl::in_progress || r == nccl::success) {
+        nccl::result_t state = nccl::success;
+        if (lib_.comm_get_async_error(comm_, &state) != nccl::success) break;
+        if (state == nccl::success) break;
+        if (state != nccl::in_progress || clock::now() > deadline) {
+          r = state;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (r != nccl::success && r != nccl::in_progress) {
+        abort_locked();
+        return;
+      }
+    }
+    (void)lib_.comm_destroy(comm_);
+    comm_ = nullptr;
+  }
+
+  void watch() {
+    const auto period = std::clamp(options_.timeout / 8, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, period, [this] { return stop_; });
+      if (stop_) break;
+      poll_locked();
+    }
+  }
+
+  const nccl::library& lib_;
+  device_backend& backend_;
+  nccl_options options_;
+  std::unique_ptr<device_runtime> runtime_;
+  nccl::comm_t comm_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread watchdog_;
+  std::vector<pending_op> pending_;
+  std::vector<event_t> free_events_;
+  std::optional<failure> failed_;
+  std::uint64_t blocked_ns_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<communicator> make_nccl_communicator(device_backend& backend, const nccl_options& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    throw invalid_argument(fmt::format("zero3: rank {} of world size {} is out of range", options.rank, options.size));
+  }
+  if (options.timeout.count() <= 0) throw invalid_argument("zero3: the collective timeout must be positive");
+  const std::string_view expected = options.library == collective_library::rccl ? "hip" : "cuda";
+  if (backend.name() != expected) {
+    throw invalid_argument(fmt::format("zero3: {} runs on the {} backend, not {}",
+                                       options.library == collective_library::rccl ? "rccl" : "nccl", expected,
+                                       backend.name()));
+  }
+  return std::make_unique<nccl_communicator>(backend, options);
+}
+
+unique_id make_unique_id(const nccl_options& options) {
+  const nccl::library& lib = nccl::load(options);
+  nccl::unique_id_t raw{};
+  if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
+    throw backend_error(fmt::format("ncclGetUniqueId: {}", lib.describe(r, nullptr)), r, "ncclResult_t");
+  }
+  unique_id id{};
+  std::copy(raw.internal, raw.internal + 128, reinterpret_cast<char*>(id.data()));
+  return id;
+}
+
+}  // namespace fragctl::zero3

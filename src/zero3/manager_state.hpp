@@ -1,0 +1,93 @@
+// The block manager's state, shared by its source files (gather and release,
+// gradients, statistics). Internal to src/zero3.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fragctl/backend.hpp"
+#include "fragctl/zero3/block_manager.hpp"
+
+namespace fragctl::zero3 {
+
+struct block_manager::impl {
+  impl(std::span<const block_spec> specs, const options& o, communicator& c, device_allocator& p,
+       device_allocator& t);
+  ~impl();
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+  /// Waits for the comm stream and frees every buffer, event and stream made
+  /// so far (the destructor, and a constructor that failed half-way).
+  void teardown() noexcept;
+
+  struct block_runtime {
+    void* buffer = nullptr;     // gathered buffer, nullptr when not gathered
+    std::size_t charged = 0;    // its allocation_size, counted against the budget
+    int consumers = 0;
+    bool prefetched = false;    // gathered ahead and not fetched yet
+    event_t gathered = nullptr; // recorded on the comm stream after the all-gather
+    std::vector<view> views;
+    std::vector<view> gradient_views;
+    int bucket = -1;            // the reduce bucket this block holds
+  };
+
+  struct bucket {
+    void* data = nullptr;
+    int holder = -1;            // block index, -1 when free
+    event_t reduced = nullptr;  // recorded after its last reduce-scatter
+  };
+
+  // Long-lived allocation helpers.
+  void* allocate_long_lived(std::size_t bytes);
+  void free_long_lived(void*& ptr, std::size_t bytes) noexcept;
+
+  void check_block(std::size_t block, const char* call) const;
+  [[nodiscard]] std::string tag(std::size_t block) const;
+
+  // Gather and free (block_manager.cpp).
+  void gather(std::size_t block, bool prefetch);
+  void free_buffer(std::size_t block, stream_t consumer) noexcept;
+  void make_room(std::size_t block, std::size_t charge);
+  void prefetch_ahead();
+  void follow_trace(std::size_t block);
+  void refresh_views(std::size_t block);
+  /// Makes the comm stream wait for the work queued on `stream` so far.
+  void comm_waits_for(stream_t stream);
+
+  options opts;
+  communicator& comm;
+  device_allocator& persistent;
+  device_allocator& transient;
+  device_backend& backend;
+  model_layout layout;
+  stream_t comm_stream = nullptr;
+  event_t scratch_event = nullptr;  // recorded and waited on at once; reusable immediately
+
+  void* shards = nullptr;
+  void* gradient_shards = nullptr;
+  void* persistent_parameters = nullptr;
+  void* persistent_gradients = nullptr;
+  std::array<bucket, 2> buckets{};
+  int next_bucket = 0;
+  std::vector<block_runtime> blocks;
+
+  std::size_t live = 0;   // gathered bytes live (charged)
+  std::size_t peak = 0;
+  std::size_t ahead = 0;  // prefetched bytes not fetched yet
+
+  bool recording = true;  // recording the fetch order (first step, or after a miss)
+  std::vector<std::size_t> trace;
+  std::size_t cursor = 0;  // position of the next expected fetch in `trace`
+
+  zero3_stats counters;  // the counts; sizes are filled by stats()
+  std::uint64_t wait_ns = 0;
+  std::uint64_t step_all_gather_bytes = 0;
+  std::uint64_t step_reduce_scatter_bytes = 0;
+  std::uint64_t step_gathers = 0;
+  std::uint64_t step_prefetch_hits = 0;
+};
+
+}  // namespace fragctl::zero3

@@ -1,0 +1,173 @@
+// The thread communicator: all-gather and reduce-scatter against references
+// for 1 to 4 ranks, in place and not; mismatched calls and a missing rank are
+// errors naming rank, operation and tag. Also the host bf16/fp16 arithmetic.
+#include <atomic>
+#include <cstring>
+#include <latch>
+
+#include "gtest/gtest.h"
+#include "zero3/collectives/host_math.hpp"
+#include "zero3/zero3_harness.hpp"
+
+namespace fragctl::zero3 {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::rank_env;
+using testing::run_ranks;
+
+class thread_ranks : public ::testing::TestWithParam<int> {};
+
+TEST_P(thread_ranks, all_gather_concatenates_every_ranks_part) {
+  const int n = GetParam();
+  run_ranks(n, 5s, [n](rank_env& env) {
+    const int r = env.comm->rank();
+    std::vector<unsigned char> a(100), b(37);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<unsigned char>(r * 100 + static_cast<int>(i));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>(200 - r - static_cast<int>(i));
+    std::vector<unsigned char> ga(100 * static_cast<std::size_t>(n)), gb(37 * static_cast<std::size_t>(n));
+    const gather_part parts[] = {{a.data(), ga.data(), a.size()}, {b.data(), gb.data(), b.size()}};
+    env.comm->all_gather(parts, nullptr, "test");
+    for (int p = 0; p < n; ++p) {
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(ga[static_cast<std::size_t>(p) * 100 + i], static_cast<unsigned char>(p * 100 + static_cast<int>(i)));
+      }
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        ASSERT_EQ(gb[static_cast<std::size_t>(p) * 37 + i], static_cast<unsigned char>(200 - p - static_cast<int>(i)));
+      }
+    }
+    // In place: each rank's part already sits at its offset.
+    std::vector<unsigned char> place(16 * static_cast<std::size_t>(n), 0);
+    std::memset(place.data() + 16 * static_cast<std::size_t>(r), r + 1, 16);
+    const gather_part in_place{place.data() + 16 * static_cast<std::size_t>(r), place.data(), 16};
+    env.comm->all_gather(std::span(&in_place, 1), nullptr, "in place");
+    for (int p = 0; p < n; ++p) EXPECT_EQ(place[16 * static_cast<std::size_t>(p) + 5], p + 1);
+  });
+}
+
+TEST_P(thread_ranks, reduce_scatter_sums_each_ranks_segment) {
+  const int n = GetParam();
+  run_ranks(n, 5s, [n](rank_env& env) {
+    const int r = env.comm->rank();
+    constexpr std::size_t per = 50;
+    std::vector<float> send(per * static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(r + 1) * 0.25F + static_cast<float>(i);
+    std::vector<float> recv(per);
+    const scatter_part part{send.data(), recv.data(), per};
+    env.comm->reduce_scatter(std::span(&part, 1), data_type::float32, nullptr, "fp32");
+    for (std::size_t i = 0; i < per; ++i) {
+      const std::size_t global = static_cast<std::size_t>(r) * per + i;
+      float expected = 0;
+      for (int p = 0; p < n; ++p) expected += static_cast<float>(p + 1) * 0.25F + static_cast<float>(global);
+      ASSERT_EQ(recv[i], expected) << i;
+    }
+    // bf16 small integers sum exactly; in place.
+    std::vector<std::uint16_t> bf(per * static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < bf.size(); ++i) bf[i] = host_math::float_to_bf16(static_cast<float>((i % 5) + r));
+    std::uint16_t* mine = bf.data() + static_cast<std::size_t>(r) * per;
+    const scatter_part in_place{bf.data(), mine, per};
+    env.comm->reduce_scatter(std::span(&in_place, 1), data_type::bfloat16, nullptr, "bf16");
+    for (std::size_t i = 0; i < per; ++i) {
+      const std::size_t global = static_cast<std::size_t>(r) * per + i;
+      float expected = 0;
+      for (int p = 0; p < n; ++p) expected += static_cast<float>((global % 5) + static_cast<std::size_t>(p));
+      ASSERT_EQ(host_math::bf16_to_float(mine[i]), expected) << i;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(ranks, thread_ranks, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "_ranks"; });
+
+TEST(thread_communicator, a_rank_that_never_joins_times_out_naming_rank_operation_and_tag) {
+  std::atomic<int> timed_out{0};
+  std::string message;
+  std::mutex message_mutex;
+  std::latch failed(1);
+  run_ranks(3, 150ms, [&](rank_env& env) {
+    if (env.comm->rank() == 2) {
+      failed.wait();  // never joins; checks that the group is aborted afterwards
+      EXPECT_THROW(env.comm->check(), collective_error);
+      return;
+    }
+    std::vector<unsigned char> a(8), g(24);
+    const gather_part part{a.data(), g.data(), 8};
+    try {
+      env.comm->all_gather(std::span(&part, 1), nullptr, "block 7 'layer.6'");
+      ADD_FAILURE() << "the all-gather completed without rank 2";
+    } catch (const collective_error& e) {
+      if (e.timed_out()) {
+        ++timed_out;
+        std::lock_guard lock(message_mutex);
+        message = e.what();
+        EXPECT_EQ(e.operation(), "all_gather");
+        EXPECT_EQ(e.tag(), "block 7 'layer.6'");
+      } else {
+        EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos);
+      }
+    }
+    if (env.comm->rank() == 0) failed.count_down();
+  });
+  EXPECT_GE(timed_out.load(), 1);
+  EXPECT_NE(message.find("did not complete within 150 ms"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank(s) 2 never joined"), std::string::npos) << message;
+  EXPECT_NE(message.find("all_gather of block 7 'layer.6'"), std::string::npos) << message;
+}
+
+TEST(thread_communicator, mismatched_collectives_are_an_error) {
+  std::atomic<int> errors{0};
+  run_ranks(2, 5s, [&](rank_env& env) {
+    std::vector<unsigned char> a(8), g(16);
+    try {
+      if (env.comm->rank() == 0) {
+        const gather_part part{a.data(), g.data(), 8};
+        env.comm->all_gather(std::span(&part, 1), nullptr, "x");
+      } else {
+        const scatter_part part{g.data(), a.data(), 2};
+        env.comm->reduce_scatter(std::span(&part, 1), data_type::float32, nullptr, "y");
+      }
+    } catch (const collective_error& e) {
+      EXPECT_NE(std::string(e.what()).find("collective mismatch"), std::string::npos) << e.what();
+      ++errors;
+    }
+  });
+  EXPECT_EQ(errors.load(), 2);
+}
+
+TEST(thread_communicator, misuse) {
+  sim_backend backend;
+  auto group = make_thread_group(2, 1s);
+  auto first = make_thread_communicator(group, 0, backend);
+  EXPECT_THROW((void)make_thread_communicator(group, 0, backend), invalid_argument);
+  EXPECT_THROW((void)make_thread_communicator(group, 2, backend), invalid_argument);
+  EXPECT_THROW((void)make_thread_group(0, 1s), invalid_argument);
+  EXPECT_EQ(first->size(), 2);
+  EXPECT_EQ(first->name(), "threads");
+}
+
+TEST(host_math, bf16_and_fp16_round_to_nearest_even) {
+  using namespace host_math;
+  EXPECT_EQ(float_to_bf16(1.0F), 0x3f80);
+  EXPECT_EQ(bf16_to_float(0x3f80), 1.0F);
+  EXPECT_EQ(float_to_bf16(-2.5F), 0xc020);
+  // 1 + 2^-8 is halfway between two bf16 values: ties to even (1.0).
+  EXPECT_EQ(float_to_bf16(1.0F + 0x1p-8F), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.0F + 0x1p-8F + 0x1p-12F), 0x3f81);
+  EXPECT_EQ(float_to_fp16(1.0F), 0x3c00);
+  EXPECT_EQ(fp16_to_float(0x3c00), 1.0F);
+  EXPECT_EQ(float_to_fp16(65504.0F), 0x7bff);
+  EXPECT_EQ(float_to_fp16(1e6F), 0x7c00);
+  EXPECT_EQ(float_to_fp16(0x1p-24F), 0x0001);  // smallest subnormal
+  EXPECT_EQ(fp16_to_float(0x0001), 0x1p-24F);
+  EXPECT_EQ(float_to_fp16(1.0F + 0x1p-11F), 0x3c00);  // tie to even
+  for (int i = -300; i <= 300; ++i) {
+    const float f = static_cast<float>(i) * 0.125F;
+    EXPECT_EQ(fp16_to_float(float_to_fp16(f)), f);
+    if (i >= -256 && i <= 256) {  // integers beyond 256 need more than bf16's 8 significant bits
+      EXPECT_EQ(bf16_to_float(float_to_bf16(static_cast<float>(i))), static_cast<float>(i));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fragctl::zero3
