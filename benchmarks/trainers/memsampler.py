@@ -1,0 +1,49 @@
+"""Samples the device's used memory from the driver (cuMemGetInfo: total -
+free) in a separate process, so the trainer it watches runs undisturbed and
+every allocator is measured the same way.
+
+Protocol: prints "ready <used_bytes> <total_bytes>" once it is sampling (the
+baseline, taken before the trainer touches CUDA), then samples about every
+0.5 ms until its stdin closes, then prints "peak <used_bytes>". Device 0 of
+CUDA_VISIBLE_DEVICES, as the trainer sees it. Needs only libcuda.so.1.
+"""
+import ctypes
+import sys
+import threading
+import time
+
+
+def main():
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def check(rc, what):
+        if rc != 0:
+            print("error %s returned %d" % (what, rc), flush=True)
+            sys.exit(1)
+
+    check(cuda.cuInit(0), "cuInit")
+    device = ctypes.c_int()
+    check(cuda.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
+    context = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+    check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    get_info = cuda.cuMemGetInfo_v2
+
+    def used():
+        get_info(ctypes.byref(free), ctypes.byref(total))
+        return total.value - free.value
+
+    baseline = used()
+    print("ready %d %d" % (baseline, total.value), flush=True)
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    peak = baseline
+    while not stop.is_set():
+        peak = max(peak, used())
+        time.sleep(0.0005)
+    print("peak %d" % max(peak, used()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Real trainers under every allocator set-up, one process per run, and the
+verdict: memory placement must not change the math, and should not cost time.
+
+    python benchmarks/trainers/run_trainers.py --out DIR --preload build/libfragctl_preload.so
+        [--models gpt2m,llama,resnet] [--steps 12] [--budget 330]
+
+Per model the runs are: PyTorch's native allocator; expandable_segments:True;
+fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
+(profiled from the arena run's report); LD_PRELOAD=libfragctl_preload.so with
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; then native again, which
+shows the run-to-run spread of step time. Every run is deterministic
+(train_one.py) and its loss after every step is compared bit for bit with the
+native run's. Writes DIR/trainers.json (every run) and DIR/trainers.md (the
+table and the verdict) and prints the table. Runs that do not fit in
+--budget seconds are skipped and listed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GiB = float(1 << 30)
+TIME_TOLERANCE = 0.02  # step time within 2% of native
+
+
+def runs_for(model, out_dir, preload):
+    arena_report = os.path.join(out_dir, "%s-arena.report.json" % model)
+
+    def fragctl_run(policy):
+        report = arena_report if policy == "arena" else os.path.join(out_dir, "%s-%s.report.json"
+                                                                      % (model, policy.replace(":", "-")))
+        extra = ["--report", report]
+        if policy.startswith("warmup"):
+            extra += ["--warmup-profile", arena_report]
+        return ("fragctl " + policy, "fragctl", policy, extra, {})
+
+    preload_env = {
+        "LD_PRELOAD": preload, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "FRAGCTL_POLICY": "arena",
+        "FRAGCTL_REPORT": os.path.join(out_dir, "%s-preload.report.json" % model),
+    }
+    return [
+        ("native", "native", "", [], {}),
+        ("expandable_segments", "expandable", "", [], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+        fragctl_run("caching"),
+        fragctl_run("arena"),
+        fragctl_run("buckets:arena"),
+        fragctl_run("warmup:arena"),
+        ("LD_PRELOAD arena", "preload", "arena", [], preload_env),
+        ("native (again)", "native", "", [], {}),
+    ]
+
+
+def run(model, label, mode, policy, extra, env_extra, args, deadline):
+    slug = "%s-%s" % (model, label.replace(" ", "_").replace(":", "-").replace("(", "").replace(")", ""))
+    out = os.path.join(args.out, slug + ".json")
+    remaining = deadline - time.time()
+    if remaining < 20:
+        return {"model": model, "label": label, "mode": mode, "policy": policy, "error": "skipped: out of time budget"}
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env.update(env_extra)
+    command = [sys.executable, os.path.join(HERE, "train_one.py"), "--model", model, "--mode", mode,
+               "--steps", str(args.steps), "--out", out] + (["--policy", policy] if policy else []) + extra
+    started = time.time()
+    with open(os.path.join(args.out, slug + ".log"), "w") as log:
+        try:
+            subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=min(180, remaining))
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        with open(out) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        result = {"model": model, "mode": mode, "policy": policy, "error": "no result (crashed or timed out; see %s.log)"
+                  % slug}
+    result["label"] = label
+    result["wall_s"] = time.time() - started
+    print("  %-22s %-22s %s" % (model, label, result.get("error") or "%.1f ms/step, loss %.6f, %.1f s"
+                                % (1e3 * result["mean_step_s"], result["losses"][-1], result["wall_s"])),
+          flush=True)
+    return result
+
+
+def verdict(results):
+    """Per model: bitwise loss equality with native, step time against native, memory."""
+    lines, ok_math, ok_time = [], True, True
+    for model in dict.fromkeys(r["model"] for r in results):
+        runs = [r for r in results if r["model"] == model]
+        native = next((r for r in runs if r["label"] == "native" and not r.get("error")), None)
+        if native is None:
+            lines.append("- %s: no native run, nothing to compare" % model)
+            ok_math = False
+            continue
+        again = next((r for r in runs if r["label"] == "native (again)" and not r.get("error")), None)
+        spread = abs(again["mean_step_s"] / native["mean_step_s"] - 1) if again else None
+        for r in runs:
+            if r is native or r.get("error"):
+                continue
+            same = r["losses_hex"] == native["losses_hex"]
+            if not same:
+                ok_math = False
+                first = next(i for i, (a, b) in enumerate(zip(r["losses_hex"], native["losses_hex"])) if a != b)
+                lines.append("- %s / %s: loss differs from native from step %d (%r vs %r)"
+                             % (model, r["label"], first, r["losses"][first], native["losses"][first]))
+            ratio = r["mean_step_s"] / native["mean_step_s"]
+            if ratio > 1 + TIME_TOLERANCE and r["label"] != "native (again)":
+                ok_time = False
+                lines.append("- %s / %s: step time %.1f%% above native (native's own spread: %s)"
+                             % (model, r["label"], 100 * (ratio - 1),
+                                "%.1f%%" % (100 * spread) if spread is not None else "not measured"))
+        nondeterministic = sorted({op for r in runs for op in r.get("nondeterministic_ops", [])})
+        if nondeterministic:
+            lines.append("- %s: ops without a deterministic implementation ran: %s" % (model, ", ".join(nondeterministic)))
+    skipped = [r for r in results if r.get("error")]
+    for r in skipped:
+        lines.append("- %s / %s: %s" % (r["model"], r["label"], r["error"]))
+    head = "**Verdict: %s**" % ("PASS: every run's loss after every step equals native's bit for bit"
+                                if ok_math and not skipped else "FAIL or incomplete")
+    head += "; step time %s" % ("within 2%% of native everywhere" if ok_time else "above native's by more than 2% somewhere")
+    return [head, ""] + lines, ok_math and not skipped
+
+
+def table(results):
+    rows = ["| model | run | mean step (ms) | vs native | peak device used (GiB) | allocator peak reserved / requested (GiB) | ratio | device memory calls | loss after last step | = native bitwise |",
+            "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |"]
+    natives = {r["model"]: r for r in results if r["label"] == "native" and not r.get("error")}
+    for r in results:
+        if r.get("error"):
+            rows.append("| %s | %s | %s | | | | | | | |" % (r["model"], r["label"], r["error"]))
+            continue
+        native = natives.get(r["model"])
+        vs = "%+.1f%%" % (100 * (r["mean_step_s"] / native["mean_step_s"] - 1)) if native else ""
+        same = ("yes" if r["losses_hex"] == native["losses_hex"] else "**no**") if native else ""
+        peaks, ratio, calls = "", "", ""
+        if "fragctl" in r:
+            f = r["fragctl"]
+            peaks = "%.2f / %.2f (fragctl %s)" % (f["peak_reserved_bytes"] / GiB, f["peak_requested_bytes"] / GiB,
+                                                  f["allocator"])
+            ratio = "%.3f" % f["reserved_over_requested"]
+            calls = str(f["memory_calls"])
+        elif "torch_allocator" in r:
+            t = r["torch_allocator"]
+            peaks = "%.2f / %.2f (torch)" % (t["peak_reserved_bytes"] / GiB, t["peak_allocated_bytes"] / GiB)
+            ratio = "%.3f" % (t["peak_reserved_bytes"] / max(1, t["peak_allocated_bytes"]))
+        rows.append("| %s | %s | %.1f | %s | %.2f | %s | %s | %s | %.6f | %s |" % (
+            r["model"], r["label"], 1e3 * r["mean_step_s"], vs, r.get("peak_device_used_bytes", 0) / GiB, peaks,
+            ratio, calls, r["losses"][-1], same))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.environ.get("OUT", "gpu-results"))
+    parser.add_argument("--preload", required=True, help="path of libfragctl_preload.so")
+    parser.add_argument("--models", default="gpt2m,llama,resnet")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--budget", type=float, default=330, help="seconds for all runs")
+    args = parser.parse_args()
+    args.out = os.path.abspath(args.out)
+    os.makedirs(args.out, exist_ok=True)
+    preload = os.path.abspath(args.preload)
+    deadline = time.time() + args.budget
+
+    results = []
+    for model in args.models.split(","):
+        for label, mode, policy, extra, env_extra in runs_for(model, args.out, preload):
+            results.append(run(model, label, mode, policy, extra, env_extra, args, deadline))
+
+    rows = table(results)
+    lines, passed = verdict(results)
+    first = next((r for r in results if not r.get("error")), {})
+    header = ["# Real trainers under fragctl", "",
+              "GPU: %s; torch %s; %d steps per run (the first 2 untimed), deterministic mode, "
+              "CUBLAS_WORKSPACE_CONFIG=:4096:8; peak device used = max(total - free) from the driver, sampled "
+              "every 0.5 ms from another process, minus the idle baseline." % (
+                  first.get("gpu", "?"), first.get("torch", "?"), args.steps), ""]
+    text = "\n".join(header + rows + [""] + lines) + "\n"
+    with open(os.path.join(args.out, "trainers.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "trainers.json"), "w") as f:
+        json.dump({"steps": args.steps, "runs": results, "passed": passed}, f, indent=1)
+    print()
+    print(text)
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

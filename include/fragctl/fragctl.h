@@ -1,0 +1,158 @@
+/* fragctl C API: allocators by policy name, stream-ordered malloc/free,
+ * statistics as JSON, report files, and the process-default allocators that
+ * the LD_PRELOAD library and PyTorch use (DESIGN.md, "Surfaces";
+ * docs/integration.md).
+ *
+ * C-compatible (C99 and C++). No function throws: each returns a
+ * fragctl_status, and on failure fragctl_last_error() gives a one-line
+ * message. Streams are the runtime's stream handles (cudaStream_t, CUstream,
+ * hipStream_t) passed as void*; NULL is the device's default (legacy) stream.
+ * Memory is stream-ordered as with cudaMallocAsync (docs/stream-order.md):
+ * a block freed on stream S may be handed out again at once on S, and on
+ * another stream only once the work queued on S before the free has finished.
+ *
+ * Threads: every function may be called from any thread. An allocator is
+ * thread-safe unless its options turn thread_safe off.
+ */
+#ifndef FRAGCTL_FRAGCTL_H
+#define FRAGCTL_FRAGCTL_H
+
+#include <stddef.h>
+#include <sys/types.h> /* ssize_t */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FRAGCTL_API __attribute__((visibility("default")))
+
+/** Result of every call. Values are stable (part of the ABI). */
+typedef enum fragctl_status {
+  FRAGCTL_OK = 0,
+  FRAGCTL_ERROR_INVALID_ARGUMENT = 1, /**< bad policy, option, size, backend or a NULL out-pointer */
+  FRAGCTL_ERROR_OUT_OF_MEMORY = 2,    /**< the allocator could not serve the request; message says why */
+  FRAGCTL_ERROR_BACKEND = 3,          /**< the GPU runtime failed, or the backend or device is missing */
+  FRAGCTL_ERROR_NOT_OWNED = 4,        /**< free of a pointer that is not a live block (or a double free) */
+  FRAGCTL_ERROR_SIZE_MISMATCH = 5,    /**< free with a size other than the allocated one; the block was freed */
+  FRAGCTL_ERROR_IO = 6,               /**< a report file could not be written */
+  FRAGCTL_ERROR_STATE = 7,            /**< not valid now (e.g. configuring defaults that already exist) */
+  FRAGCTL_ERROR_INTERNAL = 8          /**< an unexpected failure; a bug */
+} fragctl_status;
+
+/** An allocator: a backend, a policy chain and its adaptors. */
+typedef struct fragctl_allocator fragctl_allocator;
+
+/** Library version, "MAJOR.MINOR.PATCH". */
+FRAGCTL_API const char* fragctl_version(void);
+
+/** Symbolic name of a status ("FRAGCTL_ERROR_OUT_OF_MEMORY"). */
+FRAGCTL_API const char* fragctl_status_string(fragctl_status status);
+
+/** Message of the last failed call on this thread ("" if none). Successful
+ * calls leave it unchanged. Valid until the next fragctl call on this thread. */
+FRAGCTL_API const char* fragctl_last_error(void);
+
+/** Comma-separated names of the policies FRAGCTL_POLICY accepts
+ * ("caching,arena,buckets,warmup"). Static storage. */
+FRAGCTL_API const char* fragctl_policy_names(void);
+
+/* --- Allocators ------------------------------------------------------------ */
+
+/** Creates an allocator.
+ *  policy:  policy expression ("arena", "warmup:buckets:arena"); NULL or ""
+ *           for the default ("arena" with virtual memory, else "caching").
+ *  options: FRAGCTL_CONF syntax, "key:value,key:value"; NULL or "" for none
+ *           (docs/configuration.md lists the keys).
+ *  backend: "cuda", "hip", "sim" or "auto"; NULL means "auto".
+ *  device:  device ordinal; -1 takes the options' `device` key (default 0).
+ * The environment is not read. On success *out is the allocator; release it
+ * with fragctl_destroy. Errors: INVALID_ARGUMENT (message names the key and
+ * what it accepts), BACKEND (runtime or device missing). */
+FRAGCTL_API fragctl_status fragctl_create(const char* policy, const char* options, const char* backend,
+                                          int device, fragctl_allocator** out);
+
+/** Creates an allocator for `device` from FRAGCTL_POLICY, FRAGCTL_BACKEND,
+ * FRAGCTL_CONF, FRAGCTL_REPORT, FRAGCTL_TRACE and FRAGCTL_LOG_LEVEL. */
+FRAGCTL_API fragctl_status fragctl_create_from_environment(int device, fragctl_allocator** out);
+
+/** Destroys an allocator from fragctl_create*; its FRAGCTL_REPORT file, if
+ * any, is written one last time. Every block must have been freed and no
+ * queued work may use its memory. NULL is accepted. A process-default
+ * allocator cannot be destroyed (INVALID_ARGUMENT). */
+FRAGCTL_API fragctl_status fragctl_destroy(fragctl_allocator* allocator);
+
+/** Allocates `bytes` usable by work on `stream` from now on; at least
+ * 512-byte aligned. bytes == 0 gives *ptr = NULL and FRAGCTL_OK. */
+FRAGCTL_API fragctl_status fragctl_malloc(fragctl_allocator* allocator, void** ptr, size_t bytes,
+                                          void* stream);
+
+/** Frees `ptr` (from fragctl_malloc with `bytes`) stream-ordered on `stream`:
+ * all work using it must be queued on `stream` before this call. NULL does
+ * nothing. A foreign pointer or double free changes nothing and returns
+ * NOT_OWNED; a wrong size frees the block and returns SIZE_MISMATCH. Both are
+ * counted as misuse in the statistics. */
+FRAGCTL_API fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr, size_t bytes, void* stream);
+
+/** Returns every wholly free cached block to the device. */
+FRAGCTL_API fragctl_status fragctl_release_cached(fragctl_allocator* allocator);
+
+/** The policy expression the allocator was built with, defaults filled in
+ * ("buckets:arena"). Valid while the allocator lives. */
+FRAGCTL_API const char* fragctl_policy(const fragctl_allocator* allocator);
+
+/** Statistics as the JSON document of docs/statistics.md (schema_version 1).
+ * *json is a NUL-terminated string the caller releases with fragctl_string_free. */
+FRAGCTL_API fragctl_status fragctl_stats_json(fragctl_allocator* allocator, char** json);
+
+/** Releases a string returned by fragctl. NULL is accepted. */
+FRAGCTL_API void fragctl_string_free(char* text);
+
+/** Writes a report document (docs/statistics.md, "The report file") holding
+ * this allocator's statistics to `path`, atomically. IO on failure. */
+FRAGCTL_API fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path);
+
+/* --- Process-default allocators ------------------------------------------- */
+/* One allocator per device, created on first use and alive until the process
+ * exits (never destroyed, so late frees during exit stay valid). The
+ * LD_PRELOAD library and the PyTorch entry points use them. They are built
+ * from the environment, as fragctl_create_from_environment, unless
+ * fragctl_configure_defaults ran first. */
+
+/** Sets how process-default allocators are built: the environment's
+ * configuration with `policy` (if not NULL), `options` applied on top of
+ * FRAGCTL_CONF (if not NULL) and `backend` (if not NULL). Validates
+ * everything at once (INVALID_ARGUMENT). STATE if a default allocator exists
+ * already: configure before the first allocation. */
+FRAGCTL_API fragctl_status fragctl_configure_defaults(const char* policy, const char* options,
+                                                      const char* backend);
+
+/** The process-default allocator of `device` (0..63). With create != 0 it is
+ * built on first use (errors as fragctl_create; a failure is remembered and
+ * returned again); with create == 0, *out is NULL when none exists yet. */
+FRAGCTL_API fragctl_status fragctl_default_allocator(int device, int create, fragctl_allocator** out);
+
+/** Writes a report document with every process-default allocator created so
+ * far (one per device, in creation order) to `path`. */
+FRAGCTL_API fragctl_status fragctl_write_default_report(const char* path);
+
+/* --- PyTorch (torch.cuda.memory.CUDAPluggableAllocator) --------------------- */
+/* docs/pytorch.md. Stream-ordered on the stream PyTorch passes (the
+ * allocation stream, also at free), on the process-default allocator of
+ * `device`. These two are the exception to "never throws": PyTorch does not
+ * check for NULL, so a failed allocation throws fragctl::out_of_memory (a
+ * std::bad_alloc) or another fragctl::error into PyTorch, which raises it in
+ * Python with fragctl's message. Only C++ callers prepared for exceptions
+ * (PyTorch) may call fragctl_torch_alloc. */
+
+/** Allocates `size` bytes on `device` for `stream` (a cudaStream_t). */
+FRAGCTL_API void* fragctl_torch_alloc(ssize_t size, int device, void* stream);
+
+/** Frees `ptr` (of `size` bytes, from fragctl_torch_alloc on `device`)
+ * stream-ordered on `stream`. Never throws; misuse is logged and counted. */
+FRAGCTL_API void fragctl_torch_free(void* ptr, ssize_t size, int device, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FRAGCTL_FRAGCTL_H */

@@ -1,0 +1,160 @@
+"""fragctl: GPU memory allocator and fragmentation control, from Python.
+
+Pure Python over libfragctl.so's C API (ctypes). The parts:
+
+* ``fragctl.torch.enable(policy="arena", **options)``: PyTorch allocates
+  every CUDA tensor through fragctl (docs/pytorch.md).
+* ``fragctl.stats()``, ``fragctl.report(path)``, ``fragctl.summary(...)``:
+  what the process-default allocators (PyTorch's, or the LD_PRELOAD
+  library's) hold and how fragmented they are.
+* ``fragctl.Allocator``: an allocator of your own, e.g. on the ``sim``
+  backend to try a policy without a GPU.
+
+Options are FRAGCTL_CONF keys as keyword arguments (docs/configuration.md):
+sizes as byte counts or strings such as ``"512MiB"``, booleans, strings.
+"""
+import ctypes
+
+from ._capi import (ConfigurationError, FragctlError, LibraryNotFoundError, OutOfMemoryError, TooLateError,
+                    library, library_path)
+from . import _capi
+from ._summary import summary
+
+__all__ = [
+    "Allocator", "ConfigurationError", "FragctlError", "LibraryNotFoundError", "OutOfMemoryError", "TooLateError",
+    "configure", "default_allocator", "library_path", "policies", "report", "stats", "summary", "version",
+]
+
+
+def version():
+    """libfragctl's version string."""
+    return library().fragctl_version().decode()
+
+
+def policies():
+    """Names of the policies a policy expression may use."""
+    return library().fragctl_policy_names().decode().split(",")
+
+
+class Allocator:
+    """A fragctl allocator (a backend, a policy chain and its adaptors).
+
+    ``Allocator("buckets:arena", backend="sim", sim_capacity="8GiB")``.
+    ``policy`` None means the default for the backend; ``backend`` is
+    "cuda", "hip", "sim" or None (auto); ``device`` -1 takes the options'.
+    Usable as a context manager (closes on exit). Thread-safe.
+    """
+
+    def __init__(self, policy=None, backend=None, device=-1, **options):
+        handle = ctypes.c_void_p()
+        _capi.check(library().fragctl_create(_capi.text(policy), _capi.text(_capi.options_string(options)),
+                                             _capi.text(backend), int(device), ctypes.byref(handle)))
+        self._handle = handle
+        self._owned = True
+
+    @classmethod
+    def _wrap(cls, handle):
+        self = cls.__new__(cls)
+        self._handle = handle
+        self._owned = False
+        return self
+
+    def _live(self):
+        if not self._handle:
+            raise FragctlError("allocator is closed", "FRAGCTL_ERROR_INVALID_ARGUMENT")
+        return self._handle
+
+    @property
+    def policy(self):
+        """The policy expression built, defaults filled in ("buckets:arena")."""
+        return library().fragctl_policy(self._live()).decode()
+
+    def malloc(self, nbytes, stream=0):
+        """Allocates ``nbytes`` usable on ``stream`` (an int handle; 0 = default stream). Returns the address."""
+        out = ctypes.c_void_p()
+        _capi.check(library().fragctl_malloc(self._live(), ctypes.byref(out), int(nbytes), stream or None))
+        return out.value or 0
+
+    def free(self, ptr, nbytes, stream=0):
+        """Frees ``ptr`` (of ``nbytes``) stream-ordered on ``stream``."""
+        _capi.check(library().fragctl_free(self._live(), ptr or None, int(nbytes), stream or None))
+
+    def release_cached(self):
+        """Returns wholly free cached memory to the device."""
+        _capi.check(library().fragctl_release_cached(self._live()))
+
+    def stats(self):
+        """Statistics as a dict (the JSON schema of docs/statistics.md)."""
+        import json
+        out = ctypes.c_void_p()
+        _capi.check(library().fragctl_stats_json(self._live(), ctypes.byref(out)))
+        return json.loads(_capi.take_string(out))
+
+    def report(self, path):
+        """Writes a report document with this allocator's statistics to ``path``; returns ``path``."""
+        _capi.check(library().fragctl_write_report(self._live(), _capi.text(path)))
+        return path
+
+    def close(self):
+        """Destroys the allocator (every block must be freed). Process defaults stay."""
+        if self._owned and self._handle:
+            _capi.check(library().fragctl_destroy(self._handle))
+        self._handle = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "fragctl.Allocator(%r)" % (self.policy if self._handle else "closed")
+
+
+def configure(policy=None, backend=None, **options):
+    """Sets how the process-default allocators (one per device, used by
+    fragctl.torch and the LD_PRELOAD library) are built: the environment's
+    FRAGCTL_* configuration with ``policy``, ``backend`` and ``options``
+    applied on top. Must run before the first allocation (TooLateError);
+    validates everything now (ConfigurationError)."""
+    conf = _capi.options_string(options) if options else None
+    _capi.check(library().fragctl_configure_defaults(_capi.text(policy), _capi.text(conf), _capi.text(backend)))
+
+
+def default_allocator(device=0, create=True):
+    """The process-default Allocator of ``device``; None if it does not
+    exist and ``create`` is False."""
+    handle = ctypes.c_void_p()
+    _capi.check(library().fragctl_default_allocator(int(device), 1 if create else 0, ctypes.byref(handle)))
+    return Allocator._wrap(handle) if handle.value else None
+
+
+def _current_device():
+    import sys
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch.cuda.current_device()
+    except Exception:  # a torch without CUDA, or a stand-in
+        pass
+    return 0
+
+
+def stats(device=None):
+    """Statistics of the process-default allocator of ``device`` (default:
+    PyTorch's current device, else 0) as a dict (docs/statistics.md). Raises
+    FragctlError when nothing was allocated through fragctl on it yet."""
+    device = _current_device() if device is None else device
+    allocator = default_allocator(device, create=False)
+    if allocator is None:
+        raise FragctlError("fragctl: no allocation went through fragctl on device %d yet "
+                           "(call fragctl.torch.enable() before using CUDA, or LD_PRELOAD libfragctl_preload.so)"
+                           % device, "FRAGCTL_ERROR_STATE")
+    return allocator.stats()
+
+
+def report(path):
+    """Writes the report of every process-default allocator (one per device
+    used) to ``path`` (docs/statistics.md, "The report file"); returns ``path``."""
+    _capi.check(library().fragctl_write_default_report(_capi.text(path)))
+    return path

@@ -1,0 +1,209 @@
+"""Loading libfragctl.so and calling its C API (include/fragctl/fragctl.h).
+
+Where the library is looked for, in order:
+
+1. ``FRAGCTL_LIBRARY``: the path of libfragctl.so (nothing else is tried).
+2. A libfragctl already loaded in this process (``LD_PRELOAD`` of
+   libfragctl_preload.so loads it): the package must use that copy, so that
+   ``fragctl.stats()`` sees the allocators the preload library serves.
+3. ``fragctl/lib/libfragctl.so`` inside the package (copy it there to ship it).
+4. The build directories of the checkout the package comes from (the one it
+   was ``pip install``-ed from, or the one it is imported from): ``build/``
+   first, then other ``build*/`` directories, most recently built first.
+5. The system loader: ``libfragctl.so.0`` on ``LD_LIBRARY_PATH`` or in an
+   installed prefix.
+"""
+import ctypes
+import glob
+import os
+import threading
+
+_lock = threading.Lock()
+_library = None
+_library_path = None
+
+# fragctl_status values (stable, part of the ABI).
+OK = 0
+STATUS_NAMES = {
+    0: "FRAGCTL_OK",
+    1: "FRAGCTL_ERROR_INVALID_ARGUMENT",
+    2: "FRAGCTL_ERROR_OUT_OF_MEMORY",
+    3: "FRAGCTL_ERROR_BACKEND",
+    4: "FRAGCTL_ERROR_NOT_OWNED",
+    5: "FRAGCTL_ERROR_SIZE_MISMATCH",
+    6: "FRAGCTL_ERROR_IO",
+    7: "FRAGCTL_ERROR_STATE",
+    8: "FRAGCTL_ERROR_INTERNAL",
+}
+INVALID_ARGUMENT, OUT_OF_MEMORY, BACKEND, NOT_OWNED, SIZE_MISMATCH, IO, STATE, INTERNAL = range(1, 9)
+
+
+class FragctlError(RuntimeError):
+    """A fragctl call failed. ``status`` is the fragctl_status name."""
+
+    def __init__(self, message, status="FRAGCTL_ERROR_INTERNAL"):
+        super().__init__(message)
+        self.status = status
+
+
+class ConfigurationError(FragctlError, ValueError):
+    """A bad policy expression, option, size or backend name."""
+
+
+class OutOfMemoryError(FragctlError, MemoryError):
+    """The allocator could not serve a request; the message says why."""
+
+
+class TooLateError(FragctlError):
+    """Configuration asked for after allocation started."""
+
+
+class LibraryNotFoundError(FragctlError, OSError):
+    """libfragctl.so could not be found or loaded."""
+
+
+_ERROR_CLASSES = {INVALID_ARGUMENT: ConfigurationError, OUT_OF_MEMORY: OutOfMemoryError, STATE: TooLateError}
+
+
+def _source_trees():
+    trees = []
+    try:
+        from . import _location  # written by the wheel build
+        trees.append(_location.source_tree)
+    except ImportError:
+        pass
+    # Imported from the checkout itself (PYTHONPATH=python).
+    trees.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return trees
+
+
+def _loaded_copy():
+    """Path of a libfragctl.so this process has loaded already, or None."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(None, 5)  # address perms offset device inode [path]
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libfragctl.so"):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "lib", "libfragctl.so")
+    seen = set()
+    for tree in _source_trees():
+        builds = glob.glob(os.path.join(tree, "build*", "libfragctl.so"))
+        builds.sort(key=lambda p: (os.path.basename(os.path.dirname(p)) != "build", -os.path.getmtime(p)))
+        for path in builds:
+            if path not in seen:
+                seen.add(path)
+                yield path
+
+
+def _declare(lib):
+    c = ctypes
+    status, p, char_p = c.c_int, c.c_void_p, c.c_char_p
+    signatures = {
+        "fragctl_version": (char_p, []),
+        "fragctl_status_string": (char_p, [status]),
+        "fragctl_last_error": (char_p, []),
+        "fragctl_policy_names": (char_p, []),
+        "fragctl_create": (status, [char_p, char_p, char_p, c.c_int, c.POINTER(p)]),
+        "fragctl_destroy": (status, [p]),
+        "fragctl_malloc": (status, [p, c.POINTER(p), c.c_size_t, p]),
+        "fragctl_free": (status, [p, p, c.c_size_t, p]),
+        "fragctl_release_cached": (status, [p]),
+        "fragctl_policy": (char_p, [p]),
+        "fragctl_stats_json": (status, [p, c.POINTER(p)]),
+        "fragctl_string_free": (None, [p]),
+        "fragctl_write_report": (status, [p, char_p]),
+        "fragctl_configure_defaults": (status, [char_p, char_p, char_p]),
+        "fragctl_default_allocator": (status, [c.c_int, c.c_int, c.POINTER(p)]),
+        "fragctl_write_default_report": (status, [char_p]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def _load(path):
+    lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    _declare(lib)
+    return lib
+
+
+def library():
+    """The loaded libfragctl.so (ctypes.CDLL), loading it on first use."""
+    global _library, _library_path
+    with _lock:
+        if _library is not None:
+            return _library
+        tried = []
+        explicit = os.environ.get("FRAGCTL_LIBRARY")
+        if explicit:
+            candidates = [explicit]
+        else:
+            loaded = _loaded_copy()
+            candidates = ([loaded] if loaded else []) + list(_candidates()) + ["libfragctl.so.0", "libfragctl.so"]
+        for path in candidates:
+            if os.sep in path and not os.path.exists(path):
+                tried.append("%s (missing)" % path)
+                continue
+            try:
+                _library = _load(path)
+                _library_path = os.path.realpath(path) if os.sep in path else _loaded_copy() or path
+                return _library
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+        raise LibraryNotFoundError(
+            "fragctl: cannot load libfragctl.so; build it (tools/build.sh) or set FRAGCTL_LIBRARY to its path. "
+            "Tried: " + "; ".join(tried),
+            "FRAGCTL_ERROR_BACKEND")
+
+
+def library_path():
+    """Absolute path of the loaded libfragctl.so (what torch's pluggable allocator loads)."""
+    library()
+    return _library_path
+
+
+def text(value):
+    return None if value is None else str(value).encode()
+
+
+def check(status_code):
+    """Raises the FragctlError subclass for a failed fragctl_status."""
+    if status_code == OK:
+        return
+    message = library().fragctl_last_error().decode(errors="replace")
+    name = STATUS_NAMES.get(status_code, "FRAGCTL_ERROR_UNKNOWN")
+    raise _ERROR_CLASSES.get(status_code, FragctlError)(message, name)
+
+
+def take_string(pointer):
+    """Copies and frees a string fragctl returned."""
+    try:
+        return ctypes.string_at(pointer.value).decode()
+    finally:
+        library().fragctl_string_free(pointer)
+
+
+def options_string(options):
+    """FRAGCTL_CONF text from keyword options: sizes as ints (bytes) or
+    strings ("512MiB"), booleans, strings."""
+    items = []
+    for key, value in options.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif value is None:
+            continue
+        value = str(value)
+        if "," in value or "," in key:
+            raise ConfigurationError("option %s=%r: values may not contain ','" % (key, value),
+                                     "FRAGCTL_ERROR_INVALID_ARGUMENT")
+        items.append("%s:%s" % (key, value))
+    return ",".join(items)

@@ -1,0 +1,44 @@
+// What a fragctl_allocator handle of the C API is, and how exceptions become
+// status codes. Shared by the C API and the process-default registry.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "fragctl/fragctl.h"
+#include "fragctl/policy.hpp"
+
+/// The C API's allocator handle: an allocator stack, owned by the handle.
+/// Process-default handles are never destroyed.
+struct fragctl_allocator {
+  std::unique_ptr<fragctl::allocator_stack> stack;
+  bool process_default = false;
+};
+
+namespace fragctl::capi {
+
+/// Sets this thread's fragctl_last_error() text.
+void set_last_error(std::string_view message);
+
+/// The status for the exception in flight, its message stored as the last
+/// error: out_of_memory -> OUT_OF_MEMORY, invalid_argument -> INVALID_ARGUMENT,
+/// backend_error -> BACKEND, other fragctl::error -> IO (trace files),
+/// std::bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL. Call only
+/// inside a catch block.
+fragctl_status status_of_current_exception() noexcept;
+
+/// Runs `body` (returning fragctl_status) and turns any exception into a status.
+template <class Body>
+fragctl_status guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return status_of_current_exception();
+  }
+}
+
+/// Sets the last error to `message` and returns `status`.
+fragctl_status fail(fragctl_status status, std::string_view message) noexcept;
+
+}  // namespace fragctl::capi

@@ -1,0 +1,226 @@
+// The LD_PRELOAD layer (interpose/interposer.hpp).
+#include "interpose/interposer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <utility>
+
+#include "fragctl/backend.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl::interpose {
+
+namespace {
+
+// A failure to build an allocator repeats on every call (the registry
+// remembers it); it is logged as an error once, then at debug level.
+std::atomic<bool> build_failure_logged{false};
+
+int code_of_current_exception(std::string_view runtime, std::string_view what, std::size_t bytes,
+                              int device) noexcept {
+  try {
+    throw;
+  } catch (const out_of_memory& e) {
+    // The statistics adaptor has logged the diagnosis already.
+    logger().debug("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
+    return error_out_of_memory;
+  } catch (const invalid_argument& e) {
+    const bool first = !build_failure_logged.exchange(true);
+    logger().log(first ? spdlog::level::err : spdlog::level::debug, "{} {}({} bytes) on device {}: {}", runtime,
+                 what, bytes, device, e.what());
+    return error_not_initialized;
+  } catch (const backend_error& e) {
+    logger().error("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
+    return error_unknown;
+  } catch (const std::bad_alloc&) {
+    return error_out_of_memory;
+  } catch (const std::exception& e) {
+    logger().error("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
+    return error_unknown;
+  } catch (...) {
+    return error_unknown;
+  }
+}
+
+}  // namespace
+
+interposer::interposer(const runtime_api& api, symbol_resolver resolve, bool scan_loaded_libraries,
+                       allocator_source allocators)
+    : real_(api, resolve, scan_loaded_libraries), allocators_(std::move(allocators)) {}
+
+void* interposer::canonical_stream(void* stream, stream_mode mode) noexcept {
+  if (stream == nullptr) return mode == stream_mode::per_thread ? per_thread_stream : nullptr;
+  if (stream == legacy_stream) return nullptr;
+  return stream;
+}
+
+int interposer::current_device(int& device) noexcept {
+  device = 0;
+  const auto get_device = real_.get_as<get_device_fn>(real_function::get_device);
+  return get_device != nullptr ? get_device(&device) : success;
+}
+
+int interposer::synchronize_device(int device) noexcept {
+  const auto synchronize = real_.get_as<device_synchronize_fn>(real_function::device_synchronize);
+  if (synchronize == nullptr) return error_not_initialized;
+  const auto set_device = real_.get_as<set_device_fn>(real_function::set_device);
+  int current = device;
+  if (const int rc = current_device(current); rc != success) return rc;
+  if (current != device && set_device != nullptr) {
+    if (const int rc = set_device(device); rc != success) return rc;
+  }
+  const int rc = synchronize();
+  if (current != device && set_device != nullptr) (void)set_device(current);
+  return rc;
+}
+
+int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
+  if (ptr == nullptr) return error_invalid_value;
+  *ptr = nullptr;
+  if (bytes == 0) return success;  // as cudaMalloc(&p, 0): nullptr
+  int device = 0;
+  if (const int rc = current_device(device); rc != success) return rc;
+  try {
+    device_allocator* allocator = allocators_(device, true);
+    if (allocator == nullptr) return error_not_initialized;
+    void* p = allocator->allocate(bytes, stream);
+    try {
+      const absl::MutexLock lock(&mutex_);
+      owned_.insert_or_assign(p, owned_block{bytes, device, stream});
+    } catch (...) {
+      allocator->deallocate(p, bytes, stream);
+      throw;
+    }
+    *ptr = p;
+    return success;
+  } catch (...) {
+    return code_of_current_exception(real_.api().name, "malloc", bytes, device);
+  }
+}
+
+int interposer::malloc(void** ptr, std::size_t bytes) noexcept { return allocate(ptr, bytes, nullptr); }
+
+int interposer::malloc_async(void** ptr, std::size_t bytes, void* stream, stream_mode mode) noexcept {
+  return allocate(ptr, bytes, canonical_stream(stream, mode));
+}
+
+std::optional<owned_block> interposer::take(void* ptr) {
+  const absl::MutexLock lock(&mutex_);
+  const auto it = owned_.find(ptr);
+  if (it == owned_.end()) return std::nullopt;
+  const owned_block block = it->second;
+  owned_.erase(it);
+  return block;
+}
+
+void interposer::release(void* ptr, const owned_block& block) noexcept {
+  device_allocator* allocator = nullptr;
+  try {
+    allocator = allocators_(block.device, false);
+  } catch (...) {
+  }
+  if (allocator == nullptr) {
+    logger().error("{}: free({}): block of device {} but no allocator for that device; leaked", real_.api().name,
+                   ptr, block.device);
+    return;
+  }
+  allocator->deallocate(ptr, block.size, block.stream);
+}
+
+int interposer::real_free(void* ptr) noexcept {
+  const auto fn = real_.get_as<free_fn>(real_function::free);
+  if (fn != nullptr) return fn(ptr);
+  if (ptr == nullptr) return success;
+  logger().warn("{}: free({}): not a fragctl block and no real {} runtime found to free it", real_.api().name, ptr,
+                real_.api().name);
+  return error_invalid_value;
+}
+
+int interposer::real_free_async(void* ptr, void* stream, stream_mode mode) noexcept {
+  auto fn = mode == stream_mode::per_thread ? real_.get_as<free_async_fn>(real_function::free_async_ptsz)
+                                            : real_.get_as<free_async_fn>(real_function::free_async);
+  if (fn != nullptr) return fn(ptr, stream);
+  if (ptr == nullptr) return success;
+  logger().warn("{}: free_async({}): not a fragctl block and no real {} runtime found to free it",
+                real_.api().name, ptr, real_.api().name);
+  return error_invalid_value;
+}
+
+int interposer::free(void* ptr) noexcept {
+  std::optional<owned_block> block;
+  try {
+    if (ptr != nullptr) block = take(ptr);
+  } catch (...) {
+    return error_unknown;
+  }
+  if (!block) return real_free(ptr);
+  const int rc = synchronize_device(block->device);
+  if (rc != success && rc != error_not_initialized) {
+    // A sticky error from earlier work: the device may still be running it.
+    // Free anyway (as the real cudaFree does) and report the error.
+    logger().warn("{}: free({}): synchronizing device {} failed with code {}", real_.api().name, ptr, block->device,
+                  rc);
+  }
+  release(ptr, *block);
+  return rc == error_not_initialized ? success : rc;
+}
+
+int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
+  std::optional<owned_block> block;
+  try {
+    if (ptr != nullptr) block = take(ptr);
+  } catch (...) {
+    return error_unknown;
+  }
+  if (!block) return real_free_async(ptr, stream, mode);
+  block->stream = canonical_stream(stream, mode);
+  release(ptr, *block);
+  return success;
+}
+
+int interposer::mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
+  if (free_bytes == nullptr || total_bytes == nullptr) return error_invalid_value;
+  int device = 0;
+  if (const int rc = current_device(device); rc != success) return rc;
+  device_allocator* allocator = nullptr;
+  try {
+    allocator = allocators_(device, false);
+  } catch (...) {
+  }
+  int rc = success;
+  if (const auto fn = real_.get_as<mem_get_info_fn>(real_function::mem_get_info); fn != nullptr) {
+    rc = fn(free_bytes, total_bytes);
+  } else if (allocator != nullptr) {
+    try {
+      const memory_info info = allocator->backend().get_memory_info();
+      *free_bytes = info.free;
+      *total_bytes = info.total;
+    } catch (...) {
+      rc = error_unknown;
+    }
+  } else {
+    rc = error_not_initialized;
+  }
+  if (rc != success || allocator == nullptr) return rc;
+  try {
+    *free_bytes = std::min(*total_bytes, *free_bytes + allocator->state().cached_free);
+  } catch (...) {
+  }
+  return success;
+}
+
+std::optional<owned_block> interposer::find(const void* ptr) const {
+  const absl::MutexLock lock(&mutex_);
+  const auto it = owned_.find(ptr);
+  if (it == owned_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::size_t interposer::owned_count() const {
+  const absl::MutexLock lock(&mutex_);
+  return owned_.size();
+}
+
+}  // namespace fragctl::interpose

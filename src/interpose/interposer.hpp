@@ -1,0 +1,107 @@
+// The tested layer behind libfragctl_preload.so: what cudaMalloc, cudaFree,
+// cudaMallocAsync, cudaFreeAsync, cudaMemGetInfo (and their _ptsz and HIP
+// forms) do when fragctl replaces them. The preload library itself is
+// nothing but one-line forwarders into an interposer (preload.cpp).
+//
+// Theory.
+//  * Ownership. Every block the layer hands out is recorded, pointer ->
+//    (size, device, stream), because the runtime's free functions carry no
+//    size and fragctl's deallocate needs it. A free of a pointer not in the
+//    map (nullptr included: cudaFree(0) is the idiom that initializes the
+//    runtime) goes to the real function unchanged.
+//  * Devices. Allocations come from the allocator of the runtime's current
+//    device (cudaGetDevice), one allocator per device; frees go to the
+//    allocator that made the block, whatever device is current then.
+//  * Streams. cudaMallocAsync/cudaFreeAsync map straight onto fragctl's
+//    stream-ordered allocate/deallocate. cudaStreamLegacy is the default
+//    stream (nullptr); in the _ptsz forms stream 0 means the calling thread's
+//    per-thread default stream (cudaStreamPerThread, value 2).
+//  * cudaFree's guarantee. The real cudaFree synchronizes the device, so the
+//    memory is unused when it returns, and cudaMalloc'ed memory may be used
+//    on any stream. The layer keeps that guarantee the same way: cudaFree
+//    synchronizes the block's device (cudaDeviceSynchronize, switching the
+//    current device for the call if needed), then frees on the block's
+//    stream, where nothing is pending any more. Freeing on the legacy
+//    default stream instead would not do: the legacy stream does not wait
+//    for non-blocking streams, on which the block may still be in use.
+//    cudaMalloc allocates on the default stream; with nothing pending on
+//    any block after cudaFree, what it gets back is safe on every stream.
+//  * cudaMemGetInfo reports the real free memory plus what fragctl holds
+//    in its cache for that device (reserved, not handed out): memory the
+//    program could get without the device giving anything.
+// Errors come back as the runtime's codes (interpose/runtime.hpp), with one
+// log line; nothing throws.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "fragctl/device_allocator.hpp"
+#include "interpose/runtime.hpp"
+
+namespace fragctl::interpose {
+
+/// Gives the allocator of a device. With create, builds it if needed and
+/// throws (invalid_argument, backend_error) when it cannot; without, returns
+/// nullptr when it does not exist.
+using allocator_source = std::function<device_allocator*(int device, bool create)>;
+
+/// Which meaning stream 0 has: the legacy default stream, or the per-thread
+/// default stream (the _ptsz entry points).
+enum class stream_mode : std::uint8_t { legacy, per_thread };
+
+/// A block the layer handed out.
+struct owned_block {
+  std::size_t size = 0;
+  int device = 0;
+  void* stream = nullptr;  ///< canonical stream it was allocated on
+};
+
+/// Thread-safe: every function may be called from any thread at once.
+class interposer {
+ public:
+  interposer(const runtime_api& api, symbol_resolver resolve, bool scan_loaded_libraries,
+             allocator_source allocators);
+
+  /// cudaMalloc: `bytes` on the current device, usable on every stream.
+  /// bytes == 0 gives *ptr = nullptr and success.
+  int malloc(void** ptr, std::size_t bytes) noexcept;
+  /// cudaMallocAsync: `bytes` on the current device, stream-ordered on `stream`.
+  int malloc_async(void** ptr, std::size_t bytes, void* stream, stream_mode mode) noexcept;
+  /// cudaFree: synchronizes the block's device, then frees it. Foreign
+  /// pointers and nullptr go to the real cudaFree.
+  int free(void* ptr) noexcept;
+  /// cudaFreeAsync: frees stream-ordered on `stream`. Foreign pointers and
+  /// nullptr go to the real function (the _ptsz one in per_thread mode).
+  int free_async(void* ptr, void* stream, stream_mode mode) noexcept;
+  /// cudaMemGetInfo: the real figures, fragctl's cache of the current device
+  /// counted as free (never above total).
+  int mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
+
+  /// The record of a live block, if the layer handed `ptr` out.
+  [[nodiscard]] std::optional<owned_block> find(const void* ptr) const;
+  /// Number of live blocks the layer handed out.
+  [[nodiscard]] std::size_t owned_count() const;
+
+  /// The stream fragctl sees for a runtime stream in `mode`.
+  [[nodiscard]] static void* canonical_stream(void* stream, stream_mode mode) noexcept;
+
+ private:
+  int allocate(void** ptr, std::size_t bytes, void* stream) noexcept;
+  int current_device(int& device) noexcept;
+  int synchronize_device(int device) noexcept;
+  int real_free(void* ptr) noexcept;
+  int real_free_async(void* ptr, void* stream, stream_mode mode) noexcept;
+  std::optional<owned_block> take(void* ptr);
+  void release(void* ptr, const owned_block& block) noexcept;
+
+  real_functions real_;
+  allocator_source allocators_;
+  mutable absl::Mutex mutex_;
+  absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace fragctl::interpose

@@ -1,0 +1,336 @@
+// The C API (fragctl/fragctl.h) on the sim backend: allocators by policy
+// name, stream-ordered malloc/free, statistics JSON, reports, errors as codes
+// with a message, process-default allocators and the PyTorch entry points.
+#include "fragctl/fragctl.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "fragctl/error.hpp"
+#include "fragctl/report.hpp"
+#include "fragctl/stats.hpp"
+
+namespace {
+
+// An allocator on sim with `options`, failing the test if it cannot be built.
+fragctl_allocator* make(const char* policy, const char* options = "sim_capacity:1GiB") {
+  fragctl_allocator* a = nullptr;
+  EXPECT_EQ(fragctl_create(policy, options, "sim", 0, &a), FRAGCTL_OK) << fragctl_last_error();
+  return a;
+}
+
+fragctl::allocator_stats stats_of(fragctl_allocator* a) {
+  char* json = nullptr;
+  EXPECT_EQ(fragctl_stats_json(a, &json), FRAGCTL_OK) << fragctl_last_error();
+  auto parsed = fragctl::stats_from_json(json == nullptr ? "" : json);
+  fragctl_string_free(json);
+  EXPECT_TRUE(parsed.ok());
+  return parsed.ok() ? *parsed : fragctl::allocator_stats{};
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void* const stream_a = reinterpret_cast<void*>(0x1000);
+
+TEST(CApi, MallocAndFreeAreCountedInTheStatistics) {
+  for (const char* policy : {"caching", "arena", "buckets:arena", "warmup:caching"}) {
+    SCOPED_TRACE(policy);
+    fragctl_allocator* a = make(policy);
+    ASSERT_NE(a, nullptr);
+    void* p = nullptr;
+    ASSERT_EQ(fragctl_malloc(a, &p, 3 << 20, stream_a), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 512, 0u);
+    const fragctl::allocator_stats live = stats_of(a);
+    EXPECT_EQ(live.allocator, policy);
+    EXPECT_EQ(live.backend, "sim");
+    EXPECT_EQ(live.requested.current, std::size_t{3} << 20);
+    EXPECT_GE(live.reserved.current, std::size_t{3} << 20);
+    EXPECT_EQ(fragctl_free(a, p, 3 << 20, stream_a), FRAGCTL_OK);
+    const fragctl::allocator_stats after = stats_of(a);
+    EXPECT_EQ(after.requested.current, 0u);
+    EXPECT_EQ(after.allocations, 1u);
+    EXPECT_EQ(after.frees, 1u);
+    EXPECT_STREQ(fragctl_policy(a), policy);
+    EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+  }
+}
+
+TEST(CApi, DefaultPolicyIsFilledIn) {
+  fragctl_allocator* a = make(nullptr);
+  ASSERT_NE(a, nullptr);
+  EXPECT_STREQ(fragctl_policy(a), "arena");  // sim has virtual memory
+  fragctl_destroy(a);
+  a = make("", "sim_virtual_memory:false");
+  ASSERT_NE(a, nullptr);
+  EXPECT_STREQ(fragctl_policy(a), "caching");
+  fragctl_destroy(a);
+}
+
+TEST(CApi, ZeroBytesGivesNullAndFreeingNullDoesNothing) {
+  fragctl_allocator* a = make("caching");
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(fragctl_malloc(a, &p, 0, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(fragctl_free(a, nullptr, 0, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(stats_of(a).allocations, 0u);
+  fragctl_destroy(a);
+}
+
+TEST(CApi, BadArgumentsAreCodesWithAMessage) {
+  fragctl_allocator* a = reinterpret_cast<fragctl_allocator*>(0x1);
+  EXPECT_EQ(fragctl_create("nosuch", nullptr, "sim", 0, &a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(a, nullptr);
+  EXPECT_NE(std::string(fragctl_last_error()).find("unknown policy \"nosuch\""), std::string::npos)
+      << fragctl_last_error();
+
+  EXPECT_EQ(fragctl_create("caching", "small_sizes:1MiB", "sim", 0, &a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("small_sizes"), std::string::npos) << fragctl_last_error();
+
+  EXPECT_EQ(fragctl_create("caching", "small_size:lots", "sim", 0, &a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("small_size"), std::string::npos);
+
+  EXPECT_EQ(fragctl_create("caching", nullptr, "tpu", 0, &a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("backend"), std::string::npos);
+
+  EXPECT_EQ(fragctl_create("caching", nullptr, "sim", 0, nullptr), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_malloc(nullptr, nullptr, 1, nullptr), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fragctl_status_string(FRAGCTL_ERROR_OUT_OF_MEMORY), "FRAGCTL_ERROR_OUT_OF_MEMORY");
+}
+
+TEST(CApi, ExplicitDeviceOverridesTheOptions) {
+  fragctl_allocator* a = nullptr;
+  ASSERT_EQ(fragctl_create("caching", "device:3", "sim", -1, &a), FRAGCTL_OK);
+  EXPECT_EQ(stats_of(a).device, 3);
+  fragctl_destroy(a);
+  ASSERT_EQ(fragctl_create("caching", "device:3", "sim", 5, &a), FRAGCTL_OK);
+  EXPECT_EQ(stats_of(a).device, 5);
+  fragctl_destroy(a);
+}
+
+TEST(CApi, OutOfMemoryIsACodeWithTheDiagnosis) {
+  fragctl_allocator* a = make("caching", "sim_capacity:64MiB");
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(fragctl_malloc(a, &p, std::size_t{1} << 30, nullptr), FRAGCTL_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(std::string(fragctl_last_error()).find("out of memory"), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(stats_of(a).ooms, 1u);
+  fragctl_destroy(a);
+}
+
+TEST(CApi, MisuseIsReportedAndCounted) {
+  fragctl_allocator* a = make("caching");
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 4096, nullptr), FRAGCTL_OK);
+  int local = 0;
+  EXPECT_EQ(fragctl_free(a, &local, 4096, nullptr), FRAGCTL_ERROR_NOT_OWNED);
+  EXPECT_NE(std::string(fragctl_last_error()).find("not a live block"), std::string::npos);
+  EXPECT_EQ(fragctl_free(a, p, 8192, nullptr), FRAGCTL_ERROR_SIZE_MISMATCH);
+  EXPECT_EQ(fragctl_free(a, p, 4096, nullptr), FRAGCTL_ERROR_NOT_OWNED);  // double free
+  const fragctl::allocator_stats s = stats_of(a);
+  EXPECT_EQ(s.misuse_not_owned, 2u);
+  EXPECT_EQ(s.misuse_size_mismatch, 1u);
+  EXPECT_EQ(s.requested.current, 0u);  // the wrong-size free freed the block
+  fragctl_destroy(a);
+}
+
+TEST(CApi, LastErrorIsPerThreadAndKeptBySuccessfulCalls) {
+  fragctl_allocator* a = nullptr;
+  ASSERT_EQ(fragctl_create("nosuch", nullptr, "sim", 0, &a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  const std::string here = fragctl_last_error();
+  EXPECT_FALSE(here.empty());
+  std::string there = "unset";
+  std::thread([&] { there = fragctl_last_error(); }).join();
+  EXPECT_EQ(there, "");
+  a = make("caching");
+  EXPECT_EQ(fragctl_last_error(), here);
+  fragctl_destroy(a);
+}
+
+TEST(CApi, ReleaseCachedReturnsFreeSegments) {
+  fragctl_allocator* a = make("caching");
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 32 << 20, nullptr), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_free(a, p, 32 << 20, nullptr), FRAGCTL_OK);
+  EXPECT_GT(stats_of(a).reserved.current, 0u);
+  EXPECT_EQ(fragctl_release_cached(a), FRAGCTL_OK);
+  EXPECT_EQ(stats_of(a).reserved.current, 0u);
+  fragctl_destroy(a);
+}
+
+TEST(CApi, WriteReportWritesAReadableDocument) {
+  fragctl_allocator* a = make("buckets:caching");
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 1000, nullptr), FRAGCTL_OK);
+  const std::string path = temp_path("capi_report.json");
+  ASSERT_EQ(fragctl_write_report(a, path.c_str()), FRAGCTL_OK) << fragctl_last_error();
+  auto report = fragctl::report_from_json(read_file(path));
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->size(), 1u);
+  EXPECT_EQ(report->front().allocator, "buckets:caching");
+  EXPECT_EQ(report->front().requested.current, 1000u);
+  std::remove(path.c_str());
+
+  EXPECT_EQ(fragctl_write_report(a, "/nonexistent-dir/report.json"), FRAGCTL_ERROR_IO);
+  EXPECT_NE(std::string(fragctl_last_error()).find("nonexistent-dir"), std::string::npos) << fragctl_last_error();
+  fragctl_free(a, p, 1000, nullptr);
+  fragctl_destroy(a);
+}
+
+TEST(CApi, PolicyNamesListEveryPolicy) {
+  const std::string names = fragctl_policy_names();
+  for (const char* name : {"caching", "arena", "buckets", "warmup"}) {
+    EXPECT_NE(names.find(name), std::string::npos) << names;
+  }
+  EXPECT_FALSE(std::string(fragctl_version()).empty());
+}
+
+// --- Process defaults -----------------------------------------------------
+// They are process-wide and configured once, so each test runs its body in a
+// fresh process: gtest's threadsafe death-test style re-executes the test
+// binary for just this test.
+
+template <class Body>
+void in_fresh_process(Body body) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        body();
+        std::exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(CApiDefaultsDeathTest, ConfiguredDefaultsArePerDeviceAndNeverDestroyed) {
+  in_fresh_process([] {
+    ASSERT_EQ(fragctl_configure_defaults("caching", "sim_capacity:1GiB", "sim"), FRAGCTL_OK) << fragctl_last_error();
+    fragctl_allocator* none = reinterpret_cast<fragctl_allocator*>(0x1);
+    ASSERT_EQ(fragctl_default_allocator(1, 0, &none), FRAGCTL_OK);
+    EXPECT_EQ(none, nullptr);
+
+    fragctl_allocator* d0 = nullptr;
+    fragctl_allocator* d1 = nullptr;
+    ASSERT_EQ(fragctl_default_allocator(0, 1, &d0), FRAGCTL_OK) << fragctl_last_error();
+    ASSERT_EQ(fragctl_default_allocator(1, 1, &d1), FRAGCTL_OK);
+    EXPECT_NE(d0, d1);
+    fragctl_allocator* again = nullptr;
+    ASSERT_EQ(fragctl_default_allocator(1, 0, &again), FRAGCTL_OK);
+    EXPECT_EQ(again, d1);
+    EXPECT_EQ(stats_of(d1).device, 1);
+    EXPECT_STREQ(fragctl_policy(d1), "caching");
+
+    EXPECT_EQ(fragctl_destroy(d0), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(fragctl_configure_defaults("arena", nullptr, nullptr), FRAGCTL_ERROR_STATE);
+    EXPECT_NE(std::string(fragctl_last_error()).find("before the first allocation"), std::string::npos);
+    EXPECT_EQ(fragctl_default_allocator(64, 1, &again), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  });
+}
+
+TEST(CApiDefaultsDeathTest, ConfigureValidatesEverythingAtOnce) {
+  in_fresh_process([] {
+    EXPECT_EQ(fragctl_configure_defaults("arena:caching", nullptr, "sim"), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fragctl_last_error()).find("must come last"), std::string::npos) << fragctl_last_error();
+    EXPECT_EQ(fragctl_configure_defaults("caching", "nosuch:1", "sim"), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(fragctl_configure_defaults("caching", nullptr, "gpu"), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  });
+}
+
+TEST(CApiDefaultsDeathTest, EnvironmentConfiguresDefaults) {
+  in_fresh_process([] {
+    ::setenv("FRAGCTL_POLICY", "buckets:caching", 1);
+    ::setenv("FRAGCTL_BACKEND", "sim", 1);
+    ::setenv("FRAGCTL_CONF", "sim_capacity:2GiB", 1);
+    fragctl_allocator* d = nullptr;
+    ASSERT_EQ(fragctl_default_allocator(2, 1, &d), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_STREQ(fragctl_policy(d), "buckets:caching");
+    ::unsetenv("FRAGCTL_POLICY");
+    ::unsetenv("FRAGCTL_BACKEND");
+    ::unsetenv("FRAGCTL_CONF");
+  });
+}
+
+TEST(CApiDefaultsDeathTest, ABadEnvironmentFailsEveryTimeWithTheSameMessage) {
+  in_fresh_process([] {
+    ::setenv("FRAGCTL_CONF", "bogus:1", 1);
+    fragctl_allocator* d = nullptr;
+    EXPECT_EQ(fragctl_default_allocator(0, 1, &d), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    const std::string first = fragctl_last_error();
+    EXPECT_NE(first.find("bogus"), std::string::npos) << first;
+    ::unsetenv("FRAGCTL_CONF");
+    EXPECT_EQ(fragctl_default_allocator(0, 1, &d), FRAGCTL_ERROR_INVALID_ARGUMENT);  // remembered
+    EXPECT_EQ(first, fragctl_last_error());
+    // Configuring again clears the remembered failure.
+    ASSERT_EQ(fragctl_configure_defaults("caching", nullptr, "sim"), FRAGCTL_OK);
+    EXPECT_EQ(fragctl_default_allocator(0, 1, &d), FRAGCTL_OK) << fragctl_last_error();
+  });
+}
+
+TEST(CApiDefaultsDeathTest, DefaultReportHoldsEveryDevice) {
+  in_fresh_process([] {
+    ASSERT_EQ(fragctl_configure_defaults("caching", "sim_capacity:1GiB", "sim"), FRAGCTL_OK);
+    fragctl_allocator* d = nullptr;
+    ASSERT_EQ(fragctl_default_allocator(0, 1, &d), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_default_allocator(3, 1, &d), FRAGCTL_OK);
+    const std::string path = temp_path("capi_default_report.json");
+    ASSERT_EQ(fragctl_write_default_report(path.c_str()), FRAGCTL_OK) << fragctl_last_error();
+    auto report = fragctl::report_from_json(read_file(path));
+    ASSERT_TRUE(report.ok());
+    ASSERT_EQ(report->size(), 2u);
+    EXPECT_EQ((*report)[0].device, 0);
+    EXPECT_EQ((*report)[1].device, 3);
+    std::remove(path.c_str());
+  });
+}
+
+TEST(CApiTorchDeathTest, AllocAndFreeUseTheDevicesDefaultAllocatorOnTheGivenStream) {
+  in_fresh_process([] {
+    ASSERT_EQ(fragctl_configure_defaults("caching", "sim_capacity:1GiB", "sim"), FRAGCTL_OK);
+    void* p0 = fragctl_torch_alloc(1 << 20, 0, stream_a);
+    void* p1 = fragctl_torch_alloc(2 << 20, 1, stream_a);
+    ASSERT_NE(p0, nullptr);
+    ASSERT_NE(p1, nullptr);
+    EXPECT_EQ(fragctl_torch_alloc(0, 0, stream_a), nullptr);
+    fragctl_allocator* d0 = nullptr;
+    fragctl_allocator* d1 = nullptr;
+    ASSERT_EQ(fragctl_default_allocator(0, 0, &d0), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_default_allocator(1, 0, &d1), FRAGCTL_OK);
+    EXPECT_EQ(stats_of(d0).requested.current, std::size_t{1} << 20);
+    EXPECT_EQ(stats_of(d1).requested.current, std::size_t{2} << 20);
+    fragctl_torch_free(p0, 1 << 20, 0, stream_a);
+    fragctl_torch_free(p1, 2 << 20, 1, stream_a);
+    fragctl_torch_free(nullptr, 0, 0, stream_a);
+    EXPECT_EQ(stats_of(d0).requested.current, 0u);
+    EXPECT_EQ(stats_of(d1).frees, 1u);
+    // Freed on stream_a, the block comes back at once on stream_a.
+    void* again = fragctl_torch_alloc(1 << 20, 0, stream_a);
+    EXPECT_EQ(again, p0);
+    fragctl_torch_free(again, 1 << 20, 0, stream_a);
+  });
+}
+
+TEST(CApiTorchDeathTest, OutOfMemoryThrowsIntoTheCaller) {
+  in_fresh_process([] {
+    ASSERT_EQ(fragctl_configure_defaults("caching", "sim_capacity:64MiB", "sim"), FRAGCTL_OK);
+    EXPECT_THROW((void)fragctl_torch_alloc(ssize_t{1} << 30, 0, nullptr), fragctl::out_of_memory);
+  });
+}
+
+}  // namespace

@@ -1,0 +1,337 @@
+// The LD_PRELOAD layer (interpose/interposer.hpp) with fake "real" runtime
+// functions and sim allocators: ownership, pass-through of foreign pointers
+// and nullptr, cudaFree's synchronization, devices, streams, memory info and
+// error codes, all without a GPU.
+#include "interpose/interposer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fragctl/config.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+
+namespace fragctl::interpose {
+namespace {
+
+// The fake runtime: what the layer calls, recorded.
+struct fake_runtime {
+  int current_device = 0;
+  std::vector<std::string> calls;
+  std::vector<void*> freed;                      // pointers the real free functions got
+  std::vector<std::pair<void*, void*>> freed_async;  // (ptr, stream)
+  std::size_t device_free = std::size_t{10} << 30;
+  std::size_t device_total = std::size_t{80} << 30;
+  int synchronize_result = success;
+  std::function<void()> on_synchronize;
+  std::map<std::string, int> lookups;
+};
+fake_runtime* fake = nullptr;
+
+int fake_free(void* p) {
+  fake->calls.push_back("free");
+  fake->freed.push_back(p);
+  return success;
+}
+int fake_free_async(void* p, void* s) {
+  fake->calls.push_back("free_async");
+  fake->freed_async.emplace_back(p, s);
+  return success;
+}
+int fake_free_async_ptsz(void* p, void* s) {
+  fake->calls.push_back("free_async_ptsz");
+  fake->freed_async.emplace_back(p, s);
+  return success;
+}
+int fake_mem_get_info(std::size_t* f, std::size_t* t) {
+  *f = fake->device_free;
+  *t = fake->device_total;
+  return success;
+}
+int fake_get_device(int* d) {
+  *d = fake->current_device;
+  return success;
+}
+int fake_set_device(int d) {
+  fake->calls.push_back("set_device " + std::to_string(d));
+  fake->current_device = d;
+  return success;
+}
+int fake_synchronize() {
+  fake->calls.push_back("synchronize " + std::to_string(fake->current_device));
+  if (fake->on_synchronize) fake->on_synchronize();
+  return fake->synchronize_result;
+}
+
+void* resolve_fake(const char* name) {
+  ++fake->lookups[name];
+  const std::string n = name;
+  if (n == "cudaFree") return reinterpret_cast<void*>(&fake_free);
+  if (n == "cudaFreeAsync") return reinterpret_cast<void*>(&fake_free_async);
+  if (n == "cudaFreeAsync_ptsz") return reinterpret_cast<void*>(&fake_free_async_ptsz);
+  if (n == "cudaMemGetInfo") return reinterpret_cast<void*>(&fake_mem_get_info);
+  if (n == "cudaGetDevice") return reinterpret_cast<void*>(&fake_get_device);
+  if (n == "cudaSetDevice") return reinterpret_cast<void*>(&fake_set_device);
+  if (n == "cudaDeviceSynchronize") return reinterpret_cast<void*>(&fake_synchronize);
+  return nullptr;
+}
+
+void* resolve_nothing(const char*) { return nullptr; }
+
+void* const stream_a = reinterpret_cast<void*>(0x5000);
+void* const stream_b = reinterpret_cast<void*>(0x6000);
+
+class InterposerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { fake = &runtime_; }
+  void TearDown() override { fake = nullptr; }
+
+  // Sim allocators per device, built on demand as the process defaults are.
+  allocator_source source(const std::string& policy = "caching") {
+    return [this, policy](int device, bool create) -> device_allocator* {
+      auto& slot = stacks_.at(static_cast<std::size_t>(device));
+      if (!slot && create) {
+        if (fail_build_) throw invalid_argument("FRAGCTL_CONF: unknown key \"bogus\"");
+        // Backed: real host memory, so that addresses are unique across
+        // devices as on a GPU (unified addressing); the map is keyed by them.
+        auto cfg = parse_config("sim_capacity:1GiB,sim_backed:true");
+        cfg->backend = backend_kind::sim;
+        cfg->policy = policy;
+        cfg->device = device;
+        slot = make_allocator(*cfg);
+      }
+      return slot ? &slot->allocator() : nullptr;
+    };
+  }
+  allocator_stats stats(int device) { return stacks_.at(static_cast<std::size_t>(device))->stats(); }
+  bool built(int device) const { return stacks_.at(static_cast<std::size_t>(device)) != nullptr; }
+
+  fake_runtime runtime_;
+  std::array<std::unique_ptr<allocator_stack>, 4> stacks_;
+  bool fail_build_ = false;
+};
+
+TEST_F(InterposerTest, MallocServesFromFragctlAndRecordsOwnership) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 3 << 20), success);
+  ASSERT_NE(p, nullptr);
+  const auto block = layer.find(p);
+  ASSERT_TRUE(block.has_value());
+  EXPECT_EQ(block->size, std::size_t{3} << 20);
+  EXPECT_EQ(block->device, 0);
+  EXPECT_EQ(block->stream, nullptr);
+  EXPECT_EQ(stats(0).requested.current, std::size_t{3} << 20);
+  EXPECT_TRUE(runtime_.freed.empty());
+  EXPECT_EQ(layer.free_async(p, nullptr, stream_mode::legacy), success);
+}
+
+TEST_F(InterposerTest, FreeSynchronizesTheDeviceBeforeTheBlockIsReleased) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 1 << 20), success);
+  std::size_t live_at_synchronize = 0;
+  runtime_.on_synchronize = [&] { live_at_synchronize = stats(0).requested.current; };
+  ASSERT_EQ(layer.free(p), success);
+  EXPECT_EQ(runtime_.calls, std::vector<std::string>{"synchronize 0"});
+  EXPECT_EQ(live_at_synchronize, std::size_t{1} << 20);  // still held while the device drained
+  EXPECT_EQ(stats(0).requested.current, 0u);
+  EXPECT_EQ(stats(0).frees, 1u);
+  EXPECT_FALSE(layer.find(p).has_value());
+  EXPECT_TRUE(runtime_.freed.empty());  // the real cudaFree never saw it
+}
+
+TEST_F(InterposerTest, NullAndForeignPointersGoToTheRealFunctions) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  int foreign = 0;
+  EXPECT_EQ(layer.free(nullptr), success);
+  EXPECT_EQ(layer.free(&foreign), success);
+  EXPECT_EQ(runtime_.freed, (std::vector<void*>{nullptr, &foreign}));
+  EXPECT_EQ(layer.free_async(&foreign, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(layer.free_async(nullptr, nullptr, stream_mode::per_thread), success);
+  ASSERT_EQ(runtime_.freed_async.size(), 2u);
+  EXPECT_EQ(runtime_.freed_async[0], std::make_pair(static_cast<void*>(&foreign), stream_a));
+  EXPECT_EQ(runtime_.calls.back(), "free_async_ptsz");  // the _ptsz form goes to the real _ptsz form
+  EXPECT_EQ(runtime_.freed_async[1].second, nullptr);   // the caller's stream, untouched
+  EXPECT_FALSE(built(0));  // pass-through builds no allocator
+}
+
+TEST_F(InterposerTest, DoubleFreeGoesToTheRealFunctionAndLeavesFragctlIntact) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 4096), success);
+  ASSERT_EQ(layer.free(p), success);
+  EXPECT_EQ(layer.free(p), success);  // what the fake real cudaFree answers
+  EXPECT_EQ(runtime_.freed, std::vector<void*>{p});
+  EXPECT_EQ(stats(0).frees, 1u);
+  EXPECT_EQ(stats(0).misuse_not_owned, 0u);
+}
+
+TEST_F(InterposerTest, AsyncCallsAreStreamOrderedOnTheGivenStream) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(layer.find(p)->stream, stream_a);
+  ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
+  EXPECT_TRUE(runtime_.calls.empty());  // no synchronization
+  void* again = nullptr;
+  ASSERT_EQ(layer.malloc_async(&again, 1 << 20, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(again, p);  // reused at once on the same stream
+  ASSERT_EQ(layer.free_async(again, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(stats(0).requested.current, 0u);
+}
+
+TEST_F(InterposerTest, StreamHandlesAreCanonical) {
+  EXPECT_EQ(interposer::canonical_stream(nullptr, stream_mode::legacy), nullptr);
+  EXPECT_EQ(interposer::canonical_stream(legacy_stream, stream_mode::legacy), nullptr);
+  EXPECT_EQ(interposer::canonical_stream(legacy_stream, stream_mode::per_thread), nullptr);
+  EXPECT_EQ(interposer::canonical_stream(nullptr, stream_mode::per_thread), per_thread_stream);
+  EXPECT_EQ(interposer::canonical_stream(stream_b, stream_mode::per_thread), stream_b);
+
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 4096, nullptr, stream_mode::per_thread), success);
+  EXPECT_EQ(layer.find(p)->stream, per_thread_stream);
+  void* q = nullptr;
+  ASSERT_EQ(layer.malloc_async(&q, 4096, legacy_stream, stream_mode::legacy), success);
+  EXPECT_EQ(layer.find(q)->stream, nullptr);
+  EXPECT_EQ(layer.free_async(p, nullptr, stream_mode::per_thread), success);
+  EXPECT_EQ(layer.free_async(q, legacy_stream, stream_mode::legacy), success);
+  EXPECT_EQ(layer.owned_count(), 0u);
+}
+
+TEST_F(InterposerTest, EachDeviceHasItsAllocatorAndFreeFollowsTheBlock) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* on0 = nullptr;
+  void* on1 = nullptr;
+  ASSERT_EQ(layer.malloc(&on0, 1 << 20), success);
+  runtime_.current_device = 1;
+  ASSERT_EQ(layer.malloc(&on1, 2 << 20), success);
+  EXPECT_EQ(layer.find(on1)->device, 1);
+  EXPECT_EQ(stats(1).requested.current, std::size_t{2} << 20);
+  EXPECT_EQ(stats(0).requested.current, std::size_t{1} << 20);
+
+  // Device 1 is current; freeing device 0's block synchronizes device 0.
+  ASSERT_EQ(layer.free(on0), success);
+  EXPECT_EQ(runtime_.calls, (std::vector<std::string>{"set_device 0", "synchronize 0", "set_device 1"}));
+  EXPECT_EQ(runtime_.current_device, 1);
+  EXPECT_EQ(stats(0).requested.current, 0u);
+  // An async free goes to the block's allocator whatever device is current.
+  runtime_.current_device = 0;
+  ASSERT_EQ(layer.free_async(on1, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(stats(1).requested.current, 0u);
+}
+
+TEST_F(InterposerTest, MemGetInfoCountsTheCacheAsFree) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  ASSERT_EQ(layer.mem_get_info(&free_bytes, &total_bytes), success);
+  EXPECT_EQ(free_bytes, runtime_.device_free);  // no allocator yet: the real figures
+  EXPECT_EQ(total_bytes, runtime_.device_total);
+  EXPECT_FALSE(built(0));
+
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 30 << 20, stream_a, stream_mode::legacy), success);
+  ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
+  const std::size_t cached = stacks_[0]->allocator().state().cached_free;
+  ASSERT_GT(cached, 0u);
+  ASSERT_EQ(layer.mem_get_info(&free_bytes, &total_bytes), success);
+  EXPECT_EQ(free_bytes, runtime_.device_free + cached);
+
+  runtime_.device_free = runtime_.device_total;  // never reports more than total
+  ASSERT_EQ(layer.mem_get_info(&free_bytes, &total_bytes), success);
+  EXPECT_EQ(free_bytes, total_bytes);
+  EXPECT_EQ(layer.mem_get_info(nullptr, &total_bytes), error_invalid_value);
+}
+
+TEST_F(InterposerTest, ErrorsAreRuntimeCodes) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(layer.malloc(&p, std::size_t{4} << 30), error_out_of_memory);  // sim has 1 GiB
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(stats(0).ooms, 1u);
+  EXPECT_EQ(layer.malloc(nullptr, 16), error_invalid_value);
+  EXPECT_EQ(layer.malloc(&p, 0), success);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(layer.owned_count(), 0u);
+
+  fail_build_ = true;
+  runtime_.current_device = 2;
+  EXPECT_EQ(layer.malloc(&p, 16), error_not_initialized);
+  EXPECT_EQ(layer.malloc_async(&p, 16, stream_a, stream_mode::legacy), error_not_initialized);
+}
+
+TEST_F(InterposerTest, FreeReportsASynchronizationErrorAndStillFrees) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 4096), success);
+  runtime_.synchronize_result = 719;  // cudaErrorLaunchFailure: sticky, from earlier work
+  EXPECT_EQ(layer.free(p), 719);
+  EXPECT_EQ(stats(0).requested.current, 0u);
+  EXPECT_EQ(layer.owned_count(), 0u);
+}
+
+TEST_F(InterposerTest, RealFunctionsAreLookedUpLazilyAndOnce) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  EXPECT_TRUE(runtime_.lookups.empty());
+  for (int i = 0; i < 3; ++i) {
+    void* p = nullptr;
+    ASSERT_EQ(layer.malloc(&p, 4096), success);
+    ASSERT_EQ(layer.free(p), success);
+  }
+  EXPECT_EQ(runtime_.lookups["cudaGetDevice"], 1);
+  EXPECT_EQ(runtime_.lookups["cudaDeviceSynchronize"], 1);
+  EXPECT_EQ(runtime_.lookups.count("cudaFree"), 0u);  // never needed
+}
+
+TEST_F(InterposerTest, WithoutARuntimeOwnBlocksStillWork) {
+  interposer layer(cuda_runtime, &resolve_nothing, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 4096), success);  // device 0 when cudaGetDevice is missing
+  EXPECT_EQ(layer.free(p), success);
+  EXPECT_EQ(stats(0).frees, 1u);
+  EXPECT_EQ(layer.free(nullptr), success);
+  int foreign = 0;
+  EXPECT_EQ(layer.free(&foreign), error_invalid_value);
+  std::size_t f = 0;
+  std::size_t t = 0;
+  EXPECT_EQ(layer.mem_get_info(&f, &t), success);  // from the backend
+  EXPECT_EQ(t, std::size_t{1} << 30);
+}
+
+TEST_F(InterposerTest, HipUsesTheHipNames) {
+  std::vector<std::string> asked;
+  static std::vector<std::string>* names = nullptr;
+  names = &asked;
+  interposer layer(hip_runtime, [](const char* name) -> void* {
+    names->emplace_back(name);
+    return nullptr;
+  }, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 4096), success);
+  ASSERT_EQ(layer.free(p), success);
+  EXPECT_EQ(asked.front(), "hipGetDevice");
+  EXPECT_NE(std::find(asked.begin(), asked.end(), "hipDeviceSynchronize"), asked.end());
+  names = nullptr;
+}
+
+TEST(FindInLoadedLibrary, FindsASymbolOfALoadedLibraryByFileName) {
+  // libc is loaded in every test program; it has strlen.
+  void* fn = find_in_loaded_library("libc.so", "strlen");
+  ASSERT_NE(fn, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::size_t (*)(const char*)>(fn)("four"), 4u);
+  EXPECT_EQ(find_in_loaded_library("libc.so", "no_such_symbol_anywhere"), nullptr);
+  EXPECT_EQ(find_in_loaded_library("libnosuchlibrary", "strlen"), nullptr);
+}
+
+}  // namespace
+}  // namespace fragctl::interpose

@@ -1,0 +1,89 @@
+// A CUDA runtime program run under LD_PRELOAD=libfragctl_preload.so on a GPU
+// (FRAGCTL_BACKEND=cuda): memory from cudaMalloc and cudaMallocAsync works
+// for kernels and copies, comes from fragctl, and memory fragctl did not hand
+// out (managed memory) is freed by the real runtime. Exits 77 (skipped)
+// where there is no CUDA device.
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "preload_cuda_probe: check failed: %s\n", what);
+    ++failures;
+  }
+}
+
+#define CHECK(condition) check((condition), #condition)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  using write_fn = int (*)(const char*);
+  const auto write_report = reinterpret_cast<write_fn>(dlsym(RTLD_DEFAULT, "fragctl_write_default_report"));
+  if (write_report == nullptr) {
+    std::fprintf(stderr, "preload_cuda_probe: libfragctl_preload.so is not loaded (LD_PRELOAD)\n");
+    return 1;
+  }
+
+  constexpr std::size_t bytes = std::size_t{64} << 20;
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, bytes) == cudaSuccess && p != nullptr);
+  CHECK(cudaMemset(p, 0x5a, bytes) == cudaSuccess);
+  std::vector<unsigned char> host(1 << 20);
+  CHECK(cudaMemcpy(host.data(), static_cast<char*>(p) + bytes - host.size(), host.size(), cudaMemcpyDeviceToHost) ==
+        cudaSuccess);
+  CHECK(host.front() == 0x5a && host.back() == 0x5a);
+  cudaPointerAttributes attributes{};
+  CHECK(cudaPointerGetAttributes(&attributes, p) == cudaSuccess && attributes.type == cudaMemoryTypeDevice);
+
+  cudaStream_t stream = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  void* q = nullptr;
+  CHECK(cudaMallocAsync(&q, bytes / 2, stream) == cudaSuccess && q != nullptr);
+  CHECK(cudaMemsetAsync(q, 0x11, bytes / 2, stream) == cudaSuccess);
+  CHECK(cudaMemcpyAsync(host.data(), q, host.size(), cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(host.front() == 0x11 && host.back() == 0x11);
+  CHECK(cudaFreeAsync(q, stream) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+
+  CHECK(cudaFree(p) == cudaSuccess);
+  CHECK(cudaFree(nullptr) == cudaSuccess);
+  void* managed = nullptr;  // not intercepted: cudaFree must reach the real runtime
+  CHECK(cudaMallocManaged(&managed, 1 << 20) == cudaSuccess);
+  CHECK(cudaFree(managed) == cudaSuccess);
+
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && free_bytes <= total_bytes && total_bytes > 0);
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
+
+  CHECK(write_report(argv[1]) == 0);
+  std::ifstream in(argv[1]);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string report = text.str();
+  CHECK(report.find("\"backend\": \"cuda\"") != std::string::npos);
+  CHECK(report.find("\"allocations\": 2") != std::string::npos);
+  CHECK(report.find("\"frees\": 2") != std::string::npos);
+  std::printf("preload_cuda_probe: %d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,258 @@
+"""The fragctl Python package on the sim backend (no GPU, no torch needed).
+
+Run from CTest (python/CMakeLists.txt) with FRAGCTL_LIBRARY pointing at the
+built libfragctl.so, or by hand:
+    FRAGCTL_LIBRARY=build/libfragctl.so PYTHONPATH=python python3 -m unittest discover -s tests/python
+Process-wide state (the process-default allocators, fragctl.torch) is tested
+in child processes, one scenario each.
+"""
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+import fragctl
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def run_child(*code, **env):
+    """Runs the pieces of `code` (each dedented) in a fresh Python with the
+    package importable; returns stdout."""
+    environment = dict(os.environ)
+    environment.update(env)
+    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(fragctl.__file__)))
+    environment["PYTHONPATH"] = python_dir + os.pathsep + environment.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-c", "".join(textwrap.dedent(c) for c in code)], env=environment, capture_output=True,
+                          text=True, timeout=60)
+    if done.returncode != 0:
+        raise AssertionError("child failed (%d):\n%s\n%s" % (done.returncode, done.stdout, done.stderr))
+    return done.stdout
+
+
+class AllocatorTest(unittest.TestCase):
+    def test_malloc_free_and_stats(self):
+        with fragctl.Allocator("buckets:arena", backend="sim", sim_capacity="1GiB") as a:
+            self.assertEqual(a.policy, "buckets:arena")
+            p = a.malloc(3 * MiB, stream=0x1000)
+            self.assertNotEqual(p, 0)
+            self.assertEqual(p % 512, 0)
+            s = a.stats()
+            self.assertEqual(s["schema_version"], 1)
+            self.assertEqual(s["backend"], "sim")
+            self.assertEqual(s["requested_bytes"]["current"], 3 * MiB)
+            a.free(p, 3 * MiB, stream=0x1000)
+            s = a.stats()
+            self.assertEqual(s["requested_bytes"]["current"], 0)
+            self.assertEqual((s["allocations"], s["frees"]), (1, 1))
+            self.assertGreaterEqual(s["derived"]["reserved_over_requested"], 1.0)
+
+    def test_options_are_fragctl_conf_keys(self):
+        with fragctl.Allocator("caching", backend="sim", sim_capacity=64 * MiB, release_on_oom=False,
+                               max_split_size="unlimited") as a:
+            with self.assertRaises(fragctl.OutOfMemoryError) as caught:
+                a.malloc(GiB)
+            self.assertIn("out of memory", str(caught.exception))
+            self.assertIsInstance(caught.exception, MemoryError)
+            self.assertEqual(a.stats()["ooms"], 1)
+
+    def test_bad_configuration_names_the_problem(self):
+        with self.assertRaises(fragctl.ConfigurationError) as caught:
+            fragctl.Allocator("nosuch", backend="sim")
+        self.assertIn('unknown policy "nosuch"', str(caught.exception))
+        self.assertEqual(caught.exception.status, "FRAGCTL_ERROR_INVALID_ARGUMENT")
+        with self.assertRaises(ValueError):
+            fragctl.Allocator("caching", backend="sim", small_sizes="1MiB")
+        with self.assertRaises(fragctl.ConfigurationError):
+            fragctl.Allocator("caching", backend="sim", report="a,b")
+
+    def test_misuse_is_an_error_with_the_status(self):
+        with fragctl.Allocator("caching", backend="sim", sim_capacity="1GiB") as a:
+            p = a.malloc(4096)
+            a.free(p, 4096)
+            with self.assertRaises(fragctl.FragctlError) as caught:
+                a.free(p, 4096)
+            self.assertEqual(caught.exception.status, "FRAGCTL_ERROR_NOT_OWNED")
+            self.assertEqual(a.stats()["misuse"]["not_owned"], 1)
+
+    def test_report_and_release_cached(self):
+        with fragctl.Allocator("caching", backend="sim", sim_capacity="1GiB") as a:
+            p = a.malloc(32 * MiB)
+            a.free(p, 32 * MiB)
+            self.assertGreater(a.stats()["reserved_bytes"]["current"], 0)
+            a.release_cached()
+            self.assertEqual(a.stats()["reserved_bytes"]["current"], 0)
+            with tempfile.TemporaryDirectory() as d:
+                path = a.report(os.path.join(d, "r.json"))
+                with open(path) as f:
+                    doc = json.load(f)
+            self.assertEqual(doc["allocators"][0]["allocator"], "caching")
+            self.assertEqual(doc["reason"], "request")
+
+    def test_closed_allocator_refuses_calls(self):
+        a = fragctl.Allocator("caching", backend="sim")
+        a.close()
+        a.close()
+        with self.assertRaises(fragctl.FragctlError):
+            a.malloc(1)
+
+    def test_library_facts(self):
+        self.assertTrue(os.path.isabs(fragctl.library_path()))
+        self.assertEqual(set(fragctl.policies()), {"caching", "arena", "buckets", "warmup"})
+        self.assertRegex(fragctl.version(), r"^\d+\.\d+\.\d+$")
+
+
+class DefaultsTest(unittest.TestCase):
+    def test_configure_stats_report_and_summary(self):
+        out = run_child("""
+            import io, json, os, tempfile, fragctl
+            try:
+                fragctl.stats(0)
+            except fragctl.FragctlError as e:
+                print("before:", "no allocation" in str(e))
+            fragctl.configure("buckets:caching", backend="sim", sim_capacity="2GiB")
+            a = fragctl.default_allocator(0)
+            b = fragctl.default_allocator(1)
+            buffer = io.StringIO()
+            with fragctl.summary("block", device=0, file=buffer) as s:
+                blocks = [a.malloc(n) for n in (1000, 5 * 2**20, 300)]
+                for p, n in zip(blocks, (1000, 5 * 2**20, 300)):
+                    a.free(p, n)
+            print("summary:", buffer.getvalue().strip())
+            print("result:", json.dumps(s.result, sort_keys=True))
+            b.malloc(4096)
+            a.close()  # no effect on a process default
+            print("stats:", fragctl.stats(0)["allocator"], fragctl.stats(1)["requested_bytes"]["current"])
+            path = os.path.join(tempfile.mkdtemp(), "report.json")
+            doc = json.load(open(fragctl.report(path)))
+            print("report:", [x["device"] for x in doc["allocators"]])
+            try:
+                fragctl.configure("arena")
+            except fragctl.TooLateError as e:
+                print("late:", "before the first allocation" in str(e))
+        """)
+        self.assertIn("before: True", out)
+        self.assertIn("stats: buckets:caching 4096", out)
+        self.assertIn("report: [0, 1]", out)
+        self.assertIn("late: True", out)
+        summary_line = [line for line in out.splitlines() if line.startswith("summary:")][0]
+        self.assertIn("fragctl block [buckets:caching, sim:0]", summary_line)
+        self.assertIn("3 allocations, 3 frees", summary_line)
+        result = json.loads(out.split("result:", 1)[1].splitlines()[0])
+        self.assertEqual(result["allocations"], 3)
+        self.assertEqual(result["peak_requested_bytes"], 1000 + 5 * MiB + 300)
+
+    def test_environment_configures_defaults(self):
+        out = run_child("""
+            import fragctl
+            a = fragctl.default_allocator(0)
+            print("policy:", a.policy)
+        """, FRAGCTL_POLICY="warmup:caching", FRAGCTL_BACKEND="sim", FRAGCTL_CONF="warmup_bytes:64MiB")
+        self.assertIn("policy: warmup:caching", out)
+
+    def test_summary_as_a_decorator_without_allocations(self):
+        out = run_child("""
+            import io, fragctl
+            buffer = io.StringIO()
+            @fragctl.summary("idle", file=buffer)
+            def idle():
+                return 42
+            print(idle(), buffer.getvalue().strip())
+        """)
+        self.assertIn("42 fragctl idle: nothing was allocated through fragctl", out)
+
+
+class TorchTest(unittest.TestCase):
+    def test_without_torch_the_error_says_what_is_missing(self):
+        out = run_child("""
+            import sys
+            sys.modules["torch"] = None  # makes `import torch` fail
+            import fragctl.torch
+            try:
+                fragctl.torch.enable("arena")
+            except ImportError as e:
+                print("error:", e)
+        """)
+        self.assertIn("error: fragctl.torch needs PyTorch", out)
+
+    # A stand-in for the parts of torch that enable() uses.
+    FAKE_TORCH = """
+        import sys, types
+        calls = []
+        torch = types.ModuleType("torch")
+        torch.cuda = types.SimpleNamespace(initialized=False)
+        torch.cuda.is_initialized = lambda: torch.cuda.initialized
+        class CUDAPluggableAllocator:
+            def __init__(self, path, alloc, free):
+                calls.append(("allocator", path, alloc, free))
+        def change_current_allocator(a):
+            if torch.cuda.initialized:
+                raise RuntimeError("Can't swap an already initialized allocator")
+            calls.append(("swap",))
+        torch.cuda.memory = types.SimpleNamespace(CUDAPluggableAllocator=CUDAPluggableAllocator,
+                                                  change_current_allocator=change_current_allocator)
+        sys.modules["torch"] = torch
+        import fragctl, fragctl.torch
+    """
+
+    def test_enable_installs_the_pluggable_allocator(self):
+        out = run_child(self.FAKE_TORCH, """
+            fragctl.torch.enable("buckets:caching", backend="sim", sim_capacity="1GiB", release_threshold="0")
+            print("calls:", calls)
+            print("path ok:", calls[0][1] == fragctl.library_path())
+            print("enabled:", fragctl.torch.enabled())
+            fragctl.torch.enable("buckets:caching")  # again: nothing
+            try:
+                fragctl.torch.enable("arena")
+            except fragctl.TooLateError as e:
+                print("other policy:", e)
+            # What PyTorch would call, through the library the allocator names.
+            import ctypes
+            lib = ctypes.CDLL(calls[0][1])
+            lib.fragctl_torch_alloc.restype = ctypes.c_void_p
+            lib.fragctl_torch_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+            lib.fragctl_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+            p = lib.fragctl_torch_alloc(1 << 20, 0, None)
+            print("live:", fragctl.stats(0)["requested_bytes"]["current"], fragctl.stats(0)["allocator"])
+            lib.fragctl_torch_free(p, 1 << 20, 0, None)
+            print("after:", fragctl.stats(0)["requested_bytes"]["current"])
+        """)
+        self.assertIn("calls: [('allocator',", out)
+        self.assertIn("'fragctl_torch_alloc', 'fragctl_torch_free'), ('swap',)]", out)
+        self.assertIn("path ok: True", out)
+        self.assertIn("enabled: buckets:caching", out)
+        self.assertIn("other policy: fragctl.torch.enable('arena'): fragctl is already enabled", out)
+        self.assertIn("live: 1048576 buckets:caching", out)
+        self.assertIn("after: 0", out)
+
+    def test_enable_after_cuda_initialization_is_a_clear_error(self):
+        out = run_child(self.FAKE_TORCH, """
+            torch.cuda.initialized = True
+            try:
+                fragctl.torch.enable("arena", backend="sim")
+            except fragctl.TooLateError as e:
+                print("error:", e)
+            print("calls:", calls)
+        """)
+        self.assertIn("error: fragctl.torch.enable() must run before PyTorch initializes CUDA", out)
+        self.assertIn("calls: []", out)
+
+    def test_enable_rejects_bad_options_before_touching_torch(self):
+        out = run_child(self.FAKE_TORCH, """
+            try:
+                fragctl.torch.enable("arena", backend="sim", release_treshold="1GiB")
+            except fragctl.ConfigurationError as e:
+                print("error:", e)
+            print("calls:", calls)
+        """)
+        self.assertIn('unknown key "release_treshold"', out)
+        self.assertIn("calls: []", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
