@@ -120,7 +120,7 @@ def verdict(results):
         lines.append("- %s / %s: %s" % (r["model"], r["label"], r["error"]))
     head = "**Verdict: %s**" % ("PASS: every run's loss after every step equals native's bit for bit"
                                 if ok_math and not skipped else "FAIL or incomplete")
-    head += "; step time %s" % ("within 2%% of native everywhere" if ok_time else "above native's by more than 2% somewhere")
+    head += "; step time %s" % ("within 2% of native everywhere" if ok_time else "above native's by more than 2% somewhere")
     return [head, ""] + lines, ok_math and not skipped
 
 
@@ -147,7 +147,7 @@ def table(results):
             peaks = "%.2f / %.2f (torch)" % (t["peak_reserved_bytes"] / GiB, t["peak_allocated_bytes"] / GiB)
             ratio = "%.3f" % (t["peak_reserved_bytes"] / max(1, t["peak_allocated_bytes"]))
         rows.append("| %s | %s | %.1f | %s | %.2f | %s | %s | %s | %.6f | %s |" % (
-            r["model"], r["label"], 1e3 * r["mean_step_s"], vs, r.get("peak_device_used_bytes", 0) / GiB, peaks,
+            r["model"], r["label"], 1e3 * r["mean_step_s"], vs, (r.get("peak_device_used_bytes") or 0) / GiB, peaks,
             ratio, calls, r["losses"][-1], same))
     return rows
 

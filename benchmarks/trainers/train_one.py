@@ -108,10 +108,13 @@ def main():
 
     result = {"model": args.model, "mode": args.mode, "policy": args.policy if args.mode != "native" else "",
               "steps": args.steps, "error": None}
-    sampler = None
+    sampler, baseline = None, 0
     try:
-        sampler, baseline, total = start_sampler()
-        result["device_total_bytes"] = total
+        try:
+            sampler, baseline, total = start_sampler()
+            result["device_total_bytes"] = total
+        except (OSError, RuntimeError, ValueError) as e:  # the run goes on without the device peak
+            result["sampler_error"] = str(e)
         import torch
         if args.mode == "fragctl":
             import fragctl.torch
@@ -183,6 +186,7 @@ def main():
         result["error"] = "%s: %s" % (type(e).__name__, e)
         traceback.print_exc()
     finally:
+        result["peak_device_used_bytes"] = None
         if sampler is not None:
             peak = stop_sampler(sampler)
             result["peak_device_used_bytes"] = max(0, peak - baseline)
