@@ -14,6 +14,7 @@
 // watchdog, so the abort never races a call on the same communicator.
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -292,33 +293,34 @@ class nccl_communicator final : public communicator {
     }
   }
 
-  // Retires completed collectives; fails the communicator at a passed deadline
-  // or an asynchronous error.
+  // Retires completed collectives from the oldest on and fails the
+  // communicator when the oldest pending one passed its deadline (it has the
+  // earliest deadline) or NCCL reports an asynchronous error. Stops at the
+  // first pending collective, so a poll costs O(1) event queries amortized.
   void poll_locked() {
     if (failed_ || comm_ == nullptr) return;
-    const auto now = clock::now();
-    for (auto it = pending_.begin(); it != pending_.end();) {
+    while (!pending_.empty()) {
+      pending_op& oldest = pending_.front();
       bool done = false;
       try {
-        done = backend_.query_event(it->event);
+        done = backend_.query_event(oldest.event);
       } catch (const std::exception& e) {
-        fail_locked({fmt::format("zero3 rank {}: {} of {}: {}; communicator aborted", rank(), it->operation, it->tag,
-                                 e.what()),
-                     it->operation, it->tag, false});
+        fail_locked({fmt::format("zero3 rank {}: {} of {}: {}; communicator aborted", rank(), oldest.operation,
+                                 oldest.tag, e.what()),
+                     oldest.operation, oldest.tag, false});
         return;
       }
-      if (done) {
-        free_events_.push_back(it->event);
-        it = pending_.erase(it);
-        continue;
+      if (!done) {
+        if (clock::now() > oldest.deadline) {
+          fail_locked({fmt::format("zero3 rank {}: {} of {} did not complete within {} ms; communicator aborted",
+                                   rank(), oldest.operation, oldest.tag, options_.timeout.count()),
+                       oldest.operation, oldest.tag, true});
+          return;
+        }
+        break;
       }
-      if (now > it->deadline) {
-        fail_locked({fmt::format("zero3 rank {}: {} of {} did not complete within {} ms; communicator aborted",
-                                 rank(), it->operation, it->tag, options_.timeout.count()),
-                     it->operation, it->tag, true});
-        return;
-      }
-      ++it;
+      free_events_.push_back(oldest.event);
+      pending_.pop_front();
     }
     nccl::result_t state = nccl::success;
     const nccl::result_t r = lib_.comm_get_async_error(comm_, &state);
@@ -395,7 +397,7 @@ class nccl_communicator final : public communicator {
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread watchdog_;
-  std::vector<pending_op> pending_;
+  std::deque<pending_op> pending_;
   std::vector<event_t> free_events_;
   std::optional<failure> failed_;
   std::uint64_t blocked_ns_ = 0;
