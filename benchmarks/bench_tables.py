@@ -78,6 +78,11 @@ def table(header: List[str], rows: List[List[str]]) -> str:
 # --- microbenchmarks -------------------------------------------------------------
 
 
+def allocator_cell(e: Dict[str, Any]) -> str:
+    note = " (cap not enforced: runs above it count as failures)" if e.get("cap_enforced") is False else ""
+    return f"`{e['allocator']}`{note}"
+
+
 def micro_section(doc: Optional[Dict[str, Any]], backend: str) -> str:
     out = [f"## Microbenchmarks on `{backend}` (bench_micro)\n"]
     if doc is None:
@@ -184,7 +189,7 @@ def stress_sections(docs: List[Dict[str, Any]], raw_dir: str) -> str:
             body = []
             for e in rows:
                 run = e.get("run") or {}
-                body.append([f"`{e['allocator']}`", e.get("backend", ""),
+                body.append([allocator_cell(e), e.get("backend", ""),
                              f"{e['largest_scale']:.3f}" if e.get("found") else "none",
                              gib(run.get("peak_live")), gib(run.get("peak_reserved")),
                              f"{run.get('reserved_over_requested', 0):.3f}", str(e.get("probes", ""))])
@@ -212,7 +217,7 @@ def stress_sections(docs: List[Dict[str, Any]], raw_dir: str) -> str:
                     change = "GPU run failed"
                 elif tc and not tc.get("completed", True):
                     change = "OOM on GPU"
-                body.append([f"`{e['allocator']}`", gib(e.get("peak_live")),
+                body.append([allocator_cell(e), gib(e.get("peak_live")),
                              f"{unc.get('reserved_over_requested', 0):.3f}",
                              gib(e.get("smallest_cap")) if e.get("found") else "none",
                              f"{e.get('cap_over_peak_live', 0):.3f}", ms(tu.get("step_ns_median")),

@@ -51,6 +51,10 @@ using fragctl::bench::json_string;
 
 constexpr c10::DeviceIndex device = 0;
 
+// Set when a run's reserved bytes exceeded its cap: PyTorch did not apply the
+// memory fraction (reported as "cap_enforced": false).
+bool cap_ignored = false;
+
 std::int64_t elapsed_ns(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
 }
@@ -236,7 +240,10 @@ fragctl::bench::run_result run_plan(const fragctl::bench::gen::plan& plan, const
     step.step = r.series.size();
     alloc::resetPeakStats(device);
   };
-  for (std::size_t i = 0; i < plan.events.size(); ++i) {
+  // A cap PyTorch does not apply (reserved bytes above it at a step's end
+  // check) ends the run as a failure: the run needed more than the cap.
+  bool over_cap = false;
+  for (std::size_t i = 0; i < plan.events.size() && !over_cap; ++i) {
     const auto& e = plan.events[i];
     const bool in_step = e.step < plan.step_end.size();
     if (e.alloc) {
@@ -264,6 +271,14 @@ fragctl::bench::run_result run_plan(const fragctl::bench::gen::plan& plan, const
     if (next_end < plan.step_end.size() && i + 1 == plan.step_end[next_end]) {
       close_step();
       ++next_end;
+      if (cap != 0 && r.series.back().reserved_peak > cap) {
+        over_cap = true;
+        cap_ignored = true;
+        r.completed = false;
+        r.failed_step = static_cast<long>(e.step);
+        r.failure = "the allocator held " + std::to_string(r.series.back().reserved_peak) +
+                    " reserved bytes, above the cap of " + std::to_string(cap) + " (cap not enforced)";
+      }
     }
   }
   const auto s = alloc::getDeviceStats(device);
@@ -293,6 +308,7 @@ struct stress_options {
 
 std::string largest_json(const stress_options& o, const std::string& scenario, const std::string& label,
                          std::size_t total) {
+  cap_ignored = false;
   fragctl::bench::run_result at;
   const auto found = fragctl::bench::search::largest_scale(
       [&](double scale) {
@@ -311,12 +327,13 @@ std::string largest_json(const stress_options& o, const std::string& scenario, c
   return "{\"scenario\": " + json_string(scenario) + ", \"allocator\": " + json_string(label) +
          ", \"backend\": \"cuda\", \"cap\": " + std::to_string(o.cap) + ", \"found\": " +
          (found.found ? "true" : "false") + ", \"largest_scale\": " + json_number(found.scale) +
-         ", \"probes\": " + std::to_string(found.probes) +
+         ", \"probes\": " + std::to_string(found.probes) + ", \"cap_enforced\": " + (cap_ignored ? "false" : "true") +
          ", \"run\": " + (found.found ? fragctl::bench::to_json(at, false) : std::string("null")) + "}";
 }
 
 std::string smallest_json(const stress_options& o, const std::string& scenario, const std::string& label,
                           std::size_t total) {
+  cap_ignored = false;
   const auto plan = fragctl::bench::gen::generate(scenario, o.scale, o.steps);
   const auto uncapped = run_plan(plan, scenario, o.scale, label, total, 0, true);
   fragctl::bench::search::cap_result found;
@@ -338,7 +355,8 @@ std::string smallest_json(const stress_options& o, const std::string& scenario, 
          ", \"backend\": \"cuda\", \"scale\": " + json_number(o.scale) + ", \"peak_live\": " +
          std::to_string(plan.peak_live) + ", \"found\": " + (found.found ? "true" : "false") +
          ", \"smallest_cap\": " + std::to_string(found.cap) + ", \"cap_over_peak_live\": " + json_number(over) +
-         ", \"probes\": " + std::to_string(found.probes) + ", \"uncapped\": " + fragctl::bench::to_json(uncapped, true) +
+         ", \"probes\": " + std::to_string(found.probes) + ", \"cap_enforced\": " + (cap_ignored ? "false" : "true") +
+         ", \"uncapped\": " + fragctl::bench::to_json(uncapped, true) +
          ", \"timing\": " + timing + "}";
 }
 
