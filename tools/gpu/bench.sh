@@ -3,7 +3,7 @@
 # (docs/benchmarks-guide.md): trace replay through PyTorch's own allocator
 # (native and expandable segments) and every fragctl policy; fragmentation
 # stress under a fixed capacity; microbenchmarks against cudaMalloc and
-# cudaMallocAsync. About 6 minutes on an H200, build included.
+# cudaMallocAsync. Laid out to finish within 7 minutes on an H200, build included.
 #
 #   OUT=gpu-results tools/gpu/bench.sh
 #
