@@ -37,7 +37,7 @@
 namespace fragctl {
 
 /// The report document for `allocators` (pretty-printed JSON). `reason` says
-/// what caused the write: "destroy", "exit", "signal" or "request".
+/// what caused the write: "destroy", "exit", "signal", "request" or "interval".
 [[nodiscard]] std::string report_to_json(const std::vector<allocator_stats>& allocators,
                                          std::string_view reason);
 

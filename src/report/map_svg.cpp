@@ -104,9 +104,10 @@ class map_writer {
            "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff3c4\"/><line x1=\"0\" y1=\"0\" "
            "x2=\"0\" y2=\"6\" stroke=\"#f9a825\" stroke-width=\"3\"/></pattern></defs>\n", id_);
     fmt::format_to(it,
-                   "<text class=\"map-title\" x=\"{}\" y=\"16\" font-size=\"13\">{}{}{} segments, {} reserved: {} live, "
+                   "<text class=\"map-title\" x=\"{}\" y=\"16\" font-size=\"13\">{}{}{} segment{}, {} reserved: {} live, "
                    "{} free, {} pending; one row = {}</text>\n",
                    margin_left, escape_xml(label), label.empty() ? "" : " \u2014 ", map_.segments.size(),
+                   map_.segments.size() == 1 ? "" : "s",
                    bytes(map_.reserved_bytes()), bytes(map_.bytes(block_use::live)), bytes(map_.bytes(block_use::free)),
                    bytes(map_.bytes(block_use::pending)), bytes(row_bytes_));
     for (std::size_t r = 0; r < rows_; ++r) {

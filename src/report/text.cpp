@@ -34,8 +34,9 @@ void memory_section(std::string& out, const allocator_stats& s) {
                      100.0 * s.fragmentation());
   out += fmt::format("  {:<24} {:>13.1f}%   1 - largest free block / free in cache\n", "external fragmentation",
                      100.0 * s.external_fragmentation());
-  out += fmt::format("  {:<24} {:>14}   of {} free in cache, {} segments\n", "largest free block",
-                     bytes(s.pool.largest_free_block), bytes(s.pool.cached_free), s.pool.segments);
+  out += fmt::format("  {:<24} {:>14}   of {} free in cache, {} segment{}\n", "largest free block",
+                     bytes(s.pool.largest_free_block), bytes(s.pool.cached_free), s.pool.segments,
+                     s.pool.segments == 1 ? "" : "s");
   out += fmt::format("  {:<24} {:>14}   lost to rounding now\n", "internal waste", bytes(s.internal_waste()));
   out += fmt::format("  {:<24} {:>14}   allocations {}, frees {}, retries {}\n", "calls", "", s.allocations,
                      s.frees, s.retries);
@@ -63,7 +64,8 @@ void wasted_section(std::string& out, const run_report& r, std::size_t top) {
   }
   section(out, fmt::format("Top wasted regions (memory map {})", m->label));
   const std::vector<report_detail::segment_waste> ranked = report_detail::rank_wasted(m->map);
-  out += fmt::format("  {} segments, {} reserved: {} live, {} free, {} pending\n", m->map.segments.size(),
+  out += fmt::format("  {} segment{}, {} reserved: {} live, {} free, {} pending\n", m->map.segments.size(),
+                     m->map.segments.size() == 1 ? "" : "s",
                      bytes(m->map.reserved_bytes()), bytes(m->map.bytes(block_use::live)),
                      bytes(m->map.bytes(block_use::free)), bytes(m->map.bytes(block_use::pending)));
   if (ranked.empty()) {

@@ -1,0 +1,187 @@
+// `fragctl report` end to end: runs the built binary (<build>/tools/fragctl)
+// on traces, JSON reports and replay output, and checks what it prints and
+// writes, and its exit status.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "fmt/format.h"
+#include "fragctl/policy.hpp"
+#include "fragctl/report.hpp"
+
+namespace fragctl {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct run_result {
+  int status = -1;
+  std::string out;
+};
+
+fs::path fragctl_binary() {
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" / "fragctl";
+}
+
+std::string data(const std::string& file) {
+  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
+  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
+}
+
+run_result run_fragctl(const std::string& args, const std::string& redirect = "2>/dev/null") {
+  const std::string command = "'" + fragctl_binary().string() + "' " + args + " " + redirect;
+  run_result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int raw = ::pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+class report_command : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(fragctl_binary()))
+      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
+    dir_ = fs::temp_directory_path() / fmt::format("fragctl_report_command_{}", ::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // A JSON report written by an allocator stack that holds `live` bytes.
+  std::string write_report(const std::string& name, const std::string& policy, std::size_t live,
+                           bool with_map = true) {
+    config cfg;
+    cfg.report_map = with_map;
+    cfg.backend = backend_kind::sim;
+    cfg.policy = policy;
+    cfg.report_path = (dir_ / name).string();
+    auto stack = make_allocator(cfg);
+    void* p = stack->allocator().allocate(live);
+    EXPECT_EQ(write_reports("request"), 1u);
+    stack->allocator().deallocate(p, live);
+    return (dir_ / name).string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(report_command, summary_of_a_trace) {
+  const run_result r = run_fragctl("report '" + data("tiny_fragctl.csv") + "' --policy caching");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("fragctl report: tiny_fragctl / caching\n"));
+  EXPECT_THAT(r.out, HasSubstr("  trace tiny_fragctl replayed through caching on sim (device 0)\n"));
+  EXPECT_THAT(r.out, HasSubstr("  reserved                      22.00 MiB      22.00 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("Top wasted regions (memory map at peak reserved (event 3, 0.0 ms))\n"
+                               "  2 segments, 22.00 MiB reserved: 2.87 MiB live, 19.13 MiB free, 0 B pending\n"));
+  EXPECT_THAT(r.out, HasSubstr("     2 MiB - 4 MiB    |"));
+  EXPECT_THAT(r.out, HasSubstr("  allocate 2, create_stream 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("OOM events: none\n"));
+}
+
+TEST_F(report_command, summary_of_a_json_report_with_its_map) {
+  const std::string report = write_report("job.json", "caching", 3 * MiB);
+  const run_result r = run_fragctl("report '" + report + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("fragctl report: job.json\n"));
+  EXPECT_THAT(r.out, HasSubstr(": allocator caching on sim device 0\n"));
+  // The stack was destroyed after the block was freed: the last write says so.
+  EXPECT_THAT(r.out, HasSubstr("  requested                           0 B       3.00 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("  reserved                      20.00 MiB      20.00 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("Top wasted regions (memory map when the report was written (destroy))\n"
+                               "  1 segment, 20.00 MiB reserved: 0 B live, 20.00 MiB free, 0 B pending\n"));
+}
+
+TEST_F(report_command, comparison_of_two_reports) {
+  const std::string a = write_report("native.json", "caching", 30 * MiB);
+  const std::string b = write_report("arena.json", "arena", 30 * MiB);
+  const run_result r = run_fragctl("report '" + a + "' '" + b + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("fragctl report: comparison\n"));
+  EXPECT_THAT(r.out, HasSubstr("  A = native.json ("));
+  EXPECT_THAT(r.out, HasSubstr("  B = arena.json ("));
+  // caching holds a 30 MiB segment, arena 15 granules of 2 MiB: the same.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  peak reserved +30\\.00 MiB +30\\.00 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("arena.json and native.json reserve the same at peak (30.00 MiB)"));
+}
+
+TEST_F(report_command, comparison_of_policies_on_one_trace_and_html_and_svg) {
+  const fs::path html = dir_ / "cmp.html";
+  const fs::path svg = dir_ / "map.svg";
+  const run_result r = run_fragctl("report '" + data("gpt2m.trace.csv.gz") + "' --policy caching,arena --html '" +
+                                   html.string() + "' --svg '" + svg.string() + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("  A = gpt2m / caching ("));
+  EXPECT_THAT(r.out, HasSubstr("  B = gpt2m / arena ("));
+  EXPECT_THAT(r.out, HasSubstr("gpt2m / arena reserves "));
+  EXPECT_THAT(r.out, HasSubstr(" less at peak than gpt2m / caching ("));
+  const std::string page = slurp(html);
+  EXPECT_EQ(count(page, "<section class=\"run\""), 2u);
+  EXPECT_EQ(count(page, "<svg class=\"timeline\""), 2u);
+  EXPECT_THAT(page, HasSubstr("<section id=\"comparison\">"));
+  // The SVG is the caching run's map at peak reserved.
+  const std::string map = slurp(svg);
+  EXPECT_EQ(map.rfind("<?xml", 0), 0u);
+  EXPECT_THAT(map, HasSubstr("at peak reserved"));
+  EXPECT_GT(count(map, "<rect class=\"block live"), 100u);
+}
+
+TEST_F(report_command, replay_json_output_is_a_report) {
+  const fs::path results = dir_ / "replay.json";
+  ASSERT_EQ(std::system(("'" + fragctl_binary().string() + "' replay '" + data("tiny_fragctl.csv") +
+                         "' --policy caching,buckets:caching --backend sim --json > '" + results.string() + "'")
+                            .c_str()),
+            0);
+  const run_result r = run_fragctl("report '" + results.string() + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("  A = tiny_fragctl / caching ("));
+  EXPECT_THAT(r.out, HasSubstr("  B = tiny_fragctl / buckets:caching ("));
+}
+
+TEST_F(report_command, errors) {
+  EXPECT_EQ(run_fragctl("report").status, 2);
+  EXPECT_EQ(run_fragctl("report --top 0 x").status, 2);
+  EXPECT_EQ(run_fragctl("report '" + data("tiny_fragctl.csv") + "' --policy nosuch").status, 2);
+  const run_result missing = run_fragctl("report /nonexistent/file.json", "2>&1");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_THAT(missing.out, HasSubstr("/nonexistent/file.json"));
+  // A report written without its map has no picture: --svg says so.
+  const std::string report = write_report("nomap.json", "caching", MiB, /*with_map=*/false);
+  const run_result no_map = run_fragctl("report '" + report + "' --svg '" + (dir_ / "x.svg").string() + "'", "2>&1");
+  EXPECT_EQ(no_map.status, 1);
+  EXPECT_THAT(no_map.out, HasSubstr("no run has a memory map"));
+  EXPECT_THAT(run_fragctl("report --help").out, HasSubstr("Usage: fragctl report [OPTIONS] FILE..."));
+}
+
+}  // namespace
+}  // namespace fragctl
