@@ -64,7 +64,7 @@ note "tests"
 for t in "${tests[@]}"; do
   if [ ! -x "$build/tests/$t" ]; then result "$t: NOT BUILT"; status=1; continue; fi
   if timeout 180 "$build/tests/$t" > "$out/$t.log" 2>&1; then
-    result "$t: passed ($(grep -c '^\[       OK \]' "$out/$t.log") ok, $(grep -c '^\[  SKIPPED \]' "$out/$t.log") skipped)"
+    result "$t: passed ($(grep -c '^\[       OK \]' "$out/$t.log") ok, $(grep -c '^\[  SKIPPED \] .* ms)$' "$out/$t.log") skipped)"
   else
     result "$t: FAILED (see $t.log)"; status=1
   fi
@@ -150,7 +150,7 @@ PY
     rc=$?
     result "torch $policy: exit $rc; $(grep -m1 '^steps' "$out/torch-$policy.log"); $(grep -m1 '^19 MiB' "$out/torch-$policy.log")"
     [ $rc -eq 0 ] || status=1
-    line=$(grep -m1 "\[fragctl\].*out of memory" "$out/torch-$policy.log")
+    line=$(grep "\[fragctl\].*out of memory" "$out/torch-$policy.log" | tail -1)
     if [ -n "$line" ]; then result "  fragctl log: ${line:0:400}"; else result "  no fragctl OOM log line"; fi
     if [ -f "$out/torch-$policy.prom" ]; then
       result "  prometheus: $(grep -m1 '^fragctl_reserved_peak_bytes' "$out/torch-$policy.prom")"
