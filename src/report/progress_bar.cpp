@@ -16,8 +16,8 @@ namespace {
 // 35 -> "35", 35700 -> "35.7k", 2500000 -> "2.5M".
 std::string short_count(std::size_t n) {
   if (n < 10000) return fmt::format("{}", n);
-  if (n < 10000000) return fmt::format("{:.1f}k", static_cast<double>(n) / 1e3);
-  return fmt::format("{:.1f}M", static_cast<double>(n) / 1e6);
+  if (n < 1000000) return fmt::format("{:.1f}k", static_cast<double>(n) / 1e3);
+  return fmt::format("{:.2f}M", static_cast<double>(n) / 1e6);
 }
 
 std::string short_time(double s) {
@@ -40,8 +40,11 @@ std::string format_progress(std::string_view label, std::size_t done, std::size_
   std::string tail = fmt::format(" {:3.0f}% {}/{} events", 100.0 * fraction, short_count(done), short_count(total));
   if (done > 0 && fraction < 1.0) tail += fmt::format("  {} left", short_time(elapsed_s * (1.0 - fraction) / fraction));
   std::string head(label);
-  // The bar gets what is left, between 10 and 40 cells; the label gives way first.
-  const std::size_t fixed = tail.size() + 3;
+  // The bar gets what is left, between 10 and 40 cells, and keeps its width
+  // while the tail's numbers change (room for the widest tail); the label
+  // gives way first.
+  const std::string widest = fmt::format(" 100% {}/{} events  00m00s left", short_count(total), short_count(total));
+  const std::size_t fixed = std::max(tail.size(), widest.size()) + 3;
   if (head.size() + fixed + 10 > columns) head.resize(columns > fixed + 10 ? columns - fixed - 10 : 0);
   const std::size_t cells = std::clamp<std::size_t>(columns > head.size() + fixed ? columns - head.size() - fixed : 10,
                                                     10, 40);
