@@ -250,14 +250,15 @@ free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t
   }
   s->flip(slot);
   --s->live;
-  live_slot_bytes_ -= s->slot_size;
+  const std::size_t slot_size = s->slot_size;  // push_free may release the slab
+  live_slot_bytes_ -= slot_size;
   const bool same_class = bytes != 0 && bytes <= largest_class_ && buckets::class_index(bytes) == s->cls;
   if (stream == s->pool->stream) {
     push_free(s, slot);
   } else {
     hold_free(s, slot, stream);
   }
-  return {same_class ? free_status::ok : free_status::size_mismatch, s->slot_size};
+  return {same_class ? free_status::ok : free_status::size_mismatch, slot_size};
 }
 
 void buckets_policy::push_free(slab* s, std::uint32_t slot) noexcept {

@@ -16,7 +16,7 @@
 //   pins_steady          pinned allocations during the timed iterations (0)
 // Benchmark flags go to Google Benchmark; ours: --layers=24
 // --layer_mib=256 --forward_ms=8 --backward_ms=16 --budgets=100,50,10
-// --iterations=3 --prefetch_depth=2 --policy=EXPR. The backend comes from
+// --iterations=3 --prefetch_depth=2 --policy=caching. The backend comes from
 // FRAGCTL_BACKEND (sim: add FRAGCTL_CONF=sim_backed:true).
 #include <benchmark/benchmark.h>
 
@@ -51,7 +51,7 @@ struct settings {
   std::vector<int> budgets{100, 50, 10};
   int iterations = 3;
   std::size_t prefetch_depth = 2;
-  std::string policy;
+  std::string policy = "caching";  ///< of the allocator the region comes from (one block)
 };
 
 struct pass_times {
@@ -70,7 +70,7 @@ class bench_context {
     absl::StatusOr<config> cfg = config_from_environment();
     if (!cfg.ok()) throw std::runtime_error(std::string(cfg.status().message()));
     backend_ = make_backend(*cfg);
-    allocator_ = make_policy(s_.policy.empty() ? cfg->policy : s_.policy, *cfg, *backend_);
+    allocator_ = make_policy(s_.policy, *cfg, *backend_);
     work_ = make_device_work(*backend_, *allocator_);
     compute_ = backend_->create_stream();
   }
@@ -79,7 +79,7 @@ class bench_context {
     backend_->destroy_stream(compute_);
   }
 
-  const settings& config_() const { return s_; }
+  const settings& setup() const { return s_; }
   device_backend& backend() { return *backend_; }
   device_allocator& allocator() { return *allocator_; }
   device_work& work() { return *work_; }
@@ -186,14 +186,13 @@ void plain_copy(benchmark::State& state, bool to_host) {
   double bw = 0;
   for (auto _ : state) {
     bw = context->plain_bandwidth(to_host);
-    state.SetIterationTime(static_cast<double>(context->config_().layer_bytes) / bw);
+    state.SetIterationTime(static_cast<double>(context->setup().layer_bytes) / bw);
   }
   state.counters["GBps"] = bw / 1e9;
 }
 
 void budget_run(benchmark::State& state, int percent) {
   bench_context& c = *context;
-  const settings& s = c.config_();
   const pass_times ref = c.reference();
   store st(c.allocator(), c.options(percent));
 
@@ -241,7 +240,6 @@ void budget_run(benchmark::State& state, int percent) {
   state.SetLabel(std::string(end.host_provider) + ", " + std::string(c.work().kind()));
   if (errors != 0) state.SkipWithError("checkpoint data came back wrong");
   std::fprintf(stderr, "checkpoint store stats (budget %d%%): %s\n", percent, checkpoint::to_json(end).c_str());
-  (void)s;
 }
 
 /// Reads our flags (--name=value) and leaves the rest.

@@ -41,7 +41,17 @@ setter field(T config::*member, Parse parse) {
   };
 }
 
-setter size_field(std::size_t config::*m) { return field(m, parse_size); }
+// No device holds more than 2^62 bytes (the largest request an allocator
+// accepts): a larger option value is a mistake, and would overflow the
+// rounding arithmetic of the policies that use it.
+absl::StatusOr<std::size_t> parse_option_size(std::string_view text) {
+  auto bytes = parse_size(text);
+  if (bytes.ok() && *bytes > (std::size_t{1} << 62))
+    return absl::InvalidArgumentError("expected a size of at most 4 EiB (2^62 bytes)");
+  return bytes;
+}
+
+setter size_field(std::size_t config::*m) { return field(m, parse_option_size); }
 setter bool_field(bool config::*m) { return field(m, parse_bool); }
 setter string_field(std::string config::*m) {
   return [m](config& c, std::string_view v) {

@@ -15,7 +15,9 @@
 # Writes $OUT/checkpoint/{machine.txt,build.log,tests.log,bench.json,
 # bench.txt,store-stats.log,summary.md}; prints the summary. A failing step is
 # reported and the later ones still run. FRAGCTL_CKPT_BUILD sets the build
-# directory (default build-ckpt-gpu).
+# directory (default build-ckpt-gpu); FRAGCTL_CKPT_BACKEND the backend
+# (default cuda; a dry run without a GPU: FRAGCTL_CKPT_BACKEND=sim
+# FRAGCTL_CONF=sim_backed:true tools/gpu/checkpoint.sh --layers=8 --layer_mib=4).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-gpu-results}/checkpoint
@@ -60,8 +62,9 @@ for t in store_test pinned_host_arena_test jemalloc_isolation_test planner_test 
 done
 
 # --- the store on the GPU --------------------------------------------------------------
-note "bench_checkpoint on cuda"
-FRAGCTL_BACKEND=cuda timeout --kill-after=10 240 "$build/benchmarks/bench_checkpoint" \
+backend=${FRAGCTL_CKPT_BACKEND:-cuda}
+note "bench_checkpoint on $backend"
+FRAGCTL_BACKEND=$backend timeout --kill-after=10 240 "$build/benchmarks/bench_checkpoint" \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json --benchmark_counters_tabular=true "$@" \
   > "$out/bench.txt" 2> "$out/store-stats.log"
 rc=$?
@@ -71,14 +74,14 @@ if [ $rc -ne 0 ]; then
 fi
 
 # --- summary ---------------------------------------------------------------------------
-python3 - "$out/bench.json" "$out/machine.txt" > "$out/summary.md" <<'EOF' || { note "no summary"; status=1; }
+python3 - "$out/bench.json" "$out/machine.txt" "$backend" > "$out/summary.md" <<'EOF' || { note "no summary"; status=1; }
 import json, sys
 bench = json.load(open(sys.argv[1]))
 machine = open(sys.argv[2]).read().strip().splitlines()
 rows = [b for b in bench["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
 def plain(direction):
     return next((b["GBps"] for b in rows if b["name"].startswith(f"plain_copy/{direction}/")), 0.0)
-print("### Checkpoint store, cuda backend\n")
+print(f"### Checkpoint store, {sys.argv[3]} backend\n")
 for line in machine:
     print(f"- {line}")
 print(f"- plain pinned memcpy_async of one checkpoint: D2H {plain('d2h'):.1f} GB/s, H2D {plain('h2d'):.1f} GB/s\n")

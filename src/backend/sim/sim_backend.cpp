@@ -153,13 +153,13 @@ std::size_t sim_backend::granularity() const noexcept { return state_->options.g
 const sim_options& sim_backend::options() const noexcept { return state_->options; }
 
 std::size_t sim_backend::used_bytes() const noexcept {
-  absl::ReaderMutexLock lock(&state_->mu);
+  const std::lock_guard lock(state_->mu);
   return state_->used;
 }
 
 sim_backend::live_objects sim_backend::live() const {
   state& s = *state_;
-  absl::ReaderMutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   live_objects l;
   l.allocations = s.raw.size();
   l.physical = s.handles.size();
@@ -175,7 +175,7 @@ sim_backend::live_objects sim_backend::live() const {
 
 bool sim_backend::accessible(const void* va, std::size_t bytes) const {
   state& s = *state_;
-  absl::ReaderMutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   const std::uintptr_t a = address_of(va);
   if (bytes > UINTPTR_MAX - a) return false;
   return s.in_raw_block(a, bytes) || s.accessible.covers(a, a + bytes);
@@ -185,20 +185,20 @@ bool sim_backend::accessible(const void* va, std::size_t bytes) const {
 
 void sim_backend::fail_nth(sim_fault_target target, std::uint64_t nth) {
   if (nth == 0) throw invalid_argument("sim_backend::fail_nth: nth is 1-based, got 0");
-  absl::MutexLock lock(&state_->mu);
+  const std::lock_guard lock(state_->mu);
   auto& rule = state_->faults[static_cast<std::size_t>(target)];
   rule.fail_at.insert(rule.calls + nth);
 }
 
 void sim_backend::fail_every(sim_fault_target target, std::uint64_t k) {
-  absl::MutexLock lock(&state_->mu);
+  const std::lock_guard lock(state_->mu);
   auto& rule = state_->faults[static_cast<std::size_t>(target)];
   rule.every = k;
   rule.every_from = rule.calls;
 }
 
 void sim_backend::reset_faults() {
-  absl::MutexLock lock(&state_->mu);
+  const std::lock_guard lock(state_->mu);
   for (auto& rule : state_->faults) rule = {};
 }
 
@@ -206,7 +206,7 @@ void sim_backend::reset_faults() {
 
 void* sim_backend::do_allocate(std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   if (bytes == 0) fail(sim_error::invalid_value, "allocate: zero bytes");
   if (s.take_fault(sim_fault_target::allocate) || !s.fits(bytes)) return nullptr;
   const std::size_t g = s.options.granularity;
@@ -230,7 +230,7 @@ void* sim_backend::do_allocate(std::size_t bytes) {
 
 void sim_backend::do_free(void* ptr, std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   auto it = s.raw.find(address_of(ptr));
   if (it == s.raw.end())
     fail(sim_error::invalid_value, fmt::format("free: {} is not a live allocation", ptr));
@@ -244,7 +244,7 @@ void sim_backend::do_free(void* ptr, std::size_t bytes) {
 }
 
 memory_info sim_backend::do_get_memory_info() {
-  absl::ReaderMutexLock lock(&state_->mu);
+  const std::lock_guard lock(state_->mu);
   const std::size_t capacity = state_->options.capacity;
   return {capacity - std::min(state_->used, capacity), capacity};
 }
@@ -253,7 +253,7 @@ memory_info sim_backend::do_get_memory_info() {
 
 void* sim_backend::do_allocate_host(std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   if (bytes == 0) fail(sim_error::invalid_value, "allocate_host: zero bytes");
   if (s.take_fault(sim_fault_target::allocate_host) || bytes > SIZE_MAX - s.page) return nullptr;
   const std::size_t span = round_up(bytes, s.page);
@@ -265,7 +265,7 @@ void* sim_backend::do_allocate_host(std::size_t bytes) {
 
 void sim_backend::do_free_host(void* ptr, std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   auto it = s.host.find(address_of(ptr));
   if (it == s.host.end()) {
     fail(sim_error::invalid_value, fmt::format("free_host: {} is not a live host allocation", ptr));
@@ -280,7 +280,7 @@ void sim_backend::do_free_host(void* ptr, std::size_t bytes) {
 
 void sim_backend::do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   if (bytes != 0 && (dst == nullptr || src == nullptr))
     fail(sim_error::invalid_value, "memcpy_async: null pointer");
   const bool device_dst = bytes != 0 && s.device_range("memcpy_async", address_of(dst), bytes);

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,6 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "backend/sim/address_ranges.hpp"
 #include "fragctl/sim_backend.hpp"
 
@@ -151,7 +151,9 @@ struct sim_backend::state {
   const sim_options options;
   const std::size_t page;  ///< host page size
 
-  mutable absl::Mutex mu;
+  // std::mutex, not absl::Mutex: ThreadSanitizer cannot see Debian's
+  // uninstrumented absl::Mutex, and tests share a sim device between threads.
+  mutable std::mutex mu;
   std::size_t used ABSL_GUARDED_BY(mu) = 0;  ///< raw + physical bytes
   std::uintptr_t next_fake ABSL_GUARDED_BY(mu) = sim_detail::fake_device_base;
   std::uint64_t next_handle ABSL_GUARDED_BY(mu) = 1;

@@ -68,7 +68,7 @@ bool sim_backend::state::event_done(const sim_detail::event_state& e) const {
 
 event_t sim_backend::do_create_event() {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   const std::uintptr_t handle = sim_detail::event_handle_base + 16 * s.next_event++;
   s.events.emplace(handle, sim_detail::event_state{});
   return pointer_to(handle);
@@ -76,7 +76,7 @@ event_t sim_backend::do_create_event() {
 
 void sim_backend::do_destroy_event(event_t event) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   if (s.events.erase(address_of(event)) == 0) {
     fail(sim_error::invalid_handle, fmt::format("destroy_event: {} is not a live event", event));
   }
@@ -84,7 +84,7 @@ void sim_backend::do_destroy_event(event_t event) {
 
 void sim_backend::do_record_event(event_t event, stream_t stream) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   sim_detail::event_state& e = s.event_for("record_event", event);
   // An event marks the work queued so far; it is not work itself, so an event
   // recorded on an idle stream is complete at once, as on a GPU.
@@ -94,13 +94,13 @@ void sim_backend::do_record_event(event_t event, stream_t stream) {
 
 bool sim_backend::do_query_event(event_t event) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   return s.event_done(s.event_for("query_event", event));
 }
 
 void sim_backend::do_synchronize_event(event_t event) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   const sim_detail::event_state& e = s.event_for("synchronize_event", event);
   if (!e.recorded) return;
   auto it = s.streams.find(e.stream);
@@ -109,14 +109,14 @@ void sim_backend::do_synchronize_event(event_t event) {
 
 void sim_backend::do_synchronize_stream(stream_t stream) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   sim_detail::stream_state& st = s.stream_for("synchronize_stream", stream);
   s.advance(st, st.submitted, /*force=*/true);
 }
 
 void sim_backend::do_wait_event(stream_t stream, event_t event) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   const sim_detail::event_state e = s.event_for("wait_event", event);
   sim_detail::stream_state& st = s.stream_for("wait_event", stream);
   if (s.event_done(e) || e.stream == sim_detail::address_of(stream)) return;  // nothing to wait for
@@ -125,7 +125,7 @@ void sim_backend::do_wait_event(stream_t stream, event_t event) {
 
 stream_t sim_backend::do_create_stream() {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   std::uintptr_t handle = 0;
   do {
     handle = sim_detail::stream_handle_base + 16 * s.next_stream++;
@@ -136,7 +136,7 @@ stream_t sim_backend::do_create_stream() {
 
 void sim_backend::do_destroy_stream(stream_t stream) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   auto it = s.streams.find(address_of(stream));
   if (it == s.streams.end() || !it->second.created || it->second.destroyed) {
     fail(sim_error::invalid_handle,
@@ -149,20 +149,20 @@ void sim_backend::do_destroy_stream(stream_t stream) {
 
 void sim_backend::submit(stream_t stream) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.submit(s.stream_for("submit", stream));
 }
 
 void sim_backend::complete(stream_t stream) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   auto it = s.streams.find(address_of(stream));
   if (it != s.streams.end()) s.advance(it->second, it->second.submitted, /*force=*/false);
 }
 
 void sim_backend::complete_all() {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   bool moved = true;
   while (moved) {
     moved = false;

@@ -50,7 +50,7 @@ bool sim_backend::state::fully_mapped(std::uintptr_t a, std::size_t bytes) const
 
 void* sim_backend::do_reserve_address(std::size_t bytes, std::size_t alignment) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("reserve_address");
   s.require_granular("reserve_address", 0, bytes);
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
@@ -74,7 +74,7 @@ void* sim_backend::do_reserve_address(std::size_t bytes, std::size_t alignment) 
 
 void sim_backend::do_release_address(void* base, std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("release_address");
   const std::uintptr_t a = address_of(base);
   auto it = s.reservations.find(a);
@@ -91,7 +91,7 @@ void sim_backend::do_release_address(void* base, std::size_t bytes) {
 
 std::optional<physical_handle> sim_backend::do_create_physical(std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("create_physical");
   s.require_granular("create_physical", 0, bytes);
   if (s.take_fault(sim_fault_target::create_physical) || !s.fits(bytes)) return std::nullopt;
@@ -115,7 +115,7 @@ std::optional<physical_handle> sim_backend::do_create_physical(std::size_t bytes
 
 void sim_backend::do_release_physical(physical_handle handle, std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("release_physical");
   auto it = s.handles.find(handle.value);
   if (it == s.handles.end()) {
@@ -137,7 +137,7 @@ void sim_backend::do_release_physical(physical_handle handle, std::size_t bytes)
 
 bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("map");
   const std::uintptr_t a = address_of(va);
   s.require_granular("map", a, bytes);
@@ -165,7 +165,7 @@ bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
 
 bool sim_backend::do_set_access(void* va, std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("set_access");
   const std::uintptr_t a = address_of(va);
   s.require_granular("set_access", a, bytes);
@@ -180,7 +180,7 @@ bool sim_backend::do_set_access(void* va, std::size_t bytes) {
 
 void sim_backend::do_unmap(void* va, std::size_t bytes) {
   state& s = *state_;
-  absl::MutexLock lock(&s.mu);
+  const std::lock_guard lock(s.mu);
   s.require_virtual_memory("unmap");
   const std::uintptr_t a = address_of(va);
   s.require_granular("unmap", a, bytes);

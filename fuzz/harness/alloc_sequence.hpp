@@ -1,0 +1,463 @@
+// The allocation-sequence harness: an arbitrary byte string becomes a policy
+// (one of policy_cases, with a few options varied), a sim device, and a
+// program of allocations, frees, misuse, stream work, injected backend
+// failures and cache releases, checked step by step against a block_model.
+//
+// Invariants checked (a violation throws invariant_violation):
+//  * every block returned is non-null, 512-aligned, accessible on the device
+//    (mapped with access granted, or inside a raw allocation), and overlaps
+//    no live block, nor a block freed on another stream whose work has not
+//    completed (the stream-order rule; ground truth is an event the harness
+//    records on the freeing stream right after the free);
+//  * the pool's allocated bytes equal the sum of allocation_size over live
+//    blocks, the statistics' requested bytes the sum of requests (until a
+//    free with a wrong size makes the requested figure the policy's guess),
+//    and the backend's held bytes what the sim device has in use;
+//  * a correct free succeeds; a free with a wrong size frees the block and,
+//    when reported, names its size; a free of a pointer that is not a live
+//    block (interior, freed before, host memory) is not_owned and changes
+//    nothing; misuse counters equal the misuse the program did;
+//  * out_of_memory changes nothing a caller sees; an injected failure never
+//    surfaces as anything but out_of_memory (no backend_error, no crash);
+//    sizes above 2^62 are invalid_argument, 0 bytes nullptr;
+//  * in backed mode every live block keeps its data across everything;
+//  * at the end, with every block freed, allocated is 0, and once the policy
+//    is destroyed the sim device holds nothing: no allocation, handle,
+//    mapping, reservation or event, and 0 bytes in use. A constructor that
+//    fails leaves nothing behind either.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fragctl/adaptors.hpp"
+#include "fragctl/config.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "fuzz/harness/block_model.hpp"
+#include "fuzz/harness/byte_reader.hpp"
+#include "fuzz/harness/policy_cases.hpp"
+
+namespace fragctl::fuzz {
+
+/// What one run did, for tests that want to see the harness was exercised.
+struct sequence_summary {
+  std::string expression;
+  bool constructed = false;
+  std::size_t allocations = 0;
+  std::size_t ooms = 0;
+  std::size_t frees = 0;
+  std::size_t misuse = 0;
+};
+
+/// Checks that a sim device holds nothing at all.
+inline void check_device_empty(const sim_backend& sim, const char* when) {
+  const sim_backend::live_objects l = sim.live();
+  check(l.allocations == 0 && l.physical == 0 && l.mappings == 0 && l.reservations == 0 && l.events == 0 &&
+            l.streams == 0 && l.host == 0 && sim.used_bytes() == 0,
+        "{}: the sim device still holds allocations {}, handles {}, mappings {}, reservations {}, events {}, "
+        "streams {}, host {}, {} bytes",
+        when, l.allocations, l.physical, l.mappings, l.reservations, l.events, l.streams, l.host,
+        sim.used_bytes());
+}
+
+class alloc_sequence {
+ public:
+  explicit alloc_sequence(byte_reader& in) : in_(in) {}
+
+  sequence_summary run() {
+    setup();
+    sim_ = std::make_unique<sim_backend>(options_);
+    if (construction_fault_) sim_->fail_nth(construction_fault_target_, construction_fault_nth_);
+    std::unique_ptr<device_allocator> policy;
+    try {
+      policy = make_policy(case_.expression, cfg_, *sim_);
+    } catch (const std::bad_alloc&) {
+      check_device_empty(*sim_, "after a constructor ran out of memory");
+      return summary_;
+    } catch (const backend_error& e) {
+      throw invariant_violation(fmt::format("constructing {}: backend_error escaped: {}", summary_.expression, e.what()));
+    }
+    summary_.constructed = true;
+    if (limit_ != 0) policy = std::make_unique<limiting_adaptor>(std::move(policy), limit_);
+    top_ = std::make_unique<statistics_adaptor>(std::move(policy));
+    streams_[0] = nullptr;
+    for (std::size_t i = 1; i < streams_.size(); ++i) streams_[i] = sim_->create_stream();
+
+    while (!in_.empty() && step_ < max_steps) {
+      ++step_;
+      operation(in_.byte());
+      check_counters();
+    }
+    teardown();
+    return summary_;
+  }
+
+ private:
+  static constexpr std::size_t max_steps = 4096;
+  static constexpr std::array fault_targets = {sim_fault_target::allocate, sim_fault_target::create_physical,
+                                               sim_fault_target::map, sim_fault_target::set_access};
+
+  struct pending_free {
+    std::uintptr_t address;
+    std::size_t bytes;
+    stream_t stream;
+    event_t done;  ///< recorded on `stream` right after the free
+  };
+
+  void setup() {
+    case_ = policy_cases[in_.below(policy_cases.size())];
+    const std::uint8_t flags = in_.byte();
+    const std::uint8_t tweaks = in_.byte();
+    options_.backed = (flags & 1) != 0;
+    options_.manual_completion = (flags & 2) != 0;
+    options_.granularity = (flags & 4) != 0 ? 64 * KiB : 2 * MiB;
+    options_.virtual_memory = case_.virtual_memory;
+    // Small devices where memory is real or granules are small (a run maps
+    // at most a few thousand granules); up to 16 GiB of fake memory else.
+    const std::size_t capacity_index = (flags >> 4) & 3;
+    const bool small = options_.backed || options_.granularity < 2 * MiB;
+    options_.capacity = small ? (32 * MiB) << capacity_index
+                              : std::array{64 * MiB, 256 * MiB, GiB, 16 * GiB}[capacity_index];
+    if ((flags & 8) != 0) limit_ = options_.capacity / 2;
+    if ((flags & 64) != 0) {
+      construction_fault_ = true;
+      construction_fault_target_ = fault_targets[in_.below(fault_targets.size())];
+      construction_fault_nth_ = 1 + in_.below(8);
+    }
+    std::string conf(case_.conf);
+    if ((tweaks & 1) != 0) conf += ",release_threshold:8MiB";
+    if ((tweaks & 2) != 0) conf += ",max_split_size:4MiB";
+    if ((tweaks & 4) != 0) conf += ",slab_reserve:0";
+    if ((tweaks & 8) != 0) conf += ",buckets_limit:64KiB";
+    if ((tweaks & 16) != 0) conf += ",warmup_on_exhausted:fail";
+    if ((tweaks & 32) != 0) conf += ",release_on_oom:false";
+    auto parsed = parse_config(conf);
+    check(parsed.ok(), "harness configuration \"{}\" does not parse", conf);
+    cfg_ = *std::move(parsed);
+    summary_.expression = fmt::format("{} [{}{}{}, capacity {}, granularity {}{}]", case_.expression, conf,
+                                      options_.backed ? " backed" : "", options_.manual_completion ? " manual" : "",
+                                      options_.capacity, options_.granularity, limit_ != 0 ? " limited" : "");
+  }
+
+  void operation(std::uint8_t op) {
+    switch (op % 16) {
+      case 0: case 1: case 2: case 3: allocate_one(pick_size(), pick_stream()); break;
+      case 4: case 5: free_one(false); break;
+      case 6: free_one(true); break;
+      case 7: free_not_owned(); break;
+      case 8: sim_->submit(pick_stream()); break;
+      case 9: complete(); break;
+      case 10: inject_fault(); break;
+      case 11: release_cached(); break;
+      case 12: check_all(); break;
+      case 13: edge_sizes(); break;
+      case 14: burst(); break;
+      default: free_many(); break;
+    }
+  }
+
+  // --- choices ---------------------------------------------------------------
+
+  stream_t pick_stream() { return streams_[in_.below(streams_.size())]; }
+
+  std::size_t log_uniform(std::size_t lo, std::size_t hi) {
+    // 16 bits of input pick a point on a log scale between lo and hi.
+    const unsigned lo_bits = static_cast<unsigned>(std::bit_width(lo));
+    const unsigned hi_bits = static_cast<unsigned>(std::bit_width(hi));
+    const unsigned bits = lo_bits + static_cast<unsigned>(in_.below(hi_bits - lo_bits + 1));
+    const std::size_t top = std::size_t{1} << (bits == 0 ? 0 : bits - 1);
+    const std::size_t n = top + static_cast<std::size_t>(in_.integer(2)) * top / 65536;
+    return std::clamp(n, lo, hi);
+  }
+
+  std::size_t pick_size() {
+    const std::size_t g = options_.granularity;
+    switch (in_.byte() % 8) {
+      case 0: return 1 + in_.below(4096);
+      case 1: return min_alignment * (1 + in_.below(16));
+      case 2: return log_uniform(4 * KiB, MiB);
+      case 3: return MiB + in_.below(3) * min_alignment - min_alignment;
+      case 4: return g * (1 + in_.below(8)) + in_.below(3) - 1;
+      case 5: return log_uniform(MiB, 64 * MiB);
+      case 6: return options_.capacity / (2 + in_.below(7));
+      default: return 1 + static_cast<std::size_t>(in_.integer(3));
+    }
+  }
+
+  // --- operations ----------------------------------------------------------------
+
+  bool allocate_one(std::size_t bytes, stream_t stream) {
+    const std::size_t before = top_->state().allocated;
+    void* p = nullptr;
+    try {
+      p = top_->allocate(bytes, stream);
+    } catch (const std::bad_alloc&) {
+      ++summary_.ooms;
+      check(top_->state().allocated == before, "out_of_memory for {} bytes changed allocated from {} to {}", bytes,
+            before, top_->state().allocated);
+      return false;
+    } catch (const backend_error& e) {
+      throw invariant_violation(fmt::format("allocate({}): backend_error escaped: {}", bytes, e.what()));
+    } catch (const invalid_argument& e) {
+      throw invariant_violation(fmt::format("allocate({}): invalid_argument for a valid size: {}", bytes, e.what()));
+    }
+    const std::uint8_t id = next_id_;
+    next_id_ = static_cast<std::uint8_t>(next_id_ % 250 + 1);
+    model_.insert(p, bytes, top_->allocation_size(bytes), stream, id);
+    check(sim_->accessible(p, bytes), "allocate({}) returned {}, which the device cannot access", bytes, p);
+    check_stream_order(reinterpret_cast<std::uintptr_t>(p), bytes, stream);
+    if (options_.backed) stamp(p, bytes, id);
+    ++summary_.allocations;
+    return true;
+  }
+
+  // A block freed on stream S with work pending may go to S again at once;
+  // the new block then carries that work (its own free covers it), so the
+  // old record is dropped. To another stream it must not go yet.
+  void check_stream_order(std::uintptr_t a, std::size_t n, stream_t stream) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const bool overlaps = a < it->address + it->bytes && it->address < a + n;
+      if (sim_->query_event(it->done) || (overlaps && it->stream == stream)) {
+        sim_->destroy_event(it->done);
+        it = pending_.erase(it);
+        continue;
+      }
+      check(!overlaps, "a block of {} bytes freed on stream {} went to stream {} before the work queued with it "
+            "completed", it->bytes, it->stream, stream);
+      ++it;
+    }
+  }
+
+  void record_free(void* p, std::size_t bytes, stream_t stream) {
+    if (!options_.manual_completion) return;
+    if (pending_.size() >= 32) {
+      sim_->destroy_event(pending_.front().done);
+      pending_.pop_front();
+    }
+    event_t e = sim_->create_event();
+    sim_->record_event(e, stream);
+    pending_.push_back({reinterpret_cast<std::uintptr_t>(p), bytes, stream, e});
+  }
+
+  void free_one(bool wrong_size) {
+    if (model_.empty()) return;
+    const auto [p, b] = model_.at(in_.below(model_.size()));
+    const stream_t stream = (in_.byte() & 3) == 0 ? pick_stream() : b.stream;
+    if (options_.backed) check(stamped(p, b.bytes, b.id), "block [{}, +{}) lost its data before its free", p, b.bytes);
+    std::size_t size = b.bytes;
+    if (wrong_size) {
+      const std::array candidates = {b.bytes + 1, b.bytes * 2, std::size_t{1}, b.rounded + min_alignment,
+                                     b.bytes > 1 ? b.bytes - 1 : b.bytes + 7};
+      size = candidates[in_.below(candidates.size())];
+    }
+    const std::uint64_t mismatches = top_->stats().misuse_size_mismatch;
+    const free_result r = top_->try_deallocate(p, size, stream);
+    if (!wrong_size) {
+      check(r.status == free_status::ok, "free of a live block of {} bytes with its size was not ok", b.bytes);
+    } else {
+      check(r.status == free_status::ok || r.status == free_status::size_mismatch,
+            "free of a live block of {} bytes with size {} was not_owned", b.bytes, size);
+      if (r.status == free_status::size_mismatch) {
+        check(r.bytes == b.bytes || r.bytes == b.rounded,
+              "free with size {} of a block of {} (rounded {}) reported its size as {}", size, b.bytes, b.rounded,
+              r.bytes);
+        check(top_->stats().misuse_size_mismatch == mismatches + 1, "a size mismatch was not counted");
+        ++summary_.misuse;
+        ++expected_mismatches_;
+        if (r.bytes != b.bytes) requested_exact_ = false;
+      } else {
+        requested_exact_ = false;  // the statistics subtracted the wrong size
+      }
+    }
+    model_.erase(p);
+    remember_freed(p);
+    record_free(p, b.bytes, stream);
+    ++summary_.frees;
+  }
+
+  void free_not_owned() {
+    std::uintptr_t q = 0;
+    int host = 0;
+    switch (in_.byte() % 4) {
+      case 0:  // inside a live block
+        if (model_.empty()) return;
+        q = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first) +
+            min_alignment * (1 + in_.below(8)) - (in_.byte() & 1);
+        break;
+      case 1:  // freed before (double free)
+        if (freed_.empty()) return;
+        q = freed_[in_.below(freed_.size())];
+        break;
+      case 2: q = reinterpret_cast<std::uintptr_t>(&host); break;
+      default: q = reinterpret_cast<std::uintptr_t>(in_.integer(8)) | 1; break;
+    }
+    if (q == 0 || model_.find(reinterpret_cast<void*>(q)) != nullptr) return;  // that is a live block
+    const std::size_t allocated = top_->state().allocated;
+    const std::uint64_t counted = top_->misuse().not_owned;
+    void* p = reinterpret_cast<void*>(q);
+    top_->deallocate(p, 1 + in_.below(8 * MiB), pick_stream());
+    check(top_->misuse().not_owned == counted + 1, "free of {} (not a live block) was not reported as not owned", p);
+    check(top_->state().allocated == allocated, "free of {} (not a live block) changed allocated from {} to {}", p,
+          allocated, top_->state().allocated);
+    ++expected_not_owned_;
+    ++summary_.misuse;
+  }
+
+  void complete() {
+    if ((in_.byte() & 1) != 0) {
+      sim_->complete_all();
+    } else {
+      sim_->complete(pick_stream());
+    }
+  }
+
+  void inject_fault() {
+    const sim_fault_target target = fault_targets[in_.below(fault_targets.size())];
+    switch (in_.byte() % 4) {
+      case 0: case 1: sim_->fail_nth(target, 1 + in_.below(16)); break;
+      case 2: sim_->fail_every(target, 2 + in_.below(8)); break;
+      default: sim_->reset_faults(); break;
+    }
+  }
+
+  void release_cached() {
+    top_->release_cached();
+    if (options_.backed) model_.check_patterns();
+  }
+
+  void edge_sizes() {
+    check(top_->allocate(0, pick_stream()) == nullptr, "allocate(0) did not return nullptr");
+    for (const std::size_t n : {SIZE_MAX, max_request_bytes + 1}) {
+      bool invalid = false;
+      try {
+        (void)top_->allocate(n);
+      } catch (const invalid_argument&) {
+        invalid = true;
+      }
+      check(invalid, "allocate({}) was not invalid_argument", n);
+    }
+    // The largest valid request, and one byte more than the device: out of memory.
+    for (const std::size_t n : {max_request_bytes, options_.capacity + 1}) {
+      const bool served = allocate_one(n, pick_stream());
+      check(!served, "allocate({}) succeeded on a device of {} bytes", n, options_.capacity);
+    }
+    check(top_->try_deallocate(nullptr, 0).status == free_status::ok, "free(nullptr) was not ok");
+  }
+
+  void burst() {
+    const std::size_t n = pick_size();
+    const stream_t stream = pick_stream();
+    const std::size_t count = 1 + in_.below(16);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!allocate_one(n, stream)) break;
+    }
+  }
+
+  void free_many() {
+    const std::size_t keep_one_in = 1 + in_.below(4);
+    std::vector<std::pair<void*, block_model::block>> victims;
+    std::size_t i = 0;
+    model_.for_each([&](void* p, const block_model::block& b) {
+      if (i++ % keep_one_in != 0) victims.emplace_back(p, b);
+    });
+    for (const auto& [p, b] : victims) {
+      check(top_->try_deallocate(p, b.bytes, b.stream).status == free_status::ok, "free of a live block failed");
+      model_.erase(p);
+      remember_freed(p);
+      record_free(p, b.bytes, b.stream);
+      ++summary_.frees;
+    }
+  }
+
+  void remember_freed(void* p) {
+    if (freed_.size() < 64) {
+      freed_.push_back(reinterpret_cast<std::uintptr_t>(p));
+    } else {
+      freed_[summary_.frees % 64] = reinterpret_cast<std::uintptr_t>(p);
+    }
+  }
+
+  // --- checks ----------------------------------------------------------------------
+
+  void check_counters() {
+    const pool_state pool = top_->state();
+    check(pool.allocated == model_.rounded(), "pool allocated is {} bytes, the live blocks round to {}",
+          pool.allocated, model_.rounded());
+    check(pool.reserved >= pool.allocated, "pool reserved {} < allocated {}", pool.reserved, pool.allocated);
+    const allocator_stats s = top_->stats(pool);
+    check(s.allocated.current == model_.rounded(), "statistics allocated is {}, the live blocks round to {}",
+          s.allocated.current, model_.rounded());
+    check(!requested_exact_ || s.requested.current == model_.requested(),
+          "statistics requested is {}, the live blocks asked for {}", s.requested.current, model_.requested());
+    check(s.misuse_not_owned == expected_not_owned_ && s.misuse_size_mismatch == expected_mismatches_,
+          "misuse counted {} not-owned and {} size mismatches; the program did {} and {}", s.misuse_not_owned,
+          s.misuse_size_mismatch, expected_not_owned_, expected_mismatches_);
+    check(s.backend_calls.held_bytes == sim_->used_bytes(), "backend held bytes {} differ from the device's {}",
+          s.backend_calls.held_bytes, sim_->used_bytes());
+  }
+
+  void check_all() {
+    check_counters();
+    if (options_.backed) model_.check_patterns();
+    model_.for_each([&](void* p, const block_model::block& b) {
+      check(sim_->accessible(p, b.bytes), "live block [{}, +{}) is no longer accessible", p, b.bytes);
+    });
+  }
+
+  void teardown() {
+    check_all();
+    while (!model_.empty()) {
+      const auto [p, b] = model_.at(0);
+      if (options_.backed) check(stamped(p, b.bytes, b.id), "block [{}, +{}) lost its data", p, b.bytes);
+      check(top_->try_deallocate(p, b.bytes, b.stream).status == free_status::ok, "final free failed");
+      model_.erase(p);
+    }
+    check_counters();
+    check(top_->state().allocated == 0, "allocated is {} with no live block", top_->state().allocated);
+    top_->release_cached();
+    for (const pending_free& f : pending_) sim_->destroy_event(f.done);
+    pending_.clear();
+    top_.reset();
+    for (std::size_t i = 1; i < streams_.size(); ++i) sim_->destroy_stream(streams_[i]);
+    check_device_empty(*sim_, "after the policy was destroyed");
+  }
+
+  byte_reader& in_;
+  policy_case case_;
+  sim_options options_;
+  config cfg_;
+  std::size_t limit_ = 0;
+  bool construction_fault_ = false;
+  sim_fault_target construction_fault_target_ = sim_fault_target::allocate;
+  std::uint64_t construction_fault_nth_ = 1;
+
+  std::unique_ptr<sim_backend> sim_;
+  std::unique_ptr<statistics_adaptor> top_;
+  std::array<stream_t, 4> streams_{};
+  block_model model_;
+  std::deque<pending_free> pending_;
+  std::vector<std::uintptr_t> freed_;
+  std::uint8_t next_id_ = 1;
+  std::size_t step_ = 0;
+  bool requested_exact_ = true;
+  std::uint64_t expected_not_owned_ = 0;
+  std::uint64_t expected_mismatches_ = 0;
+  sequence_summary summary_;
+};
+
+/// Runs one input through the harness; throws invariant_violation on a bug.
+inline sequence_summary run_alloc_sequence(const std::uint8_t* data, std::size_t size) {
+  byte_reader in(data, size);
+  return alloc_sequence(in).run();
+}
+
+}  // namespace fragctl::fuzz
