@@ -10,7 +10,7 @@
 # (benchmarks/trainers/run_trainers.py). Results in ${OUT:-gpu-results}:
 # trainers.md (table and verdict), trainers.json, one log and JSON per run.
 # Finishes in under 8 minutes on an H200.
-#   tools/gpu/trainers.sh
+#   tools/gpu/trainers.sh [run_trainers.py options, e.g. --models resnet --steps 6]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 start=$(date +%s)
@@ -48,7 +48,7 @@ export FRAGCTL_LIBRARY=$PWD/$build/libfragctl.so
 # Whatever the build took, stop starting runs so that the whole script ends
 # within 8 minutes (480 s), with 30 s to spare.
 budget=$(( 450 - ($(date +%s) - start) ))
-"$python" benchmarks/trainers/run_trainers.py --out "$out" --preload "$build/libfragctl_preload.so" --budget "$budget"
+"$python" benchmarks/trainers/run_trainers.py --out "$out" --preload "$build/libfragctl_preload.so" --budget "$budget" "$@"
 rc=$?
 echo "trainers: exit $rc, total $(( $(date +%s) - start )) s; table in $out/trainers.md"
 exit $rc
