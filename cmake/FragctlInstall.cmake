@@ -22,6 +22,9 @@ set_target_properties(fragctl PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   EXPORT_NAME fragctl)
 target_link_options(fragctl PRIVATE "-Wl,--no-undefined")
+# Only fragctl's own names are exported (cmake/fragctl.map says why).
+target_link_options(fragctl PRIVATE "LINKER:--version-script=${PROJECT_SOURCE_DIR}/cmake/fragctl.map")
+set_property(TARGET fragctl APPEND PROPERTY LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/fragctl.map)
 
 include(CMakePackageConfigHelpers)
 install(TARGETS fragctl EXPORT fragctlTargets

@@ -51,11 +51,11 @@ run_address() {
   export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:detect_stack_use_after_return=1:halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
   export LSAN_OPTIONS="suppressions=$root/tools/sanitize/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-  # Not under a sanitizer: the consumer test installs and links a plain
-  # program against the sanitized library; Python cannot load it without
+  # Not under a sanitizer: the consumer tests install the sanitized library
+  # and link plain programs against it; Python cannot load it without
   # preloading the sanitizer runtime.
   t0=$SECONDS
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 600 -E '^(consumer_find_package|python_)'
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 600 -E '^(consumer_find_package|c_api_consumer_find_package|python_)'
   echo "== sanitize: address,undefined suite passed in $((SECONDS - t0)) s"
 }
 

@@ -72,6 +72,13 @@ bool is_allocator_symbol(const std::string& name) {
   return names.contains(name) || name.starts_with("je_") || name.starts_with("_rjem_");
 }
 
+bool is_fragctl_name(const std::string& name) {
+  // The C API, and mangled C++ names that involve namespace fragctl: its
+  // functions, vtables and type information, and templates instantiated
+  // over its types (std::copy of fragctl::oom_event, say).
+  return name.starts_with("fragctl_") || (name.starts_with("_Z") && name.find("7fragctl") != std::string::npos);
+}
+
 TEST(jemalloc_isolation, the_process_keeps_glibc_malloc_and_libstdcxx_new) {
   if (sanitized) GTEST_SKIP() << "a sanitizer's malloc serves this process";
   ASSERT_EQ(jemalloc_available(), "libfragctl_jemalloc") << "this test program links the private jemalloc";
@@ -82,9 +89,14 @@ TEST(jemalloc_isolation, the_process_keeps_glibc_malloc_and_libstdcxx_new) {
   EXPECT_EQ(dlsym(RTLD_DEFAULT, "mallocx"), nullptr) << "jemalloc's API is not in the global scope";
   dlclose(libc);
 
+  // operator new is libstdc++'s: from libstdc++.so, or from the program
+  // itself where the toolchain links libstdc++ statically (the GPU machine's
+  // does); never jemalloc's, nor one exported by a fragctl library.
   Dl_info info{};
   ASSERT_NE(dladdr(dlsym(RTLD_DEFAULT, "_Znwm"), &info), 0);
-  EXPECT_NE(std::string(info.dli_fname).find("libstdc++"), std::string::npos) << info.dli_fname;
+  const std::string new_from = info.dli_fname;
+  EXPECT_EQ(new_from.find("jemalloc"), std::string::npos) << new_from;
+  EXPECT_EQ(new_from.find("libfragctl"), std::string::npos) << new_from;
 
   // glibc serves the program: its statistics see a block below the mmap threshold.
   const std::size_t before = mallinfo2().uordblks;
@@ -114,7 +126,12 @@ TEST(jemalloc_isolation, libfragctl_so_exports_no_allocator_and_loads_with_dlope
   if (!std::filesystem::exists(lib)) GTEST_SKIP() << lib << " is not built";
   const std::set<std::string> names = defined_dynamic_symbols(lib);
   if (names.empty()) GTEST_SKIP() << "nm is not available";
-  for (const std::string& n : names) EXPECT_FALSE(is_allocator_symbol(n)) << "libfragctl.so exports " << n;
+  for (const std::string& n : names) {
+    EXPECT_FALSE(is_allocator_symbol(n)) << "libfragctl.so exports " << n;
+    // Only fragctl's own names (cmake/fragctl.map): a C++ runtime linked in
+    // statically must not leak out and capture other libraries' std:: calls.
+    EXPECT_TRUE(is_fragctl_name(n)) << "libfragctl.so exports a name that is not fragctl's: " << n;
+  }
 
   // No static TLS (jemalloc's thread state would need it): a late dlopen works.
   const auto dynamic = run("readelf -d '" + lib.string() + "'");

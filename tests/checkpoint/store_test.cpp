@@ -39,7 +39,9 @@ store_options opts(std::size_t budget, std::size_t depth = 2) {
 }
 
 std::uint32_t word(int layer, int iteration, std::size_t i) {
-  return static_cast<std::uint32_t>(layer * 1000003 + iteration * 7919) ^ static_cast<std::uint32_t>(i * 2654435761u);
+  // Unsigned arithmetic: layer ids span every int, and signed overflow is undefined.
+  return (static_cast<std::uint32_t>(layer) * 1000003u + static_cast<std::uint32_t>(iteration) * 7919u) ^
+         static_cast<std::uint32_t>(i * 2654435761u);
 }
 void fill(void* p, std::size_t bytes, int layer, int iteration) {
   auto* w = static_cast<std::uint32_t*>(p);

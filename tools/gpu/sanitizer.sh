@@ -51,7 +51,7 @@ programs=(cuda_backend_test backend_contract_test backend_select_test)
 note "building ${programs[*]} fragctl"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFRAGCTL_BUILD_TESTS=ON \
   -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF > "$out/build.log" 2>&1 &&
-  cmake --build "$build" -j "$(nproc)" --target "${programs[@]}" fragctl >> "$out/build.log" 2>&1
+  cmake --build "$build" -j "$(nproc)" --target "${programs[@]}" fragctl_cli >> "$out/build.log" 2>&1
 build_rc=$?
 if [ $build_rc -ne 0 ]; then
   result "build" "FAILED (see build.log)"
