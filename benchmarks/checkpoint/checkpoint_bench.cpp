@@ -75,7 +75,10 @@ class bench_context {
     compute_ = backend_->create_stream();
   }
   ~bench_context() {
+    // Everything that may still wait on the compute stream goes first: the
+    // allocator synchronizes the streams of its pending frees when destroyed.
     work_.reset();
+    allocator_.reset();
     backend_->destroy_stream(compute_);
   }
 
