@@ -244,6 +244,12 @@ allocator_stats allocator_stack::stats() const {
   return s;
 }
 
+allocator_report allocator_stack::report() const {
+  allocator_report r{stats(), std::nullopt};
+  if (cfg_.report_map) r.map = top_->memory_map();
+  return r;
+}
+
 std::unique_ptr<allocator_stack> make_allocator(const config& cfg) {
   return std::make_unique<allocator_stack>(make_backend(cfg), cfg);
 }

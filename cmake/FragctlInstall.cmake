@@ -21,7 +21,7 @@ target_compile_features(fragctl PUBLIC cxx_std_20)
 set_target_properties(fragctl PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   EXPORT_NAME fragctl)
-target_link_options(fragctl PRIVATE "-Wl,--no-undefined")
+target_link_options(fragctl PRIVATE ${FRAGCTL_NO_UNDEFINED})
 # Only fragctl's own names are exported (cmake/fragctl.map says why).
 target_link_options(fragctl PRIVATE "LINKER:--version-script=${PROJECT_SOURCE_DIR}/cmake/fragctl.map")
 set_property(TARGET fragctl APPEND PROPERTY LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/fragctl.map)

@@ -300,6 +300,62 @@ pool_state arena_policy::do_state() const {
   return p;
 }
 
+// The mapped runs of granules are the segments (the fallback block is one);
+// the blocks of the index, clipped to them, tile them. A free block with
+// pending frees is cut into its clean front, its dirty part (pending on the
+// stream that freed it) and its clean back, as find_fit sees it.
+memory_snapshot arena_policy::do_memory_map() const {
+  const impl& s = *impl_;
+  memory_snapshot snap;
+  snap.available = true;
+  snap.allocator = std::string(policy_name);
+  const auto add_segment = [&](std::uintptr_t address, std::size_t bytes) {
+    memory_segment seg;
+    seg.address = address;
+    seg.size = bytes;
+    seg.pool = s.granules ? "mapped" : "fallback block";
+    snap.segments.push_back(std::move(seg));
+  };
+  if (s.granules) {
+    s.granules->for_each_mapped_run(add_segment);
+  } else {
+    add_segment(reinterpret_cast<std::uintptr_t>(s.raw), s.range);
+  }
+  if (snap.segments.empty()) return snap;
+
+  std::size_t next_segment = 0;  // pieces come in address order
+  const auto place = [&](std::uintptr_t lo, std::uintptr_t hi, const memory_block& kind) {
+    auto& segs = snap.segments;
+    while (next_segment < segs.size() && segs[next_segment].address + segs[next_segment].size <= lo) ++next_segment;
+    for (std::size_t i = next_segment; i < segs.size() && segs[i].address < hi; ++i) {
+      const std::uintptr_t from = std::max(lo, segs[i].address);
+      const std::uintptr_t to = std::min(hi, segs[i].address + segs[i].size);
+      if (from >= to) continue;
+      memory_block piece = kind;
+      piece.address = from;
+      piece.size = to - from;
+      segs[i].blocks.push_back(piece);
+    }
+  };
+  s.blocks.for_each_in_order([&](const block_index::block& b) {
+    const std::uintptr_t end = b.addr + b.size;
+    if (!b.is_free) {
+      place(b.addr, end, memory_block{.requested = b.requested, .use = block_use::live});
+      return;
+    }
+    if (b.stamp.stream == free_stamp::none || s.clock.complete(b.stamp)) {
+      place(b.addr, end, memory_block{.use = block_use::free});
+      return;
+    }
+    const std::uintptr_t dirty_lo = std::clamp(b.dirty_lo, b.addr, end);
+    const std::uintptr_t dirty_hi = std::clamp(b.dirty_hi, dirty_lo, end);
+    place(b.addr, dirty_lo, memory_block{.use = block_use::free});
+    place(dirty_lo, dirty_hi, memory_block{.use = block_use::pending, .stream = s.clock.stream_of(b.stamp.stream)});
+    place(dirty_hi, end, memory_block{.use = block_use::free});
+  });
+  return snap;
+}
+
 void arena_policy::do_release_cached() {
   impl& s = *impl_;
   if (!s.granules) return;

@@ -70,6 +70,7 @@ class arena_policy final : public device_allocator {
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
   std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
   pool_state do_state() const override;
+  memory_snapshot do_memory_map() const override;
   void do_release_cached() override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;

@@ -112,6 +112,14 @@ class block_index {
   [[nodiscard]] const block& at(std::uint32_t id) const noexcept { return nodes_[id]; }
   [[nodiscard]] std::size_t live_count() const noexcept { return live_.size(); }
 
+  /// Calls f(block) for every block, live or free, in address order (node 0
+  /// always starts the range: a split keeps the lower part in the node it
+  /// cuts, a merge keeps the lower node).
+  template <class F>
+  void for_each_in_order(F&& f) const {
+    if (nodes_.empty()) return;
+    for (std::uint32_t id = 0; id != nil; id = nodes_[id].next) f(nodes_[id]);
+  }
   /// Calls f(block) for every free block, in no particular order.
   template <class F>
   void for_each_free(F&& f) const {

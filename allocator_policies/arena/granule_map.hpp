@@ -111,6 +111,22 @@ class granule_map {
   [[nodiscard]] std::size_t physical_limit() const noexcept { return limit_; }
   /// Maximal runs of consecutive mapped granules.
   [[nodiscard]] std::size_t mapped_runs() const noexcept;
+  /// Calls f(addr, bytes) for every maximal run of mapped granules, in
+  /// address order.
+  template <class F>
+  void for_each_mapped_run(F&& f) const {
+    const std::size_t n = handles_.size();
+    for (std::size_t g = 0; g < n;) {
+      if (handles_[g] == 0) {
+        ++g;
+        continue;
+      }
+      std::size_t end = g + 1;
+      while (end < n && handles_[end] != 0) ++end;
+      f(base_ + (g << shift_), (end - g) << shift_);
+      g = end;
+    }
+  }
   /// Longest part of [addr, addr + bytes) whose granules are all mapped.
   [[nodiscard]] std::size_t longest_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept;
 

@@ -105,6 +105,10 @@ class stream_clock {
     return std::nullopt;
   }
 
+  /// The stream registered as `index` (nullptr for none or multi).
+  [[nodiscard]] stream_t stream_of(std::uint32_t index) const noexcept {
+    return index < streams_.size() ? streams_[index].stream : nullptr;
+  }
   /// Number of streams seen so far.
   [[nodiscard]] std::size_t stream_count() const noexcept { return streams_.size(); }
 

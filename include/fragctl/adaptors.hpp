@@ -52,6 +52,7 @@ class statistics_adaptor final : public device_allocator {
   struct counters;
   std::unique_ptr<device_allocator> upstream_;
   std::unique_ptr<counters> counters_;
+  std::size_t outside_at_start_ = 0;  ///< device bytes held outside the upstream at construction
 };
 
 /// Serializes every call to the upstream with one mutex.

@@ -47,6 +47,11 @@ struct oom_details {
   std::size_t largest_free_block = 0;  ///< largest contiguous free block in the cache
   std::size_t device_free = 0;         ///< free memory the backend reports
   std::size_t device_total = 0;        ///< total memory the backend reports
+  /// Device bytes held outside this allocator when it was created (the
+  /// runtime's context, libraries' workspaces): not blamed on another
+  /// process by the OOM verdict (fragctl/oom.hpp). The statistics adaptor
+  /// fills it in.
+  std::size_t outside_at_start = 0;
 
   /// True when the request would have fit had the free bytes been contiguous:
   /// cache plus device free is enough, but no single block is.

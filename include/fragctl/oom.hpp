@@ -3,17 +3,23 @@
 // When an allocation fails, what the user needs is not "out of memory" but
 // why: was memory free but in pieces too small (fragmentation), do the live
 // bytes simply not fit (capacity), or does something outside this allocator
-// hold the device's memory (another process, another allocator, the
-// runtime's context)? The verdict is computed from the allocator's
-// oom_details (fragctl/error.hpp):
+// hold the device's memory (another process, another allocator)? The
+// verdict is computed from the allocator's oom_details (fragctl/error.hpp):
 //
 //   others        = device_total - device_free - reserved   (0 if negative)
+//   grown         = others - outside_at_start               (0 if negative)
 //   free_anywhere = cached_free + device_free
 //   fragmentation   when requested <= free_anywhere: the bytes exist, no
 //                   block of them is big enough;
-//   another process when requested <= free_anywhere + others: it would fit
-//                   without the memory held outside this allocator;
+//   another process when requested <= free_anywhere + grown: it would fit
+//                   without the memory taken outside this allocator since
+//                   it was created;
 //   capacity        otherwise.
+//
+// What was held outside when the allocator was created (the runtime's own
+// context, a framework's workspaces: about 0.7 GiB under PyTorch on an
+// H200) is part of the device's cost, not another process's doing; counting
+// it made every full device look like "another process".
 //
 // Each verdict comes with the one setting most likely to help.
 #pragma once
@@ -38,6 +44,10 @@ enum class oom_verdict : std::uint8_t {
 
 /// Device bytes held outside the allocator: total - free - reserved, or 0.
 [[nodiscard]] std::size_t memory_used_by_others(const oom_details& d) noexcept;
+
+/// Of those, the bytes taken since the allocator was created:
+/// memory_used_by_others(d) - d.outside_at_start, or 0.
+[[nodiscard]] std::size_t memory_taken_by_others(const oom_details& d) noexcept;
 
 /// The verdict of the theory comment above.
 [[nodiscard]] oom_verdict diagnose(const oom_details& d) noexcept;

@@ -20,6 +20,7 @@
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/device_allocator.hpp"
+#include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
 
 namespace fragctl {
@@ -90,6 +91,9 @@ class allocator_stack {
   /// Statistics of the whole stack, `allocator` set to configuration().policy.
   /// Callable from any thread (the pool state is read through the lock).
   [[nodiscard]] allocator_stats stats() const;
+  /// Statistics and, with configuration().report_map, the memory map: what
+  /// the stack's JSON report carries for it.
+  [[nodiscard]] allocator_report report() const;
 
  private:
   config cfg_;

@@ -27,6 +27,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,17 @@ namespace fragctl {
 /// sees the old file or the new one, never a torn one.
 [[nodiscard]] absl::Status write_report_file(const std::string& path,
                                              const std::vector<allocator_stats>& allocators,
+                                             std::string_view reason);
+
+/// One allocator of a report document: its statistics and, where taken, its
+/// memory map (written as "memory_map" beside the statistics).
+struct allocator_report {
+  allocator_stats stats;
+  std::optional<memory_snapshot> map;
+};
+
+/// write_report_file with each allocator's memory map where given.
+[[nodiscard]] absl::Status write_report_file(const std::string& path, const std::vector<allocator_report>& allocators,
                                              std::string_view reason);
 
 /// Produces the current statistics of one live allocator. Called with the

@@ -229,7 +229,8 @@ void fragctl_string_free(char* text) { std::free(text); }
 fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path) {
   FRAGCTL_REQUIRE(allocator != nullptr && path != nullptr, "fragctl_write_report: allocator or path is NULL");
   return guarded([&] {
-    return fragctl::capi::from_status(fragctl::write_report_file(path, {allocator->stack->stats()}, "request"));
+    const std::vector<fragctl::allocator_report> one{allocator->stack->report()};
+    return fragctl::capi::from_status(fragctl::write_report_file(path, one, "request"));
   });
 }
 
@@ -262,8 +263,8 @@ fragctl_status fragctl_default_allocator(int device, int create, fragctl_allocat
 fragctl_status fragctl_write_default_report(const char* path) {
   FRAGCTL_REQUIRE(path != nullptr, "fragctl_write_default_report: path is NULL");
   return guarded([&] {
-    std::vector<fragctl::allocator_stats> all;
-    for (fragctl_allocator* a : fragctl::capi::default_allocators()) all.push_back(a->stack->stats());
+    std::vector<fragctl::allocator_report> all;
+    for (fragctl_allocator* a : fragctl::capi::default_allocators()) all.push_back(a->stack->report());
     return fragctl::capi::from_status(fragctl::write_report_file(path, all, "request"));
   });
 }

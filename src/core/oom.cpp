@@ -25,11 +25,16 @@ std::size_t memory_used_by_others(const oom_details& d) noexcept {
   return d.device_total > ours_and_free ? d.device_total - ours_and_free : 0;
 }
 
+std::size_t memory_taken_by_others(const oom_details& d) noexcept {
+  const std::size_t others = memory_used_by_others(d);
+  return others > d.outside_at_start ? others - d.outside_at_start : 0;
+}
+
 oom_verdict diagnose(const oom_details& d) noexcept {
   const std::size_t free_anywhere = d.cached_free + d.device_free;
   if (d.requested <= free_anywhere) return oom_verdict::fragmentation;
-  const std::size_t others = memory_used_by_others(d);
-  if (others > 0 && d.requested <= free_anywhere + others) return oom_verdict::other_process;
+  const std::size_t taken = memory_taken_by_others(d);
+  if (taken > 0 && d.requested <= free_anywhere + taken) return oom_verdict::other_process;
   return oom_verdict::capacity;
 }
 
@@ -48,9 +53,10 @@ std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view all
              "split into pieces no large request fits)";
     case oom_verdict::other_process:
       return fmt::format(
-          "free the {} held outside this allocator (another process: see nvidia-smi or rocm-smi; another "
-          "allocator in this process, e.g. a framework's own cache) or route it through fragctl",
-          human_bytes(memory_used_by_others(d)));
+          "freeing the {} taken outside this allocator since it started (another process: see nvidia-smi "
+          "or rocm-smi; another allocator in this process, e.g. a framework's own cache), or routing it "
+          "through fragctl",
+          human_bytes(memory_taken_by_others(d)));
     case oom_verdict::capacity:
       break;
   }
@@ -79,8 +85,8 @@ std::string describe(const oom_event& e, std::string_view allocator) {
                            human_bytes(d.cached_free + d.device_free), human_bytes(d.largest_free_block));
       break;
     case oom_verdict::other_process:
-      reason = fmt::format("another process: {} of the device is held outside this allocator",
-                           human_bytes(memory_used_by_others(d)));
+      reason = fmt::format("another process: {} of the device was taken outside this allocator since it started",
+                           human_bytes(memory_taken_by_others(d)));
       break;
     case oom_verdict::capacity:
       reason = fmt::format("true capacity: live {} plus the request exceed the device's {}",
@@ -90,11 +96,11 @@ std::string describe(const oom_event& e, std::string_view allocator) {
   }
   return fmt::format(
       "out of memory: {} could not allocate {} on stream {}: reserved {}, cached free {}, largest free "
-      "block {}, device free {} of {}, used by others {}; verdict: {}; try {}",
+      "block {}, device free {} of {}, used by others {} ({} when the allocator started); verdict: {}; try {}",
       allocator, human_bytes(d.requested), e.stream == 0 ? std::string("default") : fmt::format("{:#x}", e.stream),
       human_bytes(d.reserved), human_bytes(d.cached_free),
       human_bytes(d.largest_free_block), human_bytes(d.device_free), human_bytes(d.device_total),
-      human_bytes(memory_used_by_others(d)), reason, e.advice);
+      human_bytes(memory_used_by_others(d)), human_bytes(d.outside_at_start), reason, e.advice);
 }
 
 }  // namespace fragctl

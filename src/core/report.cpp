@@ -93,10 +93,7 @@ absl::Status write_atomically(const std::string& path, const std::string& text, 
 }
 
 // One allocator of a report document: its statistics and, if taken, its map.
-struct report_item {
-  allocator_stats stats;
-  std::optional<memory_snapshot> map;
-};
+using report_item = allocator_report;
 
 std::string document_json(const std::vector<report_item>& items, std::string_view reason) {
   nlohmann::json list = nlohmann::json::array();
@@ -120,6 +117,11 @@ std::string document_json(const std::vector<report_item>& items, std::string_vie
 absl::Status write_report_file(const std::string& path, const std::vector<allocator_stats>& allocators,
                                std::string_view reason) {
   return write_atomically(path, report_to_json(allocators, reason) + "\n", "report");
+}
+
+absl::Status write_report_file(const std::string& path, const std::vector<allocator_report>& allocators,
+                               std::string_view reason) {
+  return write_atomically(path, document_json(allocators, reason) + "\n", "report");
 }
 
 std::string prometheus_text(const std::vector<allocator_stats>& allocators) {

@@ -73,6 +73,16 @@ struct statistics_adaptor::counters {
 statistics_adaptor::statistics_adaptor(std::unique_ptr<device_allocator> upstream)
     : upstream_(std::move(upstream)), counters_(std::make_unique<counters>()) {
   if (!upstream_) throw invalid_argument("statistics_adaptor: upstream is null");
+  // What the device holds outside this allocator now (the runtime's context,
+  // other libraries) is not another process's doing when an OOM comes later.
+  try {
+    const memory_info info = upstream_->backend().get_memory_info();
+    const std::size_t ours_and_free = info.free + upstream_->state().reserved;
+    outside_at_start_ = info.total > ours_and_free ? info.total - ours_and_free : 0;
+  } catch (const std::exception& e) {
+    logger().debug("statistics: no device memory information at start ({}); OOM verdicts count all memory "
+                   "held outside as another process's", e.what());
+  }
 }
 
 statistics_adaptor::~statistics_adaptor() = default;
@@ -123,7 +133,9 @@ void statistics_adaptor::record_oom(const oom_details& details, stream_t stream)
   counters& c = *counters_;
   try {
     const device_backend& backend = upstream_->backend();
-    oom_event e = make_oom_event(details, upstream_->name(), backend.supports_virtual_memory());
+    oom_details d = details;
+    d.outside_at_start = outside_at_start_;
+    oom_event e = make_oom_event(d, upstream_->name(), backend.supports_virtual_memory());
     e.sequence = read(c.allocations) + read(c.ooms);
     e.stream = reinterpret_cast<std::uintptr_t>(stream);
     const std::uint64_t n = read(c.ooms);

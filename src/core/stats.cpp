@@ -64,6 +64,7 @@ json oom_event_json(const oom_event& e) {
               {"device_free", d.device_free},
               {"device_total", d.device_total},
               {"used_by_others", memory_used_by_others(d)},
+              {"outside_at_start", d.outside_at_start},
               {"verdict", std::string(to_string(e.verdict))},
               {"advice", e.advice}};
 }
@@ -257,6 +258,7 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
       r.integer(ej, "largest_free_block", e.details.largest_free_block, prefix);
       r.integer(ej, "device_free", e.details.device_free, prefix);
       r.integer(ej, "device_total", e.details.device_total, prefix);
+      r.integer(ej, "outside_at_start", e.details.outside_at_start, prefix);  // absent before 0.1: 0
       std::string verdict;
       r.string(ej, "verdict", verdict);
       r.string(ej, "advice", e.advice);

@@ -190,6 +190,10 @@ TEST(CApi, WriteReportWritesAReadableDocument) {
   ASSERT_EQ(report->size(), 1u);
   EXPECT_EQ(report->front().allocator, "buckets:caching");
   EXPECT_EQ(report->front().requested.current, 1000u);
+  // The memory map goes with the statistics, as in FRAGCTL_REPORT's file.
+  const std::string text = read_file(path);
+  EXPECT_NE(text.find("\"memory_map\""), std::string::npos);
+  EXPECT_NE(text.find("\"allocator\": \"caching\""), std::string::npos) << "the map is the base policy's";
   std::remove(path.c_str());
 
   EXPECT_EQ(fragctl_write_report(a, "/nonexistent-dir/report.json"), FRAGCTL_ERROR_IO);

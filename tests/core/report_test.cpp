@@ -147,7 +147,7 @@ TEST(report, document_round_trips_and_rejects_bad_entries) {
 }
 
 TEST(report, unwritable_path_reports_an_error) {
-  const absl::Status st = write_report_file("/nonexistent/dir/report.json", {}, "request");
+  const absl::Status st = write_report_file("/nonexistent/dir/report.json", std::vector<allocator_stats>{}, "request");
   EXPECT_FALSE(st.ok());
   EXPECT_NE(std::string(st.message()).find("/nonexistent/dir"), std::string::npos);
 }

@@ -153,6 +153,7 @@ stress_result hammer(const policy_case& pc, bool backed, std::size_t operations)
     std::atomic<std::size_t> corrupted{0};
     std::atomic<std::size_t> ooms{0};
     std::atomic<bool> done{false};
+    std::atomic<int> finished{0};
     const std::uint64_t per_thread = operations / thread_count;
     // The "GPU": finishes queued work now and then.
     std::thread completer([&] {
@@ -170,6 +171,7 @@ stress_result hammer(const policy_case& pc, bool backed, std::size_t operations)
         std::vector<block> held;
         std::uint64_t ops = 0;
         std::uint64_t serial = 0;
+        block b_after;
         const auto release = [&](const block& b, stream_t on) {
           if (backed && b.n >= sizeof b.tag) {
             std::uint64_t seen = 0;
@@ -215,6 +217,18 @@ stress_result hammer(const policy_case& pc, bool backed, std::size_t operations)
           }
         }
         for (const block& h : held) release(h, mine);
+        // Keep freeing what others hand over until every thread is done:
+        // blocks stranded in a finished thread's mailbox would otherwise
+        // hold the device, and a thread still running with nothing to free
+        // would retry its failing allocation for ever (seen under ASan, once).
+        finished.fetch_add(1);
+        while (finished.load() < thread_count) {
+          if (mail[id].take(b_after)) {
+            release(b_after, mine);
+          } else {
+            std::this_thread::yield();
+          }
+        }
         operations_done.fetch_add(ops);
       });
     }

@@ -1,4 +1,4 @@
-// device_allocator::memory_map(): the caching policy's layout, pass-through
+// device_allocator::memory_map(): the caching and arena policies' layouts, pass-through
 // by adaptors and wrappers, the default for policies that do not describe
 // theirs, and the JSON round trip.
 #include "fragctl/memory_map.hpp"
@@ -23,6 +23,17 @@ std::unique_ptr<allocator_stack> sim_stack(const std::string& policy) {
   cfg.backend = backend_kind::sim;
   cfg.policy = policy;
   return make_allocator(cfg);
+}
+
+void expect_tiled(const memory_snapshot& m) {
+  for (const memory_segment& s : m.segments) {
+    std::uintptr_t at = s.address;
+    for (const memory_block& b : s.blocks) {
+      EXPECT_EQ(b.address, at) << "blocks tile their segment in address order";
+      at += b.size;
+    }
+    EXPECT_EQ(at, s.address + s.size);
+  }
 }
 
 TEST(memory_map, caching_lists_segments_and_tiling_blocks) {
@@ -56,15 +67,7 @@ TEST(memory_map, caching_lists_segments_and_tiling_blocks) {
   EXPECT_EQ(large_seg.blocks[0].use, block_use::live);
   EXPECT_EQ(large_seg.blocks[0].requested, 30 * MiB);
 
-  // Blocks tile their segment in address order.
-  for (const memory_segment& s : m.segments) {
-    std::uintptr_t at = s.address;
-    for (const memory_block& b : s.blocks) {
-      EXPECT_EQ(b.address, at);
-      at += b.size;
-    }
-    EXPECT_EQ(at, s.address + s.size);
-  }
+  expect_tiled(m);
 
   // A freed block merges with the free tail.
   a.deallocate(small2, 4096);
@@ -95,6 +98,94 @@ TEST(memory_map, cross_stream_free_is_pending_until_its_event_completes) {
   sim.complete_all();
   policy->release_cached();
   sim.destroy_stream(other);
+}
+
+// The arena's segments are its runs of mapped granules, tiled by its blocks;
+// a block that reaches into unmapped address space is cut at the run's end.
+TEST(memory_map, arena_segments_are_mapped_runs_tiled_by_blocks) {
+  const auto stack = sim_stack("arena");
+  device_allocator& a = stack->allocator();
+  void* small = a.allocate(1000);
+  void* mid = a.allocate(3 * MiB);
+  void* big = a.allocate(5 * MiB);
+
+  memory_snapshot m = a.memory_map();
+  ASSERT_TRUE(m.available);
+  EXPECT_EQ(m.allocator, "arena");
+  ASSERT_FALSE(m.segments.empty());
+  EXPECT_EQ(m.segments.size(), a.state().segments);
+  EXPECT_EQ(m.reserved_bytes(), a.state().reserved);
+  EXPECT_EQ(m.bytes(block_use::live), a.state().allocated);
+  EXPECT_EQ(m.bytes(block_use::live), 1024 + 3 * MiB + 5 * MiB);
+  EXPECT_EQ(m.bytes(block_use::free), a.state().cached_free);
+  EXPECT_EQ(m.segments[0].pool, "mapped");
+  expect_tiled(m);
+  bool found = false;
+  for (const memory_segment& seg : m.segments) {
+    for (const memory_block& b : seg.blocks) {
+      if (b.address == addr(mid)) {
+        EXPECT_EQ(b, (memory_block{addr(mid), 3 * MiB, 3 * MiB, block_use::live, nullptr}));
+        found = true;
+      }
+    }
+  }
+  EXPECT_TRUE(found) << "the 3 MiB block is in the map";
+
+  a.deallocate(mid, 3 * MiB);
+  m = a.memory_map();
+  EXPECT_EQ(m.bytes(block_use::live), 1024 + 5 * MiB);
+  EXPECT_EQ(m.reserved_bytes(), a.state().reserved);
+  expect_tiled(m);
+  a.deallocate(small, 1000);
+  a.deallocate(big, 5 * MiB);
+}
+
+TEST(memory_map, arena_free_on_another_stream_is_pending_on_that_stream) {
+  sim_options o;
+  o.manual_completion = true;
+  sim_backend sim(o);
+  config cfg;
+  const std::unique_ptr<device_allocator> policy = make_policy("arena", cfg, sim);
+  const stream_t other = sim.create_stream();
+  void* keep = policy->allocate(8192);
+  void* p = policy->allocate(4096);
+  sim.submit(other);
+  policy->deallocate(p, 4096, other);
+  const memory_snapshot m = policy->memory_map();
+  expect_tiled(m);
+  EXPECT_EQ(m.bytes(block_use::pending), 4096u);
+  bool found = false;
+  for (const memory_segment& seg : m.segments) {
+    for (const memory_block& b : seg.blocks) {
+      if (b.use == block_use::pending) {
+        EXPECT_EQ(b.address, addr(p));
+        EXPECT_EQ(b.stream, other);
+        found = true;
+      }
+    }
+  }
+  EXPECT_TRUE(found);
+  policy->deallocate(keep, 8192);
+  sim.complete_all();
+  policy->release_cached();
+  sim.destroy_stream(other);
+}
+
+TEST(memory_map, arena_without_virtual_memory_is_one_fallback_block) {
+  sim_options o;
+  o.virtual_memory = false;
+  o.capacity = 256 * MiB;
+  sim_backend sim(o);
+  config cfg;
+  const std::unique_ptr<device_allocator> policy = make_policy("arena", cfg, sim);
+  void* p = policy->allocate(MiB);
+  const memory_snapshot m = policy->memory_map();
+  ASSERT_EQ(m.segments.size(), 1u);
+  EXPECT_EQ(m.segments[0].pool, "fallback block");
+  EXPECT_EQ(m.reserved_bytes(), policy->state().reserved);
+  EXPECT_EQ(m.bytes(block_use::live), MiB);
+  expect_tiled(m);
+  policy->deallocate(p, MiB);
 }
 
 TEST(memory_map, wrappers_and_adaptors_answer_with_the_base_layout) {

@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "fragctl/adaptors.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
@@ -45,6 +48,62 @@ TEST(oom_diagnosis, verdicts) {
   // Others hold a little, but not enough to explain it: capacity.
   const oom_details big = details(40 * GiB, 78 * GiB, 0, 0, GiB, 80 * GiB);
   EXPECT_EQ(diagnose(big), oom_verdict::capacity);
+}
+
+// Memory held outside when the allocator was created (the runtime's
+// context) is not another process's doing; only what was taken since is.
+TEST(oom_diagnosis, memory_held_outside_from_the_start_is_not_another_process) {
+  oom_details shared = details(8 * GiB, 49 * GiB, GiB, GiB, GiB, 80 * GiB);  // 30 GiB outside
+  shared.outside_at_start = 30 * GiB;
+  EXPECT_EQ(memory_taken_by_others(shared), 0u);
+  EXPECT_EQ(diagnose(shared), oom_verdict::capacity);
+  shared.outside_at_start = 25 * GiB;  // 5 GiB taken since: 2 + 5 < 8, still capacity
+  EXPECT_EQ(memory_taken_by_others(shared), 5 * GiB);
+  EXPECT_EQ(diagnose(shared), oom_verdict::capacity);
+  shared.outside_at_start = 20 * GiB;  // 10 GiB taken since: without them it fits
+  EXPECT_EQ(diagnose(shared), oom_verdict::other_process);
+  EXPECT_THAT(oom_advice(oom_verdict::other_process, shared, "arena", true), HasSubstr("10.00 GiB"));
+}
+
+// The statistics adaptor measures what is held outside when it starts: a
+// full device is "capacity" although the runtime holds memory, and becomes
+// "another process" only for memory taken outside later.
+TEST(oom_diagnosis, statistics_measure_the_memory_held_outside_at_start) {
+  sim_backend sim(sim_options{.capacity = 64 * MiB});
+  void* context = sim.allocate(16 * MiB);  // held before fragctl starts, like a CUDA context
+  config cfg;
+  cfg.log_level = "off";
+  statistics_adaptor a(make_policy("caching", cfg, sim));
+  std::vector<void*> live;
+  for (int i = 0; i < 3; ++i) live.push_back(a.allocate(16 * MiB));  // the 48 MiB left
+  EXPECT_THROW((void)a.allocate(16 * MiB), out_of_memory);
+  allocator_stats s = a.stats();
+  ASSERT_EQ(s.oom_events.size(), 1u);
+  EXPECT_EQ(s.oom_events[0].details.outside_at_start, 16 * MiB);
+  EXPECT_EQ(memory_used_by_others(s.oom_events[0].details), 16 * MiB);
+  EXPECT_EQ(s.oom_events[0].verdict, oom_verdict::capacity);
+  EXPECT_THAT(describe(s.oom_events[0], "caching"), HasSubstr("used by others 16.00 MiB (16.00 MiB when the allocator started)"));
+
+  // Something else takes 16 MiB after the start: now it is another process.
+  a.deallocate(live.back(), 16 * MiB);
+  live.pop_back();
+  a.release_cached();
+  void* intruder = sim.allocate(16 * MiB);
+  ASSERT_NE(intruder, nullptr);
+  EXPECT_THROW((void)a.allocate(16 * MiB), out_of_memory);
+  s = a.stats();
+  ASSERT_EQ(s.oom_events.size(), 2u);
+  EXPECT_EQ(s.oom_events[1].verdict, oom_verdict::other_process);
+  EXPECT_EQ(memory_taken_by_others(s.oom_events[1].details), 16 * MiB);
+
+  const auto back = stats_from_json(to_json(s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->oom_events[1].details.outside_at_start, 16 * MiB);
+
+  for (void* p : live) a.deallocate(p, 16 * MiB);
+  a.release_cached();
+  sim.free(intruder, 16 * MiB);
+  sim.free(context, 16 * MiB);
 }
 
 TEST(oom_diagnosis, advice_names_one_setting) {

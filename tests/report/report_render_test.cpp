@@ -131,7 +131,7 @@ TEST(report_render, text_summary) {
                               "\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588"
                               "\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588"
                               "\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588 6\n"));
-  EXPECT_THAT(text, HasSubstr("\nBackend calls (6 memory calls, 7 in all)\n  allocate 6, memory_info 1\n"
+  EXPECT_THAT(text, HasSubstr("\nBackend calls (6 memory calls, 8 in all)\n  allocate 6, memory_info 2\n"
                               "  2 backend allocations ran out of memory\n"));
   EXPECT_THAT(text, HasSubstr("[fragmentation] out of memory: caching could not allocate 16.00 MiB on stream "
                               "default: reserved 60.00 MiB, cached free 24.00 MiB, largest free block 8.00 MiB"));
@@ -232,15 +232,15 @@ TEST(report_render, html_is_self_contained) {
   EXPECT_EQ(count(html, "id=\"r1m2-pending\""), 1u);
 }
 
-TEST(report_render, arena_map_is_explained_when_absent) {
+TEST(report_render, a_missing_map_is_explained) {
   run_report r;
   r.name = "x";
   r.kind = "replay";
   memory_snapshot unavailable;
-  unavailable.allocator = "arena";
+  unavailable.allocator = "passthrough";
   r.maps.push_back({"", unavailable});
-  EXPECT_THAT(render_text(r), HasSubstr("no memory map: the arena policy does not describe its layout"));
-  EXPECT_THAT(render_html({r}), HasSubstr("no memory map: the arena policy does not describe its layout"));
+  EXPECT_THAT(render_text(r), HasSubstr("no memory map: the passthrough policy does not describe its layout"));
+  EXPECT_THAT(render_html({r}), HasSubstr("no memory map: the passthrough policy does not describe its layout"));
 }
 
 TEST(report_render, progress_bar_frames) {

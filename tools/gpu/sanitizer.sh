@@ -78,7 +78,8 @@ memcheck() {
     *) verdict="FAILED (exit $rc)" ;;
   esac
   local skipped
-  skipped=$(grep -c "SKIPPED \]" "$log" 2>/dev/null)
+  # One line per skipped test, with its time; the closing list repeats them without.
+  skipped=$(grep -cE "^\[  SKIPPED \] .* \([0-9]+ ms\)$" "$log" 2>/dev/null)
   result "$name" "$verdict, ${errors:-?} sanitizer errors${skipped:+, $skipped skipped}"
 }
 
