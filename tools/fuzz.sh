@@ -7,28 +7,23 @@
 #
 # SECONDS per target (default ${FRAGCTL_FUZZ_SECONDS:-25}); TARGETs among
 # config trace stats_json alloc_sequence (default: all). Built in
-# ${FRAGCTL_FUZZ_DIR:-build-fuzz}; new inputs go to <build>/fuzz-corpus/<target>
-# (the committed seeds in fuzz/corpus/ are only read), crashes to
-# <build>/fuzz-artifacts/. A crash fails the script and prints how to turn it
-# into a regression test. Needs clang and libclang-rt-14-dev (installed with
-# tools/install-deps.sh when missing and allowed).
+# ${FRAGCTL_FUZZ_DIR:-build-asan}, the address build of tools/sanitize.sh
+# (same configuration, tools/sanitize/configure.sh, so nothing is built twice);
+# new inputs go to <build>/fuzz-corpus/<target> (the committed seeds in
+# fuzz/corpus/ are only read), crashes to <build>/fuzz-artifacts/. A crash
+# fails the script and prints how to turn it into a regression test. Needs
+# clang and libclang-rt-14-dev (installed with tools/install-deps.sh when
+# missing and allowed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-${FRAGCTL_FUZZ_SECONDS:-25}}
 [ $# -gt 0 ] && shift
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config trace stats_json alloc_sequence)
-dir=${FRAGCTL_FUZZ_DIR:-build-fuzz}
+dir=${FRAGCTL_FUZZ_DIR:-build-asan}  # the address build of tools/sanitize.sh
 
-if ! command -v clang++ >/dev/null || ! compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
-  tools/install-deps.sh clang libclang-rt-14-dev
-fi
-
-args=(-G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1"
-  -DFRAGCTL_SANITIZE=address,undefined,fuzzer-no-link -DFRAGCTL_BUILD_FUZZERS=ON
-  -DFRAGCTL_BUILD_TESTS=OFF -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF)
-[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" ] || args+=(-DFRAGCTL_WITH_CUDA=OFF)
-CC=clang CXX=clang++ cmake -S . -B "$dir" "${args[@]}" >/dev/null
+source tools/sanitize/configure.sh
+sanitize_configure "$dir" address
 t0=$SECONDS
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
 echo "== fuzz: built in $((SECONDS - t0)) s"

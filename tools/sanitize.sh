@@ -10,9 +10,11 @@
 #          (FRAGCTL_TSAN_TESTS, program names; default below), each run
 #          directly, built in ${FRAGCTL_TSAN_DIR:-build-tsan}.
 #
-# Builds are -O1 with line tables, assertions on, no benchmarks, and do not
-# stop on compiler warnings (the normal build does that). A sanitizer report
-# fails the test that produced it (halt_on_error), which fails this script.
+# Builds use clang (tools/sanitize/configure.sh: -O0 for address, -O1 for
+# thread, line tables, assertions on, no benchmarks, warnings not fatal: the
+# normal build checks them). The address build also holds the fuzzers, which
+# tools/fuzz.sh then runs without building again. A sanitizer report fails
+# the test that produced it (halt_on_error), which fails this script.
 # Suppressions, each with its reason, are in tools/sanitize/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,18 +35,12 @@ for t in ${FRAGCTL_TSAN_TESTS:-$default_tsan_tests}; do
   fi
 done
 
-configure() {
-  local dir=$1 sanitize=$2
-  local args=(-G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1"
-    -DFRAGCTL_SANITIZE="$sanitize" -DFRAGCTL_BUILD_TESTS=ON -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF)
-  [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda.h" ] || args+=(-DFRAGCTL_WITH_CUDA=OFF)
-  cmake -S . -B "$dir" "${args[@]}" >/dev/null
-}
+source tools/sanitize/configure.sh
 
 run_address() {
   local dir=${FRAGCTL_ASAN_DIR:-build-asan}
   echo "== sanitize: address,undefined (whole suite) in $dir"
-  configure "$dir" address,undefined
+  sanitize_configure "$dir" address
   local t0=$SECONDS
   cmake --build "$dir" -j "$jobs"
   echo "== sanitize: built in $((SECONDS - t0)) s"
@@ -62,7 +58,7 @@ run_address() {
 run_thread() {
   local dir=${FRAGCTL_TSAN_DIR:-build-tsan}
   echo "== sanitize: thread ($(echo $tsan_tests | wc -w) programs) in $dir"
-  configure "$dir" thread
+  sanitize_configure "$dir" thread
   local t0=$SECONDS
   # shellcheck disable=SC2086
   cmake --build "$dir" -j "$jobs" --target $tsan_tests
