@@ -108,7 +108,8 @@ FRAGCTL_API fragctl_status fragctl_stats_json(fragctl_allocator* allocator, char
 FRAGCTL_API void fragctl_string_free(char* text);
 
 /** Writes a report document (docs/statistics.md, "The report file") holding
- * this allocator's statistics to `path`, atomically. IO on failure. */
+ * this allocator's statistics and, unless its options say report_map:false,
+ * its memory map (docs/reports.md) to `path`, atomically. IO on failure. */
 FRAGCTL_API fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path);
 
 /* --- Process-default allocators ------------------------------------------- */
@@ -132,7 +133,8 @@ FRAGCTL_API fragctl_status fragctl_configure_defaults(const char* policy, const 
 FRAGCTL_API fragctl_status fragctl_default_allocator(int device, int create, fragctl_allocator** out);
 
 /** Writes a report document with every process-default allocator created so
- * far (one per device, in creation order) to `path`. */
+ * far (one per device, in creation order; statistics and memory maps) to
+ * `path`. */
 FRAGCTL_API fragctl_status fragctl_write_default_report(const char* path);
 
 /* --- PyTorch (torch.cuda.memory.CUDAPluggableAllocator) --------------------- */

@@ -91,7 +91,7 @@ class Allocator:
         return json.loads(_capi.take_string(out))
 
     def report(self, path):
-        """Writes a report document with this allocator's statistics to ``path``; returns ``path``."""
+        """Writes a report document with this allocator's statistics and memory map to ``path``; returns ``path``."""
         _capi.check(library().fragctl_write_report(self._live(), _capi.text(path)))
         return path
 
