@@ -48,9 +48,9 @@ struct oom_details {
   std::size_t device_free = 0;         ///< free memory the backend reports
   std::size_t device_total = 0;        ///< total memory the backend reports
   /// Device bytes held outside this allocator when it was created (the
-  /// runtime's context, libraries' workspaces): not blamed on another
-  /// process by the OOM verdict (fragctl/oom.hpp). The statistics adaptor
-  /// fills it in.
+  /// runtime's context, other processes): shown beside the OOM verdict
+  /// (fragctl/oom.hpp) to tell memory taken since from memory held before.
+  /// The statistics adaptor fills it in.
   std::size_t outside_at_start = 0;
 
   /// True when the request would have fit had the free bytes been contiguous:

@@ -13,7 +13,7 @@ namespace fragctl {
 namespace {
 
 /// Code of errors that say a backend is not available in this build.
-constexpr int not_supported_code = 801;  // CUDA_ERROR_NOT_SUPPORTED and hipErrorNotSupported
+[[maybe_unused]] constexpr int not_supported_code = 801;  // CUDA_ERROR_NOT_SUPPORTED and hipErrorNotSupported
 
 std::unique_ptr<device_backend> make_sim(const config& cfg) {
   sim_options options;

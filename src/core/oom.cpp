@@ -1,6 +1,7 @@
 // OOM verdicts and advice (fragctl/oom.hpp; the rules are in its theory comment).
 #include "fragctl/oom.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "fmt/format.h"
@@ -25,16 +26,21 @@ std::size_t memory_used_by_others(const oom_details& d) noexcept {
   return d.device_total > ours_and_free ? d.device_total - ours_and_free : 0;
 }
 
-std::size_t memory_taken_by_others(const oom_details& d) noexcept {
+std::size_t runtime_allowance(const oom_details& d) noexcept {
+  return std::min<std::size_t>(std::size_t{2} << 30, d.device_total / 32);
+}
+
+std::size_t memory_beyond_runtime(const oom_details& d) noexcept {
   const std::size_t others = memory_used_by_others(d);
-  return others > d.outside_at_start ? others - d.outside_at_start : 0;
+  const std::size_t runtime = runtime_allowance(d);
+  return others > runtime ? others - runtime : 0;
 }
 
 oom_verdict diagnose(const oom_details& d) noexcept {
   const std::size_t free_anywhere = d.cached_free + d.device_free;
   if (d.requested <= free_anywhere) return oom_verdict::fragmentation;
-  const std::size_t taken = memory_taken_by_others(d);
-  if (taken > 0 && d.requested <= free_anywhere + taken) return oom_verdict::other_process;
+  const std::size_t beyond = memory_beyond_runtime(d);
+  if (beyond > 0 && d.requested <= free_anywhere + beyond) return oom_verdict::other_process;
   return oom_verdict::capacity;
 }
 
@@ -53,10 +59,9 @@ std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view all
              "split into pieces no large request fits)";
     case oom_verdict::other_process:
       return fmt::format(
-          "freeing the {} taken outside this allocator since it started (another process: see nvidia-smi "
-          "or rocm-smi; another allocator in this process, e.g. a framework's own cache), or routing it "
-          "through fragctl",
-          human_bytes(memory_taken_by_others(d)));
+          "freeing the {} held outside this allocator (another process: see nvidia-smi or rocm-smi; "
+          "another allocator in this process, e.g. a framework's own cache), or routing it through fragctl",
+          human_bytes(memory_used_by_others(d)));
     case oom_verdict::capacity:
       break;
   }
@@ -85,8 +90,9 @@ std::string describe(const oom_event& e, std::string_view allocator) {
                            human_bytes(d.cached_free + d.device_free), human_bytes(d.largest_free_block));
       break;
     case oom_verdict::other_process:
-      reason = fmt::format("another process: {} of the device was taken outside this allocator since it started",
-                           human_bytes(memory_taken_by_others(d)));
+      reason = fmt::format("another process: {} of the device is held outside this allocator, more than a "
+                           "process's runtime takes ({})",
+                           human_bytes(memory_used_by_others(d)), human_bytes(runtime_allowance(d)));
       break;
     case oom_verdict::capacity:
       reason = fmt::format("true capacity: live {} plus the request exceed the device's {}",

@@ -50,6 +50,8 @@ absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::stri
     doc = json::parse(content.begin(), content.end(), keep);
   } catch (const json::parse_error& e) {
     return line_error(file, line_of_byte(content, e.byte), "invalid JSON: {}", e.what());
+  } catch (const json::exception& e) {  // a number out of range (2E097152), say
+    return line_error(file, 1, "invalid JSON: {}", e.what());
   }
   if (!doc.is_object() || !doc.contains("device_traces") || !doc["device_traces"].is_array())
     return line_error(file, 1, "a JSON trace must be a PyTorch memory snapshot: an object with a "

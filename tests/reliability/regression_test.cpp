@@ -11,6 +11,7 @@
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "fragctl/trace.hpp"
 
 namespace fragctl {
 namespace {
@@ -53,6 +54,19 @@ TEST(regression, size_options_above_two_to_the_62_are_refused_when_parsed) {
     EXPECT_NE(std::string(cfg.status().message()).find("at most 4 EiB"), std::string::npos) << cfg.status();
   }
   EXPECT_TRUE(parse_config("arena_size:4611686018427387904").ok());  // 2^62 itself is a size
+}
+
+// A PyTorch snapshot with a number beyond double's range ("total_size":
+// 2E097152) made nlohmann::json throw out_of_range, which is not a
+// parse_error: it escaped parse_trace and ended the process. Found by
+// fuzz_trace in CI; the input is fuzz/regressions/trace/snapshot_number_out_of_range.json.
+TEST(regression, snapshot_number_out_of_range_is_an_error_not_an_escaped_exception) {
+  const std::string snapshot = R"({"device_traces": [[{"action": "alloc", "addr": 1, "size": 2E097152}]]})";
+  absl::StatusOr<trace> t;
+  EXPECT_NO_THROW(t = parse_trace(snapshot, "huge.json"));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(t.status().message()).find("huge.json:1: invalid JSON"), std::string::npos) << t.status();
 }
 
 }  // namespace

@@ -50,60 +50,63 @@ TEST(oom_diagnosis, verdicts) {
   EXPECT_EQ(diagnose(big), oom_verdict::capacity);
 }
 
-// Memory held outside when the allocator was created (the runtime's
-// context) is not another process's doing; only what was taken since is.
-TEST(oom_diagnosis, memory_held_outside_from_the_start_is_not_another_process) {
-  oom_details shared = details(8 * GiB, 49 * GiB, GiB, GiB, GiB, 80 * GiB);  // 30 GiB outside
-  shared.outside_at_start = 30 * GiB;
-  EXPECT_EQ(memory_taken_by_others(shared), 0u);
-  EXPECT_EQ(diagnose(shared), oom_verdict::capacity);
-  shared.outside_at_start = 25 * GiB;  // 5 GiB taken since: 2 + 5 < 8, still capacity
-  EXPECT_EQ(memory_taken_by_others(shared), 5 * GiB);
-  EXPECT_EQ(diagnose(shared), oom_verdict::capacity);
-  shared.outside_at_start = 20 * GiB;  // 10 GiB taken since: without them it fits
+// Every process holds some memory outside its allocator (the runtime's
+// context, workspaces, modules): up to min(2 GiB, 1/32 of the device) of it
+// is not blamed on another process.
+TEST(oom_diagnosis, the_runtime_allowance_is_not_another_process) {
+  // 80 GiB device: allowance 2 GiB. 1.5 GiB held outside, 1 GiB free, a
+  // 2 GiB request: without the allowance it would read "another process".
+  const oom_details runtime_only = details(2 * GiB, 77 * GiB + GiB / 2, 0, 0, GiB, 80 * GiB);
+  EXPECT_EQ(runtime_allowance(runtime_only), 2 * GiB);
+  EXPECT_EQ(memory_used_by_others(runtime_only), GiB + GiB / 2);
+  EXPECT_EQ(memory_beyond_runtime(runtime_only), 0u);
+  EXPECT_EQ(diagnose(runtime_only), oom_verdict::capacity);
+  // 30 GiB outside: 28 GiB beyond the allowance, and without them it fits.
+  const oom_details shared = details(8 * GiB, 49 * GiB, GiB, GiB, GiB, 80 * GiB);
+  EXPECT_EQ(memory_beyond_runtime(shared), 28 * GiB);
   EXPECT_EQ(diagnose(shared), oom_verdict::other_process);
-  EXPECT_THAT(oom_advice(oom_verdict::other_process, shared, "arena", true), HasSubstr("10.00 GiB"));
+  // A small device: the allowance is 1/32 of it.
+  EXPECT_EQ(runtime_allowance(details(MiB, 0, 0, 0, 0, 64 * MiB)), 2 * MiB);
 }
 
-// The statistics adaptor measures what is held outside when it starts: a
-// full device is "capacity" although the runtime holds memory, and becomes
-// "another process" only for memory taken outside later.
-TEST(oom_diagnosis, statistics_measure_the_memory_held_outside_at_start) {
-  sim_backend sim(sim_options{.capacity = 64 * MiB});
-  void* context = sim.allocate(16 * MiB);  // held before fragctl starts, like a CUDA context
+// The statistics adaptor records what was held outside when it started; the
+// verdict sets the runtime's allowance apart from memory others hold.
+TEST(oom_diagnosis, statistics_record_the_memory_held_outside_at_start) {
+  sim_backend sim(sim_options{.capacity = 64 * MiB});  // allowance 2 MiB
+  void* context = sim.allocate(2 * MiB);                // held before fragctl starts, like a CUDA context
   config cfg;
   cfg.log_level = "off";
   statistics_adaptor a(make_policy("caching", cfg, sim));
   std::vector<void*> live;
-  for (int i = 0; i < 3; ++i) live.push_back(a.allocate(16 * MiB));  // the 48 MiB left
-  EXPECT_THROW((void)a.allocate(16 * MiB), out_of_memory);
+  for (int i = 0; i < 3; ++i) live.push_back(a.allocate(20 * MiB));  // 60 of the 62 MiB left
+  EXPECT_THROW((void)a.allocate(20 * MiB), out_of_memory);
   allocator_stats s = a.stats();
   ASSERT_EQ(s.oom_events.size(), 1u);
-  EXPECT_EQ(s.oom_events[0].details.outside_at_start, 16 * MiB);
-  EXPECT_EQ(memory_used_by_others(s.oom_events[0].details), 16 * MiB);
-  EXPECT_EQ(s.oom_events[0].verdict, oom_verdict::capacity);
-  EXPECT_THAT(describe(s.oom_events[0], "caching"), HasSubstr("used by others 16.00 MiB (16.00 MiB when the allocator started)"));
+  EXPECT_EQ(s.oom_events[0].details.outside_at_start, 2 * MiB);
+  EXPECT_EQ(memory_used_by_others(s.oom_events[0].details), 2 * MiB);
+  EXPECT_EQ(s.oom_events[0].verdict, oom_verdict::capacity) << "the runtime's 2 MiB are not another process";
+  EXPECT_THAT(describe(s.oom_events[0], "caching"), HasSubstr("used by others 2.00 MiB (2.00 MiB when the allocator started)"));
 
-  // Something else takes 16 MiB after the start: now it is another process.
-  a.deallocate(live.back(), 16 * MiB);
+  // Something else takes 20 MiB: now the request would fit without it.
+  a.deallocate(live.back(), 20 * MiB);
   live.pop_back();
   a.release_cached();
-  void* intruder = sim.allocate(16 * MiB);
+  void* intruder = sim.allocate(20 * MiB);
   ASSERT_NE(intruder, nullptr);
-  EXPECT_THROW((void)a.allocate(16 * MiB), out_of_memory);
+  EXPECT_THROW((void)a.allocate(20 * MiB), out_of_memory);
   s = a.stats();
   ASSERT_EQ(s.oom_events.size(), 2u);
   EXPECT_EQ(s.oom_events[1].verdict, oom_verdict::other_process);
-  EXPECT_EQ(memory_taken_by_others(s.oom_events[1].details), 16 * MiB);
+  EXPECT_EQ(memory_beyond_runtime(s.oom_events[1].details), 20 * MiB);
 
   const auto back = stats_from_json(to_json(s));
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->oom_events[1].details.outside_at_start, 16 * MiB);
+  EXPECT_EQ(back->oom_events[1].details.outside_at_start, 2 * MiB);
 
-  for (void* p : live) a.deallocate(p, 16 * MiB);
+  for (void* p : live) a.deallocate(p, 20 * MiB);
   a.release_cached();
-  sim.free(intruder, 16 * MiB);
-  sim.free(context, 16 * MiB);
+  sim.free(intruder, 20 * MiB);
+  sim.free(context, 2 * MiB);
 }
 
 TEST(oom_diagnosis, advice_names_one_setting) {
