@@ -18,8 +18,8 @@
 //   capacity        otherwise.
 //
 // Every process holds some device memory outside its allocator: the CUDA or
-// HIP context, library workspaces, lazily loaded kernel modules (0.6 GiB at
-// the start of a PyTorch job on an H200 and 0.76 GiB by its end, measured).
+// HIP context, library workspaces, lazily loaded kernel modules (0.58 GiB at
+// the start of a PyTorch job on an H200 and 0.74 GiB by its end, measured).
 // Counting that as another process's made every full device look like
 // "another process"; the allowance `runtime` keeps it out of the verdict.
 // Memory arithmetic cannot tell whose the rest is (another process, or

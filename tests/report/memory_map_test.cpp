@@ -140,6 +140,34 @@ TEST(memory_map, arena_segments_are_mapped_runs_tiled_by_blocks) {
   a.deallocate(big, 5 * MiB);
 }
 
+// With no hysteresis the freed block's granules are unmapped at once: two
+// runs, and the free block between the live ones is cut at each run's end.
+TEST(memory_map, arena_blocks_are_cut_at_the_ends_of_mapped_runs) {
+  sim_backend sim;
+  auto cfg = parse_config("release_threshold:0,release_delay:0");
+  ASSERT_TRUE(cfg.ok());
+  const std::unique_ptr<device_allocator> policy = make_policy("arena", *cfg, sim);
+  void* low = policy->allocate(3 * MiB);
+  void* mid = policy->allocate(8 * MiB);
+  void* high = policy->allocate(3 * MiB);
+  policy->deallocate(mid, 8 * MiB);
+  const memory_snapshot m = policy->memory_map();
+  EXPECT_EQ(m.segments.size(), policy->state().segments);
+  ASSERT_GE(m.segments.size(), 2u) << "the middle granules were unmapped";
+  EXPECT_EQ(m.reserved_bytes(), policy->state().reserved);
+  EXPECT_EQ(m.bytes(block_use::live), policy->state().allocated);
+  expect_tiled(m);
+  for (const memory_segment& seg : m.segments) {
+    for (const memory_block& b : seg.blocks) {
+      EXPECT_FALSE(b.address < addr(mid) + 8 * MiB && addr(mid) + 2 * MiB <= b.address &&
+                   b.address + b.size <= addr(mid) + 6 * MiB)
+          << "no block inside the unmapped middle granules";
+    }
+  }
+  policy->deallocate(low, 3 * MiB);
+  policy->deallocate(high, 3 * MiB);
+}
+
 TEST(memory_map, arena_free_on_another_stream_is_pending_on_that_stream) {
   sim_options o;
   o.manual_completion = true;

@@ -87,10 +87,11 @@ for line in machine:
 print(f"- plain pinned memcpy_async of one checkpoint: D2H {plain('d2h'):.1f} GB/s, H2D {plain('h2d'):.1f} GB/s\n")
 print("| budget | budget GiB | offloaded GiB | D2H GB/s (vs plain) | H2D GB/s (vs plain) | copy hidden | fwd stall ms | bwd stall ms | on-demand gets | pins steady | errors | iteration ms |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-ok, notes, label = True, [], ""
+ok, notes, label, seen = True, [], "", 0
 for b in rows:
     if not b["name"].startswith("checkpoint/"):
         continue
+    seen += 1
     pct = b["name"].split("budget_pct:")[1].split("/")[0]
     if b.get("error_occurred"):
         print(f"| {pct}% | ERROR: {b.get('error_message')} |" + " |" * 10)
@@ -108,6 +109,9 @@ for b in rows:
     for k in ("d2h_vs_plain", "h2d_vs_plain"):
         if k in b and b[k] < 0.8:
             notes.append(f"below target: budget {pct}%, {k} = {b[k]:.0%} (target 80%)")
+if seen == 0:
+    ok = False
+    notes.append("no checkpoint/ benchmark ran: nothing was checked")
 print()
 for n in notes:
     print(f"- {n}")
