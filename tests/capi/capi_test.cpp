@@ -18,8 +18,11 @@
 #include "fragctl/error.hpp"
 #include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
+#include "support/test_support.hpp"
 
 namespace {
+
+using fragctl::testing::read_file;
 
 // An allocator on sim with `options`, failing the test if it cannot be built.
 fragctl_allocator* make(const char* policy, const char* options = "sim_capacity:1GiB") {
@@ -39,13 +42,6 @@ fragctl::allocator_stats stats_of(fragctl_allocator* a) {
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 void* const stream_a = reinterpret_cast<void*>(0x1000);

@@ -18,19 +18,15 @@
 #include "fragctl/sim_backend.hpp"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::read_file;
+
 std::string temp_path(std::string_view name) {
   return fmt::format("{}/fragctl_{}_{}", ::testing::TempDir(), ::getpid(), name);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 config report_config(const std::string& path) {
@@ -58,7 +54,7 @@ TEST(report, written_when_the_stack_is_destroyed) {
   stack.reset();
 
   ASSERT_TRUE(std::filesystem::exists(path));
-  const std::string text = slurp(path);
+  const std::string text = read_file(path);
   const nlohmann::json doc = nlohmann::json::parse(text);
   EXPECT_EQ(doc["schema_version"], stats_schema_version);
   EXPECT_EQ(doc["reason"], "destroy");
@@ -93,7 +89,7 @@ TEST(report, sigusr1_writes_the_report_of_live_stacks) {
   }
   ASSERT_GT(reports_written(), before) << "no report was written after SIGUSR1";
 
-  const std::string text = slurp(path);
+  const std::string text = read_file(path);
   EXPECT_EQ(nlohmann::json::parse(text)["reason"], "signal");
   auto report = report_from_json(text);
   ASSERT_TRUE(report.ok()) << report.status();
@@ -115,7 +111,7 @@ TEST(report, keeps_destroyed_stacks_and_lists_live_ones) {
   first.reset();
 
   EXPECT_GE(write_reports(), 1u);
-  auto report = report_from_json(slurp(path));
+  auto report = report_from_json(read_file(path));
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->size(), 2u);
   EXPECT_EQ((*report)[0].requested.peak, 1 * MiB);

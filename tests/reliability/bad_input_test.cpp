@@ -27,9 +27,13 @@
 #include "fuzz/harness/policy_cases.hpp"
 #include "spdlog/sinks/ostream_sink.h"
 #include "util/strings.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl::fuzz {
 namespace {
+
+using fragctl::testing::read_file;
+using fragctl::testing::test_data;
 
 // Captures the library's log lines for one test.
 class log_capture {
@@ -322,26 +326,14 @@ TEST(bad_input_config, extreme_option_values_are_refused_or_served_never_a_crash
 
 // --- traces and reports ---------------------------------------------------------------
 
-std::string test_data(const char* name) {
-  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
-  return std::string(dir == nullptr ? "." : dir) + "/" + name;
-}
-
 std::string scratch(const std::string& name, const std::string& content) {
   const std::string path = ::testing::TempDir() + "fragctl_bad_input_" + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(bad_input_files, truncated_gzip_trace_is_data_loss_with_the_line) {
-  const std::string whole = slurp(test_data("resnet50.trace.csv.gz"));
+  const std::string whole = read_file(test_data("resnet50.trace.csv.gz"));
   ASSERT_GT(whole.size(), 10000U);
   const std::string path = scratch("truncated.trace.csv.gz", whole.substr(0, whole.size() / 2));
   auto t = read_trace(path);

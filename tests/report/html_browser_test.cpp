@@ -4,14 +4,12 @@
 // tooltip a hover shows); a screenshot checks that it renders at all.
 // Skipped, with a message, where Chromium is not installed
 // (tools/install-deps.sh installs Debian's `chromium`).
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,18 +18,18 @@
 
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::occurrences;
+using fragctl::testing::run_command;
+using fragctl::testing::run_result;
+using fragctl::testing::fragmenting_trace;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 std::string find_chromium() {
   if (const char* given = std::getenv("FRAGCTL_CHROMIUM"); given != nullptr && *given != '\0') return given;
@@ -50,44 +48,15 @@ std::string find_chromium() {
 }
 
 // Runs the browser headless on `page` with the flags that keep it off the
-// network and out of the user's profile; returns stdout.
-std::string run_chromium(const std::string& chromium, const fs::path& profile, const std::string& action,
-                         const fs::path& page, int* status) {
+// network and out of the user's profile.
+run_result run_chromium(const std::string& chromium, const fs::path& profile, const std::string& action,
+                        const fs::path& page) {
   const std::string command = fmt::format(
       "timeout 120 '{}' --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
       "--disable-background-networking --disable-component-update --disable-sync --disable-extensions "
       "--hide-scrollbars --user-data-dir='{}' {} 'file://{}' 2>/dev/null",
       chromium, profile.string(), action, page.string());
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  std::array<char, 65536> buffer{};
-  std::size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int raw = ::pclose(pipe);
-  *status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return out;
-}
-
-// The fragmenting trace of report_render_test: an OOM on a 64 MiB device.
-trace fragmenting_trace() {
-  trace t;
-  t.name = "fragmenting";
-  std::int64_t time = 0;
-  const auto add = [&](trace_event::action a, std::uint64_t addr, std::size_t size) {
-    t.events.push_back({a, addr, size, 0, time});
-    time += 1000;
-  };
-  for (std::uint64_t i = 0; i < 3; ++i) {
-    add(trace_event::action::alloc, 0x1000 + i, 8 * MiB);
-    add(trace_event::action::alloc, 0x2000 + i, 12 * MiB);
-  }
-  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x1000 + i, 8 * MiB);
-  add(trace_event::action::alloc, 0x3000, 16 * MiB);
-  add(trace_event::action::alloc, 0x4000, 4 * KiB);
-  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x2000 + i, 12 * MiB);
-  add(trace_event::action::free, 0x4000, 4 * KiB);
-  return t;
+  return run_command(command);
 }
 
 class html_browser : public ::testing::Test {
@@ -129,9 +98,9 @@ TEST_F(html_browser, dom_after_scripts_shows_maps_timeline_and_tooltip) {
   const fs::path page = dir_ / "report.html";
   std::ofstream(page) << html;
 
-  int status = -1;
-  const std::string dom = run_chromium(chromium_, dir_ / "profile", "--dump-dom", page, &status);
-  ASSERT_EQ(status, 0) << "chromium failed";
+  const run_result browser = run_chromium(chromium_, dir_ / "profile", "--dump-dom", page);
+  ASSERT_EQ(browser.status, 0) << "chromium failed";
+  const std::string& dom = browser.out;
   ASSERT_FALSE(dom.empty());
 
   // The page's script ran to its end, then the probe.
@@ -149,18 +118,18 @@ TEST_F(html_browser, dom_after_scripts_shows_maps_timeline_and_tooltip) {
   ASSERT_EQ(maps, 3u);
   EXPECT_THAT(dom, HasSubstr(fmt::format("data-maps=\"{}\"", maps)));
   EXPECT_THAT(dom, HasSubstr(fmt::format("data-blocks=\"{}\"", blocks)));
-  EXPECT_EQ(count(dom, "<rect class=\"block "), blocks);
+  EXPECT_EQ(occurrences(dom, "<rect class=\"block "), blocks);
   EXPECT_EQ(live, 3u + 4u);  // at the OOM: three 12 MiB blocks; at peak: those and the 4 KiB one
-  EXPECT_EQ(count(dom, "<rect class=\"block live\""), live);
-  EXPECT_EQ(count(dom, "<g class=\"legend-item\""), maps * (map_size_classes().size() + 2));
+  EXPECT_EQ(occurrences(dom, "<rect class=\"block live\""), live);
+  EXPECT_EQ(occurrences(dom, "<g class=\"legend-item\""), maps * (map_size_classes().size() + 2));
 
   // The timeline: both lines with one vertex per event, and the OOM.
   const std::regex reserved("<path class=\"line reserved\" d=\"(M[^\"]*)\"");
   std::smatch match;
   ASSERT_TRUE(std::regex_search(dom, match, reserved));
-  EXPECT_EQ(count(match[1].str(), "L"), fragmenting_trace().events.size() - 1);
-  EXPECT_EQ(count(dom, "<path class=\"line requested\""), 1u);
-  EXPECT_EQ(count(dom, "<g class=\"oom\" data-event=\"9\">"), 1u);
+  EXPECT_EQ(occurrences(match[1].str(), "L"), fragmenting_trace().events.size() - 1);
+  EXPECT_EQ(occurrences(dom, "<path class=\"line requested\""), 1u);
+  EXPECT_EQ(occurrences(dom, "<g class=\"oom\" data-event=\"9\">"), 1u);
 
   // The tooltip shows the hovered block's address, size and stream.
   const std::regex tooltip("<div id=\"tooltip\" style=\"([^\"]*)\">([^<]*)</div>");
@@ -176,10 +145,9 @@ TEST_F(html_browser, screenshot_renders) {
   const fs::path page = dir_ / "report.html";
   std::ofstream(page) << render_html({run_});
   const fs::path png = dir_ / "report.png";
-  int status = -1;
-  run_chromium(chromium_, dir_ / "profile", fmt::format("--window-size=1200,900 --screenshot='{}'", png.string()),
-               page, &status);
-  ASSERT_EQ(status, 0);
+  const run_result browser = run_chromium(
+      chromium_, dir_ / "profile", fmt::format("--window-size=1200,900 --screenshot='{}'", png.string()), page);
+  ASSERT_EQ(browser.status, 0);
   ASSERT_TRUE(fs::exists(png));
   std::ifstream in(png, std::ios::binary);
   std::array<unsigned char, 24> head{};

@@ -18,25 +18,16 @@
 #include "fragctl/report.hpp"
 #include "fragctl/run_report.hpp"
 #include "nlohmann/json.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::read_file;
+using fragctl::testing::occurrences;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 fs::path temp_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("fragctl_{}_{}", name, ::getpid());
@@ -86,13 +77,13 @@ TEST(live_export, prometheus_text_merges_families) {
   b.allocator = "arena";
   b.reserved = {30, 40};
   const std::string text = prometheus_text({a, b});
-  EXPECT_EQ(count(text, "# TYPE fragctl_reserved_bytes gauge\n"), 1u);
-  EXPECT_EQ(count(text, "# HELP fragctl_reserved_bytes "), 1u);
+  EXPECT_EQ(occurrences(text, "# TYPE fragctl_reserved_bytes gauge\n"), 1u);
+  EXPECT_EQ(occurrences(text, "# HELP fragctl_reserved_bytes "), 1u);
   EXPECT_THAT(text, HasSubstr("# TYPE fragctl_reserved_bytes gauge\n"
                               "fragctl_reserved_bytes{allocator=\"caching\",backend=\"sim\",device=\"0\"} 10\n"
                               "fragctl_reserved_bytes{allocator=\"arena\",backend=\"sim\",device=\"0\"} 30\n"));
   // Every sample line follows its family's TYPE line.
-  EXPECT_EQ(count(text, "# TYPE "), count(to_prometheus(a), "# TYPE "));
+  EXPECT_EQ(occurrences(text, "# TYPE "), occurrences(to_prometheus(a), "# TYPE "));
 }
 
 // Polls until `done` or 20 s pass (the interval is 50 ms; the bound only
@@ -120,7 +111,7 @@ TEST(live_export, interval_rewrites_report_and_prometheus_file) {
 
   const std::uint64_t before = reports_written();
   ASSERT_TRUE(eventually([&] { return reports_written() >= before + 4; }));  // two ticks, two files each
-  const auto doc = nlohmann::json::parse(slurp(dir / "job.json"));
+  const auto doc = nlohmann::json::parse(read_file(dir / "job.json"));
   EXPECT_EQ(doc["reason"], "interval");
   ASSERT_EQ(doc["allocators"].size(), 1u);
   EXPECT_EQ(doc["allocators"][0]["requested_bytes"]["current"], 3 * MiB);
@@ -131,7 +122,7 @@ TEST(live_export, interval_rewrites_report_and_prometheus_file) {
   EXPECT_EQ(map["segments"][0]["blocks"][0]["use"], "live");
   EXPECT_EQ(map["segments"][0]["blocks"][0]["requested"], 3 * MiB);
 
-  const std::string prom = slurp(dir / "job.prom");
+  const std::string prom = read_file(dir / "job.prom");
   EXPECT_THAT(prom, HasSubstr("fragctl_requested_bytes{allocator=\"caching\",backend=\"sim\",device=\"0\"} 3145728\n"));
   EXPECT_THAT(prom, HasSubstr("fragctl_reserved_bytes{allocator=\"caching\",backend=\"sim\",device=\"0\"} 20971520\n"));
   // No temporary file is left behind for the collector to read.
@@ -148,8 +139,8 @@ TEST(live_export, interval_rewrites_report_and_prometheus_file) {
 
   stack->allocator().deallocate(p, 3 * MiB);
   stack.reset();
-  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "job.json"))["reason"], "destroy");
-  EXPECT_THAT(slurp(dir / "job.prom"), HasSubstr("fragctl_requested_bytes{allocator=\"caching\",backend=\"sim\",device=\"0\"} 0\n"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir / "job.json"))["reason"], "destroy");
+  EXPECT_THAT(read_file(dir / "job.prom"), HasSubstr("fragctl_requested_bytes{allocator=\"caching\",backend=\"sim\",device=\"0\"} 0\n"));
   fs::remove_all(dir);
 }
 
@@ -162,7 +153,7 @@ TEST(live_export, report_map_off_leaves_the_map_out) {
   cfg.report_map = false;
   auto stack = make_allocator(cfg);
   stack.reset();
-  const auto doc = nlohmann::json::parse(slurp(dir / "job.json"));
+  const auto doc = nlohmann::json::parse(read_file(dir / "job.json"));
   EXPECT_FALSE(doc["allocators"][0].contains("memory_map"));
   fs::remove_all(dir);
 }

@@ -1,14 +1,11 @@
 // `fragctl report` end to end: runs the built binary (<build>/tools/fragctl)
 // on traces, JSON reports and replay output, and checks what it prints and
 // writes, and its exit status.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,52 +15,20 @@
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
 #include "fragctl/report.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::read_file;
+using fragctl::testing::occurrences;
+using fragctl::testing::test_data;
+using fragctl::testing::run_result;
+using fragctl::testing::fragctl_binary;
+using fragctl::testing::run_fragctl;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-struct run_result {
-  int status = -1;
-  std::string out;
-};
-
-fs::path fragctl_binary() {
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" / "fragctl";
-}
-
-std::string data(const std::string& file) {
-  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
-  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
-}
-
-run_result run_fragctl(const std::string& args, const std::string& redirect = "2>/dev/null") {
-  const std::string command = "'" + fragctl_binary().string() + "' " + args + " " + redirect;
-  run_result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  std::size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 class report_command : public ::testing::Test {
  protected:
@@ -97,7 +62,7 @@ class report_command : public ::testing::Test {
 };
 
 TEST_F(report_command, summary_of_a_trace) {
-  const run_result r = run_fragctl("report '" + data("tiny_fragctl.csv") + "' --policy caching");
+  const run_result r = run_fragctl("report '" + test_data("tiny_fragctl.csv") + "' --policy caching");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("fragctl report: tiny_fragctl / caching\n"));
   EXPECT_THAT(r.out, HasSubstr("  trace tiny_fragctl replayed through caching on sim (device 0)\n"));
@@ -139,27 +104,27 @@ TEST_F(report_command, comparison_of_two_reports) {
 TEST_F(report_command, comparison_of_policies_on_one_trace_and_html_and_svg) {
   const fs::path html = dir_ / "cmp.html";
   const fs::path svg = dir_ / "map.svg";
-  const run_result r = run_fragctl("report '" + data("gpt2m.trace.csv.gz") + "' --policy caching,arena --html '" +
+  const run_result r = run_fragctl("report '" + test_data("gpt2m.trace.csv.gz") + "' --policy caching,arena --html '" +
                                    html.string() + "' --svg '" + svg.string() + "'");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("  A = gpt2m / caching ("));
   EXPECT_THAT(r.out, HasSubstr("  B = gpt2m / arena ("));
   EXPECT_THAT(r.out, HasSubstr("gpt2m / arena reserves "));
   EXPECT_THAT(r.out, HasSubstr(" less at peak than gpt2m / caching ("));
-  const std::string page = slurp(html);
-  EXPECT_EQ(count(page, "<section class=\"run\""), 2u);
-  EXPECT_EQ(count(page, "<svg class=\"timeline\""), 2u);
+  const std::string page = read_file(html);
+  EXPECT_EQ(occurrences(page, "<section class=\"run\""), 2u);
+  EXPECT_EQ(occurrences(page, "<svg class=\"timeline\""), 2u);
   EXPECT_THAT(page, HasSubstr("<section id=\"comparison\">"));
   // The SVG is the caching run's map at peak reserved.
-  const std::string map = slurp(svg);
+  const std::string map = read_file(svg);
   EXPECT_EQ(map.rfind("<?xml", 0), 0u);
   EXPECT_THAT(map, HasSubstr("at peak reserved"));
-  EXPECT_GT(count(map, "<rect class=\"block live"), 100u);
+  EXPECT_GT(occurrences(map, "<rect class=\"block live"), 100u);
 }
 
 TEST_F(report_command, replay_json_output_is_a_report) {
   const fs::path results = dir_ / "replay.json";
-  ASSERT_EQ(std::system(("'" + fragctl_binary().string() + "' replay '" + data("tiny_fragctl.csv") +
+  ASSERT_EQ(std::system(("'" + fragctl_binary().string() + "' replay '" + test_data("tiny_fragctl.csv") +
                          "' --policy caching,buckets:caching --backend sim --json > '" + results.string() + "'")
                             .c_str()),
             0);
@@ -172,7 +137,7 @@ TEST_F(report_command, replay_json_output_is_a_report) {
 TEST_F(report_command, errors) {
   EXPECT_EQ(run_fragctl("report").status, 2);
   EXPECT_EQ(run_fragctl("report --top 0 x").status, 2);
-  EXPECT_EQ(run_fragctl("report '" + data("tiny_fragctl.csv") + "' --policy nosuch").status, 2);
+  EXPECT_EQ(run_fragctl("report '" + test_data("tiny_fragctl.csv") + "' --policy nosuch").status, 2);
   const run_result missing = run_fragctl("report /nonexistent/file.json", "2>&1");
   EXPECT_EQ(missing.status, 1);
   EXPECT_THAT(missing.out, HasSubstr("/nonexistent/file.json"));

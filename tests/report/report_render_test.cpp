@@ -10,41 +10,16 @@
 #include "fragctl/policy.hpp"
 #include "fragctl/run_report.hpp"
 #include "report/progress_bar.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::occurrences;
+using fragctl::testing::fragmenting_trace;
+
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// A trace that fragments the caching policy on a 64 MiB device: three
-// segments of 20 MiB, each with an 8 MiB hole once the holes are freed, then
-// a 16 MiB request that no hole holds (an OOM), then everything freed.
-trace fragmenting_trace() {
-  trace t;
-  t.name = "fragmenting";
-  std::int64_t time = 0;
-  const auto add = [&](trace_event::action a, std::uint64_t addr, std::size_t size) {
-    t.events.push_back({a, addr, size, 0, time});
-    time += 1000;
-  };
-  for (std::uint64_t i = 0; i < 3; ++i) {
-    add(trace_event::action::alloc, 0x1000 + i, 8 * MiB);
-    add(trace_event::action::alloc, 0x2000 + i, 12 * MiB);
-  }
-  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x1000 + i, 8 * MiB);
-  add(trace_event::action::alloc, 0x3000, 16 * MiB);  // event 9: OOM
-  add(trace_event::action::alloc, 0x4000, 4 * KiB);
-  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x2000 + i, 12 * MiB);
-  add(trace_event::action::free, 0x4000, 4 * KiB);
-  return t;
-}
 
 report_options caching_on_64_mib() {
   report_options o;
@@ -123,8 +98,8 @@ TEST(report_render, text_summary) {
   EXPECT_THAT(text, HasSubstr("  largest free block            20.00 MiB   of 62.00 MiB free in cache, 4 segments\n"));
   EXPECT_THAT(text, HasSubstr("  3 segments, 60.00 MiB reserved: 36.00 MiB live, 24.00 MiB free, 0 B pending\n"));
   // Three segments each wasting 8 MiB in one hole.
-  EXPECT_EQ(count(text, " 20.00 MiB large  default"), 3u);
-  EXPECT_EQ(count(text, "  8.00 MiB         0 B      1     8.00 MiB\n"), 3u);
+  EXPECT_EQ(occurrences(text, " 20.00 MiB large  default"), 3u);
+  EXPECT_EQ(occurrences(text, "  8.00 MiB         0 B      1     8.00 MiB\n"), 3u);
   // Histogram: 3 x 8 MiB, 4 x 12/16 MiB (bucket 8-16 MiB holds 12 MiB; 16 MiB is the next), one 4 KiB.
   EXPECT_THAT(text, HasSubstr("    4 KiB - 8 KiB    |"));
   EXPECT_THAT(text, HasSubstr("    8 MiB - 16 MiB   |\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588"
@@ -173,19 +148,19 @@ TEST(report_render, map_svg_structure) {
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
   EXPECT_THAT(svg, HasSubstr("xmlns=\"http://www.w3.org/2000/svg\""));
   EXPECT_THAT(svg, HasSubstr("data-segments=\"3\" data-blocks=\"6\""));
-  EXPECT_EQ(count(svg, "<rect class=\"block live\""), 3u);
-  EXPECT_EQ(count(svg, "<rect class=\"block free\""), 3u);
-  EXPECT_EQ(count(svg, "<rect class=\"segment\""), 3u);
-  EXPECT_EQ(count(svg, "<g class=\"legend-item\""), map_size_classes().size() + 2);
+  EXPECT_EQ(occurrences(svg, "<rect class=\"block live\""), 3u);
+  EXPECT_EQ(occurrences(svg, "<rect class=\"block free\""), 3u);
+  EXPECT_EQ(occurrences(svg, "<rect class=\"segment\""), 3u);
+  EXPECT_EQ(occurrences(svg, "<g class=\"legend-item\""), map_size_classes().size() + 2);
   // 12 MiB live blocks are in the 1 - 16 MiB class.
-  EXPECT_EQ(count(svg, "fill=\"#33a02c\" data-address"), 3u);
+  EXPECT_EQ(occurrences(svg, "fill=\"#33a02c\" data-address"), 3u);
   EXPECT_THAT(svg, HasSubstr("data-size=\"12582912\" data-requested=\"12582912\" data-stream=\"default\"><title>live "
                              "block"));
   EXPECT_THAT(svg, HasSubstr("3 segments, 60.00 MiB reserved: 36.00 MiB live, 24.00 MiB free, 0 B pending; one row = "
                              "32.00 MiB"));
   EXPECT_THAT(svg, Not(HasSubstr("https:")));
-  EXPECT_EQ(count(svg, "<svg"), count(svg, "</svg>"));
-  EXPECT_EQ(count(svg, "<g"), count(svg, "</g>"));
+  EXPECT_EQ(occurrences(svg, "<svg"), occurrences(svg, "</svg>"));
+  EXPECT_EQ(occurrences(svg, "<g"), occurrences(svg, "</g>"));
 }
 
 TEST(report_render, map_svg_merges_blocks_too_thin_to_see) {
@@ -202,9 +177,9 @@ TEST(report_render, map_svg_merges_blocks_too_thin_to_see) {
   s.blocks.push_back({s.address + 4096 * 4 * KiB, GiB - 16 * MiB, 0, block_use::free, nullptr});
   m.map.segments.push_back(s);
   const std::string svg = render_map_svg(m);
-  EXPECT_EQ(count(svg, "<rect class=\"block cluster live\""), 1u);
+  EXPECT_EQ(occurrences(svg, "<rect class=\"block cluster live\""), 1u);
   EXPECT_THAT(svg, HasSubstr("data-blocks=\"4096\" data-size=\"16777216\""));
-  EXPECT_EQ(count(svg, "<rect class=\"block free\""), 1u);
+  EXPECT_EQ(occurrences(svg, "<rect class=\"block free\""), 1u);
 }
 
 TEST(report_render, html_is_self_contained) {
@@ -217,19 +192,19 @@ TEST(report_render, html_is_self_contained) {
   for (const char* ref : {"src=", "href=", "@import", "url(http", "https:", "http://www.w"}) {
     EXPECT_THAT(html, Not(HasSubstr(ref))) << ref;
   }
-  EXPECT_EQ(count(html, "<script>"), 1u);
-  EXPECT_EQ(count(html, "<section class=\"run\""), 2u);
+  EXPECT_EQ(occurrences(html, "<script>"), 1u);
+  EXPECT_EQ(occurrences(html, "<section class=\"run\""), 2u);
   EXPECT_THAT(html, HasSubstr("<section id=\"comparison\">"));
-  EXPECT_EQ(count(html, "<svg class=\"timeline\""), 2u);
-  EXPECT_EQ(count(html, "<path class=\"line reserved\""), 2u);
-  EXPECT_EQ(count(html, "<g class=\"oom\""), 2u);
+  EXPECT_EQ(occurrences(html, "<svg class=\"timeline\""), 2u);
+  EXPECT_EQ(occurrences(html, "<path class=\"line reserved\""), 2u);
+  EXPECT_EQ(occurrences(html, "<g class=\"oom\""), 2u);
   // Three maps per run, the first shown and the others folded.
-  EXPECT_EQ(count(html, "<svg class=\"memory-map\""), 6u);
-  EXPECT_EQ(count(html, "<details><summary>Memory map"), 4u);
+  EXPECT_EQ(occurrences(html, "<svg class=\"memory-map\""), 6u);
+  EXPECT_EQ(occurrences(html, "<details><summary>Memory map"), 4u);
   EXPECT_THAT(html, HasSubstr("<span class=\"verdict fragmentation\">fragmentation</span> allocation #7:"));
   // Ids stay unique across maps.
-  EXPECT_EQ(count(html, "id=\"r0m0-pending\""), 1u);
-  EXPECT_EQ(count(html, "id=\"r1m2-pending\""), 1u);
+  EXPECT_EQ(occurrences(html, "id=\"r0m0-pending\""), 1u);
+  EXPECT_EQ(occurrences(html, "id=\"r1m2-pending\""), 1u);
 }
 
 TEST(report_render, a_missing_map_is_explained) {
@@ -247,14 +222,14 @@ TEST(report_render, progress_bar_frames) {
   const std::string half = format_progress("gpt2m / caching", 50, 100, 2.0, 80);
   EXPECT_EQ(half.rfind("gpt2m / caching \u2595", 0), 0u);
   EXPECT_THAT(half, HasSubstr(" 50% 50/100 events  2.0 s left"));
-  EXPECT_EQ(count(half, "\u2588"), count(half, "\u2591"));  // half full
+  EXPECT_EQ(occurrences(half, "\u2588"), occurrences(half, "\u2591"));  // half full
   const std::string done = format_progress("x", 35700, 35700, 9.0, 80);
   EXPECT_THAT(done, HasSubstr("100% 35.7k/35.7k events"));
-  EXPECT_EQ(count(done, "\u2591"), 0u);
+  EXPECT_EQ(occurrences(done, "\u2591"), 0u);
   EXPECT_THAT(done, Not(HasSubstr("left")));
   // A narrow terminal shortens the label first, and the bar stays readable.
   const std::string narrow = format_progress("a very long trace name / buckets:arena", 1, 4, 1.0, 50);
-  EXPECT_GE(count(narrow, "\u2588") + count(narrow, "\u2591") + 1, 10u);
+  EXPECT_GE(occurrences(narrow, "\u2588") + occurrences(narrow, "\u2591") + 1, 10u);
 }
 
 }  // namespace

@@ -1,11 +1,8 @@
 // The `fragctl` command end to end: runs the built binary (<build>/tools/fragctl,
 // found next to this test's own directory) and checks its output and exit
 // status.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,41 +12,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::test_data;
+using fragctl::testing::run_result;
+using fragctl::testing::fragctl_binary;
+using fragctl::testing::run_fragctl;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-struct run_result {
-  int status = -1;
-  std::string out;
-};
-
-fs::path fragctl_binary() {
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  return self.parent_path().parent_path() / "tools" / "fragctl";
-}
-
-std::string data(const std::string& file) {
-  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
-  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
-}
-
-// Runs fragctl with `args` (shell words); `redirect` picks which stream is kept.
-run_result run_fragctl(const std::string& args, const std::string& redirect = "2>/dev/null") {
-  const std::string command = "'" + fragctl_binary().string() + "' " + args + " " + redirect;
-  run_result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  std::size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
 
 class FragctlCli : public ::testing::Test {
  protected:
@@ -61,7 +35,7 @@ class FragctlCli : public ::testing::Test {
 
 TEST_F(FragctlCli, ReplayJson) {
   const run_result r =
-      run_fragctl("replay '" + data("tiny_fragctl.csv") + "' --policy caching --backend sim --json");
+      run_fragctl("replay '" + test_data("tiny_fragctl.csv") + "' --policy caching --backend sim --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j.is_array());
@@ -75,8 +49,8 @@ TEST_F(FragctlCli, ReplayJson) {
 }
 
 TEST_F(FragctlCli, ReplayTableHasOneRowPerTraceAndPolicy) {
-  const run_result r = run_fragctl("replay '" + data("tiny_fragctl.csv") + "' '" +
-                                   data("tiny_rmm.csv") + "' --policy caching --backend sim");
+  const run_result r = run_fragctl("replay '" + test_data("tiny_fragctl.csv") + "' '" +
+                                   test_data("tiny_rmm.csv") + "' --policy caching --backend sim");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("reserved/requested"));
   EXPECT_THAT(r.out, HasSubstr("tiny_fragctl  caching"));
@@ -124,18 +98,18 @@ TEST_F(FragctlCli, Help) {
 
 TEST_F(FragctlCli, ConvertWritesFragctlCsv) {
   const fs::path out = fs::path(::testing::TempDir()) / "converted.csv.gz";
-  const run_result r = run_fragctl("convert '" + data("tiny_snapshot.json") + "' '" + out.string() + "'");
+  const run_result r = run_fragctl("convert '" + test_data("tiny_snapshot.json") + "' '" + out.string() + "'");
   ASSERT_EQ(r.status, 0) << r.out;
   auto t = read_trace(out.string());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format, "fragctl-csv");
-  auto original = read_trace(data("tiny_snapshot.json"));
+  auto original = read_trace(test_data("tiny_snapshot.json"));
   ASSERT_TRUE(original.ok()) << original.status();
   EXPECT_EQ(t->events, original->events);
 }
 
 TEST_F(FragctlCli, InfoJson) {
-  const run_result r = run_fragctl("info '" + data("tiny_fragctl.csv") + "' --json");
+  const run_result r = run_fragctl("info '" + test_data("tiny_fragctl.csv") + "' --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j.size(), 1u);

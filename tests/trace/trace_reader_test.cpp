@@ -11,17 +11,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "zlib.h"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::test_data;
+
 using ::testing::HasSubstr;
 using action = trace_event::action;
-
-std::string data(const std::string& file) {
-  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
-  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
-}
 
 std::string temp_path(const std::string& file) {
   return (std::filesystem::path(::testing::TempDir()) / file).string();
@@ -30,7 +28,7 @@ std::string temp_path(const std::string& file) {
 std::string message_of(const absl::Status& s) { return std::string(s.message()); }
 
 TEST(TraceReader, FragctlCsv) {
-  auto t = read_trace(data("tiny_fragctl.csv"));
+  auto t = read_trace(test_data("tiny_fragctl.csv"));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->name, "tiny_fragctl");
   EXPECT_EQ(t->format, "fragctl-csv");
@@ -52,7 +50,7 @@ TEST(TraceReader, FragctlCsvAcceptsOtherColumnOrderHexAndCrlf) {
 }
 
 TEST(TraceReader, PytorchSnapshotReadsFirstDeviceWithEvents) {
-  auto t = read_trace(data("tiny_snapshot.json"));
+  auto t = read_trace(test_data("tiny_snapshot.json"));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->name, "tiny_snapshot");
   EXPECT_EQ(t->format, "pytorch-snapshot");
@@ -65,18 +63,18 @@ TEST(TraceReader, PytorchSnapshotReadsFirstDeviceWithEvents) {
 }
 
 TEST(TraceReader, PytorchSnapshotOtherDevice) {
-  auto t = read_trace(data("tiny_snapshot.json"), trace_options{.device = 1});
+  auto t = read_trace(test_data("tiny_snapshot.json"), trace_options{.device = 1});
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->events.size(), 1u);
   EXPECT_EQ(t->events[0], (trace_event{action::alloc, 140000000000000, 4096, 0, 5}));
 
-  auto missing = read_trace(data("tiny_snapshot.json"), trace_options{.device = 4});
+  auto missing = read_trace(test_data("tiny_snapshot.json"), trace_options{.device = 4});
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(message_of(missing.status()), HasSubstr("2 device(s)"));
 }
 
 TEST(TraceReader, RmmCsv) {
-  auto t = read_trace(data("tiny_rmm.csv"));
+  auto t = read_trace(test_data("tiny_rmm.csv"));
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->format, "rmm-csv");
   ASSERT_EQ(t->events.size(), 4u);
@@ -201,7 +199,7 @@ TEST(TraceReader, Names) {
 }
 
 TEST(TraceSummary, TinyTrace) {
-  auto t = read_trace(data("tiny_fragctl.csv"));
+  auto t = read_trace(test_data("tiny_fragctl.csv"));
   ASSERT_TRUE(t.ok()) << t.status();
   const trace_summary s = summarize(*t);
   EXPECT_EQ(s.allocs, 3u);

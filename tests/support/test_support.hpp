@@ -1,0 +1,98 @@
+// Helpers the test programs share: files, the test data directory, running
+// the fragctl command, and the fragmenting trace of the report tests.
+// Header-only (inline): tests/CMakeLists.txt compiles tests/support/*.cpp
+// into every test program, a header costs only the programs that include it.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "fragctl/trace.hpp"
+#include "fragctl/types.hpp"
+
+namespace fragctl::testing {
+
+/// The whole file, byte for byte ("" when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// How many times `what` occurs in `text`, overlaps included.
+inline std::size_t occurrences(std::string_view text, std::string_view what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string_view::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+/// A file of tests/data: CTest sets FRAGCTL_TEST_DATA; from the repository
+/// root it is tests/data.
+inline std::string test_data(const std::string& file) {
+  const char* dir = std::getenv("FRAGCTL_TEST_DATA");
+  return std::string(dir != nullptr ? dir : "tests/data") + "/" + file;
+}
+
+struct run_result {
+  int status = -1;  ///< exit status; -1 when the command could not run or was killed
+  std::string out;  ///< its standard output
+};
+
+/// Runs `command` with the shell and keeps its standard output.
+inline run_result run_command(const std::string& command) {
+  run_result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 65536> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int raw = ::pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+/// The fragctl command of this build (<build>/tools/fragctl, beside <build>/tests).
+inline std::filesystem::path fragctl_binary() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" / "fragctl";
+}
+
+/// Runs fragctl with `args` (shell words); `redirect` picks which stream is kept.
+inline run_result run_fragctl(const std::string& args, const std::string& redirect = "2>/dev/null") {
+  return run_command("'" + fragctl_binary().string() + "' " + args + " " + redirect);
+}
+
+/// A trace that fragments the caching policy on a 64 MiB device: three
+/// segments of 20 MiB, each with an 8 MiB hole once the holes are freed, then
+/// a 16 MiB request that no hole holds (an OOM, event 9), then everything
+/// freed.
+inline trace fragmenting_trace() {
+  trace t;
+  t.name = "fragmenting";
+  std::int64_t time = 0;
+  const auto add = [&](trace_event::action a, std::uint64_t addr, std::size_t size) {
+    t.events.push_back({a, addr, size, 0, time});
+    time += 1000;
+  };
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    add(trace_event::action::alloc, 0x1000 + i, 8 * MiB);
+    add(trace_event::action::alloc, 0x2000 + i, 12 * MiB);
+  }
+  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x1000 + i, 8 * MiB);
+  add(trace_event::action::alloc, 0x3000, 16 * MiB);  // event 9: OOM
+  add(trace_event::action::alloc, 0x4000, 4 * KiB);
+  for (std::uint64_t i = 0; i < 3; ++i) add(trace_event::action::free, 0x2000 + i, 12 * MiB);
+  add(trace_event::action::free, 0x4000, 4 * KiB);
+  return t;
+}
+
+}  // namespace fragctl::testing
