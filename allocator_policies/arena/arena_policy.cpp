@@ -119,7 +119,7 @@ arena_policy::impl::impl(const config& cfg, device_backend& b)
     range = 2 * cap;
     raw = backend.reserve_address(range);
     try {
-      granules.emplace(backend, clock, reinterpret_cast<std::uintptr_t>(raw), range, g, cap);
+      granules.emplace(backend, clock, reinterpret_cast<std::uintptr_t>(raw), range, g, cap, cfg.map_chunk);
       blocks.reset(reinterpret_cast<std::uintptr_t>(raw), range);
     } catch (...) {
       granules.reset();

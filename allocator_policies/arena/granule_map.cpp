@@ -9,8 +9,8 @@
 
 namespace fragctl::arena_detail {
 
-granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base,
-                         std::size_t bytes, std::size_t granularity, std::size_t physical_limit)
+granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
+                         std::size_t granularity, std::size_t physical_limit, std::size_t chunk)
     : backend_(backend),
       clock_(clock),
       base_(base),
@@ -23,46 +23,44 @@ granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uint
                                        "or lower arena_size",
                                        count, granularity));
   }
+  chunk_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(chunk >> shift_, 1, count == 0 ? 1 : count));
   granules_.resize(count);
-  handles_.assign(count, 0);
-  sentinel_ = static_cast<std::uint32_t>(count);
-  lru_prev_.assign(count + 1, nil);
-  lru_next_.assign(count + 1, nil);
-  lru_prev_[sentinel_] = lru_next_[sentinel_] = sentinel_;
-  pool_.reserve(std::min(count, limit_ >> shift_));
+  spans_.resize(1);  // the LRU sentinel
+  spans_[lru].prev = spans_[lru].next = lru;
 }
 
 granule_map::~granule_map() {
   try {
-    for (std::size_t g = 0; g < handles_.size(); ++g) {
-      if (handles_[g] == 0) continue;
-      backend_.unmap(address(g), granularity_);
-      backend_.release_physical(physical_handle{handles_[g]}, granularity_);
+    for (std::size_t s = 1; s < spans_.size(); ++s) {
+      const span& sp = spans_[s];
+      if (sp.count == 0) continue;
+      backend_.unmap(address(sp.first), std::size_t{sp.count} << shift_);
+      backend_.release_physical(physical_handle{sp.handle}, std::size_t{sp.count} << shift_);
     }
-    for (physical_handle h : pool_) backend_.release_physical(h, granularity_);
+    for (const pooled& p : pool_) backend_.release_physical(physical_handle{p.handle}, std::size_t{p.count} << shift_);
   } catch (const std::exception& e) {
     logger().error("arena: releasing physical memory failed: {}", e.what());
   }
 }
 
-void granule_map::lru_push(std::size_t g) noexcept {
-  const std::uint32_t last = lru_prev_[sentinel_];
-  lru_prev_[g] = last;
-  lru_next_[g] = sentinel_;
-  lru_next_[last] = static_cast<std::uint32_t>(g);
-  lru_prev_[sentinel_] = static_cast<std::uint32_t>(g);
-  ++cached_;
+void granule_map::lru_push(std::uint32_t s) noexcept {
+  const std::uint32_t last = spans_[lru].prev;
+  spans_[s].prev = last;
+  spans_[s].next = lru;
+  spans_[last].next = s;
+  spans_[lru].prev = s;
+  cached_ += spans_[s].count;
 }
 
-void granule_map::lru_remove(std::size_t g) noexcept {
-  lru_next_[lru_prev_[g]] = lru_next_[g];
-  lru_prev_[lru_next_[g]] = lru_prev_[g];
-  lru_prev_[g] = lru_next_[g] = nil;
-  --cached_;
+void granule_map::lru_remove(std::uint32_t s) noexcept {
+  spans_[spans_[s].prev].next = spans_[s].next;
+  spans_[spans_[s].next].prev = spans_[s].prev;
+  spans_[s].prev = spans_[s].next = nil;
+  cached_ -= spans_[s].count;
 }
 
-bool granule_map::idle(std::size_t g, std::uint64_t& refreshed) {
-  const free_stamp stamp = granules_[g].stamp;
+bool granule_map::idle(std::uint32_t s, std::uint64_t& refreshed) {
+  const free_stamp stamp = spans_[s].stamp;
   if (clock_.complete(stamp)) return true;
   if (stamp.stream == free_stamp::multi) {
     if (refreshed & (std::uint64_t{1} << 63)) return false;
@@ -77,118 +75,267 @@ bool granule_map::idle(std::size_t g, std::uint64_t& refreshed) {
   return clock_.complete(stamp);
 }
 
-void granule_map::unmap_to_pool(std::size_t g) {
+std::uint32_t granule_map::new_span() {
+  if (!free_spans_.empty()) {
+    const std::uint32_t s = free_spans_.back();
+    free_spans_.pop_back();
+    return s;
+  }
+  spans_.emplace_back();
+  free_spans_.reserve(spans_.capacity());  // so that freeing a slot never allocates
+  return static_cast<std::uint32_t>(spans_.size() - 1);
+}
+
+std::optional<granule_map::pooled> granule_map::take_pooled(std::uint32_t count) noexcept {
+  auto it = std::upper_bound(pool_.begin(), pool_.end(), count,
+                             [](std::uint32_t c, const pooled& p) { return c < p.count; });
+  if (it == pool_.begin()) return std::nullopt;
+  --it;
+  const pooled p = *it;
+  pool_.erase(it);
+  pooled_ -= p.count;
+  return p;
+}
+
+void granule_map::put_pooled(pooled p) noexcept {
+  const auto it = std::upper_bound(pool_.begin(), pool_.end(), p.count,
+                                   [](std::uint32_t c, const pooled& q) { return c < q.count; });
+  pool_.insert(it, p);  // capacity reserved by the caller: no allocation
+  pooled_ += p.count;
+}
+
+void granule_map::unmap_to_pool(std::uint32_t s) {
   pool_.reserve(pool_.size() + 1);
-  backend_.unmap(address(g), granularity_);
-  pool_.push_back(physical_handle{handles_[g]});
-  handles_[g] = 0;
-  granules_[g].stamp = free_stamp{};
-  lru_remove(g);
-  --mapped_;
+  span& sp = spans_[s];
+  backend_.unmap(address(sp.first), std::size_t{sp.count} << shift_);
+  put_pooled({sp.handle, sp.count});
+  for (std::uint32_t g = sp.first; g < sp.first + sp.count; ++g) granules_[g].span = nil;
+  lru_remove(s);
+  mapped_ -= sp.count;
+  sp = span{};
+  free_spans_.push_back(s);  // capacity reserved in new_span
 }
 
 void granule_map::trim(std::size_t keep, std::uint64_t before) {
-  // A granule freed on a GPU stream stays in flight for a while; a few of
-  // those are skipped, then trimming waits for a later call.
+  // A span freed on a GPU stream stays in flight for a while; a few of those
+  // are skipped, then trimming waits for a later call.
   constexpr int max_skipped = 8;
   std::uint64_t refreshed = 0;
   int skipped = 0;
-  for (std::uint32_t g = lru_next_[sentinel_];
-       g != sentinel_ && cached_bytes() > keep && granules_[g].cached_at <= before;) {
-    const std::uint32_t next = lru_next_[g];
-    if (idle(g, refreshed)) {
-      unmap_to_pool(g);
+  for (std::uint32_t s = spans_[lru].next; s != lru && cached_bytes() > keep && spans_[s].cached_at <= before;) {
+    const std::uint32_t next = spans_[s].next;
+    if (idle(s, refreshed)) {
+      unmap_to_pool(s);
     } else if (++skipped > max_skipped) {
       break;
     }
-    g = next;
+    s = next;
   }
 }
 
-bool granule_map::fill_pool(std::size_t need, std::size_t lo, std::size_t hi) {
+std::uint32_t granule_map::fill_gap(std::uint32_t from, std::uint32_t to, std::size_t lo, std::size_t hi,
+                                    std::vector<piece>& plan) {
+  std::uint32_t pos = from;
+  const auto from_pool = [&] {
+    while (pos < to) {
+      const std::optional<pooled> p = take_pooled(to - pos);
+      if (!p) return;
+      plan.push_back({pos, p->count, p->handle});
+      pos += p->count;
+    }
+  };
+  from_pool();
   std::uint64_t refreshed = 0;
-  for (std::uint32_t g = lru_next_[sentinel_]; pool_.size() < need && g != sentinel_;) {
-    const std::uint32_t next = lru_next_[g];
-    if ((g < lo || g > hi) && idle(g, refreshed)) unmap_to_pool(g);
-    g = next;
+  for (std::uint32_t s = spans_[lru].next; s != lru && pos < to;) {
+    const std::uint32_t next = spans_[s].next;
+    const span& sp = spans_[s];
+    const bool in_range = sp.first <= hi && sp.first + sp.count > lo;
+    if (sp.count <= to - pos && !in_range && idle(s, refreshed)) {
+      unmap_to_pool(s);
+      from_pool();
+    }
+    s = next;
   }
-  while (pool_.size() < need && (created_ + 1) * granularity_ <= limit_) {
-    pool_.reserve(pool_.size() + 1);
-    const std::optional<physical_handle> h = backend_.create_physical(granularity_);
-    if (!h) break;
-    pool_.push_back(*h);
-    ++created_;
-  }
-  return pool_.size() >= need;
+  return pos;
 }
 
-void granule_map::unmap_fresh(std::size_t lo, std::size_t hi) noexcept {
-  for (std::size_t g = lo; g < hi; ++g) {
-    try {
-      backend_.unmap(address(g), granularity_);
-    } catch (...) {
-      // The mapping stays where it is; the granule keeps its handle.
-      continue;
+void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t hi) {
+  std::size_t released = 0;
+  while (released < granules && !pool_.empty()) {
+    const pooled p = pool_.back();
+    backend_.release_physical(physical_handle{p.handle}, std::size_t{p.count} << shift_);
+    pool_.pop_back();
+    pooled_ -= p.count;
+    created_ -= p.count;
+    released += p.count;
+  }
+  std::uint64_t refreshed = 0;
+  for (std::uint32_t s = spans_[lru].next; s != lru && released < granules;) {
+    const std::uint32_t next = spans_[s].next;
+    const span& sp = spans_[s];
+    const bool in_range = sp.first <= hi && sp.first + sp.count > lo;
+    if (!in_range && idle(s, refreshed)) {
+      const std::uint32_t count = sp.count;
+      unmap_to_pool(s);
+      // A pooled handle of exactly its size (its own or one like it).
+      const std::optional<pooled> p = take_pooled(count);
+      backend_.release_physical(physical_handle{p->handle}, std::size_t{p->count} << shift_);
+      created_ -= p->count;
+      released += p->count;
     }
-    pool_.push_back(physical_handle{handles_[g]});  // capacity reserved in map_range
-    handles_[g] = 0;
-    lru_remove(g);
-    --mapped_;
+    s = next;
   }
 }
 
-bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
-  const std::size_t lo = first(addr);
-  const std::size_t hi = last_of(addr, bytes);
-  const auto need = static_cast<std::size_t>(
-      std::count(handles_.begin() + static_cast<std::ptrdiff_t>(lo),
-                 handles_.begin() + static_cast<std::ptrdiff_t>(hi) + 1, std::uint64_t{0}));
-  if (need == 0) return true;
-  if (!fill_pool(need, lo, hi)) {
-    if (!wait) return false;
-    clock_.synchronize_all();
-    if (!fill_pool(need, lo, hi)) return false;
-  }
-  pool_.reserve(pool_.size() + need);
-  for (std::size_t g = lo; g <= hi;) {
-    if (handles_[g] != 0) {
-      ++g;
-      continue;
+bool granule_map::create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan) {
+  const std::size_t start = plan.size();
+  for (std::uint32_t pos = from; pos < to;) {
+    const std::uint32_t end = std::min<std::uint32_t>(to, (pos / chunk_ + 1) * chunk_);
+    const std::uint32_t count = end - pos;
+    std::optional<physical_handle> h;
+    if ((created_ + count) << shift_ <= limit_) h = backend_.create_physical(std::size_t{count} << shift_);
+    if (!h) {
+      for (std::size_t i = start; i < plan.size(); ++i) {
+        backend_.release_physical(physical_handle{plan[i].handle}, std::size_t{plan[i].count} << shift_);
+        created_ -= plan[i].count;
+      }
+      plan.resize(start);
+      return false;
     }
-    const std::size_t run = g;
-    for (; g <= hi && handles_[g] == 0; ++g) {
-      const physical_handle h = pool_.back();
-      if (!backend_.map(address(g), granularity_, h)) {
-        unmap_fresh(run, g);
+    created_ += count;
+    plan.push_back({pos, count, h->value});
+    pos = end;
+  }
+  return true;
+}
+
+void granule_map::pool_plan(const std::vector<piece>& plan, std::size_t from) noexcept {
+  for (std::size_t i = from; i < plan.size(); ++i) put_pooled({plan[i].handle, plan[i].count});
+}
+
+bool granule_map::map_plan(const std::vector<piece>& plan) {
+  // Everything that could allocate, before the first mapping.
+  try {
+    spans_.reserve(spans_.size() + plan.size());
+    free_spans_.reserve(spans_.capacity());
+  } catch (...) {
+    pool_plan(plan, 0);
+    throw;
+  }
+  std::vector<std::uint32_t>& made = made_;  // capacity reserved in map_range
+  made.clear();
+  const auto undo = [&](std::size_t next_piece) noexcept {
+    for (const std::uint32_t s : made) {
+      span& sp = spans_[s];
+      try {
+        backend_.unmap(address(sp.first), std::size_t{sp.count} << shift_);
+      } catch (...) {
+        continue;  // the mapping stays where it is, a cached span
+      }
+      put_pooled({sp.handle, sp.count});
+      for (std::uint32_t g = sp.first; g < sp.first + sp.count; ++g) granules_[g].span = nil;
+      lru_remove(s);
+      mapped_ -= sp.count;
+      sp = span{};
+      free_spans_.push_back(s);
+    }
+    pool_plan(plan, next_piece);
+  };
+  for (std::size_t i = 0; i < plan.size();) {
+    // One set_access for each run of pieces at consecutive addresses.
+    const std::size_t run = i;
+    for (; i < plan.size() && (i == run || plan[i].first == plan[i - 1].first + plan[i - 1].count); ++i) {
+      const piece& p = plan[i];
+      if (!backend_.map(address(p.first), std::size_t{p.count} << shift_, physical_handle{p.handle})) {
+        undo(i);
         return false;
       }
-      pool_.pop_back();
-      handles_[g] = h.value;
-      granules_[g].stamp = free_stamp{};
-      ++mapped_;
-      lru_push(g);
+      const std::uint32_t s = new_span();  // no allocation: reserved above
+      span& sp = spans_[s];
+      sp.handle = p.handle;
+      sp.first = p.first;
+      sp.count = p.count;
+      for (std::uint32_t g = p.first; g < p.first + p.count; ++g) granules_[g].span = s;
+      mapped_ += p.count;
+      lru_push(s);
+      made.push_back(s);
     }
-    if (!backend_.set_access(address(run), (g - run) * granularity_)) {
-      unmap_fresh(run, g);
+    const std::uint32_t lo = plan[run].first;
+    const std::uint32_t hi = plan[i - 1].first + plan[i - 1].count;
+    if (!backend_.set_access(address(lo), std::size_t{hi - lo} << shift_)) {
+      undo(i);
       return false;
     }
   }
   return true;
 }
 
+bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
+  const auto lo = static_cast<std::uint32_t>(first(addr));
+  const auto hi = static_cast<std::uint32_t>(last_of(addr, bytes));
+  std::uint32_t need = 0;
+  for (std::uint32_t g = lo; g <= hi; ++g) need += granules_[g].span == nil ? 1 : 0;
+  if (need == 0) return true;
+  if (wait) clock_.synchronize_all();
+  // Room for every handle this call may hand back to the pool, the plan and
+  // the spans it maps, so that undoing never allocates.
+  pool_.reserve(pool_.size() + need);
+  plan_.clear();
+  plan_.reserve(need);
+  made_.reserve(need);
+  holes_.clear();
+  holes_.reserve(need);
+
+  try {
+    // Gaps: from the pool and stolen spans; what stays missing goes to holes_.
+    std::size_t missing = 0;
+    for (std::uint32_t g = lo; g <= hi;) {
+      if (granules_[g].span != nil) {
+        ++g;
+        continue;
+      }
+      const std::uint32_t from = g;
+      while (g <= hi && granules_[g].span == nil) ++g;
+      const std::uint32_t rest = fill_gap(from, g, lo, hi, plan_);
+      if (rest < g) {
+        holes_.push_back({rest, g});
+        missing += g - rest;
+      }
+    }
+    if (!holes_.empty()) {
+      // Give back as much unused memory as is about to be created.
+      release_for(missing, lo, hi);
+      for (const auto& [from, to] : holes_) {
+        if (!create_for(from, to, plan_)) {
+          pool_plan(plan_, 0);
+          return false;
+        }
+      }
+      // Pieces in address order, so that runs of them share one set_access.
+      std::sort(plan_.begin(), plan_.end(), [](const piece& a, const piece& b) { return a.first < b.first; });
+    }
+  } catch (...) {
+    pool_plan(plan_, 0);  // a releasing call failed: keep what was planned
+    throw;
+  }
+  return map_plan(plan_);
+}
+
 void granule_map::release_unused() {
-  while (lru_next_[sentinel_] != sentinel_) unmap_to_pool(lru_next_[sentinel_]);
+  while (spans_[lru].next != lru) unmap_to_pool(spans_[lru].next);
   while (!pool_.empty()) {
-    backend_.release_physical(pool_.back(), granularity_);
+    const pooled p = pool_.back();
+    backend_.release_physical(physical_handle{p.handle}, std::size_t{p.count} << shift_);
     pool_.pop_back();
-    --created_;
+    pooled_ -= p.count;
+    created_ -= p.count;
   }
 }
 
 std::size_t granule_map::mapped_runs() const noexcept {
   std::size_t runs = 0;
-  for (std::size_t g = 0; g < handles_.size(); ++g) {
-    if (handles_[g] != 0 && (g == 0 || handles_[g - 1] == 0)) ++runs;
+  for (std::size_t g = 0; g < granules_.size(); ++g) {
+    if (granules_[g].span != nil && (g == 0 || granules_[g - 1].span == nil)) ++runs;
   }
   return runs;
 }
@@ -199,7 +346,7 @@ std::size_t granule_map::longest_mapped(std::uintptr_t addr, std::size_t bytes) 
   for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
     const std::uintptr_t lo = std::max(addr, base_ + (g << shift_));
     const std::uintptr_t hi = std::min(end, base_ + ((g + 1) << shift_));
-    run = handles_[g] != 0 ? run + (hi - lo) : 0;
+    run = granules_[g].span != nil ? run + (hi - lo) : 0;
     best = std::max(best, run);
   }
   return best;

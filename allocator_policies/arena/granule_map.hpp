@@ -1,24 +1,40 @@
 // Physical pages behind the arena's address range (page stitching).
 //
 // The reserved range is cut into granules (the backend's granularity, 2 MiB
-// on H100/H200). For each granule the map keeps how many live blocks touch
-// it, the stamp of the frees that touched it (stream_clock), and the physical
-// handle mapped there, if any. Every handle is exactly one granule, so any
-// page can be stitched in at any granule of the range.
+// on H100/H200). Physical memory comes in *spans*: one handle mapped over a
+// run of consecutive granules, at most `chunk` bytes long. For each granule
+// the map keeps how many live blocks touch it and the span mapped there, if
+// any; for each span, how many of its granules are touched, the stamp of the
+// frees that touched it (stream_clock) and when it was last wholly free.
 //
-// States of a granule:
-//   unmapped               no handle; its physical memory is elsewhere
-//   live                   mapped, touched by at least one live block
-//   cached                 mapped, touched by none; in an LRU list, oldest first
-// and handles not mapped anywhere wait in the *pool*.
+// Why spans. A driver call costs about the same whatever the size of the
+// handle (on an H200: create 9 us, map 1 us, set_access 25 us, unmap 16 us
+// per handle from 2 to 64 MiB; benchmarks/vmm, docs/benchmarks.md), so one
+// handle per 2 MiB granule made a growing arena pay about 35 us per 2 MiB.
+// Spans cut that by up to chunk/granularity. What they cost: a span is
+// unmapped whole, so the untouched granules of a span some live block still
+// touches cannot go elsewhere (at most chunk - granularity per such span).
+// With chunk equal to the granularity every span is one granule and any page
+// can be stitched in anywhere.
 //
-// Where a block lands on unmapped granules, map_range() maps a handle from
-// the pool onto each, or *steals* one (unmaps the oldest cached granule whose
-// frees are complete), and creates a new handle only when neither exists; a
-// run of consecutive granules gets one set_access call. trim() unmaps cached
-// granules beyond a byte budget into the pool. So physical memory held only
-// grows when every held page is touched by live memory (or by frees still in
-// flight on a GPU), whatever the addresses.
+// States of a span:
+//   live     mapped, at least one granule touched by a live block
+//   cached   mapped, no granule touched; in an LRU list, oldest first
+// and handles mapped nowhere wait in the *pool*.
+//
+// Where a block lands on unmapped granules (gaps), map_range() fills each gap
+// with handles from the pool, then with cached spans it *steals* (unmaps; only
+// whole spans that fit the gap, and only once their frees are complete), and
+// creates new memory only for what is still missing: one span per chunk of
+// each run of missing granules (cut at multiples of the chunk). Before
+// creating, it releases pooled handles and complete cached spans that did not
+// fit, as many bytes as it is about to create, so that physical memory held
+// grows only when every held page is in a span touched by live memory (or by
+// frees still in flight on a GPU). A span never reaches past the block that
+// caused it: mapping ahead of growth would save more calls, but held memory
+// would no longer follow the live bytes (docs/policies/arena.md has the
+// measurements). trim() unmaps cached spans beyond a byte budget into the
+// pool.
 //
 // Not thread-safe. The hot calls (covered, on_allocate, on_free) make no
 // backend call and no heap allocation.
@@ -27,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "allocator_policies/arena/block_index.hpp"
@@ -38,9 +55,11 @@ namespace fragctl::arena_detail {
 class granule_map {
  public:
   /// Covers [base, base + bytes) (granule-aligned) with granules of
-  /// `granularity`; holds at most `physical_limit` bytes of handles.
+  /// `granularity`; holds at most `physical_limit` bytes of handles, each at
+  /// most `chunk` bytes (rounded down to the granularity, at least one
+  /// granule).
   granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-              std::size_t granularity, std::size_t physical_limit);
+              std::size_t granularity, std::size_t physical_limit, std::size_t chunk);
   /// Unmaps and releases every handle. The owner must first make sure no
   /// queued work uses the memory (stream_clock::synchronize_all).
   ~granule_map();
@@ -50,7 +69,7 @@ class granule_map {
   /// Whether every granule of [addr, addr + bytes) is mapped.
   [[nodiscard]] bool covered(std::uintptr_t addr, std::size_t bytes) const noexcept {
     for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
-      if (handles_[g] == 0) return false;
+      if (granules_[g].span == nil) return false;
     }
     return true;
   }
@@ -58,12 +77,13 @@ class granule_map {
   /// A live block now covers [addr, addr + bytes), all mapped.
   void on_allocate(std::uintptr_t addr, std::size_t bytes) noexcept {
     for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
-      if (granules_[g].live++ == 0) lru_remove(g);
+      granule& gr = granules_[g];
+      if (gr.live++ == 0 && spans_[gr.span].live++ == 0) lru_remove(gr.span);
     }
   }
 
   /// The live block [addr, addr + bytes) was freed with `stamp` at time
-  /// `now` (any monotonic count). Returns whether a granule became cached (no
+  /// `now` (any monotonic count). Returns whether a span became cached (no
   /// live block touches it any more).
   bool on_free(std::uintptr_t addr, std::size_t bytes, free_stamp stamp, std::uint64_t now) noexcept {
     // Highest address first, so that trimming (oldest first) unmaps a freed
@@ -72,41 +92,45 @@ class granule_map {
     bool cached = false;
     for (std::size_t g = last_of(addr, bytes) + 1, lo = first(addr); g-- > lo;) {
       granule& gr = granules_[g];
-      gr.stamp = clock_.merge(gr.stamp, stamp);
-      if (--gr.live == 0) {
-        gr.cached_at = now;
-        lru_push(g);
+      span& s = spans_[gr.span];
+      s.stamp = clock_.merge(s.stamp, stamp);
+      if (--gr.live == 0 && --s.live == 0) {
+        s.cached_at = now;
+        lru_push(gr.span);
         cached = true;
       }
     }
     return cached;
   }
 
-  /// When the oldest cached granule became cached (on_free's `now`), if any.
+  /// When the oldest cached span became cached (on_free's `now`), if any.
   [[nodiscard]] std::optional<std::uint64_t> oldest_cached() const noexcept {
-    const std::uint32_t g = lru_next_[sentinel_];
-    if (g == sentinel_) return std::nullopt;
-    return granules_[g].cached_at;
+    const std::uint32_t s = spans_[lru].next;
+    if (s == lru) return std::nullopt;
+    return spans_[s].cached_at;
   }
 
   /// Maps every unmapped granule of [addr, addr + bytes): handles from the
-  /// pool, then stolen from complete cached granules outside the range, then
-  /// created. With `wait`, blocks for pending frees before giving up. Returns
-  /// false when out of memory; then only cache and pool changed.
+  /// pool, then spans stolen from complete cached ones outside the range,
+  /// then created. With `wait`, blocks for pending frees before giving up.
+  /// Returns false when out of memory; then only cache and pool changed.
   [[nodiscard]] bool map_range(std::uintptr_t addr, std::size_t bytes, bool wait);
 
-  /// Unmaps cached granules that became cached at or before `before`,
-  /// oldest first, while more than `keep` bytes are cached; skips granules
-  /// whose frees are not complete yet. Never blocks.
+  /// Unmaps cached spans that became cached at or before `before`, oldest
+  /// first, while more than `keep` bytes are cached; skips spans whose frees
+  /// are not complete yet. Never blocks.
   void trim(std::size_t keep, std::uint64_t before);
-  /// Unmaps every cached granule and releases every pooled handle. The owner
+  /// Unmaps every cached span and releases every pooled handle. The owner
   /// must have synchronized pending frees (stream_clock::synchronize_all).
   void release_unused();
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
-  [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_ * granularity_; }
-  [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_ * granularity_; }
-  [[nodiscard]] std::size_t pooled_bytes() const noexcept { return pool_.size() * granularity_; }
+  /// Largest span in bytes.
+  [[nodiscard]] std::size_t chunk() const noexcept { return chunk_ << shift_; }
+  /// Bytes of spans no live block touches.
+  [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_ << shift_; }
+  [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_ << shift_; }
+  [[nodiscard]] std::size_t pooled_bytes() const noexcept { return pooled_ << shift_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return mapped_bytes() + pooled_bytes(); }
   [[nodiscard]] std::size_t physical_limit() const noexcept { return limit_; }
   /// Maximal runs of consecutive mapped granules.
@@ -115,14 +139,14 @@ class granule_map {
   /// address order.
   template <class F>
   void for_each_mapped_run(F&& f) const {
-    const std::size_t n = handles_.size();
+    const std::size_t n = granules_.size();
     for (std::size_t g = 0; g < n;) {
-      if (handles_[g] == 0) {
+      if (granules_[g].span == nil) {
         ++g;
         continue;
       }
       std::size_t end = g + 1;
-      while (end < n && handles_[end] != 0) ++end;
+      while (end < n && granules_[end].span != nil) ++end;
       f(base_ + (g << shift_), (end - g) << shift_);
       g = end;
     }
@@ -132,10 +156,29 @@ class granule_map {
 
  private:
   struct granule {
-    std::uint32_t live = 0;      // live blocks touching it
-    free_stamp stamp;            // frees that touched it since it was last known idle
-    std::uint64_t cached_at = 0;  // when it was last cached
+    std::uint32_t live = 0;    // live blocks touching it
+    std::uint32_t span = nil;  // span mapped here; nil = unmapped
   };
+  struct span {
+    std::uint64_t handle = 0;      // physical_handle value
+    std::uint32_t first = 0;       // first granule
+    std::uint32_t count = 0;       // granules; 0 = a free slot
+    std::uint32_t live = 0;        // granules touched by live blocks
+    std::uint32_t prev = nil, next = nil;  // LRU links while cached
+    free_stamp stamp;              // frees that touched it since it was mapped
+    std::uint64_t cached_at = 0;   // when it was last cached
+  };
+  struct pooled {
+    std::uint64_t handle;
+    std::uint32_t count;
+  };
+  /// A piece of a gap and where its handle comes from.
+  struct piece {
+    std::uint32_t first;
+    std::uint32_t count;
+    std::uint64_t handle;
+  };
+  static constexpr std::uint32_t lru = 0;  // spans_[0]: the LRU's sentinel
 
   [[nodiscard]] std::size_t first(std::uintptr_t addr) const noexcept { return (addr - base_) >> shift_; }
   [[nodiscard]] std::size_t last_of(std::uintptr_t addr, std::size_t bytes) const noexcept {
@@ -145,33 +188,55 @@ class granule_map {
     return reinterpret_cast<void*>(base_ + (g << shift_));
   }
 
-  void lru_push(std::size_t g) noexcept;
-  void lru_remove(std::size_t g) noexcept;
-  /// Whether the frees that touched granule g are complete, refreshing each
+  void lru_push(std::uint32_t s) noexcept;
+  void lru_remove(std::uint32_t s) noexcept;
+  /// Whether the frees that touched span s are complete, refreshing each
   /// stream at most once per `refreshed` mask (bit i: stream i, bit 63: all).
-  [[nodiscard]] bool idle(std::size_t g, std::uint64_t& refreshed);
-  /// Unmaps cached granule g into the pool.
-  void unmap_to_pool(std::size_t g);
-  /// Fills the pool to `need` handles without touching granules [lo, hi].
-  [[nodiscard]] bool fill_pool(std::size_t need, std::size_t lo, std::size_t hi);
-  /// Undoes the mapping of granules [lo, hi) that map_range just mapped.
-  void unmap_fresh(std::size_t lo, std::size_t hi) noexcept;
+  [[nodiscard]] bool idle(std::uint32_t s, std::uint64_t& refreshed);
+  /// Unmaps cached span s; its handle goes to the pool.
+  void unmap_to_pool(std::uint32_t s);
+  /// Takes the largest pooled handle of at most `count` granules, if any.
+  [[nodiscard]] std::optional<pooled> take_pooled(std::uint32_t count) noexcept;
+  /// Puts a handle in the pool; capacity must be reserved.
+  void put_pooled(pooled p) noexcept;
+  /// Releases pooled handles and complete cached spans outside [lo, hi],
+  /// oldest first, until `granules` granules' worth went back to the device.
+  void release_for(std::size_t granules, std::size_t lo, std::size_t hi);
+  /// Plans the handles for the gap [from, to) (all unmapped): pool, then
+  /// stolen cached spans, appended to `plan`; returns the first granule
+  /// still without a handle.
+  std::uint32_t fill_gap(std::uint32_t from, std::uint32_t to, std::size_t lo, std::size_t hi,
+                         std::vector<piece>& plan);
+  /// Maps every piece of `plan` as a new span; on a failed map or set_access
+  /// undoes what it mapped (handles back to the pool) and returns false.
+  [[nodiscard]] bool map_plan(const std::vector<piece>& plan);
+  /// Creates handles for [from, to), cut at chunk boundaries; appended to
+  /// `plan`. False, having released what it created, when the limit or the
+  /// device refuses.
+  [[nodiscard]] bool create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan);
+  /// Returns every handle of `plan` to the pool (they are not mapped).
+  void pool_plan(const std::vector<piece>& plan, std::size_t from) noexcept;
+  [[nodiscard]] std::uint32_t new_span();
 
   device_backend& backend_;
   stream_clock& clock_;
   std::uintptr_t base_;
   std::size_t granularity_;
   unsigned shift_;
-  std::size_t limit_;  // bytes of handles the map may hold
-  std::size_t created_ = 0;  // handles held (mapped + pooled)
-  std::size_t mapped_ = 0;
-  std::size_t cached_ = 0;
+  std::size_t limit_;          // bytes of handles the map may hold
+  std::uint32_t chunk_;        // granules per span at most
+  std::size_t created_ = 0;    // granules of handles held (mapped + pooled)
+  std::size_t mapped_ = 0;     // granules mapped
+  std::size_t cached_ = 0;     // granules in cached spans
+  std::size_t pooled_ = 0;     // granules of pooled handles
   std::vector<granule> granules_;
-  std::vector<std::uint64_t> handles_;  // physical_handle value mapped at each granule; 0 = none
-  // LRU of cached granules: a circular list through index `sentinel_`.
-  std::vector<std::uint32_t> lru_prev_, lru_next_;
-  std::uint32_t sentinel_;
-  std::vector<physical_handle> pool_;
+  std::vector<span> spans_;    // [0] is the LRU sentinel
+  std::vector<std::uint32_t> free_spans_;
+  std::vector<pooled> pool_;   // sorted by count
+  // Scratch of map_range.
+  std::vector<piece> plan_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> holes_;  // [from, to) still to create
+  std::vector<std::uint32_t> made_;                              // spans map_plan mapped
 };
 
 }  // namespace fragctl::arena_detail

@@ -140,7 +140,11 @@ def main():
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         result["parameters"] = sum(p.numel() for p in model.parameters())
         result["batch"] = batch
-        step_times, losses = [], []
+        step_times, losses, calls_after_step = [], [], []
+        fragctl_stats = None
+        if args.mode in ("fragctl", "preload"):
+            import fragctl
+            fragctl_stats = fragctl.stats
         for step in range(args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
@@ -156,6 +160,8 @@ def main():
             value = loss.item()  # synchronizes
             step_times.append(time.perf_counter() - start)
             losses.append(value)
+            if fragctl_stats is not None:  # after the timed part of the step
+                calls_after_step.append(fragctl_stats(0)["backend_counters"]["memory_calls"])
         timed = step_times[args.timed_from:] or step_times
         result.update({
             "step_times_s": step_times,
@@ -175,8 +181,12 @@ def main():
                 "peak_reserved_bytes": s["reserved_bytes"]["peak"],
                 "reserved_over_requested": s["derived"]["reserved_over_requested"],
                 "allocations": s["allocations"], "memory_calls": s["backend_counters"]["memory_calls"],
+                "memory_calls_after_step": calls_after_step,
                 "ooms": s["ooms"],
             }
+            if args.timed_from >= 1 and len(calls_after_step) > args.timed_from:
+                f = result["fragctl"]
+                f["memory_calls_timed"] = calls_after_step[-1] - calls_after_step[args.timed_from - 1]
         elif args.mode in ("native", "expandable"):
             result["torch_allocator"] = {
                 "peak_allocated_bytes": torch.cuda.max_memory_allocated(),

@@ -123,6 +123,10 @@ const std::vector<option_row>& rows() {
          if (!util::parse_u64(util::trim(v), n)) return absl::InvalidArgumentError("expected an integer >= 0");
          return static_cast<std::size_t>(n);
        })},
+      {{"map_chunk", "size", "32MiB",
+        "arena: largest physical handle; growth maps up to this much per driver call (the granularity or "
+        "less: one handle per granule)"},
+       size_field(&config::map_chunk)},
       {{"fallback_size", "size", "0 (90% of free)", "arena without virtual memory: size of the pre-reserved block"},
        size_field(&config::fallback_size)},
       {{"buckets_limit", "size", "1MiB", "buckets: largest request served from size classes"},

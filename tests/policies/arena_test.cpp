@@ -39,15 +39,28 @@ sim_options options(std::size_t capacity, std::size_t granularity = 2 * MiB, boo
 
 std::uint64_t calls(const sim_backend& sim, backend_call c) { return sim.counters().of(c); }
 
+// One handle per 2 MiB granule: any page can be stitched in anywhere. The
+// rules below are stated per granule; spans (map_chunk above the
+// granularity) have tests of their own further down.
+config stitched() {
+  config cfg;
+  cfg.map_chunk = 0;  // the granularity or less
+  return cfg;
+}
+// Handles of up to `chunk` bytes, one per span of granules.
+config spans(std::size_t chunk = 32 * MiB) {
+  config cfg;
+  cfg.map_chunk = chunk;
+  return cfg;
+}
 // Unmap free granules as soon as their frees are complete: the literal
 // page-stitching rule, without hysteresis.
-/// release_delay 0: granules are unmapped as soon as their frees complete.
-config eager(config cfg = {}) {
+config eager(config cfg = stitched()) {
   cfg.release_delay = 0;
   return cfg;
 }
 config delayed(std::size_t calls) {
-  config cfg;
+  config cfg = stitched();
   cfg.release_delay = calls;
   return cfg;
 }
@@ -76,7 +89,7 @@ std::size_t touched_bytes(const std::map<std::uintptr_t, std::size_t>& live, std
 
 TEST(arena_test, rounds_to_512_bytes_and_returns_null_for_zero) {
   sim_backend sim(options(GiB));
-  arena_policy arena(config{}, sim);
+  arena_policy arena(stitched(), sim);
   EXPECT_TRUE(arena.uses_virtual_memory());
   EXPECT_EQ(arena.range_bytes(), 2 * GiB);
   EXPECT_EQ(arena.allocation_size(1), 512u);
@@ -93,7 +106,7 @@ TEST(arena_test, rounds_to_512_bytes_and_returns_null_for_zero) {
 
 TEST(arena_test, small_blocks_pack_into_one_granule_without_further_backend_calls) {
   sim_backend sim(options(GiB));
-  arena_policy arena(config{}, sim);
+  arena_policy arena(stitched(), sim);
   std::vector<void*> blocks;
   blocks.push_back(arena.allocate(4096));
   const std::uint64_t after_first = sim.counters().memory_calls();
@@ -107,11 +120,11 @@ TEST(arena_test, small_blocks_pack_into_one_granule_without_further_backend_call
   EXPECT_EQ(sim.counters().total_calls(), before) << "warm reuse made backend calls";
 }
 
-TEST(arena_test, data_survives_unmapping_and_remapping_around_it) {
-  // Backed memory, 64 KiB granules, eager unmapping: every free that empties
-  // a granule unmaps it and every new block remaps pooled pages.
+// Backed memory, 64 KiB granules, eager unmapping: every free that empties
+// a granule (or span) unmaps it and every new block remaps pooled pages.
+void random_work_keeps_data(const config& cfg) {
   sim_backend sim(options(256 * MiB, 64 * KiB, /*backed=*/true));
-  arena_policy arena(eager(), sim);
+  arena_policy arena(cfg, sim);
   std::mt19937 rng(7);
   struct live_block {
     void* p;
@@ -142,6 +155,14 @@ TEST(arena_test, data_survives_unmapping_and_remapping_around_it) {
     EXPECT_TRUE(intact(b.p, b.bytes, b.seed)) << "block " << b.seed;
     arena.deallocate(b.p, b.bytes);
   }
+}
+
+TEST(arena_test, data_survives_unmapping_and_remapping_around_it) { random_work_keeps_data(eager()); }
+
+TEST(arena_test, data_survives_moving_spans) {
+  config cfg = spans(MiB);  // 16 granules of 64 KiB
+  cfg.release_delay = 0;
+  random_work_keeps_data(cfg);
 }
 
 TEST(arena_test, reserved_follows_live_bytes_after_frees) {
@@ -175,7 +196,7 @@ TEST(arena_test, reserved_follows_live_bytes_after_frees) {
 
 TEST(arena_test, release_threshold_keeps_free_granules_mapped) {
   sim_backend sim(options(4 * GiB));
-  config cfg;
+  config cfg = stitched();
   cfg.release_threshold = 8 * MiB;
   arena_policy arena(eager(cfg), sim);
   void* big = arena.allocate(32 * MiB);
@@ -234,7 +255,7 @@ TEST(arena_test, free_granules_are_stolen_before_memory_is_created) {
   // 16 MiB device: A (8 MiB) and B (4 MiB) held, A freed but kept mapped; C
   // (10 MiB) fits no hole, lands on unmapped granules and takes A's pages.
   sim_backend sim(options(16 * MiB));
-  config cfg;
+  config cfg = stitched();
   cfg.release_threshold = GiB;
   arena_policy arena(cfg, sim);
   void* a = arena.allocate(8 * MiB);
@@ -248,6 +269,82 @@ TEST(arena_test, free_granules_are_stolen_before_memory_is_created) {
   EXPECT_EQ(arena.state().retries, 0u);
   arena.deallocate(b, 4 * MiB);
   arena.deallocate(c, 10 * MiB);
+}
+
+// Spans: map_chunk above the granularity (spans(): the default, 32 MiB).
+
+TEST(arena_test, growth_maps_one_handle_per_chunk) {
+  sim_backend sim(options(4 * GiB));
+  arena_policy arena(spans(), sim);
+  // 100 MiB from the start of the range: granules [0, 50) cut at multiples
+  // of 16 granules: 16 + 16 + 16 + 2.
+  void* a = arena.allocate(100 * MiB);
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 4u);
+  EXPECT_EQ(calls(sim, backend_call::map), 4u);
+  EXPECT_EQ(calls(sim, backend_call::set_access), 1u) << "one set_access per run of spans";
+  EXPECT_EQ(arena.state().reserved, 100 * MiB) << "nothing mapped past the block";
+  // Small blocks after it: one more granule, then none.
+  void* b = arena.allocate(512);
+  void* c = arena.allocate(4096);
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 5u);
+  EXPECT_EQ(arena.state().reserved, 102 * MiB);
+  arena.deallocate(a, 100 * MiB);
+  arena.deallocate(b, 512);
+  arena.deallocate(c, 4096);
+}
+
+TEST(arena_test, a_cached_span_is_stolen_whole_where_it_fits) {
+  sim_backend sim(options(4 * GiB));
+  config cfg = spans();
+  cfg.release_threshold = GiB;  // keep freed spans mapped
+  arena_policy arena(cfg, sim);
+  void* a = arena.allocate(32 * MiB);   // one span, granules [0, 16)
+  void* pin = arena.allocate(512);      // granule 16: a's hole stays 32 MiB
+  arena.deallocate(a, 32 * MiB);
+  void* b = arena.allocate(40 * MiB);   // fits no hole: granules [17, 37)
+  EXPECT_EQ(calls(sim, backend_call::unmap), 1u) << "a's span moved, whole";
+  // b: 16 granules from a's span, the other 4 created ([33, 37) in one span).
+  EXPECT_EQ(calls(sim, backend_call::create_physical), 1u + 1u + 1u);
+  EXPECT_EQ(sim.counters().held_bytes, 42 * MiB) << "held = touched: b's 40 MiB and the pin's granule";
+  arena.deallocate(b, 40 * MiB);
+  arena.deallocate(pin, 512);
+}
+
+TEST(arena_test, an_unused_span_that_fits_nowhere_is_released_before_memory_is_created) {
+  sim_backend sim(options(4 * GiB));
+  arena_policy arena(eager(spans()), sim);
+  void* a = arena.allocate(32 * MiB);
+  void* pin = arena.allocate(512);
+  arena.deallocate(a, 32 * MiB);  // eager: a's 16-granule handle waits in the pool
+  EXPECT_EQ(arena.pooled_bytes(), 32 * MiB);
+  void* b = arena.allocate(4 * MiB);  // two granules: the pooled handle does not fit
+  EXPECT_EQ(calls(sim, backend_call::release_physical), 1u);
+  EXPECT_EQ(arena.pooled_bytes(), 0u);
+  EXPECT_EQ(sim.counters().held_bytes, 6 * MiB) << "the pool was given back, not kept beside new memory";
+  arena.deallocate(b, 4 * MiB);
+  arena.deallocate(pin, 512);
+}
+
+TEST(arena_test, untouched_granules_of_a_live_span_cannot_move) {
+  // The price of spans, exactly: a small block keeps a freed 32 MiB span
+  // live, so its 15 untouched granules stay where they are while a larger
+  // block needs new memory. One handle per granule would have moved them.
+  const auto held = [](const config& cfg) {
+    sim_backend sim(options(4 * GiB));
+    arena_policy arena(cfg, sim);
+    void* a = arena.allocate(32 * MiB);
+    void* pin = arena.allocate(512);
+    arena.deallocate(a, 32 * MiB);
+    void* small = arena.allocate(MiB);     // best fit: a's hole, its first granule
+    void* big = arena.allocate(40 * MiB);  // fits no hole
+    const std::size_t h = sim.counters().held_bytes;
+    arena.deallocate(big, 40 * MiB);
+    arena.deallocate(small, MiB);
+    arena.deallocate(pin, 512);
+    return h;
+  };
+  EXPECT_EQ(held(stitched()), (2 + 2 + 40) * MiB);
+  EXPECT_EQ(held(spans()), (32 + 2 + 40) * MiB);
 }
 
 TEST(arena_test, destruction_returns_everything) {
@@ -276,7 +373,7 @@ TEST(arena_test, another_stream_waits_for_the_freeing_streams_work) {
   stream_t s = sim.create_stream();
   stream_t t = sim.create_stream();
   {
-    arena_policy arena(config{}, sim);
+    arena_policy arena(stitched(), sim);
     void* x = arena.allocate(MiB, s);
     void* a = arena.allocate(MiB, s);
     void* y = arena.allocate(MiB, s);
@@ -374,7 +471,7 @@ TEST(arena_test, random_work_on_three_streams_never_reuses_a_block_too_early) {
 TEST(arena_test, a_destroyed_stream_does_not_keep_memory_from_being_returned) {
   sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
   {
-    arena_policy arena(config{}, sim);
+    arena_policy arena(stitched(), sim);
     stream_t s = sim.create_stream();
     void* p = arena.allocate(4 * MiB, s);
     sim.submit(s);
@@ -423,7 +520,8 @@ TEST(arena_test, out_of_memory_says_why_and_leaves_the_arena_usable) {
     FAIL() << "expected out_of_memory";
   } catch (const out_of_memory& e) {
     EXPECT_EQ(e.details().requested, 16 * MiB);
-    EXPECT_EQ(e.details().reserved, 32 * MiB);
+    // What a failed attempt created went back: the live blocks' granules.
+    EXPECT_EQ(e.details().reserved, 24 * MiB);
     EXPECT_EQ(e.details().device_total, 32 * MiB);
     EXPECT_FALSE(e.details().caused_by_fragmentation());
     EXPECT_THAT(e.what(), HasSubstr("arena"));
@@ -440,7 +538,7 @@ TEST(arena_test, out_of_memory_says_why_and_leaves_the_arena_usable) {
 
 TEST(arena_test, arena_size_caps_physical_memory) {
   sim_backend sim(options(GiB));
-  config cfg;
+  config cfg = stitched();
   cfg.arena_size = 10 * MiB;
   arena_policy arena(cfg, sim);
   EXPECT_EQ(arena.range_bytes(), 20 * MiB);
@@ -472,7 +570,7 @@ TEST(arena_test, backend_failures_are_retried_after_releasing_cache) {
 
 TEST(arena_test, reports_foreign_pointers_double_frees_and_wrong_sizes) {
   sim_backend sim(options(GiB));
-  arena_policy arena(config{}, sim);
+  arena_policy arena(stitched(), sim);
   void* p = arena.allocate(1000);
   int on_host = 0;
   EXPECT_EQ(arena.try_deallocate(&on_host, 4).status, free_status::not_owned);
@@ -489,7 +587,7 @@ TEST(arena_test, reports_foreign_pointers_double_frees_and_wrong_sizes) {
 
 TEST(arena_test, state_reports_largest_free_block_and_mapped_runs) {
   sim_backend sim(options(GiB));
-  config cfg;
+  config cfg = stitched();
   cfg.release_threshold = GiB;
   arena_policy arena(cfg, sim);
   void* a = arena.allocate(6 * MiB);
@@ -507,7 +605,7 @@ TEST(arena_test, state_reports_largest_free_block_and_mapped_runs) {
 
 TEST(arena_test, fallback_block_without_virtual_memory) {
   sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
-  config cfg;
+  config cfg = stitched();
   cfg.fallback_size = 64 * MiB;
   arena_policy arena(cfg, sim);
   EXPECT_FALSE(arena.uses_virtual_memory());
@@ -538,7 +636,7 @@ TEST(arena_test, fallback_block_without_virtual_memory) {
 TEST(arena_test, fallback_block_defaults_to_ninety_percent_of_free_memory) {
   sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
   {
-    arena_policy arena(config{}, sim);
+    arena_policy arena(stitched(), sim);
     EXPECT_EQ(arena.range_bytes(), round_down(GiB / 10 * 9, 2 * MiB));
   }
   EXPECT_EQ(sim.counters().held_bytes, 0u);
@@ -547,7 +645,7 @@ TEST(arena_test, fallback_block_defaults_to_ninety_percent_of_free_memory) {
 
 TEST(arena_test, fallback_block_that_does_not_fit_throws_out_of_memory) {
   sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
-  config cfg;
+  config cfg = stitched();
   cfg.fallback_size = 2 * GiB;
   EXPECT_THROW(arena_policy(cfg, sim), out_of_memory);
 }

@@ -144,7 +144,7 @@ TEST(memory_map, arena_segments_are_mapped_runs_tiled_by_blocks) {
 // runs, and the free block between the live ones is cut at each run's end.
 TEST(memory_map, arena_blocks_are_cut_at_the_ends_of_mapped_runs) {
   sim_backend sim;
-  auto cfg = parse_config("release_threshold:0,release_delay:0");
+  auto cfg = parse_config("release_threshold:0,release_delay:0,map_chunk:2MiB");
   ASSERT_TRUE(cfg.ok());
   const std::unique_ptr<device_allocator> policy = make_policy("arena", *cfg, sim);
   void* low = policy->allocate(3 * MiB);
