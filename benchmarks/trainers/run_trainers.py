@@ -197,7 +197,7 @@ def main():
     header = ["# Real trainers under fragctl", "",
               "GPU: %s; torch %s; %d steps per run (the first 2 untimed), deterministic mode, "
               "CUBLAS_WORKSPACE_CONFIG=:4096:8; peak device used = max(total - free) from the driver, sampled "
-              "every 0.5 ms from another process, minus the idle baseline." % (
+              "every 10 ms from another process, minus the idle baseline." % (
                   first.get("gpu", "?"), first.get("torch", "?"), args.steps), ""]
     text = "\n".join(header + rows + [""] + lines) + "\n"
     with open(os.path.join(args.out, "trainers.md"), "w") as f:
