@@ -160,9 +160,11 @@ def replay_section(results: List[Dict[str, Any]]) -> str:
         for r in rows:
             body.append([f"`{r['policy']}`", gib(r.get("peak_reserved")),
                          f"{r.get('reserved_over_requested', 0):.3f}", ns(r.get("median_ns")),
-                         ns(r.get("p99_ns")), str(r.get("backend_memory_calls", "-")), str(r.get("ooms", 0))])
+                         ns(r.get("p99_ns")),
+                         f"{r['total_ms']:.1f}" if r.get("total_ms") is not None else "-",
+                         str(r.get("backend_memory_calls", "-")), str(r.get("ooms", 0))])
         out.append(table(["allocator", "peak reserved", "reserved/requested", "median ns/op", "p99 ns/op",
-                          "backend calls", "OOMs"], body))
+                          "total ms", "backend calls", "OOMs"], body))
     return "\n".join(out)
 
 

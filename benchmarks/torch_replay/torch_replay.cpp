@@ -190,6 +190,8 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
   std::vector<std::int64_t> copy = samples;
   const double median = fragctl::bench::median_of(samples);
   const double p99 = fragctl::bench::percentile_of(copy, 0.99);
+  std::int64_t total_ns = 0;
+  for (const std::int64_t ns : samples) total_ns += ns;
   char ratio[32];
   std::snprintf(ratio, sizeof ratio, "%.6f", requested == 0 ? 0.0 : static_cast<double>(reserved) / static_cast<double>(requested));
   return "{\"trace\": " + json_string(t.name) + ", \"policy\": " + json_string(label) +
@@ -199,8 +201,8 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
          ", \"ooms\": " + std::to_string(ooms) + ", \"unknown_frees\": " + std::to_string(unknown) +
          ", \"skipped_frees\": " + std::to_string(skipped) + ", \"lost_frees\": " + std::to_string(lost) +
          ", \"operations\": " + std::to_string(operations) + ", \"median_ns\": " + json_number(median) +
-         ", \"p99_ns\": " + json_number(p99) + ", \"clock_overhead_ns\": " + json_number(clock_overhead_ns()) +
-         ", \"cap\": " + std::to_string(cap) + ", \"torch_stats\": {\"num_alloc_retries\": " +
+         ", \"p99_ns\": " + json_number(p99) + ", \"total_ms\": " + json_number(static_cast<double>(total_ns) / 1e6) +
+         ", \"clock_overhead_ns\": " + json_number(clock_overhead_ns()) + ", \"cap\": " + std::to_string(cap) + ", \"torch_stats\": {\"num_alloc_retries\": " +
          std::to_string(s.num_alloc_retries) + ", \"num_ooms\": " + std::to_string(s.num_ooms) + "}}";
 }
 

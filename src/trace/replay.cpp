@@ -190,6 +190,9 @@ replay_result replay(const trace& t, const replay_options& options) {
   r.operations = samples.size();
   r.median_ns = median(samples);
   r.p99_ns = percentile(samples, 0.99);
+  std::int64_t total_ns = 0;
+  for (const std::int64_t ns : samples) total_ns += ns;
+  r.total_ms = static_cast<double>(total_ns) / 1e6;
 
   for (const auto& [addr, b] : live) {
     if (!b.failed) alloc.deallocate(b.ptr, b.size, b.stream);
@@ -219,6 +222,7 @@ nlohmann::ordered_json result_json(const replay_result& r) {
   j["operations"] = r.operations;
   j["median_ns"] = r.median_ns;
   j["p99_ns"] = r.p99_ns;
+  j["total_ms"] = r.total_ms;
   j["clock_overhead_ns"] = r.clock_overhead_ns;
   j["stats"] = nlohmann::ordered_json::parse(to_json(r.stats));
   return j;

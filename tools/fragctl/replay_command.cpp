@@ -44,7 +44,8 @@ class result_table {
              {"OOMs", false, 0},
              {"unknown frees", false, 0},
              {"median ns/op", false, 0},
-             {"p99 ns/op", false, 0}};
+             {"p99 ns/op", false, 0},
+             {"total ms", false, 0}};
     for (column& c : cols_) c.width = std::max(c.width, c.header.size());
   }
 
@@ -59,7 +60,7 @@ class result_table {
            util::human_bytes(r.peak_reserved), fmt::format("{:.3f}", r.reserved_over_requested),
            fmt::format("{}", r.backend_memory_calls), fmt::format("{}", r.ooms),
            fmt::format("{}", r.unknown_frees), fmt::format("{:.0f}", r.median_ns),
-           fmt::format("{:.0f}", r.p99_ns)});
+           fmt::format("{:.0f}", r.p99_ns), fmt::format("{:.1f}", r.total_ms)});
   }
 
  private:
