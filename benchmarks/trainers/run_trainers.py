@@ -2,14 +2,16 @@
 verdict: memory placement must not change the math, and should not cost time.
 
     python benchmarks/trainers/run_trainers.py --out DIR --preload build/libfragctl_preload.so
-        [--models gpt2m,llama,resnet] [--steps 12] [--budget 330]
+        [--models gpt2m,llama,resnet] [--steps 12] [--budget 330] [--runs native,arena,...]
 
 Per model the runs are: PyTorch's native allocator; expandable_segments:True;
 fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
 (profiled from the arena run's report); LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
-the three, and their spread is the run-to-run noise of step time. Every run is deterministic
+the native runs, and their spread is the run-to-run noise of step time.
+--runs picks other runs and orders, e.g. native,arena,native,arena,... to
+compare two set-ups in alternation. Every run is deterministic
 (train_one.py) and its loss after every step is compared bit for bit with the
 native run's. Writes DIR/trainers.json (every run) and DIR/trainers.md (the
 table and the verdict) and prints the table. Runs that do not fit in
@@ -42,17 +44,32 @@ def runs_for(model, out_dir, preload):
         "LD_PRELOAD": preload, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "FRAGCTL_POLICY": "arena",
         "FRAGCTL_REPORT": os.path.join(out_dir, "%s-preload.report.json" % model),
     }
-    return [
-        ("native", "native", "", [], {}),
-        ("expandable_segments", "expandable", "", [], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
-        fragctl_run("caching"),
-        fragctl_run("arena"),
-        ("native (middle)", "native", "", [], {}),
-        fragctl_run("buckets:arena"),
-        fragctl_run("warmup:arena"),
-        ("LD_PRELOAD arena", "preload", "arena", [], preload_env),
-        ("native (again)", "native", "", [], {}),
-    ]
+    return {
+        "native": ("native", "native", "", [], {}),
+        "expandable": ("expandable_segments", "expandable", "", [], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+        "caching": fragctl_run("caching"),
+        "arena": fragctl_run("arena"),
+        "buckets:arena": fragctl_run("buckets:arena"),
+        "warmup:arena": fragctl_run("warmup:arena"),
+        "preload": ("LD_PRELOAD arena", "preload", "arena", [], preload_env),
+    }
+
+
+DEFAULT_RUNS = "native,expandable,caching,arena,native,buckets:arena,warmup:arena,preload,native"
+
+
+def planned_runs(model, out_dir, preload, names):
+    """The runs of --runs in order; a name's second and later runs are labelled "(2)", "(3)", ..."""
+    menu = runs_for(model, out_dir, preload)
+    unknown = [n for n in names if n not in menu]
+    if unknown:
+        raise SystemExit("--runs: unknown run %s (known: %s)" % (", ".join(unknown), ", ".join(menu)))
+    seen, runs = {}, []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        label, mode, policy, extra, env = menu[n]
+        runs.append(("%s (%d)" % (label, seen[n]) if seen[n] > 1 else label, mode, policy, extra, env))
+    return runs
 
 
 def run(model, label, mode, policy, extra, env_extra, args, deadline):
@@ -179,6 +196,9 @@ def main():
     parser.add_argument("--preload", required=True, help="path of libfragctl_preload.so")
     parser.add_argument("--models", default="gpt2m,llama,resnet")
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--runs", default=DEFAULT_RUNS,
+                        help="runs per model, in order, repeats allowed (names: native, expandable, caching, arena, "
+                             "buckets:arena, warmup:arena, preload); warmup:arena needs an arena run before it")
     parser.add_argument("--budget", type=float, default=330, help="seconds for all runs")
     args = parser.parse_args()
     args.out = os.path.abspath(args.out)
@@ -188,7 +208,7 @@ def main():
 
     results = []
     for model in args.models.split(","):
-        for label, mode, policy, extra, env_extra in runs_for(model, args.out, preload):
+        for label, mode, policy, extra, env_extra in planned_runs(model, args.out, preload, args.runs.split(",")):
             results.append(run(model, label, mode, policy, extra, env_extra, args, deadline))
 
     rows = table(results)

@@ -59,6 +59,13 @@ class TrainerVerdictTest(unittest.TestCase):
         self.assertIn("| +10.0% |", arena)
         self.assertIn("| 40 (3) |", arena)
 
+    def test_runs_are_planned_in_order_with_repeats_numbered(self):
+        runs = run_trainers.planned_runs("llama", "/tmp/out", "/lib/p.so", ["native", "arena", "native", "arena"])
+        self.assertEqual([r[0] for r in runs], ["native", "fragctl arena", "native (2)", "fragctl arena (2)"])
+        self.assertEqual([r[1] for r in runs], ["native", "fragctl", "native", "fragctl"])
+        with self.assertRaises(SystemExit):
+            run_trainers.planned_runs("llama", "/tmp/out", "/lib/p.so", ["native", "arenas"])
+
 
 if __name__ == "__main__":
     unittest.main()
