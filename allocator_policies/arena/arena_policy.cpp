@@ -15,40 +15,43 @@
 // fails an allocation: a contiguous free range of any size the device could
 // hold is always left somewhere.
 //
-// Page stitching (granule_map.hpp). Physical memory is mapped one granule at
-// a time (2 MiB on H100/H200), one physical handle per granule, so any page
-// can go anywhere. Each granule counts the live blocks touching it. A block
-// landing on unmapped granules gets handles from the pool of unmapped ones,
-// else steals the oldest wholly free ("cached") granule by unmapping it, and
-// only when neither exists creates a new one. A granule no live block touches
-// is cached (kept mapped); see "Driver calls" for when it is unmapped into
-// the pool. Hence:
-//  * physical memory held grows only when every held granule is touched by a
-//    live block: the peak held is the peak of touched granules, whatever the
-//    addresses. Reserved bytes follow live bytes; the only waste is the
-//    partly used granules at the two edges of each hole between live blocks.
-//  * because a free range's pages are re-stitched wherever the next request
-//    lands, the largest block the arena can serve is effectively all free
-//    physical memory: an out-of-memory caused by fragmentation needs the free
-//    bytes to sit in partly used granules, which essentially never happens.
-//  * pooled handles are still held from the device (the backend counts them),
-//    but the pool is drained before any handle is created, so it never adds
-//    to the peak. release_cached() returns pool and cache to the device.
+// Page stitching (granule_map.hpp). Physical memory is mapped in spans: one
+// handle over a run of granules (2 MiB on H100/H200), at most map_chunk bytes
+// (32 MiB by default). Each granule counts the live blocks touching it; a
+// span none of whose granules is touched is "cached" (kept mapped). A block
+// landing on unmapped granules fills them from the pool of unmapped handles
+// that fit, then steals whole cached spans that fit (unmapping them), and
+// creates new spans only for what is still missing, after giving back as
+// many bytes of unused pool and cached spans as it creates. Hence:
+//  * physical memory held grows only when every held span is touched by a
+//    live block. Reserved bytes follow live bytes up to the partly used
+//    granules at the edges of holes and, with spans, the untouched granules
+//    of spans a live block still touches (map_chunk at the granularity
+//    removes those: one handle per granule, any page stitchable anywhere).
+//  * because free pages are re-stitched wherever the next request lands,
+//    the largest block the arena can serve is effectively all free physical
+//    memory: an out-of-memory caused by fragmentation needs the free bytes to
+//    sit in partly used spans.
+//  * pooled handles are still held from the device (the backend counts
+//    them), but they are used or given back before anything is created, so
+//    they never add to the peak. release_cached() returns pool and cache.
 //
 // Driver calls. The common path (the block lands on mapped granules) makes
-// none. A newly touched run of granules costs one map per granule and one
-// set_access for the whole run; unmap is per granule (a mapping is unmapped
-// whole). set_access and unmap are the expensive calls (16 and 11 us per
-// page on an H200), so what to keep mapped matters. A cached granule is
-// reused at its own address for free, and because cached granules are
-// stolen before anything is created, keeping them costs no peak memory. So
-// cached granules up to release_threshold bytes stay mapped indefinitely, and
-// beyond it a cached granule is unmapped into the pool only once it stayed
-// cached for release_delay allocator calls (2^20 by default): a hysteresis
-// under which memory a training step frees and the next takes again is never
-// unmapped, and a steady-state step maps and unmaps nothing. Unmapping every
-// free granule at once (release_delay 0) keeps the same peak but sends most
-// operations of a training trace to the driver (docs/policies/arena.md).
+// none. A newly touched run costs one map per span and one set_access for the
+// run; unmap is per span (a mapping is unmapped whole). Each call costs about
+// the same whatever the handle's size (on an H200: create 9 us, map 1 us,
+// set_access 25 us, unmap 16 us per handle from 2 to 64 MiB; bench_vmm),
+// which is why spans exist: a new peak costs a few calls per 32 MiB instead
+// of per 2 MiB. What to keep mapped matters too. A cached span is reused at
+// its own address for free, and because cached spans are stolen or exchanged
+// before anything is created, keeping them costs no peak memory. So cached
+// spans up to release_threshold bytes stay mapped indefinitely, and beyond it
+// a cached span is unmapped into the pool only once it stayed cached for
+// release_delay allocator calls (2^20 by default): a hysteresis under which
+// memory a training step frees and the next takes again is never unmapped,
+// and a steady-state step maps and unmaps nothing. Unmapping every free span
+// at once (release_delay 0) keeps the same peak but sends most operations of
+// a training trace to the driver (docs/policies/arena.md).
 //
 // Stream order (stream_clock.hpp). A free is stamped with its stream's tick
 // and costs no backend call. Same-stream reuse is immediate. Another stream
@@ -60,7 +63,7 @@
 //
 // Out of memory. No fitting block usable on the stream: query pending events,
 // then wait for them. Mapping short of handles: wait for pending frees and
-// steal every cached granule; then unmap and release everything unused and
+// steal or exchange every cached span; then unmap and release everything unused and
 // try once more; then out_of_memory with requested, reserved, free in cache,
 // the largest free block and device free/total.
 //

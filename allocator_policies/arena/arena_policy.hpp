@@ -17,24 +17,27 @@
 namespace fragctl {
 
 /// Best-fit (segregated, near exact) allocation with coalescing inside one
-/// reserved virtual range; granules are mapped when a block first touches
-/// them and unmapped, their physical handles pooled and re-mapped elsewhere,
-/// once no live block touches them.
+/// reserved virtual range; physical memory is mapped, in spans of up to
+/// `map_chunk` bytes, where a block first touches unmapped granules, and a
+/// span is unmapped, its handle pooled and re-mapped elsewhere, once no live
+/// block touches it.
 ///
 /// Options (config): `arena_size` caps the physical memory the arena holds
 /// (0 = the device's total memory, rounded up to the granularity); twice that
 /// much address space is reserved, so that address-space fragmentation can
-/// never be what runs out. `release_threshold` is how many bytes of wholly
-/// free granules stay mapped indefinitely; free granules beyond it are
-/// unmapped into the pool, oldest first, once they stayed free for
+/// never be what runs out. `map_chunk` is the largest span (0 or the
+/// granularity: one handle per granule). `release_threshold` is how many
+/// bytes of wholly free spans stay mapped indefinitely; free spans beyond it
+/// are unmapped into the pool, oldest first, once they stayed free for
 /// `release_delay` allocator calls (allocations plus frees; 0 = as soon as
 /// their frees are complete). The hysteresis keeps memory a training loop
-/// frees and takes again mapped across steps. Free granules are taken
-/// (re-stitched) wherever memory is needed before any new physical memory is
-/// created, so neither setting raises the peak memory held. Without virtual
-/// memory the arena is one raw block of `fallback_size` bytes (0 = 90% of the
-/// device's free memory at construction) managed the same way, without
-/// mapping; reserved is then the block's size.
+/// frees and takes again mapped across steps. Free spans are taken
+/// (re-stitched) or given back wherever memory is needed before any new
+/// physical memory is created, so neither setting raises the peak memory
+/// held. Without virtual memory the arena is one raw block of
+/// `fallback_size` bytes (0 = 90% of the device's free memory at
+/// construction) managed the same way, without mapping; reserved is then the
+/// block's size.
 ///
 /// Stream order: as device_allocator says. Same-stream reuse is immediate;
 /// another stream gets a freed block once an event recorded on the freeing

@@ -47,7 +47,7 @@ struct config {
   // arena policy.
   std::size_t arena_size = 0;                 ///< virtual range to reserve; 0 = device total
   std::size_t release_threshold = 0;          ///< free mapped bytes kept instead of unmapped
-  std::size_t release_delay = std::size_t{1} << 20;  ///< allocator calls a free granule beyond the threshold stays mapped
+  std::size_t release_delay = std::size_t{1} << 20;  ///< allocator calls a free span beyond the threshold stays mapped
   std::size_t map_chunk = 32 * MiB;           ///< largest physical handle (span) the arena maps
   std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free
 

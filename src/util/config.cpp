@@ -116,7 +116,7 @@ const std::vector<option_row>& rows() {
       {{"release_threshold", "size", "0", "arena: free mapped bytes kept mapped instead of unmapped"},
        size_field(&config::release_threshold)},
       {{"release_delay", "int", "1048576",
-        "arena: allocator calls a wholly free granule beyond release_threshold stays mapped before it is "
+        "arena: allocator calls a wholly free span beyond release_threshold stays mapped before it is "
         "unmapped (0 = at once)"},
        field(&config::release_delay, [](std::string_view v) -> absl::StatusOr<std::size_t> {
          std::uint64_t n = 0;
@@ -124,7 +124,7 @@ const std::vector<option_row>& rows() {
          return static_cast<std::size_t>(n);
        })},
       {{"map_chunk", "size", "32MiB",
-        "arena: largest physical handle; growth maps up to this much per driver call (the granularity or "
+        "arena: largest physical handle (span); growth maps up to this much per driver call (the granularity or "
         "less: one handle per granule)"},
        size_field(&config::map_chunk)},
       {{"fallback_size", "size", "0 (90% of free)", "arena without virtual memory: size of the pre-reserved block"},

@@ -126,8 +126,9 @@ const command_spec& replay_spec() {
       "Each TRACE (fragctl CSV, PyTorch snapshot JSON or RMM log CSV, plain or .gz) is replayed\n"
       "once per policy through a fresh allocator. Printed per trace and policy: peak requested\n"
       "(live) bytes, peak reserved bytes (held from the backend), their ratio (1.000 is ideal),\n"
-      "backend memory calls, OOMs, frees of unknown addresses, and the median and 99th\n"
-      "percentile wall time of one allocate or deallocate. docs/replay.md has the details.\n\n"
+      "backend memory calls, OOMs, frees of unknown addresses, the median and 99th\n"
+      "percentile wall time of one allocate or deallocate, and all of them added up (total ms).\n"
+      "docs/replay.md has the details.\n\n"
       "Policies:\n" +
           policy_lines() +
           "\nExit status: 0 success, 1 unreadable trace or failed replay, 2 usage error.\n"
