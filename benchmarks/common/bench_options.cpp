@@ -91,4 +91,9 @@ absl::StatusOr<bench_options> parse_bench_options(int argc, char** argv,
   return out;
 }
 
+std::string extra_flag(const bench_options& o, std::string_view name, std::string fallback) {
+  const auto it = o.extra.find(name);
+  return it == o.extra.end() ? std::move(fallback) : it->second;
+}
+
 }  // namespace fragctl::bench

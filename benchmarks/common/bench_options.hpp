@@ -41,6 +41,9 @@ struct bench_options {
     int argc, char** argv, const std::set<std::string, std::less<>>& extra_flags = {},
     const std::vector<std::string>& pseudo_policies = {}, config base = {});
 
+/// The value of the program's own flag `name`, or `fallback` when absent.
+[[nodiscard]] std::string extra_flag(const bench_options& o, std::string_view name, std::string fallback);
+
 /// Name of a backend kind as --backend spells it.
 [[nodiscard]] std::string_view backend_flag_name(backend_kind kind) noexcept;
 

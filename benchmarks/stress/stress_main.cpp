@@ -51,11 +51,6 @@ struct stress_options {
   std::string out_dir = ".";
 };
 
-std::string flag(const bench_options& o, std::string_view name, std::string fallback) {
-  const auto it = o.extra.find(name);
-  return it == o.extra.end() ? std::move(fallback) : it->second;
-}
-
 stress_options parse(int argc, char** argv) {
   config base;
   base.backend = backend_kind::sim;
@@ -66,10 +61,10 @@ stress_options parse(int argc, char** argv) {
   if (!common.ok()) throw std::invalid_argument(std::string(util::to_std(common.status().message())));
   stress_options o;
   o.common = *std::move(common);
-  o.mode = flag(o.common, "mode", "all");
+  o.mode = extra_flag(o.common, "mode", "all");
   if (o.mode != "all" && o.mode != "largest" && o.mode != "smallest" && o.mode != "traces")
     throw std::invalid_argument(fmt::format("--mode: expected all, largest, smallest or traces, got '{}'", o.mode));
-  const std::string scenarios = flag(o.common, "scenario", "all");
+  const std::string scenarios = extra_flag(o.common, "scenario", "all");
   if (scenarios == "all") {
     o.scenarios = gen::scenario_names();
   } else {
@@ -80,19 +75,19 @@ stress_options parse(int argc, char** argv) {
     for (const std::string& n : gen::scenario_names()) known = known || n == s;
     if (!known) throw std::invalid_argument(fmt::format("--scenario: unknown scenario '{}'", s));
   }
-  auto cap = parse_size(flag(o.common, "cap", "24GiB"));
+  auto cap = parse_size(extra_flag(o.common, "cap", "24GiB"));
   if (!cap.ok() || *cap == 0) throw std::invalid_argument("--cap: expected a size such as 24GiB");
   o.cap = *cap;
-  if (!util::parse_double(flag(o.common, "scale", "1"), o.scale) || !(o.scale > 0))
+  if (!util::parse_double(extra_flag(o.common, "scale", "1"), o.scale) || !(o.scale > 0))
     throw std::invalid_argument("--scale: expected a positive number");
   std::uint64_t steps = 0;
-  if (!util::parse_u64(flag(o.common, "steps", "0"), steps)) throw std::invalid_argument("--steps: expected a count");
+  if (!util::parse_u64(extra_flag(o.common, "steps", "0"), steps)) throw std::invalid_argument("--steps: expected a count");
   o.steps = steps;
-  o.timing_backend = flag(o.common, "timing-backend", "none");
+  o.timing_backend = extra_flag(o.common, "timing-backend", "none");
   if (o.timing_backend != "none" && !parse_backend_kind(o.timing_backend).ok())
     throw std::invalid_argument("--timing-backend: expected none, sim or cuda");
-  o.json_path = flag(o.common, "json", "");
-  o.out_dir = flag(o.common, "out", ".");
+  o.json_path = extra_flag(o.common, "json", "");
+  o.out_dir = extra_flag(o.common, "out", ".");
   return o;
 }
 

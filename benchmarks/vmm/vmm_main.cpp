@@ -42,11 +42,6 @@ struct vmm_options {
   int repeat = 3;
 };
 
-std::string flag(const bench_options& o, std::string_view name, std::string fallback) {
-  const auto it = o.extra.find(name);
-  return it == o.extra.end() ? std::move(fallback) : it->second;
-}
-
 vmm_options parse(int argc, char** argv) {
   config base;
   base.backend = backend_kind::cuda;
@@ -54,17 +49,17 @@ vmm_options parse(int argc, char** argv) {
   if (!common.ok()) throw std::invalid_argument(std::string(util::to_std(common.status().message())));
   vmm_options o;
   o.common = *std::move(common);
-  const auto total = parse_size(flag(o.common, "total", "4GiB"));
+  const auto total = parse_size(extra_flag(o.common, "total", "4GiB"));
   if (!total.ok() || *total == 0) throw std::invalid_argument("--total: expected a size such as 4GiB");
   o.total = *total;
-  const std::string chunks = flag(o.common, "chunks", "2MiB,4MiB,8MiB,16MiB,32MiB,64MiB,256MiB");
+  const std::string chunks = extra_flag(o.common, "chunks", "2MiB,4MiB,8MiB,16MiB,32MiB,64MiB,256MiB");
   for (const std::string_view s : util::split(chunks, ',')) {
     const auto c = parse_size(util::trim(s));
     if (!c.ok() || *c == 0) throw std::invalid_argument(fmt::format("--chunks: '{}' is not a size", s));
     o.chunks.push_back(*c);
   }
   std::uint64_t repeat = 0;
-  if (!util::parse_u64(flag(o.common, "repeat", "3"), repeat) || repeat == 0 || repeat > 100)
+  if (!util::parse_u64(extra_flag(o.common, "repeat", "3"), repeat) || repeat == 0 || repeat > 100)
     throw std::invalid_argument("--repeat: expected a count from 1 to 100");
   o.repeat = static_cast<int>(repeat);
   return o;

@@ -140,6 +140,8 @@ class alloc_sequence {
     if ((tweaks & 8) != 0) conf += ",buckets_limit:64KiB";
     if ((tweaks & 16) != 0) conf += ",warmup_on_exhausted:fail";
     if ((tweaks & 32) != 0) conf += ",release_on_oom:false";
+    if ((tweaks & 64) != 0) conf += ",map_chunk:0";  // arena: one handle per granule
+    if ((tweaks & 128) != 0) conf += ",map_chunk:1MiB";
     auto parsed = parse_config(conf);
     check(parsed.ok(), "harness configuration \"{}\" does not parse", conf);
     cfg_ = *std::move(parsed);
