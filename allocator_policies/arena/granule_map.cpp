@@ -134,7 +134,7 @@ void granule_map::trim(std::size_t keep, std::uint64_t before) {
 }
 
 std::uint32_t granule_map::fill_gap(std::uint32_t from, std::uint32_t to, std::size_t lo, std::size_t hi,
-                                    std::vector<piece>& plan) {
+                                    std::vector<piece>& plan, std::uint64_t& refreshed) {
   std::uint32_t pos = from;
   const auto from_pool = [&] {
     while (pos < to) {
@@ -145,7 +145,6 @@ std::uint32_t granule_map::fill_gap(std::uint32_t from, std::uint32_t to, std::s
     }
   };
   from_pool();
-  std::uint64_t refreshed = 0;
   for (std::uint32_t s = spans_[lru].next; s != lru && pos < to;) {
     const std::uint32_t next = spans_[s].next;
     const span& sp = spans_[s];
@@ -159,7 +158,7 @@ std::uint32_t granule_map::fill_gap(std::uint32_t from, std::uint32_t to, std::s
   return pos;
 }
 
-void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t hi) {
+void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t hi, std::uint64_t& refreshed) {
   std::size_t released = 0;
   while (released < granules && !pool_.empty()) {
     const pooled p = pool_.back();
@@ -169,7 +168,6 @@ void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t 
     created_ -= p.count;
     released += p.count;
   }
-  std::uint64_t refreshed = 0;
   for (std::uint32_t s = spans_[lru].next; s != lru && released < granules;) {
     const std::uint32_t next = spans_[s].next;
     const span& sp = spans_[s];
@@ -179,7 +177,12 @@ void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t 
       unmap_to_pool(s);
       // A pooled handle of exactly its size (its own or one like it).
       const std::optional<pooled> p = take_pooled(count);
-      backend_.release_physical(physical_handle{p->handle}, std::size_t{p->count} << shift_);
+      try {
+        backend_.release_physical(physical_handle{p->handle}, std::size_t{p->count} << shift_);
+      } catch (...) {
+        put_pooled(*p);  // still held: back where it was (the slot it left is free)
+        throw;
+      }
       created_ -= p->count;
       released += p->count;
     }
@@ -189,21 +192,23 @@ void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t 
 
 bool granule_map::create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan) {
   const std::size_t start = plan.size();
-  for (std::uint32_t pos = from; pos < to;) {
-    const std::uint32_t end = std::min<std::uint32_t>(to, (pos / chunk_ + 1) * chunk_);
-    const std::uint32_t count = end - pos;
+  for (std::size_t pos = from; pos < to;) {
+    const std::size_t end = std::min<std::size_t>(to, (pos / chunk_ + 1) * chunk_);
+    const std::size_t count = end - pos;
     std::optional<physical_handle> h;
-    if ((created_ + count) << shift_ <= limit_) h = backend_.create_physical(std::size_t{count} << shift_);
+    if ((created_ + count) << shift_ <= limit_) h = backend_.create_physical(count << shift_);
     if (!h) {
-      for (std::size_t i = start; i < plan.size(); ++i) {
-        backend_.release_physical(physical_handle{plan[i].handle}, std::size_t{plan[i].count} << shift_);
-        created_ -= plan[i].count;
+      // Give back what this call created; a piece leaves the plan only once
+      // it is released, so a release that throws leaves the rest accounted.
+      while (plan.size() > start) {
+        backend_.release_physical(physical_handle{plan.back().handle}, std::size_t{plan.back().count} << shift_);
+        created_ -= plan.back().count;
+        plan.pop_back();
       }
-      plan.resize(start);
       return false;
     }
     created_ += count;
-    plan.push_back({pos, count, h->value});
+    plan.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(count), h->value});
     pos = end;
   }
   return true;
@@ -241,31 +246,37 @@ bool granule_map::map_plan(const std::vector<piece>& plan) {
     }
     pool_plan(plan, next_piece);
   };
-  for (std::size_t i = 0; i < plan.size();) {
-    // One set_access for each run of pieces at consecutive addresses.
-    const std::size_t run = i;
-    for (; i < plan.size() && (i == run || plan[i].first == plan[i - 1].first + plan[i - 1].count); ++i) {
-      const piece& p = plan[i];
-      if (!backend_.map(address(p.first), std::size_t{p.count} << shift_, physical_handle{p.handle})) {
+  std::size_t i = 0;  // pieces before i are mapped (in `made`), the others not
+  try {
+    for (; i < plan.size();) {
+      // One set_access for each run of pieces at consecutive addresses.
+      const std::size_t run = i;
+      for (; i < plan.size() && (i == run || plan[i].first == plan[i - 1].first + plan[i - 1].count); ++i) {
+        const piece& p = plan[i];
+        if (!backend_.map(address(p.first), std::size_t{p.count} << shift_, physical_handle{p.handle})) {
+          undo(i);
+          return false;
+        }
+        const std::uint32_t s = new_span();  // no allocation: reserved above
+        span& sp = spans_[s];
+        sp.handle = p.handle;
+        sp.first = p.first;
+        sp.count = p.count;
+        for (std::uint32_t g = p.first; g < p.first + p.count; ++g) granules_[g].span = s;
+        mapped_ += p.count;
+        lru_push(s);
+        made.push_back(s);
+      }
+      const std::uint32_t lo = plan[run].first;
+      const std::uint32_t hi = plan[i - 1].first + plan[i - 1].count;
+      if (!backend_.set_access(address(lo), std::size_t{hi - lo} << shift_)) {
         undo(i);
         return false;
       }
-      const std::uint32_t s = new_span();  // no allocation: reserved above
-      span& sp = spans_[s];
-      sp.handle = p.handle;
-      sp.first = p.first;
-      sp.count = p.count;
-      for (std::uint32_t g = p.first; g < p.first + p.count; ++g) granules_[g].span = s;
-      mapped_ += p.count;
-      lru_push(s);
-      made.push_back(s);
     }
-    const std::uint32_t lo = plan[run].first;
-    const std::uint32_t hi = plan[i - 1].first + plan[i - 1].count;
-    if (!backend_.set_access(address(lo), std::size_t{hi - lo} << shift_)) {
-      undo(i);
-      return false;
-    }
+  } catch (...) {
+    undo(i);  // a map or set_access threw: nothing of this call stays mapped
+    throw;
   }
   return true;
 }
@@ -288,6 +299,8 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
 
   try {
     // Gaps: from the pool and stolen spans; what stays missing goes to holes_.
+    // Each stream is asked about its pending frees at most once per call.
+    std::uint64_t refreshed = 0;
     std::size_t missing = 0;
     for (std::uint32_t g = lo; g <= hi;) {
       if (granules_[g].span != nil) {
@@ -296,7 +309,7 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
       }
       const std::uint32_t from = g;
       while (g <= hi && granules_[g].span == nil) ++g;
-      const std::uint32_t rest = fill_gap(from, g, lo, hi, plan_);
+      const std::uint32_t rest = fill_gap(from, g, lo, hi, plan_, refreshed);
       if (rest < g) {
         holes_.push_back({rest, g});
         missing += g - rest;
@@ -304,7 +317,7 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
     }
     if (!holes_.empty()) {
       // Give back as much unused memory as is about to be created.
-      release_for(missing, lo, hi);
+      release_for(missing, lo, hi, refreshed);
       for (const auto& [from, to] : holes_) {
         if (!create_for(from, to, plan_)) {
           pool_plan(plan_, 0);
@@ -315,7 +328,7 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
       std::sort(plan_.begin(), plan_.end(), [](const piece& a, const piece& b) { return a.first < b.first; });
     }
   } catch (...) {
-    pool_plan(plan_, 0);  // a releasing call failed: keep what was planned
+    pool_plan(plan_, 0);  // a backend call threw: what was planned goes to the pool
     throw;
   }
   return map_plan(plan_);

@@ -126,7 +126,7 @@ class granule_map {
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   /// Largest span in bytes.
-  [[nodiscard]] std::size_t chunk() const noexcept { return chunk_ << shift_; }
+  [[nodiscard]] std::size_t chunk() const noexcept { return std::size_t{chunk_} << shift_; }
   /// Bytes of spans no live block touches.
   [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_ << shift_; }
   [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_ << shift_; }
@@ -201,14 +201,15 @@ class granule_map {
   void put_pooled(pooled p) noexcept;
   /// Releases pooled handles and complete cached spans outside [lo, hi],
   /// oldest first, until `granules` granules' worth went back to the device.
-  void release_for(std::size_t granules, std::size_t lo, std::size_t hi);
+  void release_for(std::size_t granules, std::size_t lo, std::size_t hi, std::uint64_t& refreshed);
   /// Plans the handles for the gap [from, to) (all unmapped): pool, then
   /// stolen cached spans, appended to `plan`; returns the first granule
-  /// still without a handle.
+  /// still without a handle. `refreshed` as for idle().
   std::uint32_t fill_gap(std::uint32_t from, std::uint32_t to, std::size_t lo, std::size_t hi,
-                         std::vector<piece>& plan);
-  /// Maps every piece of `plan` as a new span; on a failed map or set_access
-  /// undoes what it mapped (handles back to the pool) and returns false.
+                         std::vector<piece>& plan, std::uint64_t& refreshed);
+  /// Maps every piece of `plan` as a new span; on a failed (or throwing) map
+  /// or set_access undoes what it mapped, handles back to the pool, and
+  /// returns false (or rethrows).
   [[nodiscard]] bool map_plan(const std::vector<piece>& plan);
   /// Creates handles for [from, to), cut at chunk boundaries; appended to
   /// `plan`. False, having released what it created, when the limit or the
