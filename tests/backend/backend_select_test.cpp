@@ -3,9 +3,7 @@
 // and expect accordingly (or skip where only a machine without one can tell).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "fragctl/backend.hpp"
@@ -13,7 +11,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/sim_backend.hpp"
-#include "spdlog/sinks/ostream_sink.h"
+#include "support/log_capture.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {
@@ -45,28 +43,6 @@ config config_for(std::string_view backend, std::string_view conf = "") {
   return cfg;
 }
 
-/// Captures what the fragctl logger writes at info level while alive.
-class log_capture {
- public:
-  log_capture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)), level_(logger().level()) {
-    logger().sinks().push_back(sink_);
-    logger().set_level(spdlog::level::info);
-  }
-  ~log_capture() {
-    auto& sinks = logger().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-    logger().set_level(level_);
-  }
-  log_capture(const log_capture&) = delete;
-  log_capture& operator=(const log_capture&) = delete;
-
-  [[nodiscard]] std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  spdlog::level::level_enum level_;
-};
 
 TEST(backend_select, explicit_sim_uses_the_configured_options) {
   config cfg = config_for("sim", "sim_capacity:1GiB,sim_granularity:64KiB,sim_virtual_memory:false");
@@ -103,7 +79,7 @@ TEST(backend_select, automatic_prefers_cuda_then_hip_then_sim) {
 
 TEST(backend_select, automatic_without_a_gpu_gives_the_configured_sim_and_says_why) {
   if (cuda_present() || hip_present()) GTEST_SKIP() << "a GPU is present";
-  log_capture log;
+  const fragctl::testing::log_capture log(spdlog::level::info);
   const std::unique_ptr<device_backend> backend = make_backend(config_for("auto", "sim_capacity:2GiB"));
   const auto* sim = dynamic_cast<const sim_backend*>(backend.get());
   ASSERT_NE(sim, nullptr);

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,32 +24,16 @@
 #include "fragctl/trace.hpp"
 #include "fuzz/harness/block_model.hpp"
 #include "fuzz/harness/policy_cases.hpp"
-#include "spdlog/sinks/ostream_sink.h"
 #include "util/strings.hpp"
+#include "support/log_capture.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl::fuzz {
 namespace {
 
+using fragctl::testing::log_capture;
 using fragctl::testing::read_file;
 using fragctl::testing::test_data;
-
-// Captures the library's log lines for one test.
-class log_capture {
- public:
-  log_capture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
-    sink_->set_pattern("%v");
-    logger().sinks().push_back(sink_);
-  }
-  ~log_capture() { std::erase(logger().sinks(), sink_); }
-  log_capture(const log_capture&) = delete;
-  log_capture& operator=(const log_capture&) = delete;
-  [[nodiscard]] std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
 
 std::unique_ptr<allocator_stack> make_stack(const policy_case& pc, int device = 0) {
   auto cfg = parse_config(pc.conf);
