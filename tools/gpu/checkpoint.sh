@@ -20,12 +20,8 @@
 # FRAGCTL_CONF=sim_backed:true tools/gpu/checkpoint.sh --layers=8 --layer_mib=4).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-results}/checkpoint
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+source tools/gpu/common.sh checkpoint
 build=${FRAGCTL_CKPT_BUILD:-build-ckpt-gpu}
-t0=$SECONDS
-note() { printf '[checkpoint %3ds] %s\n' $((SECONDS - t0)) "$*"; }
 status=0
 
 [ -f .devkit/devkit.sh ] && source .devkit/devkit.sh unpack

@@ -22,12 +22,8 @@
 # run. FRAGCTL_REPORT_BUILD sets the build directory (default build-report-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-results}/report
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+source tools/gpu/common.sh report
 build=${FRAGCTL_REPORT_BUILD:-build-report-gpu}
-t0=$SECONDS
-note() { printf '[report %3ds] %s\n' $((SECONDS - t0)) "$*"; }
 status=0
 summary=()
 result() { summary+=("$1"); printf '  %s\n' "$1"; }

@@ -22,12 +22,8 @@
 # /usr/local/cuda/bin).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-gpu-results}/sanitizer
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+source tools/gpu/common.sh sanitizer
 build=${FRAGCTL_SANITIZER_BUILD:-build-gpu-sanitizer}
-t0=$SECONDS
-note() { printf '[sanitizer %3ds] %s\n' $((SECONDS - t0)) "$*"; }
 summary=$out/summary.txt
 : > "$summary"
 result() { printf '%-34s %s\n' "$1" "$2" | tee -a "$summary"; }
