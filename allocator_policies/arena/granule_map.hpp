@@ -125,8 +125,6 @@ class granule_map {
   void release_unused();
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
-  /// Largest span in bytes.
-  [[nodiscard]] std::size_t chunk() const noexcept { return std::size_t{chunk_} << shift_; }
   /// Bytes of spans no live block touches.
   [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_ << shift_; }
   [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_ << shift_; }

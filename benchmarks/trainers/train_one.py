@@ -172,9 +172,8 @@ def main():
             "nondeterministic_ops": sorted(set(w.split(" does not")[0] for w in caught
                                                if "deterministic" in w)),
         })
-        if args.mode in ("fragctl", "preload"):
-            import fragctl
-            s = fragctl.stats(0)
+        if fragctl_stats is not None:
+            s = fragctl_stats(0)
             result["fragctl"] = {
                 "allocator": s["allocator"], "backend": s["backend"],
                 "peak_requested_bytes": s["requested_bytes"]["peak"],
