@@ -212,7 +212,9 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
   cfg_.policy = expression_of(chain);
 
   std::unique_ptr<device_allocator> top = build(chain, cfg_, *backend_);
-  if (cfg_.limit != 0) top = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit);
+  auto limiting = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit != 0 ? cfg_.limit : SIZE_MAX);
+  limiting_ = limiting.get();
+  top = std::make_unique<stream_use_adaptor>(std::move(limiting));
   auto statistics = std::make_unique<statistics_adaptor>(std::move(top));
   statistics_ = statistics.get();
   top = std::move(statistics);
@@ -236,6 +238,15 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
 allocator_stack::~allocator_stack() {
   if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_report_source(this);
 }
+
+void allocator_stack::set_limit(std::size_t bytes) noexcept { limiting_->set_limit(bytes != 0 ? bytes : SIZE_MAX); }
+
+std::size_t allocator_stack::limit() const noexcept {
+  const std::size_t limit = limiting_->limit();
+  return limit == SIZE_MAX ? 0 : limit;
+}
+
+void allocator_stack::reset_peaks() noexcept { statistics_->reset_peaks(); }
 
 allocator_stats allocator_stack::stats() const {
   // Through the top so that the pool state is read under the stack's lock.

@@ -77,7 +77,7 @@
 
 #include "allocator_policies/arena/block_index.hpp"
 #include "allocator_policies/arena/granule_map.hpp"
-#include "allocator_policies/arena/stream_clock.hpp"
+#include "core/stream_clock.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
@@ -85,10 +85,8 @@
 namespace fragctl {
 
 using arena_detail::block_index;
-using arena_detail::free_stamp;
 using arena_detail::granule_map;
 using arena_detail::nil;
-using arena_detail::stream_clock;
 
 struct arena_policy::impl {
   impl(const config& cfg, device_backend& b);

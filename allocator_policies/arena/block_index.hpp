@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "allocator_policies/arena/stream_clock.hpp"
+#include "core/stream_clock.hpp"
 
 namespace fragctl::arena_detail {
 

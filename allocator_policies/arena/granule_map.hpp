@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "allocator_policies/arena/block_index.hpp"
-#include "allocator_policies/arena/stream_clock.hpp"
+#include "core/stream_clock.hpp"
 #include "fragctl/backend.hpp"
 
 namespace fragctl::arena_detail {

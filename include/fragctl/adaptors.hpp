@@ -5,6 +5,7 @@
 // policy chain is named by the policy expression.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,10 @@ class statistics_adaptor final : public device_allocator {
   /// The same with a pool state the caller took safely, e.g. through the
   /// thread_safe_adaptor above this one (allocator_stack::stats does).
   [[nodiscard]] allocator_stats stats(const pool_state& pool) const;
+  /// Starts a new window for allocator_stats::window_peak (peaks become the
+  /// current values), the backend's too. Callable from any thread; a
+  /// concurrent allocation may be missed by the new window's peak.
+  void reset_peaks() noexcept;
   [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
 
  private:
@@ -46,6 +51,7 @@ class statistics_adaptor final : public device_allocator {
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
   memory_snapshot do_memory_map() const override;
+  void do_record_stream(void* ptr, stream_t stream) override;
 
   void record_oom(const oom_details& details, stream_t stream) noexcept;
 
@@ -53,6 +59,41 @@ class statistics_adaptor final : public device_allocator {
   std::unique_ptr<device_allocator> upstream_;
   std::unique_ptr<counters> counters_;
   std::size_t outside_at_start_ = 0;  ///< device bytes held outside the upstream at construction
+};
+
+/// Honours record_stream (device_allocator::record_stream): a block that work
+/// on other streams used is handed back to the upstream only once each of
+/// those streams has passed the point of the free, judged by the one
+/// stream-order helper (core/stream_clock.hpp); until then it stays
+/// allocated upstream, so neither the policy nor the device can reuse it.
+/// Frees of blocks no other stream used go straight through (one branch on
+/// an empty table). Deferred frees are handed back, oldest first, on later
+/// allocations once their events are seen complete (never blocking); an
+/// allocation that finds no memory waits for all of them and retries once;
+/// release_cached and destruction wait for them too. Not thread-safe (wrap
+/// it in thread_safe_adaptor; allocator_stack does).
+class stream_use_adaptor final : public device_allocator {
+ public:
+  explicit stream_use_adaptor(std::unique_ptr<device_allocator> upstream);
+  ~stream_use_adaptor() override;
+  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
+  /// Frees waiting for other streams.
+  [[nodiscard]] std::size_t deferred() const noexcept;
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+  memory_snapshot do_memory_map() const override;
+  void do_record_stream(void* ptr, stream_t stream) override;
+
+  struct state;
+  std::unique_ptr<device_allocator> upstream_;
+  std::unique_ptr<state> state_;
 };
 
 /// Serializes every call to the upstream with one mutex.
@@ -70,6 +111,7 @@ class thread_safe_adaptor final : public device_allocator {
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
   memory_snapshot do_memory_map() const override;
+  void do_record_stream(void* ptr, stream_t stream) override;
 
   std::unique_ptr<device_allocator> upstream_;
   mutable std::mutex mutex_;
@@ -81,8 +123,12 @@ class thread_safe_adaptor final : public device_allocator {
 /// thread_safe_adaptor).
 class limiting_adaptor final : public device_allocator {
  public:
+  /// `limit` SIZE_MAX: no cap (until set_limit sets one).
   limiting_adaptor(std::unique_ptr<device_allocator> upstream, std::size_t limit);
-  [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
+  [[nodiscard]] std::size_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+  /// Changes the cap from any thread; blocks already allocated stay (a cap
+  /// below used() refuses every allocation until enough is freed).
+  void set_limit(std::size_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
   [[nodiscard]] std::size_t used() const noexcept { return used_; }
 
  private:
@@ -94,9 +140,10 @@ class limiting_adaptor final : public device_allocator {
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
   memory_snapshot do_memory_map() const override;
+  void do_record_stream(void* ptr, stream_t stream) override;
 
   std::unique_ptr<device_allocator> upstream_;
-  std::size_t limit_;
+  std::atomic<std::size_t> limit_;
   std::size_t used_ = 0;
 };
 
@@ -120,6 +167,7 @@ class tracing_adaptor final : public device_allocator {
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
   memory_snapshot do_memory_map() const override;
+  void do_record_stream(void* ptr, stream_t stream) override;
 
   struct sink;
   std::unique_ptr<device_allocator> upstream_;

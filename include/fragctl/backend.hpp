@@ -88,6 +88,9 @@ struct backend_counters {
   std::array<std::uint64_t, static_cast<std::size_t>(backend_call::count_)> calls{};
   std::size_t held_bytes = 0;       ///< device bytes held now: raw allocations + physical handles
   std::size_t peak_held_bytes = 0;  ///< maximum of held_bytes over the backend's life
+  std::size_t window_peak_held_bytes = 0;  ///< maximum of held_bytes since reset_window_peak()
+  std::size_t held_total = 0;      ///< bytes ever taken from the device (cumulative)
+  std::size_t released_total = 0;  ///< bytes ever given back to the device (cumulative)
   std::size_t host_bytes = 0;       ///< pinned host bytes held now
   std::uint64_t failed_allocations = 0;  ///< allocate/create_physical/map/set_access that ran out of memory
 
@@ -195,6 +198,9 @@ class device_backend {
   // --- Counters --------------------------------------------------------------
 
   [[nodiscard]] backend_counters counters() const noexcept;
+  /// Starts a new window for window_peak_held_bytes (PyTorch's
+  /// reset_peak_memory_stats); the lifetime peak is kept.
+  void reset_window_peak() noexcept;
 
  protected:
   device_backend() = default;
@@ -232,6 +238,9 @@ class device_backend {
   std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(backend_call::count_)> calls_{};
   std::atomic<std::size_t> held_bytes_{0};
   std::atomic<std::size_t> peak_held_bytes_{0};
+  std::atomic<std::size_t> window_peak_held_bytes_{0};
+  std::atomic<std::size_t> held_total_{0};
+  std::atomic<std::size_t> released_total_{0};
   std::atomic<std::size_t> host_bytes_{0};
   std::atomic<std::uint64_t> failed_allocations_{0};
 };

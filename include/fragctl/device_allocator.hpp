@@ -86,6 +86,15 @@ class device_allocator {
     return do_deallocate(ptr, bytes, stream);
   }
 
+  /// Declares that work queued on `stream` uses `ptr` (a live block allocated
+  /// on another stream), as Tensor.record_stream does: when the block is
+  /// freed later, it is not handed out again, nor given back to the device,
+  /// until `stream` has passed the point of the free, whatever stream the
+  /// free names. Served by stream_use_adaptor (fragctl/adaptors.hpp), which
+  /// every allocator_stack holds; a bare policy throws invalid_argument.
+  /// Throws backend_error if the runtime fails.
+  void record_stream(void* ptr, stream_t stream) { do_record_stream(ptr, stream); }
+
   /// The size a request of `bytes` occupies after the policy's rounding.
   [[nodiscard]] std::size_t allocation_size(std::size_t bytes) const noexcept {
     return do_allocation_size(bytes);
@@ -133,6 +142,8 @@ class device_allocator {
   virtual void do_release_cached() = 0;
   virtual device_backend& do_backend() const noexcept = 0;
   virtual std::string_view do_name() const noexcept = 0;
+  // Optional: the default refuses (only stream_use_adaptor tracks stream uses).
+  virtual void do_record_stream(void* ptr, stream_t stream);
   // Optional: the default describes nothing (available == false).
   virtual memory_snapshot do_memory_map() const { return {}; }
 

@@ -18,6 +18,7 @@
 #define FRAGCTL_FRAGCTL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h> /* ssize_t */
 
 #ifdef __cplusplus
@@ -93,6 +94,13 @@ FRAGCTL_API fragctl_status fragctl_malloc(fragctl_allocator* allocator, void** p
  * counted as misuse in the statistics. */
 FRAGCTL_API fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr, size_t bytes, void* stream);
 
+/** Declares that work queued on `stream` uses `ptr`, a live block of this
+ * allocator (PyTorch's Tensor.record_stream): when `ptr` is freed later, on
+ * whatever stream, the block is neither handed out again nor given back to
+ * the device until `stream` has passed the point of the free. Costs nothing
+ * at free time (one event per stream is recorded when someone asks). */
+FRAGCTL_API fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream);
+
 /** Returns every wholly free cached block to the device. */
 FRAGCTL_API fragctl_status fragctl_release_cached(fragctl_allocator* allocator);
 
@@ -103,6 +111,61 @@ FRAGCTL_API const char* fragctl_policy(const fragctl_allocator* allocator);
 /** Statistics as the JSON document of docs/statistics.md (schema_version 1).
  * *json is a NUL-terminated string the caller releases with fragctl_string_free. */
 FRAGCTL_API fragctl_status fragctl_stats_json(fragctl_allocator* allocator, char** json);
+
+/** The statistics as plain numbers, for callers that read them often
+ * (PyTorch's torch.cuda.memory_stats). Bytes unless said otherwise; the
+ * meaning of each is docs/statistics.md's. `peak` fields cover the
+ * allocator's life; `window_peak` fields the time since the last
+ * fragctl_reset_peaks. Fields may be added at the end; a caller sets
+ * `struct_size` to sizeof(fragctl_counters) and fields past it are left. */
+typedef struct fragctl_counters {
+  uint64_t struct_size;
+  uint64_t requested, requested_peak, requested_window_peak, requested_total, requested_freed_total;
+  uint64_t allocated, allocated_peak, allocated_window_peak, allocated_total, allocated_freed_total;
+  uint64_t reserved, reserved_peak, reserved_window_peak, reserved_total, reserved_freed_total;
+  uint64_t allocations, frees, live_blocks_window_peak; /**< counts */
+  uint64_t ooms, retries;                               /**< counts */
+  uint64_t device_allocations, device_frees;            /**< backend calls that take / give back memory */
+  uint64_t segments;                                    /**< segments or mapped regions held now */
+  uint64_t cached_free, largest_free_block;             /**< reserved and not handed out; largest such block */
+  uint64_t limit;                                       /**< fragctl_set_limit's cap, 0 for none */
+} fragctl_counters;
+
+/** Fills `out` (whose struct_size the caller set). */
+FRAGCTL_API fragctl_status fragctl_get_counters(fragctl_allocator* allocator, fragctl_counters* out);
+
+/** Starts a new window for the window_peak counters (they become the current
+ * values). The lifetime peaks, and the reports, are unchanged. */
+FRAGCTL_API fragctl_status fragctl_reset_peaks(fragctl_allocator* allocator);
+
+/** Caps the bytes the allocator hands out (after rounding) at `bytes`; an
+ * allocation above it fails with OUT_OF_MEMORY. 0 removes the cap. Blocks
+ * already live stay. */
+FRAGCTL_API fragctl_status fragctl_set_limit(fragctl_allocator* allocator, size_t bytes);
+
+/** One block of a memory map: use 0 live, 1 free (cached), 2 pending (freed,
+ * waiting for a stream). */
+typedef struct fragctl_map_block {
+  uint64_t address, size, requested;
+  int use;
+  void* stream;
+} fragctl_map_block;
+
+/** One segment (a region held from the device) and the blocks tiling it. */
+typedef struct fragctl_map_segment {
+  uint64_t address, size;
+  void* stream;
+  const char* pool;
+  const fragctl_map_block* blocks;
+  size_t block_count;
+} fragctl_map_segment;
+
+/** Calls `visit` once per segment of the allocator's memory map now, in
+ * address order (docs/reports.md); the pointers are valid during the call.
+ * STATE if the policy does not describe its layout. */
+FRAGCTL_API fragctl_status fragctl_memory_map(fragctl_allocator* allocator,
+                                              void (*visit)(const fragctl_map_segment* segment, void* context),
+                                              void* context);
 
 /** Releases a string returned by fragctl. NULL is accepted. */
 FRAGCTL_API void fragctl_string_free(char* text);

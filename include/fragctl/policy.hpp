@@ -69,7 +69,8 @@ struct policy_info {
 /// An allocator ready for use: the backend it owns, the policy chain, and
 /// the adaptors the configuration asks for, from the outside in:
 /// thread_safe (if cfg.thread_safe) > tracing (if cfg.trace_path) >
-/// statistics > limiting (if cfg.limit) > policy.
+/// statistics > stream_use (record_stream) > limiting (cfg.limit, or none
+/// until set_limit) > policy.
 ///
 /// Construction applies cfg.log_level (set_log_level) and throws
 /// invalid_argument for an unknown level or a bad policy expression. With
@@ -88,6 +89,13 @@ class allocator_stack {
   /// The configuration the stack was built with; its `policy` is the
   /// expression actually built, defaults filled in ("buckets:caching").
   [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
+  /// Caps the bytes the stack hands out (after rounding) at `bytes`; 0
+  /// removes the cap. From any thread; see limiting_adaptor::set_limit.
+  void set_limit(std::size_t bytes) noexcept;
+  /// The cap now; 0 for none.
+  [[nodiscard]] std::size_t limit() const noexcept;
+  /// Starts a new window of resettable peaks (allocator_stats::window_peak).
+  void reset_peaks() noexcept;
   /// Statistics of the whole stack, `allocator` set to configuration().policy.
   /// Callable from any thread (the pool state is read through the lock).
   [[nodiscard]] allocator_stats stats() const;
@@ -100,6 +108,7 @@ class allocator_stack {
   std::unique_ptr<device_backend> backend_;  // declared first: destroyed last
   std::unique_ptr<device_allocator> top_;
   statistics_adaptor* statistics_ = nullptr;
+  limiting_adaptor* limiting_ = nullptr;
 };
 
 /// Builds the backend cfg names and the stack on it.

@@ -44,6 +44,28 @@ struct allocator_stats {
   byte_gauge allocated;  ///< bytes handed out after rounding
   byte_gauge reserved;   ///< device bytes held from the backend
 
+  /// Cumulative bytes over the allocator's life: what PyTorch's statistics
+  /// call "allocated" and "freed" of each byte count. Reserved ones come from
+  /// the backend (taken from / given back to the device).
+  struct byte_totals {
+    std::size_t requested = 0;
+    std::size_t requested_freed = 0;
+    std::size_t allocated = 0;
+    std::size_t allocated_freed = 0;
+    std::size_t reserved = 0;
+    std::size_t reserved_freed = 0;
+  } totals;
+
+  /// Peaks since the last statistics_adaptor::reset_peaks() (or the start):
+  /// PyTorch's resettable peaks (reset_peak_memory_stats). The peaks above
+  /// are the allocator's whole life and never reset.
+  struct window_peaks {
+    std::size_t requested = 0;
+    std::size_t allocated = 0;
+    std::size_t reserved = 0;
+    std::uint64_t live_blocks = 0;
+  } window_peak;
+
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
   std::uint64_t ooms = 0;     ///< allocate calls that threw out_of_memory

@@ -45,15 +45,28 @@ std::uint64_t backend_counters::total_calls() const noexcept {
   return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0});
 }
 
+namespace {
+void raise_to(std::atomic<std::size_t>& peak, std::size_t now) noexcept {
+  std::size_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
 void device_backend::add_held(std::size_t bytes) noexcept {
   const std::size_t now = held_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::size_t peak = peak_held_bytes_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_held_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  held_total_.fetch_add(bytes, std::memory_order_relaxed);
+  raise_to(peak_held_bytes_, now);
+  raise_to(window_peak_held_bytes_, now);
 }
 
 void device_backend::sub_held(std::size_t bytes) noexcept {
   held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  released_total_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void device_backend::reset_window_peak() noexcept {
+  window_peak_held_bytes_.store(held_bytes_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 void* device_backend::allocate(std::size_t bytes) {
@@ -192,6 +205,9 @@ backend_counters device_backend::counters() const noexcept {
   for (std::size_t i = 0; i < c.calls.size(); ++i) c.calls[i] = calls_[i].load(std::memory_order_relaxed);
   c.held_bytes = held_bytes_.load(std::memory_order_relaxed);
   c.peak_held_bytes = peak_held_bytes_.load(std::memory_order_relaxed);
+  c.window_peak_held_bytes = window_peak_held_bytes_.load(std::memory_order_relaxed);
+  c.held_total = held_total_.load(std::memory_order_relaxed);
+  c.released_total = released_total_.load(std::memory_order_relaxed);
   c.host_bytes = host_bytes_.load(std::memory_order_relaxed);
   c.failed_allocations = failed_allocations_.load(std::memory_order_relaxed);
   return c;

@@ -1,5 +1,7 @@
 // The C API (fragctl/fragctl.h): thin wrappers over allocator_stack that turn
 // exceptions into status codes and a thread-local message.
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -199,6 +201,91 @@ fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr, size_t byte
     std::abort();
 #endif
     return fail(not_owned ? FRAGCTL_ERROR_NOT_OWNED : FRAGCTL_ERROR_SIZE_MISMATCH, message);
+  });
+}
+
+fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_record_stream: allocator is NULL");
+  return guarded([&] {
+    allocator->stack->allocator().record_stream(ptr, stream);
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_get_counters(fragctl_allocator* allocator, fragctl_counters* out) {
+  FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr, "fragctl_get_counters: allocator or out is NULL");
+  FRAGCTL_REQUIRE(out->struct_size >= offsetof(fragctl_counters, requested),
+                  "fragctl_get_counters: set out->struct_size to sizeof(fragctl_counters)");
+  return guarded([&] {
+    const fragctl::allocator_stats s = allocator->stack->stats();
+    fragctl_counters c{};
+    c.struct_size = sizeof c;
+    c.requested = s.requested.current;
+    c.requested_peak = s.requested.peak;
+    c.requested_window_peak = s.window_peak.requested;
+    c.requested_total = s.totals.requested;
+    c.requested_freed_total = s.totals.requested_freed;
+    c.allocated = s.allocated.current;
+    c.allocated_peak = s.allocated.peak;
+    c.allocated_window_peak = s.window_peak.allocated;
+    c.allocated_total = s.totals.allocated;
+    c.allocated_freed_total = s.totals.allocated_freed;
+    c.reserved = s.reserved.current;
+    c.reserved_peak = s.reserved.peak;
+    c.reserved_window_peak = s.window_peak.reserved;
+    c.reserved_total = s.totals.reserved;
+    c.reserved_freed_total = s.totals.reserved_freed;
+    c.allocations = s.allocations;
+    c.frees = s.frees;
+    c.live_blocks_window_peak = s.window_peak.live_blocks;
+    c.ooms = s.ooms;
+    c.retries = s.retries;
+    using fragctl::backend_call;
+    const auto& b = s.backend_calls;
+    c.device_allocations = b.of(backend_call::allocate) + b.of(backend_call::create_physical);
+    c.device_frees = b.of(backend_call::free) + b.of(backend_call::release_physical);
+    c.segments = s.pool.segments;
+    c.cached_free = s.pool.cached_free;
+    c.largest_free_block = s.pool.largest_free_block;
+    c.limit = allocator->stack->limit();
+    std::memcpy(out, &c, std::min<std::size_t>(out->struct_size, sizeof c));
+    out->struct_size = std::min<std::size_t>(out->struct_size, sizeof c);
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_reset_peaks(fragctl_allocator* allocator) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_reset_peaks: allocator is NULL");
+  allocator->stack->reset_peaks();
+  return FRAGCTL_OK;
+}
+
+fragctl_status fragctl_set_limit(fragctl_allocator* allocator, size_t bytes) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_set_limit: allocator is NULL");
+  allocator->stack->set_limit(bytes);
+  return FRAGCTL_OK;
+}
+
+fragctl_status fragctl_memory_map(fragctl_allocator* allocator,
+                                  void (*visit)(const fragctl_map_segment* segment, void* context), void* context) {
+  FRAGCTL_REQUIRE(allocator != nullptr && visit != nullptr, "fragctl_memory_map: allocator or visit is NULL");
+  return guarded([&] {
+    const fragctl::memory_snapshot map = allocator->stack->allocator().memory_map();
+    if (!map.available) {
+      return fail(FRAGCTL_ERROR_STATE, fmt::format("fragctl_memory_map: policy {} does not describe its layout",
+                                                   allocator->stack->configuration().policy));
+    }
+    std::vector<fragctl_map_block> blocks;
+    for (const fragctl::memory_segment& segment : map.segments) {
+      blocks.clear();
+      for (const fragctl::memory_block& b : segment.blocks) {
+        blocks.push_back({b.address, b.size, b.requested, static_cast<int>(b.use), b.stream});
+      }
+      const fragctl_map_segment out{segment.address, segment.size,       segment.stream,
+                                    segment.pool.c_str(), blocks.data(), blocks.size()};
+      visit(&out, context);
+    }
+    return FRAGCTL_OK;
   });
 }
 

@@ -42,6 +42,12 @@ void device_allocator::deallocate(void* ptr, std::size_t bytes, stream_t stream)
 #endif
 }
 
+void device_allocator::do_record_stream(void* ptr, stream_t stream) {
+  throw invalid_argument(fmt::format("{}: record_stream({}, {}): this allocator does not track stream uses; "
+                                     "use an allocator_stack (make_allocator), which does",
+                                     name(), ptr, stream));
+}
+
 memory_snapshot device_allocator::memory_map() const {
   memory_snapshot m = do_memory_map();
   if (m.allocator.empty()) m.allocator = std::string(name());

@@ -16,15 +16,16 @@ limiting_adaptor::limiting_adaptor(std::unique_ptr<device_allocator> upstream, s
 
 void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   const std::size_t size = upstream_->allocation_size(bytes);
-  if (size > limit_ - used_) {
+  const std::size_t limit = limit_.load(std::memory_order_relaxed);
+  if (used_ > limit || size > limit - used_) {
     // The cap plays the device: "device free" is what the cap still allows.
     const pool_state pool = upstream_->state();
     oom_details details;
     details.requested = bytes;
     details.reserved = pool.reserved;
-    details.device_free = limit_ - used_;
-    details.device_total = limit_;
-    const std::string who = fmt::format("{} (limit of {} bytes, {} in use)", upstream_->name(), limit_, used_);
+    details.device_free = used_ > limit ? 0 : limit - used_;
+    details.device_total = limit;
+    const std::string who = fmt::format("{} (limit of {} bytes, {} in use)", upstream_->name(), limit, used_);
     throw out_of_memory(details, who.c_str());
   }
   void* ptr = upstream_->allocate(bytes, stream);
@@ -49,5 +50,6 @@ void limiting_adaptor::do_release_cached() { upstream_->release_cached(); }
 device_backend& limiting_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view limiting_adaptor::do_name() const noexcept { return upstream_->name(); }
 memory_snapshot limiting_adaptor::do_memory_map() const { return upstream_->memory_map(); }
+void limiting_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
 
 }  // namespace fragctl

@@ -53,6 +53,13 @@ struct statistics_adaptor::counters {
   std::atomic<std::size_t> requested_peak{0};
   std::atomic<std::size_t> allocated{0};
   std::atomic<std::size_t> allocated_peak{0};
+  std::atomic<std::size_t> requested_total{0};
+  std::atomic<std::size_t> requested_freed_total{0};
+  std::atomic<std::size_t> allocated_total{0};
+  std::atomic<std::size_t> allocated_freed_total{0};
+  std::atomic<std::size_t> requested_window_peak{0};
+  std::atomic<std::size_t> allocated_window_peak{0};
+  std::atomic<std::uint64_t> live_window_peak{0};
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> ooms{0};
@@ -66,6 +73,8 @@ struct statistics_adaptor::counters {
   void freed(std::size_t requested_bytes, std::size_t allocated_bytes) noexcept {
     subtract(requested, requested_bytes);
     subtract(allocated, allocated_bytes);
+    add(requested_freed_total, requested_bytes);
+    add(allocated_freed_total, allocated_bytes);
     add(frees, std::uint64_t{1});
   }
 };
@@ -104,7 +113,12 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   c.allocated.store(allocated, std::memory_order_relaxed);
   raise_peak(c.requested_peak, requested);
   raise_peak(c.allocated_peak, allocated);
+  raise_peak(c.requested_window_peak, requested);
+  raise_peak(c.allocated_window_peak, allocated);
+  add(c.requested_total, bytes);
+  add(c.allocated_total, rounded);
   add(c.allocations, std::uint64_t{1});
+  raise_peak(c.live_window_peak, read(c.allocations) - read(c.frees));
   add(c.histogram[size_histogram_bucket(bytes)], std::uint64_t{1});
   return ptr;
 }
@@ -162,12 +176,18 @@ allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
   s.allocated = {read(c.allocated), read(c.allocated_peak)};
   s.allocations = read(c.allocations);
   s.frees = read(c.frees);
+  s.totals = {read(c.requested_total), read(c.requested_freed_total), read(c.allocated_total),
+              read(c.allocated_freed_total), 0, 0};
+  s.window_peak = {read(c.requested_window_peak), read(c.allocated_window_peak), 0, read(c.live_window_peak)};
   s.ooms = read(c.ooms);
   s.misuse_not_owned = read(c.not_owned);
   s.misuse_size_mismatch = read(c.size_mismatch);
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) s.size_histogram[i] = read(c.histogram[i]);
   s.backend_calls = backend.counters();
   s.reserved = {s.backend_calls.held_bytes, s.backend_calls.peak_held_bytes};
+  s.totals.reserved = s.backend_calls.held_total;
+  s.totals.reserved_freed = s.backend_calls.released_total;
+  s.window_peak.reserved = s.backend_calls.window_peak_held_bytes;
   s.pool = pool;
   s.retries = pool.retries;
   {
@@ -175,6 +195,16 @@ allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
     s.oom_events.assign(c.oom_events.begin(), c.oom_events.end());
   }
   return s;
+}
+
+void statistics_adaptor::reset_peaks() noexcept {
+  counters& c = *counters_;
+  c.requested_window_peak.store(read(c.requested), std::memory_order_relaxed);
+  c.allocated_window_peak.store(read(c.allocated), std::memory_order_relaxed);
+  const std::uint64_t allocations = read(c.allocations);
+  const std::uint64_t frees = read(c.frees);
+  c.live_window_peak.store(allocations > frees ? allocations - frees : 0, std::memory_order_relaxed);
+  upstream_->backend().reset_window_peak();
 }
 
 std::size_t statistics_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
@@ -185,5 +215,6 @@ void statistics_adaptor::do_release_cached() { upstream_->release_cached(); }
 device_backend& statistics_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view statistics_adaptor::do_name() const noexcept { return upstream_->name(); }
 memory_snapshot statistics_adaptor::do_memory_map() const { return upstream_->memory_map(); }
+void statistics_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
 
 }  // namespace fragctl

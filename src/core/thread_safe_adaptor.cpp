@@ -43,5 +43,9 @@ memory_snapshot thread_safe_adaptor::do_memory_map() const {
   const std::lock_guard lock(mutex_);
   return upstream_->memory_map();
 }
+void thread_safe_adaptor::do_record_stream(void* ptr, stream_t stream) {
+  const std::lock_guard lock(mutex_);
+  upstream_->record_stream(ptr, stream);
+}
 
 }  // namespace fragctl

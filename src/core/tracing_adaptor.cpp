@@ -95,5 +95,6 @@ void tracing_adaptor::do_release_cached() { upstream_->release_cached(); }
 device_backend& tracing_adaptor::do_backend() const noexcept { return upstream_->backend(); }
 std::string_view tracing_adaptor::do_name() const noexcept { return upstream_->name(); }
 memory_snapshot tracing_adaptor::do_memory_map() const { return upstream_->memory_map(); }
+void tracing_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
 
 }  // namespace fragctl

@@ -1,11 +1,11 @@
-#include "allocator_policies/arena/stream_clock.hpp"
+#include "core/stream_clock.hpp"
 
 #include <algorithm>
 
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 
-namespace fragctl::arena_detail {
+namespace fragctl {
 namespace {
 // Events a stream may have in flight before refresh stops recording more:
 // a GPU far behind the host would otherwise get one event per refresh.
@@ -49,7 +49,7 @@ void stream_clock::record(stream_state& s) {
     // pending). Its queued work still finishes on a GPU, but nothing can wait
     // for it any more: treat its frees as complete.
     spare_events_.push_back(event);
-    logger().warn("arena: cannot record an event on stream {} ({}); treating its frees as complete",
+    logger().warn("stream order: cannot record an event on stream {} ({}); treating its frees as complete",
                   s.stream, e.what());
     s.completed = s.tick++;
     s.dirty = false;
@@ -93,4 +93,4 @@ void stream_clock::synchronize_all() {
   ++quiescent_epoch_;
 }
 
-}  // namespace fragctl::arena_detail
+}  // namespace fragctl

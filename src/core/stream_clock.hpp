@@ -1,7 +1,11 @@
-// Stream order for the arena: when is memory freed on one stream safe for
-// another stream, or safe to unmap?
+// The stream-order rule, written once (docs/stream-order.md): memory freed
+// on stream S may be used again at once on S, and on any other stream, or
+// given back to the device, only once the work queued on S before the free
+// has completed. Every component that reuses memory across streams asks this
+// clock: the arena's blocks and granules, and stream_use_adaptor's frees of
+// blocks other streams used (record_stream).
 //
-// Every stream the arena meets gets a small index and a *tick*: the number of
+// Every stream the clock meets gets a small index and a *tick*: the number of
 // the next event that will be recorded on it. A free on stream S is stamped
 // (S, S.tick) and costs nothing else: no backend call. Only when someone needs
 // to know whether such frees finished (another stream wants the block, or a
@@ -10,18 +14,19 @@
 // oldest first. `completed` is the highest tick whose event has been seen
 // complete, so a stamp (S, t) is complete once S.completed >= t.
 //
-// A granule may be touched by frees on several streams. Two stamps of one
+// Memory may be touched by frees on several streams. Two stamps of one
 // stream merge into the later; stamps of different streams merge into a
 // *multi* stamp that holds the current quiescence epoch. The epoch grows each
 // time every stream is seen with all its frees complete (refresh_all,
 // synchronize_all), so a multi stamp is complete once the epoch has moved past
-// the one it holds. Blocks do not need multi stamps: free blocks of different
-// streams are simply not coalesced until one of them is complete.
+// the one it holds. A holder of several independent stamps (a block used on
+// several streams) may instead keep one stamp per stream and ask complete()
+// of each.
 //
 // Events are pooled and reused; the clock owns all of them. Events are
 // recorded after the frees they cover, so a stream must stay alive while
 // frees on it are pending; if it was destroyed, recording fails and its frees
-// are taken as complete (with a warning). Not thread-safe (the arena is used
+// are taken as complete (with a warning). Not thread-safe (its owner is used
 // under its caller's lock).
 #pragma once
 
@@ -33,7 +38,7 @@
 #include "fragctl/backend.hpp"
 #include "fragctl/types.hpp"
 
-namespace fragctl::arena_detail {
+namespace fragctl {
 
 /// Who last freed a piece of memory, and when (in that stream's ticks).
 struct free_stamp {
@@ -137,4 +142,4 @@ class stream_clock {
   std::uint32_t last_index_ = free_stamp::none;
 };
 
-}  // namespace fragctl::arena_detail
+}  // namespace fragctl

@@ -1,0 +1,135 @@
+// stream_use_adaptor: record_stream on top of the stream-order rule.
+//
+// A block lives on the stream it was allocated on; the policies below reuse
+// a freed block on that stream at once, which is right as long as only that
+// stream touched it. record_stream(p, s) says another stream s touched it
+// too. Such a free is *deferred*: the block stays allocated upstream and
+// gets one stamp per recorded stream from the stream clock (no backend call
+// at free time). The clock records one event per stream when someone asks,
+// covering every free on that stream so far; once every stamp of a deferred
+// free is complete, the free goes upstream, stream-ordered on the block's own
+// stream as usual.
+//
+// The table of recorded uses is empty in single-stream programs, so a free
+// costs one branch more than without the adaptor. Deferred frees are looked
+// at oldest first on each allocation, stopping at the first that is not
+// complete: stamps of one stream complete in order, so this finds nearly
+// all that can go and costs one event query per allocation while any wait.
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "core/stream_clock.hpp"
+#include "fragctl/adaptors.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+
+namespace fragctl {
+
+struct stream_use_adaptor::state {
+  explicit state(device_backend& backend) : clock(backend) {}
+
+  using stamps = absl::InlinedVector<free_stamp, 2>;
+  struct deferred_free {
+    void* ptr;
+    std::size_t bytes;
+    stream_t stream;  // the stream the free named; the upstream gets it
+    stamps waits;     // one per stream that used the block
+  };
+
+  // Hands back, oldest first, the deferred frees whose streams have all
+  // passed them; with `wait`, first blocks until every stream has.
+  void hand_back(device_allocator& upstream, bool wait) {
+    if (wait) clock.synchronize_all();
+    while (!deferred.empty()) {
+      const deferred_free& d = deferred.front();
+      for (const free_stamp& stamp : d.waits) {
+        if (clock.complete(stamp)) continue;
+        clock.refresh(stamp.stream);
+        if (!clock.complete(stamp)) return;
+      }
+      upstream.deallocate(d.ptr, d.bytes, d.stream);
+      deferred.pop_front();
+    }
+  }
+
+  stream_clock clock;
+  absl::flat_hash_map<void*, absl::InlinedVector<stream_t, 2>> uses;  // live blocks used elsewhere
+  std::deque<deferred_free> deferred;
+};
+
+stream_use_adaptor::stream_use_adaptor(std::unique_ptr<device_allocator> upstream)
+    : upstream_(std::move(upstream)) {
+  if (!upstream_) throw invalid_argument("stream_use_adaptor: upstream is null");
+  state_ = std::make_unique<state>(upstream_->backend());
+}
+
+stream_use_adaptor::~stream_use_adaptor() {
+  if (state_->deferred.empty()) return;
+  try {
+    state_->clock.synchronize_all();
+  } catch (const std::exception& e) {
+    logger().error("stream uses: cannot wait for {} deferred frees at destruction ({}); handing them back anyway",
+                   state_->deferred.size(), e.what());
+  }
+  for (const state::deferred_free& d : state_->deferred) upstream_->deallocate(d.ptr, d.bytes, d.stream);
+}
+
+std::size_t stream_use_adaptor::deferred() const noexcept { return state_->deferred.size(); }
+
+void* stream_use_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
+  state& s = *state_;
+  if (s.deferred.empty()) return upstream_->allocate(bytes, stream);
+  s.hand_back(*upstream_, /*wait=*/false);
+  try {
+    return upstream_->allocate(bytes, stream);
+  } catch (const out_of_memory&) {
+    if (s.deferred.empty()) throw;
+  }
+  s.hand_back(*upstream_, /*wait=*/true);
+  return upstream_->allocate(bytes, stream);
+}
+
+free_result stream_use_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  state& s = *state_;
+  if (s.uses.empty()) return upstream_->try_deallocate(ptr, bytes, stream);
+  const auto it = s.uses.find(ptr);
+  if (it == s.uses.end()) return upstream_->try_deallocate(ptr, bytes, stream);
+  try {
+    state::deferred_free d{ptr, bytes, stream, {}};
+    for (stream_t used : it->second) d.waits.push_back(s.clock.on_free(s.clock.index_of(used)));
+    s.deferred.push_back(std::move(d));
+    s.uses.erase(it);
+    return {free_status::ok, bytes};
+  } catch (const std::exception& e) {
+    // Out of host memory: no way to remember the wait. Withhold the block
+    // (a leak) rather than let a stream still using it see it reused.
+    logger().error("stream uses: cannot defer the free of {} ({}); block withheld", ptr, e.what());
+    s.uses.erase(it);
+    return {free_status::ok, bytes};
+  }
+}
+
+void stream_use_adaptor::do_record_stream(void* ptr, stream_t stream) {
+  if (ptr == nullptr) return;
+  auto& streams = state_->uses[ptr];
+  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+}
+
+void stream_use_adaptor::do_release_cached() {
+  state_->hand_back(*upstream_, /*wait=*/true);
+  upstream_->release_cached();
+}
+
+std::size_t stream_use_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
+  return upstream_->allocation_size(bytes);
+}
+pool_state stream_use_adaptor::do_state() const { return upstream_->state(); }
+device_backend& stream_use_adaptor::do_backend() const noexcept { return upstream_->backend(); }
+std::string_view stream_use_adaptor::do_name() const noexcept { return upstream_->name(); }
+memory_snapshot stream_use_adaptor::do_memory_map() const { return upstream_->memory_map(); }
+
+}  // namespace fragctl

@@ -1,0 +1,178 @@
+// stream_use_adaptor: record_stream keeps a freed block from reuse until every
+// stream that used it has passed the free. Each test runs the same sequence
+// with and without record_stream: without it (the positive control) the block
+// comes back at once, which on a GPU would let the main stream overwrite data
+// a side stream still reads.
+#include <memory>
+#include <string>
+
+#include "fragctl/adaptors.hpp"
+#include "fragctl/config.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "gtest/gtest.h"
+
+namespace fragctl {
+namespace {
+
+sim_options manual_events() {
+  sim_options o;
+  o.manual_completion = true;
+  return o;
+}
+
+// A stack over the default policy of a sim backend whose events complete
+// only when the test says so.
+struct fixture {
+  explicit fixture(const std::string& policy) {
+    auto b = std::make_unique<sim_backend>(manual_events());
+    sim = b.get();
+    config cfg;
+    cfg.policy = policy;
+    stack = std::make_unique<allocator_stack>(std::move(b), cfg);
+  }
+  device_allocator& allocator() { return stack->allocator(); }
+  sim_backend* sim = nullptr;
+  std::unique_ptr<allocator_stack> stack;
+};
+
+constexpr std::size_t block_bytes = 4 * MiB;
+
+class stream_use : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(stream_use, a_block_used_on_a_side_stream_is_not_reused_before_that_stream_passes_the_free) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+
+  // Positive control: without record_stream the main stream gets the same
+  // block straight back (stream order on main makes that right for main).
+  void* control = f.allocator().allocate(block_bytes, main);
+  f.allocator().deallocate(control, block_bytes, main);
+  void* again = f.allocator().allocate(block_bytes, main);
+  EXPECT_EQ(again, control) << "the control needs same-stream reuse to show what record_stream prevents";
+  f.allocator().deallocate(again, block_bytes, main);
+
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(p, side);
+  f.sim->submit(side);  // the side stream's read, still queued
+  f.allocator().deallocate(p, block_bytes, main);
+
+  void* q = f.allocator().allocate(block_bytes, main);
+  EXPECT_NE(q, p) << "a block the side stream still uses was handed out again";
+  f.allocator().deallocate(q, block_bytes, main);
+
+  f.sim->complete(side);
+  void* r = f.allocator().allocate(block_bytes, main);
+  void* s = f.allocator().allocate(block_bytes, main);
+  EXPECT_TRUE(r == p || s == p) << "once the side stream passed the free the block is reusable";
+  f.allocator().deallocate(r, block_bytes, main);
+  f.allocator().deallocate(s, block_bytes, main);
+}
+
+TEST_P(stream_use, every_recorded_stream_must_pass_and_release_cached_waits_for_them) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side1 = f.sim->create_stream();
+  stream_t side2 = f.sim->create_stream();
+
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.sim->submit(side1);
+  f.sim->submit(side2);
+  f.allocator().record_stream(p, side1);
+  f.allocator().record_stream(p, side2);
+  f.allocator().record_stream(p, side2);  // twice is once
+  f.allocator().deallocate(p, block_bytes, main);
+  EXPECT_EQ(f.stack->stats().pool.allocated, f.allocator().allocation_size(block_bytes))
+      << "the deferred block stays allocated in the policy";
+
+  f.sim->complete(side1);
+  void* q = f.allocator().allocate(block_bytes, main);
+  EXPECT_NE(q, p) << "side2 has not passed the free yet";
+  f.allocator().deallocate(q, block_bytes, main);
+
+  f.allocator().release_cached();  // waits for side2, then gives everything back
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u);
+  EXPECT_EQ(f.stack->stats().reserved.current, 0u);
+}
+
+TEST_P(stream_use, an_allocation_that_finds_no_memory_waits_for_deferred_frees) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+  f.stack->set_limit(block_bytes);
+
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.sim->submit(side);
+  f.allocator().record_stream(p, side);
+  f.allocator().deallocate(p, block_bytes, main);
+  // Under the cap only the deferred block's bytes can serve this: the
+  // adaptor waits for the side stream (synchronize) and retries.
+  void* q = f.allocator().allocate(block_bytes, main);
+  EXPECT_NE(q, nullptr);
+  f.allocator().deallocate(q, block_bytes, main);
+}
+
+TEST_P(stream_use, frees_without_recorded_streams_are_not_deferred) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+  void* used_elsewhere = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(used_elsewhere, side);
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.allocator().deallocate(p, block_bytes, main);
+  EXPECT_EQ(f.stack->stats().pool.allocated, f.allocator().allocation_size(block_bytes))
+      << "only the block with a recorded stream stays allocated";
+  f.allocator().deallocate(used_elsewhere, block_bytes, main);
+  f.sim->complete_all();
+  f.allocator().release_cached();
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(policies, stream_use, ::testing::Values("arena", "caching", "buckets:arena"),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name = param.param;
+                           for (char& c : name) {
+                             if (c == ':') c = '_';
+                           }
+                           return name;
+                         });
+
+TEST(stream_use_adaptor, a_bare_policy_refuses_record_stream) {
+  sim_backend backend;
+  config cfg;
+  auto policy = make_policy("caching", cfg, backend);
+  void* p = policy->allocate(4096);
+  EXPECT_THROW(policy->record_stream(p, nullptr), invalid_argument);
+  policy->deallocate(p, 4096);
+}
+
+TEST(allocator_stack, set_limit_caps_and_reset_peaks_starts_a_window) {
+  config cfg;
+  cfg.policy = "caching";
+  allocator_stack stack(std::make_unique<sim_backend>(), cfg);
+  device_allocator& a = stack.allocator();
+  void* big = a.allocate(64 * MiB);
+  a.deallocate(big, 64 * MiB);
+  EXPECT_EQ(stack.stats().window_peak.requested, 64 * MiB);
+  stack.reset_peaks();
+  void* small = a.allocate(MiB);
+  allocator_stats s = stack.stats();
+  EXPECT_EQ(s.window_peak.requested, MiB);
+  EXPECT_EQ(s.requested.peak, 64 * MiB) << "the lifetime peak is kept";
+  EXPECT_EQ(s.totals.requested, 65 * MiB);
+  EXPECT_EQ(s.totals.requested_freed, 64 * MiB);
+  EXPECT_EQ(s.window_peak.live_blocks, 1u);
+
+  stack.set_limit(2 * MiB);
+  EXPECT_EQ(stack.limit(), 2 * MiB);
+  EXPECT_THROW((void)a.allocate(4 * MiB), out_of_memory);
+  stack.set_limit(0);
+  void* ok = a.allocate(4 * MiB);
+  a.deallocate(ok, 4 * MiB);
+  a.deallocate(small, MiB);
+}
+
+}  // namespace
+}  // namespace fragctl
