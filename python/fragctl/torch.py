@@ -3,20 +3,37 @@
     import torch, fragctl.torch
     fragctl.torch.enable("arena")          # before anything touches CUDA
     ... train ...
-    print(fragctl.stats()["derived"])      # torch.cuda.memory_stats() does not
-                                           # work with a pluggable allocator
+    print(torch.cuda.memory_stats())       # answered by fragctl
 
-``enable`` installs a ``torch.cuda.memory.CUDAPluggableAllocator`` whose
-functions are libfragctl.so's ``fragctl_torch_alloc`` / ``fragctl_torch_free``:
-one process-default allocator per device, stream-ordered on the stream
-PyTorch allocates on. docs/pytorch.md has the details and the limits
-(``Tensor.record_stream`` and ``torch.cuda.empty_cache`` are not forwarded
-by PyTorch to pluggable allocators).
+Two routes (docs/pytorch.md):
+
+* ``native`` (the default where a C++ compiler is present): a C++
+  implementation of PyTorch's whole allocator interface over fragctl
+  (``fragctl/_native/torch_allocator.cpp``), compiled against the installed
+  torch on first use and cached. Every ``torch.cuda`` memory call is
+  answered by fragctl: ``memory_stats`` and friends, ``empty_cache``,
+  ``set_per_process_memory_fraction``, ``Tensor.record_stream``, CUDA graph
+  pools (``torch.cuda.graph``, ``torch.compile(mode="reduce-overhead")``),
+  ``cacheInfo`` (``cudnn.benchmark``) and memory_viz snapshots.
+* ``pluggable`` (the fallback): ``torch.cuda.memory.CUDAPluggableAllocator``
+  over libfragctl's ``fragctl_torch_alloc`` / ``fragctl_torch_free``. PyTorch
+  forwards only allocate and free on this route; what it loses is said once
+  when it is enabled (``PLUGGABLE_LOSSES``).
 """
+import sys
+
 from . import _capi
 from . import configure as _configure
 
 _enabled = None  # the policy enabled in this process
+_route = None  # "native" or "pluggable"
+
+PLUGGABLE_LOSSES = (
+    "torch.cuda.memory_stats(), memory_allocated(), max_memory_*(), memory_summary(), reset_peak_memory_stats() "
+    "raise; Tensor.record_stream() is ignored, so a tensor freed while another stream still uses it can be "
+    "overwritten (synchronize such streams yourself); torch.cuda.empty_cache() and "
+    "set_per_process_memory_fraction() do nothing (use fragctl.default_allocator(d).release_cached() and the "
+    "`limit` option); torch.compile(mode='reduce-overhead'), cudnn.benchmark and memory snapshots fail")
 
 
 def _torch():
@@ -34,7 +51,18 @@ def enabled():
     return _enabled
 
 
-def enable(policy="arena", backend=None, **options):
+def route():
+    """The route enable() installed: "native", "pluggable", or None."""
+    return _route
+
+
+def _native_allocator(torch):
+    from . import _native
+    module = _native.load()
+    return torch.cuda.memory._CUDAAllocator(module.allocator(_capi.library_path()))
+
+
+def enable(policy="arena", backend=None, route="auto", **options):
     """Makes PyTorch allocate CUDA memory through fragctl with ``policy``.
 
     Call it before the first CUDA allocation, ideally right after
@@ -42,12 +70,23 @@ def enable(policy="arena", backend=None, **options):
     initialized, and then this raises fragctl.TooLateError. ``options`` are
     FRAGCTL_CONF keys (``release_threshold="1GiB"``, ``report="run.json"``,
     ``warmup_profile="run1.json"``), applied on top of the FRAGCTL_*
-    environment; a bad one raises fragctl.ConfigurationError now. Calling it
-    again with the same policy does nothing. Returns the
-    CUDAPluggableAllocator.
+    environment; a bad one raises fragctl.ConfigurationError now.
+
+    ``route``: "native" (PyTorch's whole allocator interface, compiled on
+    first use; raises if it cannot be built), "pluggable" (allocate and free
+    only), or "auto" (native, else pluggable with one warning that says why
+    and what is lost). ``FRAGCTL_TORCH_ROUTE`` overrides "auto". One line on
+    stderr says which route is active. Calling it again with the same policy
+    does nothing. Returns the installed torch allocator object.
     """
-    global _enabled
+    global _enabled, _route
+    import os
     torch = _torch()
+    if route == "auto":
+        route = os.environ.get("FRAGCTL_TORCH_ROUTE", "auto")
+    if route not in ("auto", "native", "pluggable"):
+        raise _capi.ConfigurationError("fragctl.torch.enable(route=%r): expected 'auto', 'native' or 'pluggable'"
+                                       % route, "FRAGCTL_ERROR_INVALID_ARGUMENT")
     if _enabled is not None:
         if _enabled == policy:
             return None
@@ -60,12 +99,31 @@ def enable(policy="arena", backend=None, **options):
             "or use LD_PRELOAD=libfragctl_preload.so with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync.",
             "FRAGCTL_ERROR_STATE")
     _configure(policy=policy, backend=backend, **options)
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(_capi.library_path(), "fragctl_torch_alloc",
-                                                         "fragctl_torch_free")
+    allocator = None
+    why_not_native = None
+    if route in ("auto", "native"):
+        try:
+            allocator = _native_allocator(torch)
+        except Exception as e:  # a missing compiler, headers or ninja: say so, fall back
+            if route == "native":
+                raise _capi.FragctlError("fragctl.torch.enable(route='native'): the native PyTorch backend cannot "
+                                         "be built here: %s" % e, "FRAGCTL_ERROR_STATE") from e
+            why_not_native = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1] if str(e).strip() else "")
+    chosen = "native" if allocator is not None else "pluggable"
+    if allocator is None:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(_capi.library_path(), "fragctl_torch_alloc",
+                                                             "fragctl_torch_free")
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as e:
         raise _capi.TooLateError("fragctl.torch.enable(): PyTorch refused to swap its allocator (%s); call enable() "
                                  "before the first CUDA allocation" % e, "FRAGCTL_ERROR_STATE") from e
     _enabled = policy
+    _route = chosen
+    if chosen == "native":
+        print("fragctl: PyTorch allocates through fragctl (%s, native backend)" % policy, file=sys.stderr)
+    else:
+        reason = "the native backend could not be built (%s); " % why_not_native if why_not_native else ""
+        print("fragctl: PyTorch allocates through fragctl (%s, pluggable route): %son this route %s"
+              % (policy, reason, PLUGGABLE_LOSSES), file=sys.stderr)
     return allocator

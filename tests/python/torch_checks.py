@@ -1,0 +1,387 @@
+"""What a PyTorch user does with the allocator, one check per process.
+
+    python torch_checks.py ROUTE CHECK
+
+ROUTE: torch (PyTorch's own allocator), native or pluggable (fragctl.torch.enable
+with that route, policy from FRAGCTL_TEST_POLICY, default arena). The last line
+printed is a JSON object with the check's findings; test_torch_backend.py
+compares them across routes. Needs PyTorch 2.x and a CUDA GPU.
+"""
+import json
+import os
+import sys
+import traceback
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def setup(route):
+    import torch
+    if route in ("native", "pluggable"):
+        import fragctl.torch
+        fragctl.torch.enable(os.environ.get("FRAGCTL_TEST_POLICY", "arena"), route=route)
+    return torch
+
+
+def device_used():
+    """Device memory in use, seen from the driver (the whole device)."""
+    import torch
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def check_memory_api(torch):
+    """Every torch.cuda memory function: raises or not, and its value, with 2 GiB live."""
+    out = {}
+    x = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
+    calls = {
+        "memory_allocated": lambda: torch.cuda.memory_allocated(),
+        "max_memory_allocated": lambda: torch.cuda.max_memory_allocated(),
+        "memory_reserved": lambda: torch.cuda.memory_reserved(),
+        "max_memory_reserved": lambda: torch.cuda.max_memory_reserved(),
+        "memory_stats": lambda: {k: v for k, v in torch.cuda.memory_stats().items()
+                                 if k in ("allocated_bytes.all.current", "reserved_bytes.all.current",
+                                          "active_bytes.all.current", "requested_bytes.all.current",
+                                          "num_alloc_retries", "num_ooms", "num_device_alloc",
+                                          "allocation.all.current")},
+        "memory_summary": lambda: len(torch.cuda.memory_summary()),
+        "memory_snapshot": lambda: len(torch.cuda.memory_snapshot()),
+        "list_gpu_processes": lambda: len(torch.cuda.list_gpu_processes()),
+        "mem_get_info": lambda: torch.cuda.mem_get_info()[1],
+        "get_allocator_backend": lambda: torch.cuda.get_allocator_backend(),
+    }
+    for name, call in calls.items():
+        try:
+            out[name] = call()
+        except Exception as e:
+            out[name] = "RAISES %s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    try:
+        torch.cuda.reset_peak_memory_stats()
+        out["reset_peak_memory_stats"] = "ok"
+    except Exception as e:
+        out["reset_peak_memory_stats"] = "RAISES %s" % type(e).__name__
+    y = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    del y
+    out["max_memory_allocated_after_reset"] = _value(lambda: torch.cuda.max_memory_allocated())
+    try:
+        torch.cuda.reset_accumulated_memory_stats()
+        out["reset_accumulated_memory_stats"] = "ok"
+    except Exception as e:
+        out["reset_accumulated_memory_stats"] = "RAISES %s" % type(e).__name__
+    del x
+    torch.cuda.synchronize()
+    before = device_used()
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    out["empty_cache_returned"] = before - device_used()
+    return out
+
+
+def _value(call):
+    try:
+        return call()
+    except Exception as e:
+        return "RAISES %s" % type(e).__name__
+
+
+def check_fraction(torch):
+    """set_per_process_memory_fraction(0.05), then allocate 10% of the device."""
+    total = torch.cuda.mem_get_info()[1]
+    torch.cuda.set_per_process_memory_fraction(0.05)
+    try:
+        x = torch.empty(int(total * 0.10), dtype=torch.uint8, device="cuda")
+        return {"capped": False, "fraction": _value(lambda: torch.cuda.get_per_process_memory_fraction())}
+    except torch.cuda.OutOfMemoryError:
+        small = torch.empty(int(total * 0.01), dtype=torch.uint8, device="cuda")  # below the cap: fine
+        return {"capped": True, "below_cap_ok": small.numel() > 0}
+
+
+def check_record_stream(torch, record=True, trials=3):
+    """A side stream reads a tensor after the main stream freed it; the main
+    stream allocates again at once and writes. With record_stream the read
+    sees the original values."""
+    results = []
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    n = 64 * MiB
+    for trial in range(trials):
+        x = torch.full((n,), 7.0, device="cuda")
+        torch.cuda.synchronize()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # ~0.1 s: the read starts after the reuse below
+            copy = x.clone()
+        if record:
+            x.record_stream(side)
+        del x
+        y = torch.empty(n, device="cuda")  # same size, main stream: the freed block if reusable
+        y.fill_(-1.0)
+        torch.cuda.synchronize()
+        results.append(bool((copy == 7.0).all().item()))
+        del y, copy
+    return {"intact": results}
+
+
+def check_graph(torch, replays=100):
+    """torch.cuda.graph: outputs of 100 replays, and tensors allocated between replays untouched."""
+    static_in = torch.randn(4096, 1024, device="cuda")
+    weight = torch.randn(1024, 1024, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            (static_in @ weight).relu_()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        tmp = static_in @ weight  # freed inside the capture: its memory is reused inside the graph
+        tmp2 = tmp.relu()
+        del tmp
+        static_out = tmp2 * 2.0 + 1.0
+        del tmp2
+    outputs_ok = 0
+    between_ok = 0
+    keep = []
+    for i in range(replays):
+        static_in.copy_(torch.full_like(static_in, float(i % 7) / 7.0))
+        g.replay()
+        expected = ((static_in @ weight).relu() * 2.0 + 1.0)
+        outputs_ok += int(torch.allclose(static_out, expected, rtol=1e-3, atol=1e-3))
+        t = torch.full((1 << 20,), float(i), device="cuda")  # allocated between replays
+        keep.append((t, float(i)))
+        torch.cuda.synchronize()
+        between_ok += int(all(bool((k == v).all().item()) for k, v in keep[-8:]))
+    keep_ok = all(bool((k == v).all().item()) for k, v in keep)
+    del g
+    return {"outputs_ok": outputs_ok, "between_ok": between_ok, "all_kept": keep_ok, "replays": replays}
+
+
+def check_snapshot(torch):
+    """memory_viz: _record_memory_history, _snapshot, _dump_snapshot."""
+    import pickle
+    import tempfile
+    torch.cuda.memory._record_memory_history(max_entries=10000)
+    xs = [torch.empty((i + 1) * MiB, dtype=torch.uint8, device="cuda") for i in range(8)]
+    del xs[::2]
+    snap = torch.cuda.memory._snapshot()
+    path = os.path.join(tempfile.mkdtemp(), "snap.pickle")
+    torch.cuda.memory._dump_snapshot(path)
+    with open(path, "rb") as f:
+        loaded = pickle.load(f)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    traces = snap["device_traces"][0] if snap["device_traces"] else []
+    actions = sorted({t["action"] for t in traces})
+    frames = sum(1 for t in traces if t.get("frames"))
+    live = sum(1 for seg in snap["segments"] for b in seg["blocks"] if b["state"] == "active_allocated")
+    html = None
+    try:
+        from torch.cuda import _memory_viz
+        html = len(_memory_viz.trace_plot(loaded))
+    except Exception as e:
+        html = "RAISES %s: %s" % (type(e).__name__, e)
+    return {"segments": len(snap["segments"]), "live_blocks": live, "actions": actions, "entries_with_frames": frames,
+            "pickle_keys": sorted(loaded.keys()), "trace_plot_chars": html, "path": path}
+
+
+def check_cudnn_benchmark(torch):
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, stride=2, padding=3), torch.nn.ReLU(),
+                              torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(128, 10)).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    losses = []
+    for step in range(5):
+        x = torch.randn(32, 3, 160 + 16 * step, 160 + 16 * step, device="cuda")
+        loss = net(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return {"losses": losses}
+
+
+def check_compile_reduce_overhead(torch):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    losses = []
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for step in range(12):
+        x = torch.randn(256, 512, device="cuda", generator=gen)
+        torch.compiler.cudagraph_mark_step_begin()
+        loss = compiled(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return {"losses": losses}
+
+
+def check_hf_trainer(torch):
+    import tempfile
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=1000, n_positions=256))
+
+    class data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            ids = torch.randint(0, 1000, (128,), generator=g)
+            return {"input_ids": ids, "labels": ids}
+
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8, max_steps=8,
+                             skip_memory_metrics=False, report_to=[], logging_steps=1, save_strategy="no",
+                             seed=0, data_seed=0, dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=args, train_dataset=data())
+    result = trainer.train()
+    metrics = {k: v for k, v in result.metrics.items() if "gpu" in k or "mem" in k}
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"losses": losses, "memory_metrics": metrics}
+
+
+def check_lightning(torch):
+    import tempfile
+    import lightning as L
+    from lightning.pytorch.callbacks import DeviceStatsMonitor
+    from lightning.pytorch.loggers import CSVLogger
+
+    class module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+
+        def training_step(self, batch, _):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(256, 64), torch.randn(256, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=32)
+    logdir = tempfile.mkdtemp()
+    trainer = L.Trainer(max_epochs=1, accelerator="gpu", devices=1, callbacks=[DeviceStatsMonitor()],
+                        logger=CSVLogger(logdir), enable_progress_bar=False, enable_model_summary=False,
+                        log_every_n_steps=1)
+    trainer.fit(module(), loader)
+    import csv
+    import glob
+    columns = set()
+    for path in glob.glob(os.path.join(logdir, "**", "metrics.csv"), recursive=True):
+        with open(path) as f:
+            columns |= set(next(csv.reader(f)))
+    memory_columns = sorted(c for c in columns if "allocated_bytes" in c or "reserved_bytes" in c)
+    return {"memory_columns": len(memory_columns), "loss": float(trainer.callback_metrics["loss"])}
+
+
+def check_fsdp2(torch):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).cuda()
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    losses = []
+    for _ in range(8):
+        x = torch.randn(64, 1024, device="cuda", generator=gen)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    dist.destroy_process_group()
+    return {"losses": losses}
+
+
+def check_alloc_speed(torch, pairs=200_000):
+    """ns per allocate+free pair through the current allocator, from Python
+    (caching_allocator_alloc/delete: the allocator's raw_alloc/raw_delete)."""
+    import time
+    stream = torch.cuda.current_stream().cuda_stream
+    sizes = [512 * (1 + (i * 7919) % 2048) for i in range(1024)]
+    for s in sizes:  # warm the cache
+        torch.cuda.caching_allocator_delete(torch.cuda.caching_allocator_alloc(s, stream=stream))
+    alloc, free = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+    live = []
+    t0 = time.perf_counter_ns()
+    for i in range(pairs):
+        live.append(alloc(sizes[i & 1023], stream=stream))
+        if len(live) > 64:
+            free(live.pop(0))
+    for p in live:
+        free(p)
+    t1 = time.perf_counter_ns()
+    return {"ns_per_pair": (t1 - t0) / pairs}
+
+
+def check_replay_speed(torch, repeats=3):
+    """ns per allocate/free of a real training trace (gpt2m), replayed in C++
+    through PyTorch's current allocator (fragctl._native's replay helper)."""
+    import gzip
+    import fragctl._native
+    here = os.path.dirname(os.path.abspath(__file__))
+    trace = os.environ.get("FRAGCTL_REPLAY_TRACE", os.path.join(here, "..", "data", "gpt2m.trace.csv.gz"))
+    ops, sizes, slot_of = [], [], {}
+    with gzip.open(trace, "rt") as f:
+        next(f)
+        for line in f:
+            action, addr, size = line.split(",")[:3]
+            if action == "alloc":
+                slot_of[addr] = len(sizes)
+                ops.append(len(sizes))
+                sizes.append(int(size))
+            elif action == "free_requested" and addr in slot_of:
+                ops.append(-slot_of.pop(addr) - 1)
+    module = fragctl._native.load()
+    module.replay(ops, sizes, 1)  # warm: the cache and the pages
+    torch.cuda.synchronize()
+    ns = module.replay(ops, sizes, repeats)
+    return {"ns_per_op": ns, "ops": len(ops) * repeats}
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+
+def main():
+    route, name = sys.argv[1], sys.argv[2]
+    torch = setup(route)
+    kwargs = {}
+    if name == "record_stream_control":
+        name, kwargs = "record_stream", {"record": False}
+    try:
+        result = {"ok": True, **CHECKS[name](torch, **kwargs)}
+    except Exception as e:
+        result = {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()[-3000:]}
+    if route in ("native", "pluggable"):
+        import fragctl
+        import fragctl.torch
+        result["route"] = fragctl.torch.route()
+        try:
+            st = fragctl.stats(0)
+            result["fragctl_peak_requested"] = st["requested_bytes"]["peak"]
+            result["fragctl_peak_reserved"] = st["reserved_bytes"]["peak"]
+        except Exception as e:
+            result["fragctl_stats_error"] = str(e)
+    sys.stdout.flush()
+    print(json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()
