@@ -350,6 +350,7 @@ def check_replay_speed(torch, repeats=3):
             elif action == "free_requested" and addr in slot_of:
                 ops.append(-slot_of.pop(addr) - 1)
     module = fragctl._native.load()
+    torch.zeros(1, device="cuda")  # initializes the allocator of the device
     module.replay(ops, sizes, 1)  # warm: the cache and the pages
     torch.cuda.synchronize()
     ns = module.replay(ops, sizes, repeats)

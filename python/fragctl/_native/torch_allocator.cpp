@@ -51,6 +51,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/ApproximateClock.h>
+#include <c10/util/flat_hash_map.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -545,8 +546,14 @@ class allocator final : public cca::CUDAAllocator {
         target = default_allocator(b.device);
       }
     }
-    c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
-    if (api.fragctl_free(target, ptr, b.size, b.stream) != FRAGCTL_OK) {
+    fragctl_status status;
+    if (capturing_.load(std::memory_order_acquire)) {
+      c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+      status = api.fragctl_free(target, ptr, b.size, b.stream);
+    } else {
+      status = api.fragctl_free(target, ptr, b.size, b.stream);
+    }
+    if (status != FRAGCTL_OK) {
       TORCH_WARN("fragctl: free of ", ptr, ": ", api.fragctl_last_error());
     }
     if (b.owner != nullptr) {
@@ -653,10 +660,12 @@ class allocator final : public cca::CUDAAllocator {
     if (target == nullptr) target = default_allocator(device);
     void* ptr = nullptr;
     fragctl_status status;
-    {
-      // Driver memory calls are "unsafe" in a capturing stream's global mode;
-      // they never touch the captured stream, as PyTorch's own allocator.
+    if (owner != nullptr || capturing_.load(std::memory_order_acquire)) {
+      // Driver memory calls are "unsafe" while a stream captures in global
+      // mode; they never touch the captured stream (as PyTorch's allocator).
       c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+      status = api.fragctl_malloc(target, &ptr, bytes, stream);
+    } else {
       status = api.fragctl_malloc(target, &ptr, bytes, stream);
     }
     if (status == FRAGCTL_ERROR_OUT_OF_MEMORY) out_of_memory(bytes, device, stream);
@@ -747,7 +756,7 @@ class allocator final : public cca::CUDAAllocator {
   }
 
   std::mutex mutex_;
-  std::unordered_map<void*, block> blocks_;
+  ska::flat_hash_map<void*, block> blocks_;  // PyTorch's own allocator uses the same table
   pool_map pools_;
   std::vector<capture> captures_;
   std::atomic<bool> capturing_{false};
