@@ -42,6 +42,7 @@ SETUPS = {
     "expandable": ("expandable_segments", "expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     "async": ("cudaMallocAsync", "async", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
     "arena": ("fragctl.torch.enable(arena)", "fragctl", {}),
+    "arena-nowait": ("fragctl arena, wait_before_growing:false", "fragctl", {"FRAGCTL_CONF": "wait_before_growing:false"}),
     "preload": ("LD_PRELOAD arena", "preload",
                 {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "FRAGCTL_POLICY": "arena"}),
 }
@@ -196,7 +197,8 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-results"))
     parser.add_argument("--preload", default="", help="path of libfragctl_preload.so (needed by the preload set-up)")
     parser.add_argument("--models", default="declm,moe,frozen")
-    parser.add_argument("--setups", default=",".join(SETUPS))
+    parser.add_argument("--setups", default="native,expandable,async,arena,preload",
+                        help="of: " + ", ".join(SETUPS))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")

@@ -7,8 +7,9 @@ verdict: memory placement must not change the math, and should not cost time.
 
 Per model the runs are: PyTorch's native allocator; expandable_segments:True;
 fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
-(profiled from the arena run's report); cudaMallocAsync (run name async,
-not in the default list); LD_PRELOAD=libfragctl_preload.so with
+(profiled from the arena run's report); cudaMallocAsync (run name async)
+and the arena with wait_before_growing:false (arena-nowait), both not in the
+default list; LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
 the native runs, and their spread is the run-to-run noise of step time.
@@ -34,13 +35,14 @@ TIME_TOLERANCE = 0.02  # step time within 2% of native
 def runs_for(model, out_dir, preload):
     arena_report = os.path.join(out_dir, "%s-arena.report.json" % model)
 
-    def fragctl_run(policy):
-        report = arena_report if policy == "arena" else os.path.join(out_dir, "%s-%s.report.json"
-                                                                      % (model, policy.replace(":", "-")))
+    def fragctl_run(policy, conf=""):
+        report = arena_report if policy == "arena" and not conf else os.path.join(
+            out_dir, "%s-%s%s.report.json" % (model, policy.replace(":", "-"), "-" + conf.replace(":", "-") if conf else ""))
         extra = ["--report", report]
         if policy.startswith("warmup"):
             extra += ["--warmup-profile", arena_report]
-        return ("fragctl " + policy, "fragctl", policy, extra, {})
+        return ("fragctl " + policy + (" " + conf if conf else ""), "fragctl", policy, extra,
+                {"FRAGCTL_CONF": conf} if conf else {})
 
     preload_env = {
         "LD_PRELOAD": preload, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "FRAGCTL_POLICY": "arena",
@@ -52,6 +54,8 @@ def runs_for(model, out_dir, preload):
         "async": ("cudaMallocAsync", "async", "", [], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
         "caching": fragctl_run("caching"),
         "arena": fragctl_run("arena"),
+        # the arena as before issue 16: creates memory rather than wait for frees in flight
+        "arena-nowait": fragctl_run("arena", "wait_before_growing:false"),
         "buckets:arena": fragctl_run("buckets:arena"),
         "warmup:arena": fragctl_run("warmup:arena"),
         "preload": ("LD_PRELOAD arena", "preload", "arena", [], preload_env),
@@ -60,7 +64,7 @@ def runs_for(model, out_dir, preload):
 
 DEFAULT_RUNS = "native,expandable,caching,arena,native,buckets:arena,warmup:arena,preload,native"
 # Issue 16's set-ups; the full set runs arena and native again (their spread is the run-to-run noise).
-LIVEBYTES_QUICK_RUNS = "native,expandable,async,arena,preload"
+LIVEBYTES_QUICK_RUNS = "native,expandable,async,arena,arena-nowait,preload"
 LIVEBYTES_RUNS = LIVEBYTES_QUICK_RUNS + ",arena,native"
 
 
