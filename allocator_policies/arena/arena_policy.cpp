@@ -59,7 +59,11 @@
 // freeing stream after the free (lazily, when someone needs to know)
 // completed; a clean prefix or suffix is usable at once. A granule is
 // unmapped only when every free that touched it is complete; that is checked
-// by querying, and waited for only when memory is short.
+// by querying, and waited for when memory is short or, with
+// wait_before_growing (the default), before creating memory while a cached
+// span waits on pending frees: on a GPU the host runs ahead, and creating
+// instead of waiting makes the memory held follow the GPU's lag rather than
+// the live bytes (granule_map.hpp; docs/policies/arena.md "GPU lag").
 //
 // Out of memory. No fitting block usable on the stream: query pending events,
 // then wait for them. Mapping short of handles: wait for pending frees and
@@ -120,7 +124,8 @@ arena_policy::impl::impl(const config& cfg, device_backend& b)
     range = 2 * cap;
     raw = backend.reserve_address(range);
     try {
-      granules.emplace(backend, clock, reinterpret_cast<std::uintptr_t>(raw), range, g, cap, cfg.map_chunk);
+      granules.emplace(backend, clock, reinterpret_cast<std::uintptr_t>(raw), range, g, cap, cfg.map_chunk,
+                       cfg.wait_before_growing);
       blocks.reset(reinterpret_cast<std::uintptr_t>(raw), range);
     } catch (...) {
       granules.reset();

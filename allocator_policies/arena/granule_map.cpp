@@ -10,13 +10,15 @@
 namespace fragctl::arena_detail {
 
 granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-                         std::size_t granularity, std::size_t physical_limit, std::size_t chunk)
+                         std::size_t granularity, std::size_t physical_limit, std::size_t chunk,
+                         bool wait_before_growing)
     : backend_(backend),
       clock_(clock),
       base_(base),
       granularity_(granularity),
       shift_(static_cast<unsigned>(std::countr_zero(granularity))),
-      limit_(physical_limit) {
+      limit_(physical_limit),
+      wait_before_growing_(wait_before_growing) {
   const std::size_t count = bytes >> shift_;
   if (count >= nil - 1) {
     throw invalid_argument(fmt::format("arena: {} granules of {} bytes are too many; raise the granularity "
@@ -102,6 +104,21 @@ void granule_map::put_pooled(pooled p) noexcept {
                                    [](std::uint32_t c, const pooled& q) { return c < q.count; });
   pool_.insert(it, p);  // capacity reserved by the caller: no allocation
   pooled_ += p.count;
+}
+
+bool granule_map::settle(std::size_t granules, std::size_t lo, std::size_t hi, std::uint64_t& refreshed) {
+  bool waited = false;
+  std::size_t ready = 0;
+  for (std::uint32_t s = spans_[lru].next; s != lru && ready < granules; s = spans_[s].next) {
+    const span& sp = spans_[s];
+    if (sp.first + sp.count > lo && sp.first <= hi) continue;
+    if (!idle(s, refreshed)) {
+      clock_.synchronize(sp.stamp);
+      waited = true;
+    }
+    ready += sp.count;
+  }
+  return waited;
 }
 
 void granule_map::unmap_to_pool(std::uint32_t s) {
@@ -281,7 +298,7 @@ bool granule_map::map_plan(const std::vector<piece>& plan) {
   return true;
 }
 
-bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
+bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, bool settle_first) {
   const auto lo = static_cast<std::uint32_t>(first(addr));
   const auto hi = static_cast<std::uint32_t>(last_of(addr, bytes));
   std::uint32_t need = 0;
@@ -314,6 +331,10 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
         holes_.push_back({rest, g});
         missing += g - rest;
       }
+    }
+    if (!holes_.empty() && !wait && settle_first && settle(missing, lo, hi, refreshed)) {
+      pool_plan(plan_, 0);  // plan again, with the spans whose frees completed
+      return map_range(addr, bytes, false, false);
     }
     if (!holes_.empty()) {
       // Give back as much unused memory as is about to be created.

@@ -36,6 +36,17 @@
 // measurements). trim() unmaps cached spans beyond a byte budget into the
 // pool.
 //
+// Waiting before growing. On a GPU the host runs ahead, so the frees that
+// left spans cached are mostly still in flight when the next block needs
+// memory; those spans can be neither stolen nor released, and creating in
+// their place makes the memory held grow with the GPU's lag instead of with
+// the live bytes (docs/replay.md "GPU lag"). With `wait_before_growing`,
+// before creating, map_range waits for the frees of cached spans outside the
+// block, oldest span first, each on its own stream and only up to the event
+// that covers it, until as many granules as are missing are free to steal,
+// then plans again. The cost is a host wait on the GPU where a new peak
+// would otherwise have been made, never a driver call more.
+//
 // Not thread-safe. The hot calls (covered, on_allocate, on_free) make no
 // backend call and no heap allocation.
 #pragma once
@@ -57,9 +68,9 @@ class granule_map {
   /// Covers [base, base + bytes) (granule-aligned) with granules of
   /// `granularity`; holds at most `physical_limit` bytes of handles, each at
   /// most `chunk` bytes (rounded down to the granularity, at least one
-  /// granule).
+  /// granule); `wait_before_growing` as in the theory above.
   granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-              std::size_t granularity, std::size_t physical_limit, std::size_t chunk);
+              std::size_t granularity, std::size_t physical_limit, std::size_t chunk, bool wait_before_growing);
   /// Unmaps and releases every handle. The owner must first make sure no
   /// queued work uses the memory (stream_clock::synchronize_all).
   ~granule_map();
@@ -112,9 +123,12 @@ class granule_map {
 
   /// Maps every unmapped granule of [addr, addr + bytes): handles from the
   /// pool, then spans stolen from complete cached ones outside the range,
-  /// then created. With `wait`, blocks for pending frees before giving up.
+  /// then created. With `wait`, blocks for every pending free first; else,
+  /// with wait_before_growing, for those of cached spans before creating.
   /// Returns false when out of memory; then only cache and pool changed.
-  [[nodiscard]] bool map_range(std::uintptr_t addr, std::size_t bytes, bool wait);
+  [[nodiscard]] bool map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
+    return map_range(addr, bytes, wait, wait_before_growing_);
+  }
 
   /// Unmaps cached spans that became cached at or before `before`, oldest
   /// first, while more than `keep` bytes are cached; skips spans whose frees
@@ -191,6 +205,9 @@ class granule_map {
   /// Whether the frees that touched span s are complete, refreshing each
   /// stream at most once per `refreshed` mask (bit i: stream i, bit 63: all).
   [[nodiscard]] bool idle(std::uint32_t s, std::uint64_t& refreshed);
+  /// Waits for the frees of cached spans outside granules [lo, hi], oldest
+  /// first, until `granules` granules of them are complete; whether it waited.
+  [[nodiscard]] bool settle(std::size_t granules, std::size_t lo, std::size_t hi, std::uint64_t& refreshed);
   /// Unmaps cached span s; its handle goes to the pool.
   void unmap_to_pool(std::uint32_t s);
   /// Takes the largest pooled handle of at most `count` granules, if any.
@@ -216,6 +233,8 @@ class granule_map {
   /// Returns every handle of `plan` to the pool (they are not mapped).
   void pool_plan(const std::vector<piece>& plan, std::size_t from) noexcept;
   [[nodiscard]] std::uint32_t new_span();
+  /// map_range; `settle_first`: settle() before creating.
+  [[nodiscard]] bool map_range(std::uintptr_t addr, std::size_t bytes, bool wait, bool settle_first);
 
   device_backend& backend_;
   stream_clock& clock_;
@@ -224,6 +243,7 @@ class granule_map {
   unsigned shift_;
   std::size_t limit_;          // bytes of handles the map may hold
   std::uint32_t chunk_;        // granules per span at most
+  bool wait_before_growing_;
   std::size_t created_ = 0;    // granules of handles held (mapped + pooled)
   std::size_t mapped_ = 0;     // granules mapped
   std::size_t cached_ = 0;     // granules in cached spans

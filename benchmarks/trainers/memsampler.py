@@ -17,7 +17,9 @@ import threading
 import time
 
 
-def main():
+def open_device():
+    """(cuda, used, total): libcuda with device 0's primary context current in this process, a function
+    returning the device's used bytes (total - free) now, and its total bytes. Exits with a message on error."""
     cuda = ctypes.CDLL("libcuda.so.1")
 
     def check(rc, what):
@@ -37,9 +39,14 @@ def main():
     def used():
         get_info(ctypes.byref(free), ctypes.byref(total))
         return total.value - free.value
+    used()
+    return cuda, used, total.value
 
+
+def main():
+    cuda, used, total = open_device()
     baseline = used()
-    print("ready %d %d" % (baseline, total.value), flush=True)
+    print("ready %d %d" % (baseline, total), flush=True)
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     peak = baseline

@@ -3,10 +3,13 @@ verdict: memory placement must not change the math, and should not cost time.
 
     python benchmarks/trainers/run_trainers.py --out DIR --preload build/libfragctl_preload.so
         [--models gpt2m,llama,resnet] [--steps 12] [--budget 330] [--runs native,arena,...]
+    python benchmarks/trainers/run_trainers.py --livebytes --out DIR --preload ...   (issue 16's jobs and set-ups)
 
 Per model the runs are: PyTorch's native allocator; expandable_segments:True;
 fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
-(profiled from the arena run's report); LD_PRELOAD=libfragctl_preload.so with
+(profiled from the arena run's report); cudaMallocAsync (run name async)
+and the arena with wait_before_growing:false (arena-nowait), both not in the
+default list; LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
 the native runs, and their spread is the run-to-run noise of step time.
@@ -32,13 +35,14 @@ TIME_TOLERANCE = 0.02  # step time within 2% of native
 def runs_for(model, out_dir, preload):
     arena_report = os.path.join(out_dir, "%s-arena.report.json" % model)
 
-    def fragctl_run(policy):
-        report = arena_report if policy == "arena" else os.path.join(out_dir, "%s-%s.report.json"
-                                                                      % (model, policy.replace(":", "-")))
+    def fragctl_run(policy, conf=""):
+        report = arena_report if policy == "arena" and not conf else os.path.join(
+            out_dir, "%s-%s%s.report.json" % (model, policy.replace(":", "-"), "-" + conf.replace(":", "-") if conf else ""))
         extra = ["--report", report]
         if policy.startswith("warmup"):
             extra += ["--warmup-profile", arena_report]
-        return ("fragctl " + policy, "fragctl", policy, extra, {})
+        return ("fragctl " + policy + (" " + conf if conf else ""), "fragctl", policy, extra,
+                {"FRAGCTL_CONF": conf} if conf else {})
 
     preload_env = {
         "LD_PRELOAD": preload, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync", "FRAGCTL_POLICY": "arena",
@@ -47,8 +51,11 @@ def runs_for(model, out_dir, preload):
     return {
         "native": ("native", "native", "", [], {}),
         "expandable": ("expandable_segments", "expandable", "", [], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+        "async": ("cudaMallocAsync", "async", "", [], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
         "caching": fragctl_run("caching"),
         "arena": fragctl_run("arena"),
+        # the arena as before issue 16: creates memory rather than wait for frees in flight
+        "arena-nowait": fragctl_run("arena", "wait_before_growing:false"),
         "buckets:arena": fragctl_run("buckets:arena"),
         "warmup:arena": fragctl_run("warmup:arena"),
         "preload": ("LD_PRELOAD arena", "preload", "arena", [], preload_env),
@@ -56,6 +63,9 @@ def runs_for(model, out_dir, preload):
 
 
 DEFAULT_RUNS = "native,expandable,caching,arena,native,buckets:arena,warmup:arena,preload,native"
+# Issue 16's set-ups; the full set runs arena and native again (their spread is the run-to-run noise).
+LIVEBYTES_QUICK_RUNS = "native,expandable,async,arena,arena-nowait,preload"
+LIVEBYTES_RUNS = LIVEBYTES_QUICK_RUNS + ",arena,native"
 
 
 def planned_runs(model, out_dir, preload, names):
@@ -179,7 +189,8 @@ def table(results):
             ratio = "%.3f" % f["reserved_over_requested"]
             calls = str(f["memory_calls"])
             if "memory_calls_timed" in f:
-                calls += " (%d)" % f["memory_calls_timed"]
+                calls += " (%d%s)" % (f["memory_calls_timed"], "; %.1f per step" % f["memory_calls_per_timed_step"]
+                                      if "memory_calls_per_timed_step" in f else "")
         elif "torch_allocator" in r:
             t = r["torch_allocator"]
             peaks = "%.2f / %.2f (torch)" % (t["peak_reserved_bytes"] / GiB, t["peak_allocated_bytes"] / GiB)
@@ -197,10 +208,22 @@ def main():
     parser.add_argument("--models", default="gpt2m,llama,resnet")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--runs", default=DEFAULT_RUNS,
-                        help="runs per model, in order, repeats allowed (names: native, expandable, caching, arena, "
-                             "buckets:arena, warmup:arena, preload); warmup:arena needs an arena run before it")
+                        help="runs per model, in order, repeats allowed (names: native, expandable, async, caching, "
+                             "arena, buckets:arena, warmup:arena, preload); warmup:arena needs an arena run before it")
     parser.add_argument("--budget", type=float, default=330, help="seconds for all runs")
+    parser.add_argument("--livebytes", action="store_true",
+                        help="the live-bytes set: --models declm,moe,frozen and, in alternation, --runs " + LIVEBYTES_RUNS
+                             + " (unless given)")
+    parser.add_argument("--quick", action="store_true", help="with --livebytes: 6 steps, each set-up once")
     args = parser.parse_args()
+    if args.livebytes:
+        given = set(a.split("=")[0] for a in sys.argv[1:])
+        if "--models" not in given:
+            args.models = "declm,moe,frozen"
+        if "--runs" not in given:
+            args.runs = LIVEBYTES_QUICK_RUNS if args.quick else LIVEBYTES_RUNS
+        if "--steps" not in given:
+            args.steps = 6 if args.quick else 10
     args.out = os.path.abspath(args.out)
     os.makedirs(args.out, exist_ok=True)
     preload = os.path.abspath(args.preload)

@@ -27,6 +27,22 @@ struct replay_sample {
   bool oom = false;           ///< this event's allocation ran out of memory
 };
 
+/// A GPU that runs behind the CPU (docs/replay.md, "GPU lag"). A live
+/// program queues work and moves on; the frees it makes are complete on the
+/// device only once the GPU has caught up with them. With a lag set, the
+/// replay runs on a sim backend whose work completes only when told: after
+/// every trace event it queues one unit of work on the event's stream, and
+/// that work completes once the replay reaches an event at least `us`
+/// microseconds later in trace time (or `events` trace events later), or
+/// when the allocator synchronizes on it. Both 0 (the default): work
+/// completes at once, as without the model. Both set: whichever comes later.
+struct replay_lag {
+  std::int64_t us = 0;
+  std::uint64_t events = 0;
+
+  [[nodiscard]] bool enabled() const noexcept { return us > 0 || events > 0; }
+};
+
 struct replay_options {
   /// Policy expression ("caching", "buckets:arena"); empty means the default
   /// for the backend (default_policy). Overrides cfg.policy.
@@ -42,6 +58,9 @@ struct replay_options {
   /// result; it costs one call and one read of the backend's counters per
   /// event.
   std::function<void(const replay_sample& sample, const device_allocator& allocator)> sample = {};
+  /// The GPU's lag behind the trace; needs the sim backend (cfg.backend sim
+  /// or automatic, which then means sim), else invalid_argument.
+  replay_lag lag = {};
 };
 
 struct replay_result {

@@ -41,6 +41,7 @@
 #include <memory>
 
 #include "fragctl/backend.hpp"
+#include "fragctl/config.hpp"
 
 namespace fragctl {
 
@@ -52,6 +53,10 @@ struct sim_options {
   bool manual_completion = false;       ///< events complete only when told
   int device = 0;                       ///< ordinal reported by device()
 };
+
+/// The sim options a configuration names (sim_capacity, sim_granularity,
+/// sim_backed, sim_virtual_memory, device); manual_completion off.
+[[nodiscard]] sim_options sim_options_from(const config& cfg);
 
 /// Which calls a fault rule applies to.
 enum class sim_fault_target : std::uint8_t { allocate, create_physical, map, set_access, allocate_host };
@@ -69,10 +74,15 @@ class sim_backend final : public device_backend {
 
   /// Queues one unit of simulated work (a kernel launch) on `stream`; with
   /// manual_completion it stays pending until complete()/synchronize.
-  void submit(stream_t stream);
+  /// Returns its number on the stream (1 for the first unit).
+  std::uint64_t submit(stream_t stream);
   /// Completes all work submitted to `stream` so far, except work held by a
   /// wait_event whose event has not completed (that work and what follows it).
   void complete(stream_t stream);
+  /// As complete(), up to and including unit `item` (a number submit
+  /// returned); work already complete stays so. A stream never used is left
+  /// alone.
+  void complete_through(stream_t stream, std::uint64_t item);
   /// Completes all work on every stream.
   void complete_all();
 

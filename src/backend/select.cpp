@@ -16,16 +16,20 @@ namespace {
 [[maybe_unused]] constexpr int not_supported_code = 801;  // CUDA_ERROR_NOT_SUPPORTED and hipErrorNotSupported
 
 std::unique_ptr<device_backend> make_sim(const config& cfg) {
+  return std::make_unique<sim_backend>(sim_options_from(cfg));
+}
+
+}  // namespace
+
+sim_options sim_options_from(const config& cfg) {
   sim_options options;
   options.capacity = cfg.sim_capacity;
   options.granularity = cfg.sim_granularity;
   options.backed = cfg.sim_backed;
   options.virtual_memory = cfg.sim_virtual_memory;
   options.device = cfg.device;
-  return std::make_unique<sim_backend>(options);
+  return options;
 }
-
-}  // namespace
 
 #ifndef FRAGCTL_HAVE_CUDA
 std::unique_ptr<device_backend> make_cuda_backend(int /*device*/) {

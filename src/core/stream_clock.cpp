@@ -80,6 +80,24 @@ void stream_clock::refresh_all() {
   if (all_idle) ++quiescent_epoch_;
 }
 
+void stream_clock::synchronize(free_stamp stamp) {
+  if (complete(stamp)) return;
+  if (stamp.stream == free_stamp::multi) {
+    synchronize_all();
+    return;
+  }
+  stream_state& s = streams_[stamp.stream];
+  if (s.tick <= stamp.tick) record(s);  // no event covers those frees yet
+  std::size_t done = 0;
+  while (done < s.pending.size() && s.completed < stamp.tick) {
+    backend_.synchronize_event(s.pending[done].event);
+    s.completed = s.pending[done].tick;
+    spare_events_.push_back(s.pending[done].event);
+    ++done;
+  }
+  s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
 void stream_clock::synchronize_all() {
   for (stream_state& s : streams_) {
     if (s.dirty) record(s);

@@ -93,6 +93,10 @@ class stream_clock {
   void refresh_all();
   /// Blocks until every free so far on every stream is complete.
   void synchronize_all();
+  /// Blocks until the frees behind `stamp` are complete, and no longer: on
+  /// its stream only, up to the first event covering it (recorded now if
+  /// none does yet). A multi stamp waits for every stream.
+  void synchronize(free_stamp stamp);
 
   /// The stamp of memory freed by `later` after it was last freed by `earlier`
   /// (granules): the later of two on one stream, else a multi stamp.

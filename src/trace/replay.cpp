@@ -19,6 +19,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
+#include "trace/gpu_lag.hpp"
 
 namespace fragctl {
 
@@ -103,7 +104,7 @@ struct live_block {
 replay_result replay(const trace& t, const replay_options& options) {
   config cfg = options.cfg;
   cfg.policy = options.policy;
-  const std::unique_ptr<allocator_stack> stack = make_allocator(cfg);
+  const std::unique_ptr<allocator_stack> stack = replay_detail::make_lagged_stack(cfg, options.lag);
   device_allocator& alloc = stack->allocator();
   device_backend& backend = stack->backend();
 
@@ -114,6 +115,7 @@ replay_result replay(const trace& t, const replay_options& options) {
   r.clock_overhead_ns = clock_overhead_ns();
 
   const stream_table streams(t, backend);
+  replay_detail::gpu_lag lag(options.lag, backend);
   absl::flat_hash_map<std::uint64_t, live_block> live;
   live.reserve(std::min<std::size_t>(t.events.size(), std::size_t{1} << 20));
   std::vector<std::int64_t> samples;
@@ -139,6 +141,7 @@ replay_result replay(const trace& t, const replay_options& options) {
     if (options.progress && i % progress_every == 0) options.progress(i, total);
     const trace_event& e = t.events[i];
     const stream_t stream = streams[e.stream];
+    lag.step(i, e.time_us, stream);
     if (e.kind == trace_event::action::alloc) {
       if (const auto old = live.find(e.addr); old != live.end()) {
         ++r.lost_frees;

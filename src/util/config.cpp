@@ -127,6 +127,10 @@ const std::vector<option_row>& rows() {
         "arena: largest physical handle (span); growth maps up to this much per driver call (the granularity or "
         "less: one handle per granule)"},
        size_field(&config::map_chunk)},
+      {{"wait_before_growing", "bool", "true",
+        "arena: before creating physical memory while cached spans wait on pending frees, wait for them and "
+        "re-stitch the spans (false: create at once)"},
+       bool_field(&config::wait_before_growing)},
       {{"fallback_size", "size", "0 (90% of free)", "arena without virtual memory: size of the pre-reserved block"},
        size_field(&config::fallback_size)},
       {{"buckets_limit", "size", "1MiB", "buckets: largest request served from size classes"},

@@ -406,66 +406,79 @@ TEST(arena_test, random_work_on_three_streams_never_reuses_a_block_too_early) {
   // At each free the test records its own event on the freeing stream: a
   // range may go to another stream only once that event is complete (the
   // arena may also wait for work itself, which completes the event too).
-  sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
-  const std::vector<stream_t> streams = {sim.create_stream(), sim.create_stream(), sim.create_stream()};
-  struct freed_range {
-    std::uintptr_t lo, hi;
-    std::size_t stream;
-    event_t done;
-  };
-  std::vector<freed_range> pending;
-  struct live_block {
-    void* p;
-    std::size_t bytes, stream;
-  };
-  std::vector<live_block> live;
-  std::mt19937 rng(11);
-  std::uint64_t syncs = 0;
-  {
-    arena_policy arena(delayed(50), sim);
-    for (int step = 0; step < 4000; ++step) {
-      const std::size_t si = rng() % 3;
-      const auto roll = rng() % 100;
-      if (roll < 5) {
-        sim.complete(streams[si]);
-      } else if (roll < 55 || live.empty()) {
-        const std::size_t bytes = std::size_t{512} << (rng() % 14);
-        const std::uint64_t syncs_before = calls(sim, backend_call::synchronize_event);
-        void* p = arena.allocate(bytes, streams[si]);
-        syncs += calls(sim, backend_call::synchronize_event) - syncs_before;
-        const std::uintptr_t lo = addr(p), hi = lo + bytes;
-        for (const freed_range& f : pending) {
-          ASSERT_FALSE(f.stream != si && lo < f.hi && f.lo < hi && !sim.query_event(f.done))
-              << "step " << step << ": block freed on stream " << f.stream << " handed to stream " << si
-              << " before that stream's work completed";
+  // Without wait_before_growing no allocation waits, with address space to
+  // spare; with it (issue 16) the arena waits on pending frees rather than
+  // grow, and holds no more at peak.
+  std::size_t peak_held[2] = {0, 0};
+  for (const bool wait : {false, true}) {
+    SCOPED_TRACE(wait ? "wait_before_growing" : "without wait_before_growing");
+    sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
+    const std::vector<stream_t> streams = {sim.create_stream(), sim.create_stream(), sim.create_stream()};
+    struct freed_range {
+      std::uintptr_t lo, hi;
+      std::size_t stream;
+      event_t done;
+    };
+    std::vector<freed_range> pending;
+    struct live_block {
+      void* p;
+      std::size_t bytes, stream;
+    };
+    std::vector<live_block> live;
+    std::mt19937 rng(11);
+    std::uint64_t syncs = 0;
+    {
+      config cfg = delayed(50);
+      cfg.wait_before_growing = wait;
+      arena_policy arena(cfg, sim);
+      for (int step = 0; step < 4000; ++step) {
+        const std::size_t si = rng() % 3;
+        const auto roll = rng() % 100;
+        if (roll < 5) {
+          sim.complete(streams[si]);
+        } else if (roll < 55 || live.empty()) {
+          const std::size_t bytes = std::size_t{512} << (rng() % 14);
+          const std::uint64_t syncs_before = calls(sim, backend_call::synchronize_event);
+          void* p = arena.allocate(bytes, streams[si]);
+          syncs += calls(sim, backend_call::synchronize_event) - syncs_before;
+          peak_held[wait] = std::max(peak_held[wait], sim.counters().held_bytes);
+          const std::uintptr_t lo = addr(p), hi = lo + bytes;
+          for (const freed_range& f : pending) {
+            ASSERT_FALSE(f.stream != si && lo < f.hi && f.lo < hi && !sim.query_event(f.done))
+                << "step " << step << ": block freed on stream " << f.stream << " handed to stream " << si
+                << " before that stream's work completed";
+          }
+          sim.submit(streams[si]);
+          live.push_back({p, bytes, si});
+        } else {
+          const std::size_t i = rng() % live.size();
+          const live_block b = live[i];
+          arena.deallocate(b.p, b.bytes, streams[b.stream]);
+          const event_t done = sim.create_event();
+          sim.record_event(done, streams[b.stream]);
+          pending.push_back({addr(b.p), addr(b.p) + b.bytes, b.stream, done});
+          live[i] = live.back();
+          live.pop_back();
         }
-        sim.submit(streams[si]);
-        live.push_back({p, bytes, si});
-      } else {
-        const std::size_t i = rng() % live.size();
-        const live_block b = live[i];
-        arena.deallocate(b.p, b.bytes, streams[b.stream]);
-        const event_t done = sim.create_event();
-        sim.record_event(done, streams[b.stream]);
-        pending.push_back({addr(b.p), addr(b.p) + b.bytes, b.stream, done});
-        live[i] = live.back();
-        live.pop_back();
+        std::erase_if(pending, [&](const freed_range& f) {
+          if (!sim.query_event(f.done)) return false;
+          sim.destroy_event(f.done);
+          return true;
+        });
       }
-      std::erase_if(pending, [&](const freed_range& f) {
-        if (!sim.query_event(f.done)) return false;
-        sim.destroy_event(f.done);
-        return true;
-      });
+      EXPECT_GT(calls(sim, backend_call::query_event), 0u);
+      if (!wait) {
+        EXPECT_EQ(syncs, 0u) << "with address space to spare, no allocation waits for another stream";
+      }
+      for (const live_block& b : live) arena.deallocate(b.p, b.bytes, streams[b.stream]);
+      arena.release_cached();
+      EXPECT_EQ(sim.counters().held_bytes, 0u);
     }
-    EXPECT_GT(calls(sim, backend_call::query_event), 0u);
-    EXPECT_EQ(syncs, 0u) << "with address space to spare, no allocation waits for another stream";
-    for (const live_block& b : live) arena.deallocate(b.p, b.bytes, streams[b.stream]);
-    arena.release_cached();
-    EXPECT_EQ(sim.counters().held_bytes, 0u);
+    for (const freed_range& f : pending) sim.destroy_event(f.done);
+    for (stream_t s : streams) sim.destroy_stream(s);
+    EXPECT_EQ(sim.live().events, 0u);
   }
-  for (const freed_range& f : pending) sim.destroy_event(f.done);
-  for (stream_t s : streams) sim.destroy_stream(s);
-  EXPECT_EQ(sim.live().events, 0u);
+  EXPECT_LE(peak_held[1], peak_held[0]);
 }
 
 TEST(arena_test, a_destroyed_stream_does_not_keep_memory_from_being_returned) {

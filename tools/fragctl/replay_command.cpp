@@ -119,6 +119,17 @@ config replay_config(const arguments& args) {
   return cfg;
 }
 
+replay_lag replay_lag_option(const arguments& args, const config& cfg) {
+  replay_lag lag;
+  if (const auto us = args.get("gpu-lag-us"); us && (!util::parse_i64(*us, lag.us) || lag.us < 0))
+    throw usage_error(fmt::format("--gpu-lag-us: expected microseconds (0 or more), got '{}'", *us));
+  if (const auto n = args.get("gpu-lag-events"); n && !util::parse_u64(*n, lag.events))
+    throw usage_error(fmt::format("--gpu-lag-events: expected a count of events, got '{}'", *n));
+  if (lag.enabled() && (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::hip))
+    throw usage_error("--gpu-lag-us and --gpu-lag-events model a GPU on the sim backend; they need --backend sim or auto");
+  return lag;
+}
+
 const command_spec& replay_spec() {
   static const command_spec spec = {
       "replay", "TRACE...",
@@ -137,6 +148,8 @@ const command_spec& replay_spec() {
        {"backend", "KIND", "sim, cuda, hip or auto (default auto: a GPU when present, else sim)"},
        {"capacity", "BYTES", "simulated device size, e.g. 141GiB (default: sim_capacity, 80GiB)"},
        {"conf", "KEY:VALUE,...", "options as in FRAGCTL_CONF (docs/configuration.md)"},
+       {"gpu-lag-us", "US", "model a GPU this many microseconds of trace time behind the CPU (sim only; docs/replay.md)"},
+       {"gpu-lag-events", "N", "model a GPU this many trace events behind the CPU (sim only)"},
        snapshot_device_option,
        {"json", "", "print one JSON array of results instead of the table"}}};
   return spec;
@@ -153,6 +166,7 @@ int run_replay(const std::vector<std::string>& argv) {
   const config cfg = replay_config(args);
   const std::vector<std::string> policy_names = policy_list(args);
   const bool json = args.has("json");
+  const replay_lag lag = replay_lag_option(args, cfg);
 
   std::size_t trace_width = 5;
   for (const std::string& path : args.positional)
@@ -170,6 +184,7 @@ int run_replay(const std::vector<std::string>& argv) {
     for (const std::string& policy : policy_names) {
       replay_options options{policy, cfg, progress.callback(fmt::format(
                                               "{} / {}", t.name, policy.empty() ? "default" : policy))};
+      options.lag = lag;
       try {
         replay_result r = replay(t, options);
         progress.clear();

@@ -11,39 +11,18 @@
 # trainers.md (table and verdict), trainers.json, one log and JSON per run.
 # Finishes in under 8 minutes on an H200.
 #   tools/gpu/trainers.sh [run_trainers.py options, e.g. --models resnet --steps 6]
+# Issue 16's jobs (gradient-checkpointed 1.1B decoder LM at 128-4096 tokens,
+# 8-expert top-2 MoE LM, frozen 1.3B base + trainable head) under native,
+# expandable segments, cudaMallocAsync, fragctl.torch.enable("arena") and
+# LD_PRELOAD arena, in alternation:
+#   tools/gpu/trainers.sh --livebytes [--quick]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 start=$(date +%s)
 out=${OUT:-gpu-results}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-[ -f .devkit/devkit.sh ] && source .devkit/devkit.sh unpack
-python=${PYTHON:-python3}
-{
-  date -u +"date: %Y-%m-%d %H:%M UTC"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  "$python" -c "import torch, torchvision, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__, 'transformers', transformers.__version__)"
-} 2>&1 | tee "$out/trainers-machine.txt"
-
-build=${FRAGCTL_BUILD_DIR:-build-trainers}
-echo "building libfragctl.so and libfragctl_preload.so in $build ..."
-if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF \
-         -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF \
-       && cmake --build "$build" --target fragctl fragctl_preload -j "$(nproc)"; } > "$out/trainers-build.log" 2>&1; then
-  grep -E "error|FAILED" "$out/trainers-build.log" | head -30
-  echo "build failed; see $out/trainers-build.log"
-  exit 1
-fi
-echo "built in $(( $(date +%s) - start )) s"
-
-# The documented install; a plain PYTHONPATH if pip cannot install here.
-if "$python" -m pip install --no-deps --no-index --force-reinstall --quiet ./python > "$out/trainers-pip.log" 2>&1; then
-  echo "python package: pip install ./python ok"
-else
-  echo "python package: pip install failed (see trainers-pip.log); using PYTHONPATH=python"
-  export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-fi
-export FRAGCTL_LIBRARY=$PWD/$build/libfragctl.so
+source tools/gpu/trainers_setup.sh trainers
 
 # Whatever the build took, stop starting runs so that the whole script ends
 # within 8 minutes (480 s), with 30 s to spare.

@@ -147,10 +147,19 @@ void sim_backend::do_destroy_stream(stream_t stream) {
   it->second.destroyed = true;
 }
 
-void sim_backend::submit(stream_t stream) {
+std::uint64_t sim_backend::submit(stream_t stream) {
   state& s = *state_;
   const std::lock_guard lock(s.mu);
-  s.submit(s.stream_for("submit", stream));
+  sim_detail::stream_state& st = s.stream_for("submit", stream);
+  s.submit(st);
+  return st.submitted;
+}
+
+void sim_backend::complete_through(stream_t stream, std::uint64_t item) {
+  state& s = *state_;
+  const std::lock_guard lock(s.mu);
+  auto it = s.streams.find(address_of(stream));
+  if (it != s.streams.end()) s.advance(it->second, item, /*force=*/false);
 }
 
 void sim_backend::complete(stream_t stream) {

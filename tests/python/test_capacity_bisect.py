@@ -1,0 +1,56 @@
+"""The capacity benchmark's search (benchmarks/trainers/capacity.py) on made-up
+jobs that pass above a known cap: the bisection lands within one step of the
+bracket on the smallest passing cap, probes the top when nothing passed, and
+the table compares set-ups with native and expandable segments."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "trainers"))
+import capacity  # noqa: E402
+
+GiB = 1 << 30
+
+
+def job_needing(need):
+    probes = []
+
+    def run(cap):
+        probes.append(cap)
+        return {"cap_bytes": cap, "passed": cap >= need, "median_step_s": 0.25}
+    return run, probes
+
+
+class CapacityBisectTest(unittest.TestCase):
+    def test_bisection_finds_the_smallest_passing_cap_within_one_step(self):
+        low, high = 10 * GiB, int(capacity.TOP * 10 * GiB)
+        for need in (10.2 * GiB, 11.7 * GiB, 13.2 * GiB):
+            run, probes = job_needing(need)
+            cap, best, results = capacity.bisect(run, low, high, 5)
+            self.assertGreaterEqual(cap, need)
+            self.assertLessEqual(cap - need, (high - low) / 32 + capacity.MiB)
+            self.assertTrue(best["passed"])
+            self.assertEqual(len(results), 5)
+
+    def test_top_is_probed_when_nothing_passed_and_a_miss_is_none(self):
+        run, probes = job_needing(14 * GiB)
+        cap, best, results = capacity.bisect(run, 10 * GiB, 13 * GiB, 3)
+        self.assertEqual((cap, best), (None, None))
+        self.assertEqual(probes[-1], 13 * GiB)
+        self.assertEqual(len(results), 4)
+        run, probes = job_needing(13 * GiB)
+        self.assertEqual(capacity.bisect(run, 10 * GiB, 13 * GiB, 3)[0], 13 * GiB)
+
+    def test_table_compares_with_native_and_expandable_segments(self):
+        rows = [{"model": "declm", "setup": s, "label": s, "cap_bytes": c * GiB, "live_bytes": 10 * GiB,
+                 "median_step_s": 0.2, "probes": 5, "passed_probes": 3} for s, c in
+                (("native", 16), ("expandable", 12), ("arena", 11.2))]
+        rows.append({"model": "declm", "setup": "async", "label": "async", "cap_bytes": None, "live_bytes": 10 * GiB,
+                     "probes": 6, "passed_probes": 0})
+        text = capacity.markdown(rows, "H100", "capacity.py")
+        self.assertIn("| declm | arena | 11.20 | -30.0% | -6.7% | 200.0 | 3/5 |", text)
+        self.assertIn("| declm | async | > 13.50 (failed at every probe) |", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
