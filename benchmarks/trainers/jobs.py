@@ -103,7 +103,7 @@ def _frozen(torch):
 
     def forward(inputs, labels):
         with torch.no_grad():
-            features = base(input_ids=inputs).last_hidden_state
+            features = base(input_ids=inputs, use_cache=False).last_hidden_state
         logits = head(features[:, :-1]).float()
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
     return SimpleNamespace(model=head, parameters=list(head.parameters()),
