@@ -30,13 +30,21 @@ def sequence_lengths(steps, low, high, seed=1234):
 
 
 def _causal_lm(transformers, torch, config, dtype=None):
-    """AutoModelForCausalLM from config with eager attention (deterministic), in dtype."""
-    kwargs = {"torch_dtype": dtype} if dtype is not None else {}
+    """AutoModelForCausalLM from config with eager attention (deterministic), its parameters created in dtype
+    (through torch's default dtype, which every transformers version honours; a model built in fp32 and then
+    converted would add a transient fp32 copy to the job's memory)."""
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
     try:
-        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", **kwargs)
-    except TypeError:
-        config._attn_implementation = "eager"
-        return transformers.AutoModelForCausalLM.from_config(config, **kwargs)
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        except TypeError:
+            config._attn_implementation = "eager"
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.to(dtype) if dtype is not None else model
 
 
 def _token_batches(torch, vocab, batch, low, high):
