@@ -106,8 +106,13 @@ def _frozen(torch):
     base.requires_grad_(False)
     base.eval()
     hidden = config.hidden_size
-    head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
-                               torch.nn.GELU(), torch.nn.Linear(hidden, config.vocab_size)).to(torch.bfloat16)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
+                                   torch.nn.GELU(), torch.nn.Linear(hidden, config.vocab_size))
+    finally:
+        torch.set_default_dtype(previous)
 
     def forward(inputs, labels):
         with torch.no_grad():
