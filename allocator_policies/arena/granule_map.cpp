@@ -314,6 +314,7 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
   holes_.clear();
   holes_.reserve(need);
 
+  bool replan = false;
   try {
     // Gaps: from the pool and stolen spans; what stays missing goes to holes_.
     // Each stream is asked about its pending frees at most once per call.
@@ -333,10 +334,10 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
       }
     }
     if (!holes_.empty() && !wait && settle_first && settle(missing, lo, hi, refreshed)) {
-      pool_plan(plan_, 0);  // plan again, with the spans whose frees completed
-      return map_range(addr, bytes, false, false);
-    }
-    if (!holes_.empty()) {
+      pool_plan(plan_, 0);
+      plan_.clear();
+      replan = true;
+    } else if (!holes_.empty()) {
       // Give back as much unused memory as is about to be created.
       release_for(missing, lo, hi, refreshed);
       for (const auto& [from, to] : holes_) {
@@ -352,6 +353,8 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
     pool_plan(plan_, 0);  // a backend call threw: what was planned goes to the pool
     throw;
   }
+  // Plan again, now that the frees of the spans settle() waited for are complete.
+  if (replan) return map_range(addr, bytes, false, false);
   return map_plan(plan_);
 }
 

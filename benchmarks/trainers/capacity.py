@@ -3,7 +3,7 @@ steps, per job and allocator set-up, all set-ups side by side in one run.
 
     python benchmarks/trainers/capacity.py --preload build/libfragctl_preload.so [--out DIR]
         [--models declm,moe,frozen] [--setups native,expandable,async,arena,preload]
-        [--steps 6] [--rounds 5] [--quick]
+        [--steps 6] [--rounds 4] [--quick] [--budget SECONDS]
 
 A ballast process (ballast.py) holds all but CAP bytes of the device's free
 memory; the job then runs in a fresh process (forked from a per-set-up
@@ -17,7 +17,7 @@ Per job, one unconstrained native run measures the live bytes L (peak
 allocated) and the process's overhead O (peak device used - peak reserved).
 No allocator can pass below L + O, and every good one passes well below
 1.35 (L + O): per set-up, the bracket [L + O, 1.35 (L + O)] is bisected
---rounds times (5 rounds: 1/32 of the bracket, about 1% of L); if no probe
+--rounds times (4 rounds: 1/16 of the bracket, about 2% of L); if no probe
 passed, the top is probed, and a set-up that fails there too is reported as
 needing more than 1.35 (L + O). The table gives the
 smallest passing CAP, its ratio to native's and expandable segments', and the
@@ -143,11 +143,14 @@ def trial(ballast, zygote_process, model, mode, steps, cap, out, timeout):
     return result
 
 
-def bisect(run, low, high, rounds):
-    """The smallest passing cap found: `low` is taken to fail and `high` to pass; `rounds` probes between. When no
-    probe passes, `high` itself is probed. Returns (cap or None, its result, every probe)."""
+def bisect(run, low, high, rounds, deadline=None):
+    """The smallest passing cap found: `low` is taken to fail and `high` to pass; `rounds` probes between (fewer
+    once time.time() passes `deadline`). When no probe passes, `high` itself is probed. Returns (cap or None, its
+    result, every probe)."""
     probes, best = [], None
     for _ in range(rounds):
+        if deadline is not None and probes and time.time() > deadline:
+            break
         middle = (low + high) // 2 // MiB * MiB
         result = run(middle)
         probes.append(result)
@@ -200,9 +203,11 @@ def main():
     parser.add_argument("--setups", default="native,expandable,async,arena,preload",
                         help="of: " + ", ".join(SETUPS))
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")
     parser.add_argument("--timeout", type=float, default=90, help="seconds per probe")
+    parser.add_argument("--budget", type=float, default=0,
+                        help="seconds: past this, each set-up stops after its first probe (0: no limit)")
     args = parser.parse_args()
     if args.zygote:
         return zygote()
@@ -255,7 +260,8 @@ def main():
                     print("  %-8s %-30s cap %6.2f GiB: %s" % (model, label, (cap or 0) / GiB,
                                                               "pass" if r["passed"] else r.get("error")), flush=True)
                     return r
-                cap, best, probes = bisect(run, low, int(TOP * low), args.rounds)
+                cap, best, probes = bisect(run, low, int(TOP * low), args.rounds,
+                                           started + args.budget if args.budget else None)
                 results.append({"model": model, "setup": name, "label": label, "cap_bytes": cap,
                                 "live_bytes": low, "median_step_s": best["median_step_s"] if best else None,
                                 "probes": len(probes), "passed_probes": sum(p["passed"] for p in probes),

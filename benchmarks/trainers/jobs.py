@@ -30,13 +30,21 @@ def sequence_lengths(steps, low, high, seed=1234):
 
 
 def _causal_lm(transformers, torch, config, dtype=None):
-    """AutoModelForCausalLM from config with eager attention (deterministic), in dtype."""
-    kwargs = {"torch_dtype": dtype} if dtype is not None else {}
+    """AutoModelForCausalLM from config with eager attention (deterministic), its parameters created in dtype
+    (through torch's default dtype, which every transformers version honours; a model built in fp32 and then
+    converted would add a transient fp32 copy to the job's memory)."""
+    previous = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
     try:
-        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager", **kwargs)
-    except TypeError:
-        config._attn_implementation = "eager"
-        return transformers.AutoModelForCausalLM.from_config(config, **kwargs)
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        except TypeError:
+            config._attn_implementation = "eager"
+            model = transformers.AutoModelForCausalLM.from_config(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.to(dtype) if dtype is not None else model
 
 
 def _token_batches(torch, vocab, batch, low, high):
@@ -98,12 +106,17 @@ def _frozen(torch):
     base.requires_grad_(False)
     base.eval()
     hidden = config.hidden_size
-    head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
-                               torch.nn.GELU(), torch.nn.Linear(hidden, config.vocab_size)).to(torch.bfloat16)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, hidden),
+                                   torch.nn.GELU(), torch.nn.Linear(hidden, config.vocab_size))
+    finally:
+        torch.set_default_dtype(previous)
 
     def forward(inputs, labels):
         with torch.no_grad():
-            features = base(input_ids=inputs).last_hidden_state
+            features = base(input_ids=inputs, use_cache=False).last_hidden_state
         logits = head(features[:, :-1]).float()
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
     return SimpleNamespace(model=head, parameters=list(head.parameters()),

@@ -41,6 +41,14 @@ class CapacityBisectTest(unittest.TestCase):
         run, probes = job_needing(13 * GiB)
         self.assertEqual(capacity.bisect(run, 10 * GiB, 13 * GiB, 3)[0], 13 * GiB)
 
+    def test_past_the_deadline_one_probe_then_the_top_if_it_failed(self):
+        run, probes = job_needing(11 * GiB)
+        cap, _, results = capacity.bisect(run, 10 * GiB, 14 * GiB, 5, deadline=0)
+        self.assertEqual((cap, len(results)), (12 * GiB, 1))
+        run, probes = job_needing(13 * GiB)
+        cap, _, results = capacity.bisect(run, 10 * GiB, 14 * GiB, 5, deadline=0)
+        self.assertEqual((cap, probes), (14 * GiB, [12 * GiB, 14 * GiB]))
+
     def test_table_compares_with_native_and_expandable_segments(self):
         rows = [{"model": "declm", "setup": s, "label": s, "cap_bytes": c * GiB, "live_bytes": 10 * GiB,
                  "median_step_s": 0.2, "probes": 5, "passed_probes": 3} for s, c in

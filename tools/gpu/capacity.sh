@@ -8,8 +8,9 @@
 # device memory at which the job completes its steps (bisection, a ballast
 # process holding the rest of the device) and the step time there. Results in
 # ${OUT:-gpu-results}: capacity.md (the table for docs/benchmarks.md),
-# capacity.json, one log per probe. About 8 minutes on an H100; --quick
-# (3 rounds of 4 steps) about 4.
+# capacity.json, one log per probe. About 8 minutes on an H100 (past 500 s
+# from the start, each remaining set-up gets one probe); --quick (3 rounds
+# of 4 steps) about 6.
 #   tools/gpu/capacity.sh [--quick] [capacity.py options, e.g. --models declm --setups native,arena]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,9 @@ out=${OUT:-gpu-results}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 source tools/gpu/trainers_setup.sh capacity
-"$python" benchmarks/trainers/capacity.py --out "$out" --preload "$build/libfragctl_preload.so" "$@"
+# Whatever the build took, stop bisecting so that the script ends within 10 minutes.
+budget=$(( 500 - ($(date +%s) - start) ))
+"$python" benchmarks/trainers/capacity.py --out "$out" --preload "$build/libfragctl_preload.so" --budget "$budget" "$@"
 rc=$?
 echo "capacity: exit $rc, total $(( $(date +%s) - start )) s; table in $out/capacity.md"
 exit $rc
