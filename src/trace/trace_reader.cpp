@@ -196,11 +196,33 @@ absl::StatusOr<trace> parse_trace(std::string_view content, std::string name,
   return parsed;
 }
 
+namespace {
+
+// Live bytes of a trace as a 128-bit count: each size may be up to 2^64 - 1
+// and a trace holds many, so a 64-bit sum would wrap.
+struct wide_count {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  wide_count& operator+=(std::uint64_t v) noexcept {
+    low += v;
+    if (low < v) ++high;
+    return *this;
+  }
+  wide_count& operator-=(std::uint64_t v) noexcept {
+    if (low < v) --high;
+    low -= v;
+    return *this;
+  }
+  [[nodiscard]] std::size_t saturated() const noexcept { return high != 0 ? SIZE_MAX : low; }
+};
+
+}  // namespace
+
 trace_summary summarize(const trace& t) {
   trace_summary s;
   absl::flat_hash_map<std::uint64_t, std::size_t> live;
   absl::flat_hash_map<std::uint64_t, bool> streams;
-  std::size_t live_bytes = 0;
+  wide_count live_bytes;
   for (const trace_event& e : t.events) {
     streams.try_emplace(e.stream, true);
     if (e.kind == trace_event::action::alloc) {
@@ -212,7 +234,7 @@ trace_summary summarize(const trace& t) {
         it->second = e.size;
       }
       live_bytes += e.size;
-      s.peak_live_bytes = std::max(s.peak_live_bytes, live_bytes);
+      s.peak_live_bytes = std::max(s.peak_live_bytes, live_bytes.saturated());
     } else {
       ++s.frees;
       const auto it = live.find(e.addr);

@@ -192,6 +192,37 @@ TEST(TraceReader, TruncatedGzipNamesTheLine) {
   EXPECT_THAT(message_of(t.status()), ::testing::MatchesRegex(".*truncated\\.csv\\.gz:[0-9]+: the gzip data is truncated.*"));
 }
 
+// Issue 16 item 4: a truncated or interleaved trace of the tracing adaptor
+// must be detectable; a file without `end` rows (older recordings) reads as before.
+TEST(TraceReader, EndRowsDetectTruncationAndInterleaving) {
+  const std::string head = "action,addr,size,stream,time_us\nalloc,4096,10,0,1\noom,0,99,0,2\n";
+  auto complete = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\nend,0,3,0,5\n", "ok.csv");
+  ASSERT_TRUE(complete.ok()) << complete.status();
+  EXPECT_EQ(complete->events.size(), 2u);
+  EXPECT_TRUE(parse_trace(head, "old.csv").ok());
+
+  auto truncated = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\n", "cut.csv");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_TRUE(absl::IsDataLoss(truncated.status()));
+  EXPECT_THAT(message_of(truncated.status()), HasSubstr("cut.csv: 1 rows follow the last end row"));
+
+  auto interleaved = parse_trace(head + "alloc,8192,10,0,3\nend,0,2,0,3\n", "mixed.csv");
+  ASSERT_FALSE(interleaved.ok());
+  EXPECT_TRUE(absl::IsDataLoss(interleaved.status()));
+  EXPECT_THAT(message_of(interleaved.status()), HasSubstr("mixed.csv:5: the end row counts 2 rows but 3 precede it"));
+}
+
+// Regression (issue 18): the peak of live bytes wrapped past 2^64.
+TEST(TraceSummary, PeakSaturatesInsteadOfWrapping) {
+  trace t;
+  const std::size_t huge = SIZE_MAX / 2 + 10;
+  t.events = {{action::alloc, 1, huge, 0, 0}, {action::alloc, 2, huge, 0, 1}, {action::free, 2, huge, 0, 2}};
+  EXPECT_EQ(summarize(t).peak_live_bytes, SIZE_MAX);
+  t.events.pop_back();
+  t.events.pop_back();
+  EXPECT_EQ(summarize(t).peak_live_bytes, huge);  // positive control
+}
+
 TEST(TraceReader, Names) {
   EXPECT_EQ(trace_name_from_path("/a/b/gpt2m.trace.csv.gz"), "gpt2m");
   EXPECT_EQ(trace_name_from_path("snap.json"), "snap");
