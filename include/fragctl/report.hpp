@@ -45,7 +45,8 @@
 namespace fragctl {
 
 /// The report document for `allocators` (pretty-printed JSON). `reason` says
-/// what caused the write: "destroy", "exit", "signal", "request" or "interval".
+/// what caused the write: "destroy", "exit", "signal" (SIGUSR1, SIGTERM, SIGINT), "request" or
+/// "interval".
 [[nodiscard]] std::string report_to_json(const std::vector<allocator_stats>& allocators,
                                          std::string_view reason);
 

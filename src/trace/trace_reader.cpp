@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
@@ -182,11 +183,21 @@ std::string trace_name_from_path(std::string_view path) {
 }
 
 absl::StatusOr<trace> read_trace(const std::string& path, const trace_options& options) {
-  auto content = read_content(path);
-  if (!content.ok()) return content.status();
-  auto parsed = parse_labelled(*content, path, options);
-  if (parsed.ok()) parsed->name = trace_name_from_path(path);
-  return parsed;
+  // The whole file is held in memory, decompressed: a gzip bomb, or a trace
+  // larger than the machine, ends here with the file named rather than as a
+  // bare std::bad_alloc.
+  try {
+    auto content = read_content(path);
+    if (!content.ok()) return content.status();
+    auto parsed = parse_labelled(*content, path, options);
+    if (parsed.ok()) parsed->name = trace_name_from_path(path);
+    return parsed;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "{}: the trace does not fit in memory once decompressed (a gzip bomb, or a trace larger than this "
+        "machine can hold)",
+        path));
+  }
 }
 
 absl::StatusOr<trace> parse_trace(std::string_view content, std::string name,

@@ -1,5 +1,9 @@
 // The trace readers: each format on good input, every kind of malformed
 // input (the message names the line), gzip, and the CSV writer round trip.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -221,6 +225,48 @@ TEST(TraceSummary, PeakSaturatesInsteadOfWrapping) {
   t.events.pop_back();
   t.events.pop_back();
   EXPECT_EQ(summarize(t).peak_live_bytes, huge);  // positive control
+}
+
+// Regression (issue 18): a gzip bomb gave std::bad_alloc without naming the
+// file. Run in a child whose address space is capped, so that the bomb runs
+// out of memory at a small size.
+TEST(TraceReader, GzipBombIsAnErrorNamingTheFile) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
+#endif
+#endif
+  const std::string path = temp_path("bomb.csv.gz");
+  {
+    gzFile out = gzopen(path.c_str(), "wb1");
+    ASSERT_NE(out, nullptr);
+    const std::string head = "action,addr,size,stream,time_us\n";
+    gzwrite(out, head.data(), static_cast<unsigned>(head.size()));
+    const std::string zeros(1 << 20, '0');
+    for (int i = 0; i < 512; ++i) gzwrite(out, zeros.data(), static_cast<unsigned>(zeros.size()));  // 512 MiB
+    gzclose(out);
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit cap{};
+    ::getrlimit(RLIMIT_AS, &cap);
+    std::ifstream maps("/proc/self/statm");
+    std::size_t pages = 0;
+    maps >> pages;
+    cap.rlim_cur = pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) + (128u << 20);
+    ::setrlimit(RLIMIT_AS, &cap);
+    const auto t = read_trace(path);
+    const bool named = !t.ok() && absl::IsResourceExhausted(t.status()) &&
+                       message_of(t.status()).find(path + ": the trace does not fit in memory") == 0;
+    std::_Exit(named ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  std::remove(path.c_str());
 }
 
 TEST(TraceReader, Names) {
