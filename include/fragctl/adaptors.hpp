@@ -101,6 +101,11 @@ class thread_safe_adaptor final : public device_allocator {
  public:
   explicit thread_safe_adaptor(std::unique_ptr<device_allocator> upstream);
   [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
+  /// Takes and releases the lock every call takes (BasicLockable), for
+  /// fork(): the report registry holds it across a fork so that the child
+  /// inherits a consistent, unlocked allocator.
+  void lock() const { mutex_.lock(); }
+  void unlock() const noexcept { mutex_.unlock(); }
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
@@ -149,7 +154,11 @@ class limiting_adaptor final : public device_allocator {
 
 /// Writes every allocate and free as a row of fragctl's trace CSV
 /// (action,addr,size,stream,time_us; actions alloc and free_requested) to a
-/// file, so `fragctl replay` can replay it. Not thread-safe (wrap it).
+/// file, so `fragctl replay` can replay it. Not thread-safe (wrap it); the
+/// file's buffer has its own lock. Adaptors of one process given one path
+/// (after expand_output_path: "%p" is the pid) share one file. Rows reach the
+/// file when the buffer fills, at destruction, and at every process flush
+/// (fragctl/process_hooks.hpp: exit, SIGTERM/SIGINT/SIGUSR1, fragctl_flush).
 class tracing_adaptor final : public device_allocator {
  public:
   /// Opens `path` for writing; throws fragctl::error if it cannot.
@@ -157,6 +166,8 @@ class tracing_adaptor final : public device_allocator {
   ~tracing_adaptor() override;
   /// Flushes buffered rows to the file.
   void flush();
+  /// The file the rows go to (defined in the source).
+  struct sink;
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
@@ -169,9 +180,8 @@ class tracing_adaptor final : public device_allocator {
   memory_snapshot do_memory_map() const override;
   void do_record_stream(void* ptr, stream_t stream) override;
 
-  struct sink;
   std::unique_ptr<device_allocator> upstream_;
-  std::unique_ptr<sink> sink_;
+  std::shared_ptr<sink> sink_;  // shared by the tracing adaptors of one path
 };
 
 }  // namespace fragctl

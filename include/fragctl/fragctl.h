@@ -175,6 +175,14 @@ FRAGCTL_API void fragctl_string_free(char* text);
  * its memory map (docs/reports.md) to `path`, atomically. IO on failure. */
 FRAGCTL_API fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path);
 
+/** Writes now everything the process holds for later: every trace's buffered
+ * rows (FRAGCTL_TRACE) and every statistics report and Prometheus file with a
+ * live allocator (reason "request"), as at exit. Call it before _exit() or
+ * os._exit(), which skip the exit hook (docs/reliability.md). Thread-safe;
+ * OK even when nothing is configured; IO if a file could not be written
+ * (logged). */
+FRAGCTL_API fragctl_status fragctl_flush(void);
+
 /* --- Process-default allocators ------------------------------------------- */
 /* One allocator per device, created on first use and alive until the process
  * exits (never destroyed, so late frees during exit stay valid). The

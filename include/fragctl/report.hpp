@@ -7,11 +7,18 @@
 //   {"schema_version": 1, "reason": "exit", "pid": 123, "time_unix_s": ...,
 //    "allocators": [ <to_json of each allocator>, ... ]}
 // Allocators appear in registration order; one destroyed earlier in the
-// process stays in the report with its final statistics.
+// process stays in the report with its final statistics (the last
+// report_retired_kept of them per file: the registry forgets older ones, so
+// creating and destroying allocators costs no more over time).
 //
-// Signals. The first registration installs a SIGUSR1 handler (chaining to a
-// handler installed before it) that only writes a byte to a pipe; a
-// background thread does the writing, so nothing unsafe runs in the handler.
+// Process lifecycle (fragctl/process_hooks.hpp, docs/reports.md): reports are
+// written at exit(), on SIGTERM, SIGINT and SIGUSR1, and on
+// flush_process_outputs(). Around fork() the registry takes its lock and the
+// lock of every live allocator that gave one; a forked child starts with an
+// empty registry and writes only reports of allocators it creates itself,
+// under expand_output_path's rule ("%p" is the pid; without it a forked
+// child appends ".<pid>"). Temporary files are created exclusively beside the
+// target under an unpredictable name, then renamed over it.
 //
 // Live export (docs/reports.md). A registration may also name a Prometheus
 // text file (for a node exporter's textfile collector; written atomically
@@ -38,7 +45,8 @@
 namespace fragctl {
 
 /// The report document for `allocators` (pretty-printed JSON). `reason` says
-/// what caused the write: "destroy", "exit", "signal", "request" or "interval".
+/// what caused the write: "destroy", "exit", "signal" (SIGUSR1, SIGTERM, SIGINT), "request" or
+/// "interval".
 [[nodiscard]] std::string report_to_json(const std::vector<allocator_stats>& allocators,
                                          std::string_view reason);
 
@@ -88,15 +96,28 @@ inline constexpr std::chrono::milliseconds default_prometheus_interval{15000};
 /// are written without their blocks (memory_map.hpp's to_json).
 inline constexpr std::size_t report_map_max_blocks = 50000;
 
+/// Destroyed allocators whose final statistics a report file keeps.
+inline constexpr std::size_t report_retired_kept = 64;
+
+/// The lock that guards one allocator's state, for fork(): the registry takes
+/// it before fork and releases it after, in the parent and in the child.
+/// Both empty for an allocator that has no lock (not thread-safe).
+struct allocator_lock {
+  std::function<void()> lock;
+  std::function<void()> unlock;
+};
+
 /// Adds a live allocator, identified by `owner`, to the report at `path`.
-/// Thread-safe. The first call installs the SIGUSR1 handler and the exit hook.
+/// Thread-safe. The first call installs the process hooks
+/// (fragctl/process_hooks.hpp).
 void register_report_source(const void* owner, std::string path, stats_source source);
 
 /// The same with every output: the JSON report and/or a Prometheus file, a
-/// rewrite interval (a nonzero one starts the interval thread, once), and an
-/// optional memory map source for the JSON report. Thread-safe.
+/// rewrite interval (a nonzero one starts the interval thread, once per
+/// process), an optional memory map source for the JSON report, and the
+/// allocator's lock for fork(). Empty paths are ignored. Thread-safe.
 void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
-                            memory_map_source map_source = {});
+                            memory_map_source map_source = {}, allocator_lock lock = {});
 
 /// Prometheus text of several allocators: to_prometheus of each, merged so
 /// that every metric family appears once (HELP and TYPE lines first, then
@@ -117,6 +138,7 @@ void retire_report_source(const void* owner) noexcept;
 /// Writes now every report that has a live allocator (a report whose
 /// allocators are all destroyed already holds their final statistics).
 /// Returns the number of files written; failures are logged. Thread-safe.
+/// flush_process_outputs() does this and also flushes traces.
 std::size_t write_reports(std::string_view reason = "request") noexcept;
 
 /// Report files written by this process so far (for tests and tools that

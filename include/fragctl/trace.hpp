@@ -88,7 +88,7 @@ struct trace_options {
 struct trace_summary {
   std::size_t allocs = 0;
   std::size_t frees = 0;
-  std::size_t peak_live_bytes = 0;   ///< maximum over time of the bytes live per the trace
+  std::size_t peak_live_bytes = 0;   ///< maximum over time of the bytes live per the trace (SIZE_MAX when above)
   std::size_t live_at_end = 0;       ///< blocks never freed
   std::size_t unmatched_frees = 0;   ///< frees of an address not live
   std::size_t streams = 0;           ///< distinct stream ids

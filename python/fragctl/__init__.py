@@ -22,7 +22,7 @@ from ._summary import summary
 
 __all__ = [
     "Allocator", "ConfigurationError", "FragctlError", "LibraryNotFoundError", "OutOfMemoryError", "TooLateError",
-    "configure", "default_allocator", "library_path", "policies", "report", "stats", "summary", "version",
+    "configure", "default_allocator", "flush", "library_path", "policies", "report", "stats", "summary", "version",
 ]
 
 
@@ -151,6 +151,15 @@ def stats(device=None):
                            "(call fragctl.torch.enable() before using CUDA, or LD_PRELOAD libfragctl_preload.so)"
                            % device, "FRAGCTL_ERROR_STATE")
     return allocator.stats()
+
+
+def flush():
+    """Writes now what fragctl holds for later: buffered trace rows
+    (FRAGCTL_TRACE) and the FRAGCTL_REPORT / FRAGCTL_PROMETHEUS files of live
+    allocators, as at exit. Call it before ``os._exit()`` (multiprocessing
+    workers end that way), which skips the exit hook. Raises FragctlError
+    when a file could not be written."""
+    _capi.check(library().fragctl_flush())
 
 
 def report(path):

@@ -120,6 +120,7 @@ def _declare(lib):
         "fragctl_stats_json": (status, [p, c.POINTER(p)]),
         "fragctl_string_free": (None, [p]),
         "fragctl_write_report": (status, [p, char_p]),
+        "fragctl_flush": (status, []),
         "fragctl_configure_defaults": (status, [char_p, char_p, char_p]),
         "fragctl_default_allocator": (status, [c.c_int, c.c_int, c.POINTER(p)]),
         "fragctl_write_default_report": (status, [char_p]),

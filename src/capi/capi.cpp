@@ -13,6 +13,7 @@
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
+#include "fragctl/process_hooks.hpp"
 #include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
 #include "util/strings.hpp"
@@ -318,6 +319,29 @@ fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* pa
   return guarded([&] {
     const std::vector<fragctl::allocator_report> one{allocator->stack->report()};
     return fragctl::capi::from_status(fragctl::write_report_file(path, one, "request"));
+  });
+}
+
+namespace {
+
+// A process that asked for outputs gets the process hooks when the library
+// loads, so SIGUSR1 (or SIGTERM) sent before its first allocator exists is
+// handled, not fatal (docs/reliability.md, "Process lifecycle").
+[[maybe_unused]] const bool hooks_at_load = [] {
+  const auto cfg = fragctl::config_from_environment();
+  if (cfg.ok() && (!cfg->report_path.empty() || !cfg->prometheus_path.empty() || !cfg->trace_path.empty())) {
+    fragctl::install_process_hooks();
+  }
+  return true;
+}();
+
+}  // namespace
+
+fragctl_status fragctl_flush(void) {
+  return guarded([&] {
+    const std::uint64_t failures_before = fragctl::output_failures();
+    fragctl::flush_process_outputs("request");
+    return fragctl::output_failures() == failures_before ? FRAGCTL_OK : FRAGCTL_ERROR_IO;
   });
 }
 

@@ -1,14 +1,9 @@
-// The report registry and writer (fragctl/report.hpp).
-//
-// The registry is created on first use and never destroyed, so the exit hook,
-// the SIGUSR1 writer thread and late destructors of static allocators never
-// meet a destroyed registry. One mutex guards the entries and is held while a
-// report is written; sources are called under it, which is what lets
-// retire_report_source promise that a source is never called after it
-// returns.
+// The report document and its atomic file writes (fragctl/report.hpp); the
+// registry of live allocators is report_registry.cpp.
 #include "fragctl/report.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,23 +64,56 @@ absl::StatusOr<std::vector<allocator_stats>> report_from_json(std::string_view t
 
 namespace {
 
-// Writes `text` to `path` through `<path>.tmp.<pid>` and a rename, so a reader
-// sees the old file or the new one, never a torn one.
-absl::Status write_atomically(const std::string& path, const std::string& text, std::string_view what) {
-  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  std::FILE* f = std::fopen(temp.c_str(), "w");
-  if (f == nullptr) {
-    return absl::UnavailableError(fmt::format("{}: cannot create \"{}\": {}", what, temp, std::strerror(errno)));
+// A temporary file beside `path`, created exclusively (O_EXCL, O_NOFOLLOW)
+// under an unpredictable name, so a file or symlink planted there is never
+// written through. Returns its descriptor and fills `temp`, or -1 with errno.
+int create_temporary(const std::string& path, std::string& temp) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::uint64_t nonce = 0;
+    if (::getrandom(&nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) {
+      nonce = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+              (static_cast<std::uint64_t>(::getpid()) << 32) ^ static_cast<std::uint64_t>(attempt);
+    }
+    temp = fmt::format("{}.{}.tmp.{:016x}", dir, base, nonce);
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
   }
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = std::fclose(f) == 0;
+  return -1;
+}
+
+bool write_all_bytes(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// Writes `text` to `path` through a temporary file beside it and a rename, so
+// a reader sees the old file or the new one, never a torn one. An empty path
+// is refused: there is nothing to rename to.
+absl::Status write_atomically(const std::string& path, const std::string& text, std::string_view what) {
+  if (path.empty()) return absl::InvalidArgumentError(fmt::format("{}: no path given", what));
+  std::string temp;
+  const int fd = create_temporary(path, temp);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        fmt::format("{}: cannot create a temporary file beside \"{}\": {}", what, path, std::strerror(errno)));
+  }
+  const bool written = write_all_bytes(fd, text);
+  const bool closed = ::close(fd) == 0;
   if (!written || !closed) {
-    std::remove(temp.c_str());
+    ::unlink(temp.c_str());
     return absl::UnavailableError(fmt::format("{}: cannot write \"{}\"", what, temp));
   }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int err = errno;
-    std::remove(temp.c_str());
+    ::unlink(temp.c_str());
     return absl::UnavailableError(
         fmt::format("{}: cannot rename \"{}\" to \"{}\": {}", what, temp, path, std::strerror(err)));
   }
@@ -158,227 +186,5 @@ std::string prometheus_text(const std::vector<allocator_stats>& allocators) {
 absl::Status write_prometheus_file(const std::string& path, const std::vector<allocator_stats>& allocators) {
   return write_atomically(path, prometheus_text(allocators), "prometheus");
 }
-
-namespace {
-
-struct report_entry {
-  const void* owner = nullptr;
-  report_outputs outputs;
-  stats_source source;              // empty once retired
-  memory_map_source map_source;     // empty once retired, or never given
-  std::optional<report_item> final;  // set once retired
-};
-
-class report_registry {
- public:
-  static report_registry& instance() {
-    static report_registry* const registry = new report_registry();  // never destroyed, see top
-    return *registry;
-  }
-
-  void add(const void* owner, report_outputs outputs, stats_source source, memory_map_source map_source) {
-    std::call_once(hooks_installed_, [this] { install_hooks(); });
-    if (!outputs.prometheus_path.empty() && outputs.interval.count() == 0) {
-      outputs.interval = default_prometheus_interval;
-    }
-    const std::lock_guard lock(mutex_);
-    if (!outputs.json_path.empty()) logger().info("statistics report will be written to {}", outputs.json_path);
-    if (!outputs.prometheus_path.empty()) {
-      logger().info("Prometheus metrics will be written to {}", outputs.prometheus_path);
-    }
-    if (outputs.interval.count() > 0) {
-      if (interval_.count() == 0 || outputs.interval < interval_) interval_ = outputs.interval;
-      if (!interval_thread_started_) {
-        interval_thread_started_ = true;
-        std::thread([] { instance().run_intervals(); }).detach();
-      }
-    }
-    entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::nullopt});
-  }
-
-  void retire(const void* owner) noexcept {
-    const std::lock_guard lock(mutex_);
-    for (report_entry& e : entries_) {
-      if (e.owner != owner || !e.source) continue;
-      e.final = item_of(e, /*with_map=*/true);
-      e.source = nullptr;
-      e.map_source = nullptr;
-      e.owner = nullptr;
-      write_locked(paths{e.outputs.json_path}, paths{e.outputs.prometheus_path}, "destroy");
-      return;
-    }
-  }
-
-  // Writes each file that has a live allocator once. A file whose allocators
-  // are all retired is left alone: its last write holds the final numbers.
-  std::size_t write_all(std::string_view reason) noexcept {
-    const std::lock_guard lock(mutex_);
-    paths json;
-    paths prometheus;
-    for (const report_entry& e : entries_) {
-      if (!e.source) continue;
-      add_unique(json, e.outputs.json_path);
-      add_unique(prometheus, e.outputs.prometheus_path);
-    }
-    return write_locked(json, prometheus, reason);
-  }
-
-  [[nodiscard]] std::uint64_t written() const noexcept { return written_.load(std::memory_order_acquire); }
-
- private:
-  using paths = std::vector<std::string>;
-
-  report_registry() = default;
-
-  static void add_unique(paths& list, const std::string& path) {
-    if (!path.empty() && std::find(list.begin(), list.end(), path) == list.end()) list.push_back(path);
-  }
-
-  static std::optional<report_item> item_of(const report_entry& e, bool with_map) noexcept {
-    if (!e.source) return e.final;
-    const std::string& name = e.outputs.json_path.empty() ? e.outputs.prometheus_path : e.outputs.json_path;
-    try {
-      report_item item{e.source(), std::nullopt};
-      if (with_map && e.map_source) item.map = e.map_source();
-      return item;
-    } catch (const std::exception& ex) {
-      logger().error("report {}: reading statistics failed: {}", name, ex.what());
-    } catch (...) {
-      logger().error("report {}: reading statistics failed", name);
-    }
-    return std::nullopt;
-  }
-
-  // Writes the JSON reports at `json` and the Prometheus files at
-  // `prometheus`, reading each allocator once. Returns the files written.
-  std::size_t write_locked(const paths& json, const paths& prometheus, std::string_view reason) noexcept {
-    std::size_t files = 0;
-    try {
-      const auto wanted = [](const paths& list, const std::string& p) {
-        return !p.empty() && std::find(list.begin(), list.end(), p) != list.end();
-      };
-      std::vector<std::optional<report_item>> items(entries_.size());
-      for (std::size_t i = 0; i < entries_.size(); ++i) {
-        const report_entry& e = entries_[i];
-        const bool for_json = wanted(json, e.outputs.json_path);
-        if (for_json || wanted(prometheus, e.outputs.prometheus_path)) items[i] = item_of(e, for_json);
-      }
-      for (const std::string& path : json) {
-        std::vector<report_item> document;
-        for (std::size_t i = 0; i < entries_.size(); ++i)
-          if (entries_[i].outputs.json_path == path && items[i]) document.push_back(*items[i]);
-        files += finish(write_atomically(path, document_json(document, reason) + "\n", "report"));
-      }
-      for (const std::string& path : prometheus) {
-        std::vector<allocator_stats> stats;
-        for (std::size_t i = 0; i < entries_.size(); ++i)
-          if (entries_[i].outputs.prometheus_path == path && items[i]) stats.push_back(items[i]->stats);
-        files += finish(write_prometheus_file(path, stats));
-      }
-    } catch (const std::exception& ex) {
-      logger().error("report: {}", ex.what());
-    }
-    return files;
-  }
-
-  std::size_t finish(const absl::Status& st) noexcept {
-    if (!st.ok()) {
-      logger().error("{}", util::to_std(st.message()));
-      return 0;
-    }
-    written_.fetch_add(1, std::memory_order_release);
-    return 1;
-  }
-
-  // The interval thread: sleeps for the current interval, then rewrites.
-  // A shorter interval registered meanwhile applies from the next sleep.
-  [[noreturn]] void run_intervals() noexcept {
-    for (;;) {
-      std::chrono::milliseconds period{0};
-      {
-        const std::lock_guard lock(mutex_);
-        period = interval_;
-      }
-      std::this_thread::sleep_for(period);
-      write_all("interval");
-    }
-  }
-
-  // Exit hook, SIGUSR1 handler and the thread that writes on its behalf.
-  void install_hooks() {
-    std::atexit([] { instance().write_all("exit"); });
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      logger().warn("report: no pipe for SIGUSR1 ({}); reports on signal are off", std::strerror(errno));
-      return;
-    }
-    ::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK);
-    signal_pipe_write_.store(fds[1], std::memory_order_release);
-    std::thread([read_fd = fds[0]] {
-      char buffer[64];
-      for (;;) {
-        const ssize_t n = ::read(read_fd, buffer, sizeof buffer);
-        if (n > 0) {
-          instance().write_all("signal");
-        } else if (n == 0 || errno != EINTR) {
-          return;
-        }
-      }
-    }).detach();
-
-    struct sigaction action {};
-    action.sa_sigaction = &on_signal;
-    action.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    if (::sigaction(SIGUSR1, &action, &previous_action_) != 0) {
-      logger().warn("report: cannot install the SIGUSR1 handler ({})", std::strerror(errno));
-    }
-  }
-
-  static void on_signal(int signo, siginfo_t* info, void* context) {
-    const int saved_errno = errno;
-    const int fd = signal_pipe_write_.load(std::memory_order_acquire);
-    if (fd >= 0) {
-      const char byte = 1;
-      // A full pipe means a write is already pending: dropping the byte is right.
-      [[maybe_unused]] const ssize_t sent = ::write(fd, &byte, 1);
-    }
-    errno = saved_errno;
-    if ((previous_action_.sa_flags & SA_SIGINFO) != 0) {
-      if (previous_action_.sa_sigaction != nullptr) previous_action_.sa_sigaction(signo, info, context);
-    } else if (previous_action_.sa_handler != SIG_DFL && previous_action_.sa_handler != SIG_IGN &&
-               previous_action_.sa_handler != nullptr) {
-      previous_action_.sa_handler(signo);
-    }
-  }
-
-  std::mutex mutex_;
-  std::vector<report_entry> entries_;
-  std::chrono::milliseconds interval_{0};
-  bool interval_thread_started_ = false;
-  std::atomic<std::uint64_t> written_{0};
-  std::once_flag hooks_installed_;
-  static inline std::atomic<int> signal_pipe_write_{-1};
-  static inline struct sigaction previous_action_ {};
-};
-
-}  // namespace
-
-void register_report_source(const void* owner, std::string path, stats_source source) {
-  report_registry::instance().add(owner, report_outputs{std::move(path), {}, {}}, std::move(source), {});
-}
-
-void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
-                            memory_map_source map_source) {
-  report_registry::instance().add(owner, outputs, std::move(source), std::move(map_source));
-}
-
-void retire_report_source(const void* owner) noexcept { report_registry::instance().retire(owner); }
-
-std::size_t write_reports(std::string_view reason) noexcept {
-  return report_registry::instance().write_all(reason);
-}
-
-std::uint64_t reports_written() noexcept { return report_registry::instance().written(); }
 
 }  // namespace fragctl

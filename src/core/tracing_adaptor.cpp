@@ -6,63 +6,177 @@
 // block was allocated with, `oom` rows (addr 0) a request that failed. A free
 // of a pointer the allocator does not own writes no row, so a replay never
 // meets a free of an unknown address. Addresses and streams are decimal
-// integers, time_us is a monotonic clock in microseconds. Rows are formatted
-// into a memory buffer and written in large chunks.
+// integers, time_us is a monotonic clock in microseconds. Every flush by the
+// process hooks and the close end what is written with an `end` row whose
+// size column is the number of rows before it, so a reader tells a complete
+// trace from a truncated or interleaved one. Rows are formatted
+// into a memory buffer and written in large chunks, and whenever the process
+// hooks flush (fragctl/process_hooks.hpp): at exit(), on SIGTERM / SIGINT /
+// SIGUSR1, on fragctl_flush(). The buffer has its own lock, taken inside the
+// allocator's, so a flush from the hooks' thread never races a row. A forked
+// child drops the rows it inherited and records nothing through its parent's
+// allocators: their trace is the parent's.
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
+#include "fragctl/process_hooks.hpp"
+#include "util/strings.hpp"
+#include "zlib.h"
 
 namespace fragctl {
 
-struct tracing_adaptor::sink {
+struct tracing_adaptor::sink final : process_client {
   static constexpr std::size_t flush_at = 256 * KiB;
 
+  sink() = default;
+  sink(const sink&) = delete;
+  sink& operator=(const sink&) = delete;
+  ~sink() override;
+
+  std::mutex mutex;
   std::string path;
-  std::FILE* file = nullptr;
+  gzFile file = nullptr;  // zlib writes plain files too ("T" mode)
+  bool compressed = false;  // the path ends in .gz
   fmt::memory_buffer buffer;
   bool failed = false;
+  bool inherited = false;  // set in a forked child: the rows are the parent's
+  std::uint64_t rows = 0;  // rows recorded (all but the header and `end` rows)
 
   void row(std::string_view action, const void* addr, std::size_t size, stream_t stream) {
-    const auto now = std::chrono::steady_clock::now().time_since_epoch();
-    fmt::format_to(std::back_inserter(buffer), "{},{},{},{},{}\n", action, reinterpret_cast<std::uintptr_t>(addr),
-                   size, reinterpret_cast<std::uintptr_t>(stream),
-                   std::chrono::duration_cast<std::chrono::microseconds>(now).count());
-    if (buffer.size() >= flush_at) flush();
+    const std::lock_guard lock(mutex);
+    if (inherited) return;
+    format_row(action, reinterpret_cast<std::uintptr_t>(addr), size, reinterpret_cast<std::uintptr_t>(stream));
+    ++rows;
+    if (buffer.size() >= flush_at) write_locked();
   }
 
-  void flush() noexcept {
-    if (buffer.size() != 0 && !failed) {
-      if (std::fwrite(buffer.data(), 1, buffer.size(), file) != buffer.size() || std::fflush(file) != 0) {
-        failed = true;
-        logger().error("trace {}: write failed; no further rows are recorded", path);
-      }
+  std::size_t flush(std::string_view /*reason*/) noexcept override {
+    const std::lock_guard lock(mutex);
+    return close_locked() ? 1 : 0;
+  }
+
+  // Ends what is written so far with an `end` row holding the count of rows
+  // before it (docs/traces.md), then writes the buffer.
+  bool close_locked() noexcept {
+    if (inherited || failed) return false;
+    try {
+      format_row("end", 0, rows, 0);
+    } catch (...) {
+      buffer.clear();  // formatting can only fail to allocate: the end row is lost, the trace reads as truncated
+    }
+    const bool written = write_locked();
+    sync_locked();
+    return written && !failed;
+  }
+
+  void format_row(std::string_view action, std::uintptr_t addr, std::uint64_t size, std::uintptr_t stream) {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    fmt::format_to(std::back_inserter(buffer), "{},{},{},{},{}\n", action, addr, size, stream,
+                   std::chrono::duration_cast<std::chrono::microseconds>(now).count());
+  }
+
+  void fork_prepare() noexcept override { mutex.lock(); }
+  void fork_parent() noexcept override { mutex.unlock(); }
+  void fork_child() noexcept override {
+    buffer.clear();
+    inherited = true;
+    mutex.unlock();
+  }
+
+  // Writes the buffer; true if rows were written.
+  bool write_locked() noexcept {
+    const bool any = buffer.size() != 0 && !failed && !inherited;
+    if (any && gzwrite(file, buffer.data(), static_cast<unsigned>(buffer.size())) !=
+                   static_cast<int>(buffer.size())) {
+      fail("write failed");
     }
     buffer.clear();
+    return any && !failed;
+  }
+
+  // Puts what is written so far on disk, readable as it stands: a plain file
+  // is flushed; a gzip member is finished (its trailer written) and a new one
+  // started for later rows (a reader reads the members as one stream).
+  void sync_locked() noexcept {
+    if (failed || inherited) return;
+    if (!compressed) {
+      if (gzflush(file, Z_SYNC_FLUSH) != Z_OK) fail("flush failed");
+      return;
+    }
+    const int closed = gzclose(file);
+    file = gzopen(path.c_str(), "ab6e");
+    if (closed != Z_OK || file == nullptr) fail("finishing the gzip member failed");
+  }
+
+  void fail(std::string_view what) noexcept {
+    failed = true;
+    note_output_failure();
+    logger().error("trace {}: {}; no further rows are recorded", path, what);
   }
 };
 
+namespace {
+
+// The open trace files of this process by path: allocators given one path
+// (one per device, from one FRAGCTL_TRACE) share one file and one buffer,
+// so their rows interleave whole instead of overwriting each other.
+struct open_sinks {
+  std::mutex mutex;
+  std::map<std::string, std::weak_ptr<tracing_adaptor::sink>> by_path;
+};
+
+open_sinks& sinks() {
+  static open_sinks* const all = new open_sinks;  // never destroyed: late destructors use it
+  return *all;
+}
+
+}  // namespace
+
+tracing_adaptor::sink::~sink() {
+  remove_process_client(*this);
+  const std::lock_guard lock(mutex);
+  close_locked();
+  // A forked child must not close its parent's stream: zlib would write the
+  // parent's pending bytes into the shared file.
+  if (file != nullptr && !inherited) gzclose(file);
+}
+
 tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path)
-    : upstream_(std::move(upstream)), sink_(std::make_unique<sink>()) {
+    : upstream_(std::move(upstream)) {
   if (!upstream_) throw invalid_argument("tracing_adaptor: upstream is null");
-  sink_->path = path;
-  sink_->file = std::fopen(path.c_str(), "w");
-  if (sink_->file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", path));
+  const std::string expanded = expand_output_path(path);
+  open_sinks& all = sinks();
+  const std::lock_guard lock(all.mutex);
+  std::erase_if(all.by_path, [](const auto& item) { return item.second.expired(); });
+  if (auto shared = all.by_path[expanded].lock()) {
+    sink_ = std::move(shared);
+    return;
+  }
+  const bool compressed = expanded.size() > 3 && util::lower(expanded.substr(expanded.size() - 3)) == ".gz";
+  gzFile file = gzopen(expanded.c_str(), compressed ? "wb6e" : "wbTe");
+  if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", expanded));
+  sink_ = std::make_shared<sink>();
+  sink_->path = expanded;
+  sink_->file = file;
+  sink_->compressed = compressed;
   fmt::format_to(std::back_inserter(sink_->buffer), "action,addr,size,stream,time_us\n");
-  sink_->flush();
+  sink_->write_locked();
+  sink_->sync_locked();
+  add_process_client(*sink_, process_layer_traces);
+  all.by_path[expanded] = sink_;
 }
 
-tracing_adaptor::~tracing_adaptor() {
-  sink_->flush();
-  std::fclose(sink_->file);
-}
+tracing_adaptor::~tracing_adaptor() = default;
 
-void tracing_adaptor::flush() { sink_->flush(); }
+void tracing_adaptor::flush() { sink_->flush("request"); }
 
 void* tracing_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   void* ptr = nullptr;

@@ -123,16 +123,31 @@ absl::StatusOr<trace> parse_fragctl_csv(std::string_view content, std::string_vi
 
   std::vector<std::string_view> f;
   std::string_view line;
+  std::uint64_t rows = 0;               // rows read, `end` rows aside
+  std::optional<std::uint64_t> ended;   // `rows` at the last `end` row
   while (lines.next(line)) {
     if (skippable(line)) continue;
     const std::size_t n = lines.line_number();
     split_row(line, f);
     if (f.size() != header.size())
       return line_error(file, n, "expected {} columns, found {}", header.size(), f.size());
+    if (f[*col[action]] == "end") {
+      std::uint64_t said = 0;
+      if (!util::parse_u64(f[*col[size]], said))
+        return line_error(file, n, "bad row count {} in the end row", quote(f[*col[size]]));
+      if (said != rows)
+        return absl::DataLossError(fmt::format(
+            "{}:{}: the end row counts {} rows but {} precede it: rows were lost, or several processes wrote "
+            "this file (give each its own path with %p)",
+            file, n, said, rows));
+      ended = rows;
+      continue;
+    }
+    ++rows;
     const row_kind kind = pytorch_action(f[*col[action]]);
     if (kind == row_kind::unknown)
       return line_error(file, n, "unknown action {} (expected alloc, free_requested, free_completed, "
-                        "segment_alloc, segment_free, segment_map, segment_unmap, snapshot or oom)",
+                        "segment_alloc, segment_free, segment_map, segment_unmap, snapshot, oom or end)",
                         quote(f[*col[action]]));
     if (kind == row_kind::ignored) {
       ++t.ignored_rows;
@@ -152,6 +167,11 @@ absl::StatusOr<trace> parse_fragctl_csv(std::string_view content, std::string_vi
       return line_error(file, n, "bad time_us {} (expected a decimal integer)", quote(f[*col[time_us]]));
     t.events.push_back(e);
   }
+  if (ended && *ended != rows)
+    return absl::DataLossError(fmt::format(
+        "{}: {} rows follow the last end row: the recording process ended without writing its end (killed, or "
+        "_exit without fragctl_flush), so the trace is truncated",
+        file, rows - *ended));
   return t;
 }
 

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
@@ -182,11 +183,21 @@ std::string trace_name_from_path(std::string_view path) {
 }
 
 absl::StatusOr<trace> read_trace(const std::string& path, const trace_options& options) {
-  auto content = read_content(path);
-  if (!content.ok()) return content.status();
-  auto parsed = parse_labelled(*content, path, options);
-  if (parsed.ok()) parsed->name = trace_name_from_path(path);
-  return parsed;
+  // The whole file is held in memory, decompressed: a gzip bomb, or a trace
+  // larger than the machine, ends here with the file named rather than as a
+  // bare std::bad_alloc.
+  try {
+    auto content = read_content(path);
+    if (!content.ok()) return content.status();
+    auto parsed = parse_labelled(*content, path, options);
+    if (parsed.ok()) parsed->name = trace_name_from_path(path);
+    return parsed;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(fmt::format(
+        "{}: the trace does not fit in memory once decompressed (a gzip bomb, or a trace larger than this "
+        "machine can hold)",
+        path));
+  }
 }
 
 absl::StatusOr<trace> parse_trace(std::string_view content, std::string name,
@@ -196,11 +207,33 @@ absl::StatusOr<trace> parse_trace(std::string_view content, std::string name,
   return parsed;
 }
 
+namespace {
+
+// Live bytes of a trace as a 128-bit count: each size may be up to 2^64 - 1
+// and a trace holds many, so a 64-bit sum would wrap.
+struct wide_count {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  wide_count& operator+=(std::uint64_t v) noexcept {
+    low += v;
+    if (low < v) ++high;
+    return *this;
+  }
+  wide_count& operator-=(std::uint64_t v) noexcept {
+    if (low < v) --high;
+    low -= v;
+    return *this;
+  }
+  [[nodiscard]] std::size_t saturated() const noexcept { return high != 0 ? SIZE_MAX : low; }
+};
+
+}  // namespace
+
 trace_summary summarize(const trace& t) {
   trace_summary s;
   absl::flat_hash_map<std::uint64_t, std::size_t> live;
   absl::flat_hash_map<std::uint64_t, bool> streams;
-  std::size_t live_bytes = 0;
+  wide_count live_bytes;
   for (const trace_event& e : t.events) {
     streams.try_emplace(e.stream, true);
     if (e.kind == trace_event::action::alloc) {
@@ -212,7 +245,7 @@ trace_summary summarize(const trace& t) {
         it->second = e.size;
       }
       live_bytes += e.size;
-      s.peak_live_bytes = std::max(s.peak_live_bytes, live_bytes);
+      s.peak_live_bytes = std::max(s.peak_live_bytes, live_bytes.saturated());
     } else {
       ++s.frees;
       const auto it = live.find(e.addr);

@@ -14,7 +14,9 @@
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "fragctl/trace.hpp"
 #include "gtest/gtest.h"
+#include "support/test_support.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {
@@ -100,7 +102,7 @@ TEST(tracing_adaptor, writes_the_rows_of_our_trace_csv) {
     trace.deallocate(a, 1000);
   }
   const auto rows = read_csv(path);
-  ASSERT_EQ(rows.size(), 6u);
+  ASSERT_EQ(rows.size(), 7u);
   EXPECT_EQ(rows[0], (std::vector<std::string>{"action", "addr", "size", "stream", "time_us"}));
   const auto expect_row = [&](std::size_t i, const std::vector<std::string>& first_four) {
     ASSERT_EQ(rows[i].size(), 5u) << "row " << i;
@@ -111,6 +113,7 @@ TEST(tracing_adaptor, writes_the_rows_of_our_trace_csv) {
   expect_row(3, {"free_requested", b_addr, "2048", "5"});
   expect_row(4, {"oom", "0", std::to_string(32 * MiB), "0"});
   expect_row(5, {"free_requested", a_addr, "1000", "0"});
+  expect_row(6, {"end", "0", "5", "0"});  // the close counts the rows before it
   std::uint64_t previous = 0;
   for (std::size_t i = 1; i < rows.size(); ++i) {
     std::uint64_t t = 0;
@@ -127,8 +130,32 @@ TEST(tracing_adaptor, flush_makes_rows_visible_before_destruction) {
   tracing_adaptor trace(std::make_unique<passthrough_allocator>(backend), path);
   void* p = trace.allocate(512);
   trace.flush();
-  EXPECT_EQ(read_csv(path).size(), 2u);
+  EXPECT_EQ(read_csv(path).size(), 3u);  // header, alloc, end
   trace.deallocate(p, 512);
+  std::remove(path.c_str());
+}
+
+// Regression (issue 18): FRAGCTL_TRACE=x.csv.gz wrote plain text under a .gz
+// name. Each flush finishes a gzip member, so the file reads whole after a
+// flush as well as after the close.
+TEST(tracing_adaptor, gz_path_writes_gzip_readable_after_each_flush) {
+  const std::string path = temp_path("trace.csv.gz");
+  sim_backend backend;
+  {
+    tracing_adaptor trace(std::make_unique<passthrough_allocator>(backend), path);
+    void* p = trace.allocate(512);
+    trace.flush();
+    const std::string bytes = fragctl::testing::read_file(path);
+    ASSERT_GE(bytes.size(), 2u);
+    EXPECT_EQ(bytes.substr(0, 2), "\x1f\x8b");
+    auto early = read_trace(path);
+    ASSERT_TRUE(early.ok()) << early.status();
+    EXPECT_EQ(early->events.size(), 1u);
+    trace.deallocate(p, 512);
+  }
+  auto whole = read_trace(path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->events.size(), 2u);
   std::remove(path.c_str());
 }
 

@@ -108,6 +108,54 @@ class AllocatorTest(unittest.TestCase):
 
 
 class DefaultsTest(unittest.TestCase):
+    def test_sigusr1_before_the_first_allocator_is_harmless(self):
+        # Regression (issue 18): with FRAGCTL_REPORT set, SIGUSR1 sent before
+        # the first allocation ended the process.
+        report = os.path.join(tempfile.mkdtemp(), "report.json")
+        out = run_child("""
+            import os, signal, fragctl
+            fragctl.version()  # loads the library
+            os.kill(os.getpid(), signal.SIGUSR1)  # delivered before kill returns
+            print("alive")
+        """, FRAGCTL_REPORT=report, FRAGCTL_BACKEND="sim")
+        self.assertIn("alive", out)
+
+    def test_flush_before_os_exit_keeps_every_trace_row_of_every_device(self):
+        # Issue 16 item 4: a short run recorded only the trace's header, and
+        # os._exit skips the exit hook; two devices' allocators share the path.
+        directory = tempfile.mkdtemp()
+        trace = os.path.join(directory, "trace.%p.csv")
+        report = os.path.join(directory, "report.%p.json")
+        for flush in (True, False):
+            out = run_child("""
+                import os, random, fragctl
+                fragctl.configure("caching", backend="sim", sim_capacity="1GiB")
+                rng = random.Random(7)
+                for device in (0, 1):
+                    a = fragctl.default_allocator(device)
+                    live = []
+                    for _ in range(1500):
+                        if live and rng.random() < 0.45:
+                            a.free(*live.pop(rng.randrange(len(live))))
+                        else:
+                            n = rng.randrange(1, 1 << 20)
+                            live.append((a.malloc(n), n))
+                print("pid:", os.getpid(), flush=True)
+            """, "fragctl.flush()\n" if flush else "", "os._exit(0)\n", FRAGCTL_TRACE=trace, FRAGCTL_REPORT=report)
+            pid = int(out.split("pid:")[1].split()[0])
+            with open(trace.replace("%p", str(pid))) as f:
+                rows = f.read().splitlines()
+            allocs = sum(1 for r in rows if r.startswith("alloc,"))
+            if not flush:  # positive control: without the flush the rows are lost
+                self.assertEqual(rows, ["action,addr,size,stream,time_us"])
+                continue
+            with open(report.replace("%p", str(pid))) as f:
+                doc = json.load(f)
+            self.assertEqual(sorted(x["device"] for x in doc["allocators"]), [0, 1])
+            self.assertEqual(allocs, sum(x["allocations"] for x in doc["allocators"]))
+            self.assertEqual(sum(1 for r in rows if r.startswith("free_requested,")),
+                             sum(x["frees"] for x in doc["allocators"]))
+
     def test_configure_stats_report_and_summary(self):
         out = run_child("""
             import io, json, os, tempfile, fragctl

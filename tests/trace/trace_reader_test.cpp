@@ -1,5 +1,9 @@
 // The trace readers: each format on good input, every kind of malformed
 // input (the message names the line), gzip, and the CSV writer round trip.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -190,6 +194,79 @@ TEST(TraceReader, TruncatedGzipNamesTheLine) {
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(message_of(t.status()), ::testing::MatchesRegex(".*truncated\\.csv\\.gz:[0-9]+: the gzip data is truncated.*"));
+}
+
+// Issue 16 item 4: a truncated or interleaved trace of the tracing adaptor
+// must be detectable; a file without `end` rows (older recordings) reads as before.
+TEST(TraceReader, EndRowsDetectTruncationAndInterleaving) {
+  const std::string head = "action,addr,size,stream,time_us\nalloc,4096,10,0,1\noom,0,99,0,2\n";
+  auto complete = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\nend,0,3,0,5\n", "ok.csv");
+  ASSERT_TRUE(complete.ok()) << complete.status();
+  EXPECT_EQ(complete->events.size(), 2u);
+  EXPECT_TRUE(parse_trace(head, "old.csv").ok());
+
+  auto truncated = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\n", "cut.csv");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_TRUE(absl::IsDataLoss(truncated.status()));
+  EXPECT_THAT(message_of(truncated.status()), HasSubstr("cut.csv: 1 rows follow the last end row"));
+
+  auto interleaved = parse_trace(head + "alloc,8192,10,0,3\nend,0,2,0,3\n", "mixed.csv");
+  ASSERT_FALSE(interleaved.ok());
+  EXPECT_TRUE(absl::IsDataLoss(interleaved.status()));
+  EXPECT_THAT(message_of(interleaved.status()), HasSubstr("mixed.csv:5: the end row counts 2 rows but 3 precede it"));
+}
+
+// Regression (issue 18): the peak of live bytes wrapped past 2^64.
+TEST(TraceSummary, PeakSaturatesInsteadOfWrapping) {
+  trace t;
+  const std::size_t huge = SIZE_MAX / 2 + 10;
+  t.events = {{action::alloc, 1, huge, 0, 0}, {action::alloc, 2, huge, 0, 1}, {action::free, 2, huge, 0, 2}};
+  EXPECT_EQ(summarize(t).peak_live_bytes, SIZE_MAX);
+  t.events.pop_back();
+  t.events.pop_back();
+  EXPECT_EQ(summarize(t).peak_live_bytes, huge);  // positive control
+}
+
+// Regression (issue 18): a gzip bomb gave std::bad_alloc without naming the
+// file. Run in a child whose address space is capped, so that the bomb runs
+// out of memory at a small size.
+TEST(TraceReader, GzipBombIsAnErrorNamingTheFile) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
+#endif
+#endif
+  const std::string path = temp_path("bomb.csv.gz");
+  {
+    gzFile out = gzopen(path.c_str(), "wb1");
+    ASSERT_NE(out, nullptr);
+    const std::string head = "action,addr,size,stream,time_us\n";
+    gzwrite(out, head.data(), static_cast<unsigned>(head.size()));
+    const std::string zeros(1 << 20, '0');
+    for (int i = 0; i < 512; ++i) gzwrite(out, zeros.data(), static_cast<unsigned>(zeros.size()));  // 512 MiB
+    gzclose(out);
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit cap{};
+    ::getrlimit(RLIMIT_AS, &cap);
+    std::ifstream maps("/proc/self/statm");
+    std::size_t pages = 0;
+    maps >> pages;
+    cap.rlim_cur = pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) + (128u << 20);
+    ::setrlimit(RLIMIT_AS, &cap);
+    const auto t = read_trace(path);
+    const bool named = !t.ok() && absl::IsResourceExhausted(t.status()) &&
+                       message_of(t.status()).find(path + ": the trace does not fit in memory") == 0;
+    std::_Exit(named ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  std::remove(path.c_str());
 }
 
 TEST(TraceReader, Names) {

@@ -1,0 +1,263 @@
+// The process lifecycle shared by reports and traces (fragctl/process_hooks.hpp).
+//
+// The hooks' state is created on first use and never destroyed, so the exit
+// hook, the writer thread and late destructors never meet a destroyed object.
+// Lock order: the hooks' mutex, then each client's locks in layer order.
+#include "fragctl/process_hooks.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "fragctl/log.hpp"
+
+namespace fragctl {
+namespace {
+
+constexpr std::array<int, 3> handled_signals{SIGUSR1, SIGTERM, SIGINT};
+
+constexpr std::size_t signal_index(int signo) noexcept {
+  for (std::size_t i = 0; i < handled_signals.size(); ++i)
+    if (handled_signals[i] == signo) return i;
+  return 0;
+}
+
+// What the signal handler reads: plain atomics and arrays written before the
+// handler is installed.
+struct signal_state {
+  std::atomic<int> pipe_write{-1};
+  std::atomic<pid_t> writer_pid{0};        // the process whose writer thread reads the pipe
+  std::atomic<bool> terminating{false};    // a SIGTERM/SIGINT is being written
+  std::array<struct sigaction, handled_signals.size()> previous{};
+  std::array<bool, handled_signals.size()> installed{};
+};
+signal_state signals;  // constant-initialized: usable before any constructor runs
+
+std::atomic<bool> forked_child{false};
+std::atomic<std::uint64_t> failed_outputs{0};
+
+bool is_handler(const struct sigaction& a) noexcept {
+  if ((a.sa_flags & SA_SIGINFO) != 0) return a.sa_sigaction != nullptr;
+  return a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN && a.sa_handler != nullptr;
+}
+
+// Ends the process with `signo`'s default action. Async-signal-safe.
+void die_of(int signo) noexcept {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(signo, &dfl, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signo);
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  ::raise(signo);
+}
+
+void on_signal(int signo, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  const struct sigaction& previous = signals.previous[signal_index(signo)];
+  const bool chained = is_handler(previous);
+  const bool terminate = signo != SIGUSR1 && !chained;
+  const bool writer = signals.writer_pid.load(std::memory_order_acquire) == ::getpid();
+  if (terminate && (!writer || signals.terminating.exchange(true))) die_of(signo);
+  const int fd = signals.pipe_write.load(std::memory_order_acquire);
+  if (writer && fd >= 0) {
+    const auto byte = static_cast<unsigned char>(signo);
+    // A full pipe means writes are pending already: dropping the byte is right,
+    // except for a terminating signal, which must reach the writer.
+    if (::write(fd, &byte, 1) != 1 && terminate) die_of(signo);
+  }
+  errno = saved_errno;
+  if (!chained) return;
+  if ((previous.sa_flags & SA_SIGINFO) != 0) {
+    previous.sa_sigaction(signo, info, context);
+  } else {
+    previous.sa_handler(signo);
+  }
+}
+
+struct client_slot {
+  process_client* client;
+  int layer;
+};
+
+class process_hooks {
+ public:
+  static process_hooks& instance() {
+    static process_hooks* const hooks = new process_hooks();  // never destroyed, see top
+    return *hooks;
+  }
+
+  void install() { std::call_once(installed_, [this] { install_once(); }); }
+
+  void add(process_client& client, int layer) {
+    install();
+    const std::lock_guard lock(mutex_);
+    start_writer_locked();
+    const auto same = [&](const client_slot& s) { return s.client == &client; };
+    if (std::find_if(clients_.begin(), clients_.end(), same) != clients_.end()) return;
+    const auto after = [&](const client_slot& s) { return s.layer > layer; };
+    clients_.insert(std::find_if(clients_.begin(), clients_.end(), after), client_slot{&client, layer});
+  }
+
+  void remove(process_client& client) noexcept {
+    const std::lock_guard lock(mutex_);
+    std::erase_if(clients_, [&](const client_slot& s) { return s.client == &client; });
+  }
+
+  std::size_t flush(std::string_view reason) noexcept {
+    const std::lock_guard lock(mutex_);
+    std::size_t files = 0;
+    for (const client_slot& s : clients_) files += s.client->flush(reason);
+    return files;
+  }
+
+ private:
+  process_hooks() = default;
+
+  void install_once() {
+    std::atexit([] { instance().flush("exit"); });
+    ::pthread_atfork([] { instance().fork_prepare(); }, [] { instance().fork_parent(); },
+                     [] { instance().fork_child(); });
+    open_pipe();
+    struct sigaction action {};
+    action.sa_sigaction = &on_signal;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    for (std::size_t i = 0; i < handled_signals.size(); ++i) {
+      const int signo = handled_signals[i];
+      struct sigaction current {};
+      ::sigaction(signo, nullptr, &current);
+      // A terminating signal the process ignores stays ignored.
+      if (signo != SIGUSR1 && (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN) continue;
+      signals.previous[i] = current;
+      if (::sigaction(signo, &action, nullptr) != 0) {
+        logger().warn("cannot install the handler of signal {} ({}); outputs are not written on it", signo,
+                      std::strerror(errno));
+        continue;
+      }
+      signals.installed[i] = true;
+    }
+  }
+
+  // Called at install and in a forked child: the child must not read its
+  // parent's pipe.
+  void open_pipe() noexcept {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      logger().warn("no pipe for signals ({}); outputs are not written on SIGTERM, SIGINT or SIGUSR1",
+                    std::strerror(errno));
+      return;
+    }
+    ::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK);
+    pipe_read_ = fds[0];
+    signals.pipe_write.store(fds[1], std::memory_order_release);
+  }
+
+  void start_writer_locked() {
+    if (pipe_read_ < 0 || signals.writer_pid.load(std::memory_order_relaxed) == ::getpid()) return;
+    std::thread([fd = pipe_read_] { instance().run_writer(fd); }).detach();
+    signals.writer_pid.store(::getpid(), std::memory_order_release);
+  }
+
+  // The writer thread: one flush per batch of signals; a terminating signal
+  // whose default action fragctl took over is re-raised after the flush.
+  void run_writer(int fd) noexcept {
+    sigset_t set;
+    sigemptyset(&set);
+    for (const int signo : handled_signals) sigaddset(&set, signo);
+    ::pthread_sigmask(SIG_BLOCK, &set, nullptr);  // the handler runs on the other threads
+    std::array<unsigned char, 64> bytes{};
+    for (;;) {
+      const ssize_t n = ::read(fd, bytes.data(), bytes.size());
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        return;
+      }
+      flush("signal");
+      for (ssize_t i = 0; i < n; ++i) {
+        const int signo = bytes[static_cast<std::size_t>(i)];
+        if (signo != SIGUSR1 && !is_handler(signals.previous[signal_index(signo)])) die_of(signo);
+      }
+    }
+  }
+
+  void fork_prepare() noexcept {
+    mutex_.lock();
+    for (const client_slot& s : clients_) s.client->fork_prepare();
+  }
+
+  void fork_parent() noexcept {
+    for (auto it = clients_.rbegin(); it != clients_.rend(); ++it) it->client->fork_parent();
+    mutex_.unlock();
+  }
+
+  void fork_child() noexcept {
+    forked_child.store(true, std::memory_order_release);
+    for (auto it = clients_.rbegin(); it != clients_.rend(); ++it) it->client->fork_child();
+    // The writer thread stayed in the parent: the child gets its own pipe,
+    // and its own writer with its next client.
+    signals.writer_pid.store(0, std::memory_order_release);
+    signals.terminating.store(false, std::memory_order_release);
+    const int old_write = signals.pipe_write.exchange(-1, std::memory_order_acq_rel);
+    if (old_write >= 0) ::close(old_write);
+    if (pipe_read_ >= 0) ::close(pipe_read_);
+    pipe_read_ = -1;
+    open_pipe();
+    mutex_.unlock();
+  }
+
+  std::mutex mutex_;
+  std::vector<client_slot> clients_;  // ascending layer, then in order of addition
+  std::once_flag installed_;
+  int pipe_read_ = -1;
+};
+
+}  // namespace
+
+void add_process_client(process_client& client, int layer) { process_hooks::instance().add(client, layer); }
+
+void remove_process_client(process_client& client) noexcept { process_hooks::instance().remove(client); }
+
+std::size_t flush_process_outputs(std::string_view reason) noexcept {
+  return process_hooks::instance().flush(reason);
+}
+
+void note_output_failure() noexcept { failed_outputs.fetch_add(1, std::memory_order_relaxed); }
+
+std::uint64_t output_failures() noexcept { return failed_outputs.load(std::memory_order_relaxed); }
+
+void install_process_hooks() { process_hooks::instance().install(); }
+
+bool is_forked_child() noexcept { return forked_child.load(std::memory_order_acquire); }
+
+std::string expand_output_path(std::string_view path) {
+  std::string out;
+  bool has_pid = false;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
+      has_pid = has_pid || path[i + 1] == 'p';
+      out += path[i + 1] == 'p' ? fmt::format("{}", ::getpid()) : "%";
+      ++i;
+      continue;
+    }
+    out += path[i];
+  }
+  if (!has_pid && is_forked_child() && !out.empty()) out += fmt::format(".{}", ::getpid());
+  return out;
+}
+
+}  // namespace fragctl

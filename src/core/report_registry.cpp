@@ -1,0 +1,253 @@
+// The report registry (fragctl/report.hpp): which allocators write which
+// report files, and when.
+//
+// The registry is created on first use and never destroyed, so the exit hook,
+// the signal writer thread and late destructors of static allocators never
+// meet a destroyed registry. One mutex guards the entries and is held while a
+// report is written; sources are called under it, which is what lets
+// retire_report_source promise that a source is never called after it
+// returns. Lock order: the process hooks' lock, this mutex, the allocators'
+// locks (fork_prepare takes them in that order, as a report write does).
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "fragctl/log.hpp"
+#include "fragctl/process_hooks.hpp"
+#include "fragctl/report.hpp"
+#include "util/strings.hpp"
+
+namespace fragctl {
+namespace {
+
+struct report_entry {
+  const void* owner = nullptr;
+  report_outputs outputs;
+  stats_source source;                   // empty once retired
+  memory_map_source map_source;          // empty once retired, or never given
+  allocator_lock lock;                   // empty once retired, or never given
+  std::optional<allocator_report> final;  // set once retired
+};
+
+class report_registry final : public process_client {
+ public:
+  static report_registry& instance() {
+    static report_registry* const registry = new report_registry();  // never destroyed, see top
+    return *registry;
+  }
+
+  void add(const void* owner, report_outputs outputs, stats_source source, memory_map_source map_source,
+           allocator_lock lock) {
+    if (outputs.json_path.empty() && outputs.prometheus_path.empty()) return;
+    add_process_client(*this, process_layer_reports);
+    if (!outputs.prometheus_path.empty() && outputs.interval.count() == 0) {
+      outputs.interval = default_prometheus_interval;
+    }
+    const std::lock_guard guard(mutex_);
+    if (!outputs.json_path.empty()) {
+      logger().info("statistics report will be written to {}", expand_output_path(outputs.json_path));
+    }
+    if (!outputs.prometheus_path.empty()) {
+      logger().info("Prometheus metrics will be written to {}", expand_output_path(outputs.prometheus_path));
+    }
+    if (outputs.interval.count() > 0) {
+      if (interval_.count() == 0 || outputs.interval < interval_) interval_ = outputs.interval;
+      if (!interval_thread_started_) {
+        interval_thread_started_ = true;
+        std::thread([] { instance().run_intervals(); }).detach();
+      }
+    }
+    entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::move(lock),
+                        std::nullopt});
+  }
+
+  void retire(const void* owner) noexcept {
+    const std::lock_guard guard(mutex_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      report_entry& e = *it;
+      if (e.owner != owner || !e.source) continue;
+      e.final = item_of(e, /*with_map=*/true);
+      e.source = nullptr;
+      e.map_source = nullptr;
+      e.lock = {};
+      e.owner = nullptr;
+      paths json;
+      paths prometheus;
+      add_unique(json, e.outputs.json_path);
+      add_unique(prometheus, e.outputs.prometheus_path);
+      forget_old_retired(e.outputs);  // `e` is the newest retired entry: kept
+      write_locked(json, prometheus, "destroy");
+      return;
+    }
+  }
+
+  // Writes each file that has a live allocator once. A file whose allocators
+  // are all retired is left alone: its last write holds the final numbers.
+  std::size_t write_all(std::string_view reason) noexcept {
+    const std::lock_guard guard(mutex_);
+    paths json;
+    paths prometheus;
+    for (const report_entry& e : entries_) {
+      if (!e.source) continue;
+      add_unique(json, e.outputs.json_path);
+      add_unique(prometheus, e.outputs.prometheus_path);
+    }
+    return write_locked(json, prometheus, reason);
+  }
+
+  [[nodiscard]] std::uint64_t written() const noexcept { return written_.load(std::memory_order_acquire); }
+
+  std::size_t flush(std::string_view reason) noexcept override { return write_all(reason); }
+
+  void fork_prepare() noexcept override {
+    mutex_.lock();
+    for (const report_entry& e : entries_)
+      if (e.lock.lock) e.lock.lock();
+  }
+
+  void fork_parent() noexcept override {
+    unlock_allocators();
+    mutex_.unlock();
+  }
+
+  // The child forgets its parent's allocators: their reports are the
+  // parent's to write. Its own threads are gone, so the interval thread
+  // starts again with the child's first interval registration.
+  void fork_child() noexcept override {
+    unlock_allocators();
+    entries_.clear();
+    interval_ = std::chrono::milliseconds{0};
+    interval_thread_started_ = false;
+    mutex_.unlock();
+  }
+
+ private:
+  using paths = std::vector<std::string>;
+
+  report_registry() = default;
+
+  static void add_unique(paths& list, const std::string& path) {
+    if (!path.empty() && std::find(list.begin(), list.end(), path) == list.end()) list.push_back(path);
+  }
+
+  void unlock_allocators() noexcept {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
+      if (it->lock.unlock) it->lock.unlock();
+  }
+
+  // Keeps the final statistics of the newest report_retired_kept retired
+  // allocators of `outputs`' files; older ones are dropped.
+  void forget_old_retired(const report_outputs outputs) noexcept {
+    std::size_t kept = 0;
+    for (std::size_t i = entries_.size(); i-- > 0;) {
+      const report_entry& e = entries_[i];
+      if (e.source || e.outputs.json_path != outputs.json_path ||
+          e.outputs.prometheus_path != outputs.prometheus_path)
+        continue;
+      if (++kept > report_retired_kept) entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  static std::optional<allocator_report> item_of(const report_entry& e, bool with_map) noexcept {
+    if (!e.source) return e.final;
+    const std::string& name = e.outputs.json_path.empty() ? e.outputs.prometheus_path : e.outputs.json_path;
+    try {
+      allocator_report item{e.source(), std::nullopt};
+      if (with_map && e.map_source) item.map = e.map_source();
+      return item;
+    } catch (const std::exception& ex) {
+      logger().error("report {}: reading statistics failed: {}", name, ex.what());
+    } catch (...) {
+      logger().error("report {}: reading statistics failed", name);
+    }
+    return std::nullopt;
+  }
+
+  // Writes the JSON reports at `json` and the Prometheus files at
+  // `prometheus` (paths as registered, expanded here), reading each allocator
+  // once. Returns the files written.
+  std::size_t write_locked(const paths& json, const paths& prometheus, std::string_view reason) noexcept {
+    std::size_t files = 0;
+    try {
+      const auto wanted = [](const paths& list, const std::string& p) {
+        return !p.empty() && std::find(list.begin(), list.end(), p) != list.end();
+      };
+      std::vector<std::optional<allocator_report>> items(entries_.size());
+      for (std::size_t i = 0; i < entries_.size(); ++i) {
+        const report_entry& e = entries_[i];
+        const bool for_json = wanted(json, e.outputs.json_path);
+        if (for_json || wanted(prometheus, e.outputs.prometheus_path)) items[i] = item_of(e, for_json);
+      }
+      for (const std::string& path : json) {
+        std::vector<allocator_report> document;
+        for (std::size_t i = 0; i < entries_.size(); ++i)
+          if (entries_[i].outputs.json_path == path && items[i]) document.push_back(*items[i]);
+        files += finish(write_report_file(expand_output_path(path), document, reason));
+      }
+      for (const std::string& path : prometheus) {
+        std::vector<allocator_stats> stats;
+        for (std::size_t i = 0; i < entries_.size(); ++i)
+          if (entries_[i].outputs.prometheus_path == path && items[i]) stats.push_back(items[i]->stats);
+        files += finish(write_prometheus_file(expand_output_path(path), stats));
+      }
+    } catch (const std::exception& ex) {
+      logger().error("report: {}", ex.what());
+    }
+    return files;
+  }
+
+  std::size_t finish(const absl::Status& st) noexcept {
+    if (!st.ok()) {
+      logger().error("{}", util::to_std(st.message()));
+      note_output_failure();
+      return 0;
+    }
+    written_.fetch_add(1, std::memory_order_release);
+    return 1;
+  }
+
+  // The interval thread: sleeps for the current interval, then rewrites.
+  // A shorter interval registered meanwhile applies from the next sleep.
+  [[noreturn]] void run_intervals() noexcept {
+    for (;;) {
+      std::chrono::milliseconds period{0};
+      {
+        const std::lock_guard guard(mutex_);
+        period = interval_;
+      }
+      std::this_thread::sleep_for(period);
+      write_all("interval");
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<report_entry> entries_;
+  std::chrono::milliseconds interval_{0};
+  bool interval_thread_started_ = false;
+  std::atomic<std::uint64_t> written_{0};
+};
+
+}  // namespace
+
+void register_report_source(const void* owner, std::string path, stats_source source) {
+  report_registry::instance().add(owner, report_outputs{std::move(path), {}, {}}, std::move(source), {}, {});
+}
+
+void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
+                            memory_map_source map_source, allocator_lock lock) {
+  report_registry::instance().add(owner, outputs, std::move(source), std::move(map_source), std::move(lock));
+}
+
+void retire_report_source(const void* owner) noexcept { report_registry::instance().retire(owner); }
+
+std::size_t write_reports(std::string_view reason) noexcept {
+  return report_registry::instance().write_all(reason);
+}
+
+std::uint64_t reports_written() noexcept { return report_registry::instance().written(); }
+
+}  // namespace fragctl

@@ -1,0 +1,315 @@
+// The process lifecycle of reports and traces (fragctl/process_hooks.hpp,
+// docs/reliability.md): fork, exit(), SIGTERM, explicit flush, and how the
+// report files are created. Each scenario that ends a process runs in a
+// forked child, so the test program itself keeps running.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "fragctl/fragctl.h"
+#include "fragctl/policy.hpp"
+#include "fragctl/process_hooks.hpp"
+#include "fragctl/report.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "support/log_capture.hpp"
+#include "support/test_support.hpp"
+
+namespace fragctl {
+namespace {
+
+namespace fs = std::filesystem;
+using fragctl::testing::occurrences;
+using fragctl::testing::read_file;
+
+// A fresh, empty directory for one test.
+fs::path fresh_dir(std::string_view name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("fragctl_lifecycle_{}_{}", ::getpid(), name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+config sim_config() {
+  config cfg;
+  cfg.policy = "caching";
+  cfg.sim_capacity = 1 * GiB;
+  return cfg;
+}
+
+std::unique_ptr<allocator_stack> sim_stack(const config& cfg) {
+  return std::make_unique<allocator_stack>(std::make_unique<sim_backend>(sim_options{.capacity = cfg.sim_capacity}),
+                                           cfg);
+}
+
+// Waits for `child` at most `bound`; a child still running then is killed and
+// reported as hung (-1). Otherwise returns the raw wait status.
+int wait_bounded(pid_t child, std::chrono::seconds bound) {
+  const auto give_up = std::chrono::steady_clock::now() + bound;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
+  return -1;
+}
+
+std::size_t allocations_in_report(const fs::path& path) {
+  auto report = report_from_json(read_file(path));
+  if (!report.ok() || report->empty()) return 0;
+  std::size_t n = 0;
+  for (const allocator_stats& s : *report) n += s.allocations;
+  return n;
+}
+
+// True when no file is at `path` or this process wrote it. (An interval
+// writer started by an earlier test of this program may write the parent's
+// report at any time.)
+bool written_by_this_process(const fs::path& path) {
+  if (!fs::exists(path)) return true;
+  const nlohmann::json doc = nlohmann::json::parse(read_file(path), nullptr, false);
+  return !doc.is_discarded() && doc.value("pid", -1) == ::getpid();
+}
+
+// Regression (issue 18): with the interval writer and a second thread
+// allocating, every child that forked and called exit() hung on a lock its
+// parent's threads held at fork time (40 of 40).
+TEST(process_lifecycle, fork_under_load_never_hangs_a_child) {
+  const fs::path dir = fresh_dir("fork_load");
+  config cfg = sim_config();
+  cfg.report_path = (dir / "report.json").string();
+  cfg.report_interval_ms = 1;
+  auto stack = sim_stack(cfg);
+  device_allocator& a = stack->allocator();
+
+  std::atomic<bool> stop{false};
+  std::thread load([&] {
+    while (!stop.load()) a.deallocate(a.allocate(4096), 4096);
+  });
+  int hung = 0;
+  int failed = 0;
+  for (int i = 0; i < 200; ++i) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      // The inherited allocator is consistent and unlocked in the child.
+      a.deallocate(a.allocate(1 * MiB), 1 * MiB);
+      std::exit(0);
+    }
+    const int status = wait_bounded(child, std::chrono::seconds(20));
+    if (status == -1) ++hung;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  stop = true;
+  load.join();
+  EXPECT_EQ(hung, 0) << "children that did not exit";
+  EXPECT_EQ(failed, 0);
+  // Children write no report of their own: only the parent's file is there.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files.push_back(entry.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"report.json"});
+  stack.reset();
+}
+
+// Regression (issue 18): a child's exit hook wrote its stale copy of the
+// parent's report (the child's pid, 1 allocation where the parent made 501).
+TEST(process_lifecycle, forked_child_never_writes_its_parents_report) {
+  const fs::path dir = fresh_dir("fork_report");
+  config cfg = sim_config();
+  cfg.report_path = (dir / "report.json").string();
+  auto stack = sim_stack(cfg);
+  device_allocator& a = stack->allocator();
+  void* first = a.allocate(1 * MiB);
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::exit(0);
+  ASSERT_NE(wait_bounded(child, std::chrono::seconds(20)), -1);
+  EXPECT_TRUE(written_by_this_process(dir / "report.json")) << "the child wrote its parent's report";
+
+  for (int i = 0; i < 500; ++i) a.deallocate(a.allocate(4096), 4096);
+  a.deallocate(first, 1 * MiB);
+  stack.reset();
+  const std::string text = read_file(dir / "report.json");
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(nlohmann::json::parse(text)["pid"], ::getpid());
+  EXPECT_EQ(allocations_in_report(dir / "report.json"), 501u);
+}
+
+// A forked child's own allocators report under its pid: "%p" in the path, or
+// ".<pid>" appended to a path without it.
+TEST(process_lifecycle, forked_child_reports_under_its_own_pid) {
+  const fs::path dir = fresh_dir("fork_pid");
+  config parent_cfg = sim_config();
+  parent_cfg.report_path = (dir / "plain.json").string();
+  auto parent_stack = sim_stack(parent_cfg);  // the parent has loaded and used the hooks
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    config with_pid = sim_config();
+    with_pid.report_path = (dir / "r.%p.json").string();
+    config plain = sim_config();
+    plain.report_path = (dir / "plain.json").string();
+    auto a = sim_stack(with_pid);
+    auto b = sim_stack(plain);
+    a->allocator().deallocate(a->allocator().allocate(1 * MiB), 1 * MiB);
+    b->allocator().deallocate(b->allocator().allocate(1 * MiB), 1 * MiB);
+    std::exit(0);
+  }
+  const int status = wait_bounded(child, std::chrono::seconds(20));
+  ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(allocations_in_report(dir / fmt::format("r.{}.json", child)), 1u);
+  EXPECT_EQ(allocations_in_report(dir / fmt::format("plain.json.{}", child)), 1u);
+  EXPECT_TRUE(written_by_this_process(dir / "plain.json"));
+  EXPECT_EQ(expand_output_path("a%%b.%p"), fmt::format("a%b.{}", ::getpid()));
+  parent_stack.reset();
+}
+
+// Regression (issue 18): a path planted at the temporary name was written
+// through (a plain fopen of "<path>.tmp.<pid>").
+TEST(process_lifecycle, report_write_never_follows_a_planted_symlink) {
+  const fs::path dir = fresh_dir("symlink");
+  const fs::path outside = fresh_dir("symlink_outside");
+  const fs::path victim = outside / "victim.txt";
+  { std::ofstream(victim) << "keep"; }
+  const fs::path target = dir / "report.json";
+  fs::create_symlink(victim, fs::path(target.string() + fmt::format(".tmp.{}", ::getpid())));
+  fs::create_symlink(victim, dir / ".report.json.tmp");
+
+  allocator_stats s;
+  s.allocator = "caching";
+  s.allocations = 7;
+  ASSERT_TRUE(write_report_file(target.string(), std::vector<allocator_stats>{s}, "request").ok());
+  EXPECT_EQ(read_file(victim), "keep");
+  EXPECT_EQ(allocations_in_report(target), 7u);
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(outside)) ++entries;
+  EXPECT_EQ(entries, 1u) << "a file outside the report's directory was created";
+  std::size_t temporaries = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos && !e.is_symlink()) ++temporaries;
+  EXPECT_EQ(temporaries, 0u) << "a temporary file was left behind";
+}
+
+// Regression (issue 18): an allocator with only a JSON report logged
+// `prometheus: cannot rename ".tmp.<pid>" to ""` at every destroy.
+TEST(process_lifecycle, empty_output_path_is_dropped) {
+  const fs::path dir = fresh_dir("empty_path");
+  config cfg = sim_config();
+  cfg.report_path = (dir / "report.json").string();
+  const fragctl::testing::log_capture log;
+  const std::uint64_t failures = output_failures();
+  sim_stack(cfg).reset();
+  EXPECT_EQ(log.text().find("cannot"), std::string::npos) << log.text();
+  EXPECT_EQ(output_failures(), failures);
+  EXPECT_EQ(allocations_in_report(dir / "report.json"), 0u);
+  EXPECT_TRUE(fs::exists(dir / "report.json"));
+  EXPECT_FALSE(write_report_file("", std::vector<allocator_stats>{}, "request").ok());
+}
+
+// Regression (issue 18): the registry kept every destroyed allocator, and
+// each destroy rewrote them all (2,000 cycles: 148 s, 20 MiB).
+TEST(process_lifecycle, registry_forgets_old_destroyed_allocators) {
+  const fs::path dir = fresh_dir("forget");
+  config cfg = sim_config();
+  cfg.report_path = (dir / "report.json").string();
+  for (std::size_t i = 0; i < 3 * report_retired_kept; ++i) sim_stack(cfg).reset();
+  auto report = report_from_json(read_file(dir / "report.json"));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->size(), report_retired_kept);
+}
+
+// Outputs written by a child that ends as `end` says, after it allocated
+// `n` blocks from two threads through an allocator it never destroys.
+struct ended_child {
+  std::size_t report_allocations = 0;
+  std::size_t trace_allocs = 0;
+  int status = -1;
+};
+
+ended_child run_child(const fs::path& dir, std::size_t n, const std::function<void()>& end) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    config cfg = sim_config();
+    cfg.report_path = (dir / "report.%p.json").string();
+    cfg.trace_path = (dir / "trace.%p.csv").string();
+    device_allocator& a = sim_stack(cfg).release()->allocator();  // never destroyed, as defaults are
+    const auto work = [&a, n] {
+      for (std::size_t i = 0; i < n / 2; ++i) a.deallocate(a.allocate(4096 + i), 4096 + i);
+    };
+    std::thread other(work);
+    work();
+    other.join();
+    end();
+    std::_Exit(3);  // not reached
+  }
+  ended_child out;
+  out.status = wait_bounded(child, std::chrono::seconds(20));
+  out.report_allocations = allocations_in_report(dir / fmt::format("report.{}.json", child));
+  out.trace_allocs = occurrences(read_file(dir / fmt::format("trace.{}.csv", child)), "\nalloc,");
+  return out;
+}
+
+TEST(process_lifecycle, exit_writes_every_trace_row_and_the_report) {
+  const ended_child c = run_child(fresh_dir("exit"), 2000, [] { std::exit(0); });
+  ASSERT_TRUE(c.status != -1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
+  EXPECT_EQ(c.report_allocations, 2000u);
+  EXPECT_EQ(c.trace_allocs, 2000u);
+}
+
+TEST(process_lifecycle, sigterm_writes_outputs_then_ends_the_process_by_the_signal) {
+  const ended_child c = run_child(fresh_dir("sigterm"), 2000, [] {
+    ::raise(SIGTERM);
+    for (;;) ::pause();
+  });
+  ASSERT_NE(c.status, -1) << "the child did not end on SIGTERM";
+  EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGTERM);
+  EXPECT_EQ(c.report_allocations, 2000u);
+  EXPECT_EQ(c.trace_allocs, 2000u);
+}
+
+TEST(process_lifecycle, flush_before_underscore_exit_keeps_every_row) {
+  const ended_child c = run_child(fresh_dir("flush"), 2000, [] {
+    std::_Exit(fragctl_flush() == FRAGCTL_OK ? 0 : 1);
+  });
+  ASSERT_TRUE(c.status != -1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
+  EXPECT_EQ(c.report_allocations, 2000u);
+  EXPECT_EQ(c.trace_allocs, 2000u);
+  // Positive control: without the flush, _Exit loses the buffered rows.
+  const ended_child lost = run_child(fresh_dir("no_flush"), 2000, [] { std::_Exit(0); });
+  EXPECT_LT(lost.trace_allocs, 2000u);
+}
+
+// Regression (issue 18): SIGUSR1 before the first allocator ended the process.
+TEST(process_lifecycle, sigusr1_before_any_allocator_is_harmless) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    install_process_hooks();
+    ::raise(SIGUSR1);
+    std::_Exit(0);
+  }
+  const int status = wait_bounded(child, std::chrono::seconds(20));
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace fragctl
