@@ -286,12 +286,13 @@ void warmup_policy::exhausted(void* p, std::size_t bytes, stream_t stream, std::
   // pre-fill lacks the shape for this request, not bytes, and a larger
   // warmup_bytes would not help.
   const bool shape = grown > 0 && s.allocated <= warm_held_;
+  const std::size_t live_before = s.allocated - std::min(s.allocated, upstream_->allocation_size(bytes));
   if (!shape) shortfall_ = std::max(shortfall_, grown);
   const std::string why =
       shape ? fmt::format("the warm-up holds {} with {} live, enough bytes, but not in a shape that serves a "
                           "request of {} (from {}); give warmup_profile a report of a previous run, whose "
                           "request sizes shape the pre-fill",
-                          human_bytes(warm_held_), human_bytes(s.allocated - std::min(s.allocated, upstream_->allocation_size(bytes))),
+                          human_bytes(warm_held_), human_bytes(live_before),
                           human_bytes(bytes), profile_.source)
       : grown > 0
           ? fmt::format("the warm-up profile was too small by {} (target {} from {}, {} "

@@ -122,8 +122,12 @@ TEST(bad_input_config, an_option_of_a_policy_not_built_warns_naming_the_policy) 
             std::string::npos)
       << buckets;
   EXPECT_EQ(buckets.find("slab_size"), std::string::npos) << buckets;
-  // Positive control: the same option under the policy it belongs to.
+  // Positive controls: the same option under the policy it belongs to, and
+  // one that a second policy uses too (warmup shapes its pre-fill by small_size).
   EXPECT_EQ(build("buckets:caching", "max_split_size:512MiB").find("max_split_size"), std::string::npos);
+  EXPECT_EQ(build("warmup:arena", "small_size:512KiB").find("small_size"), std::string::npos);
+  EXPECT_NE(build("arena", "small_size:512KiB").find("small_size is an option of the caching policy"),
+            std::string::npos);
 }
 
 // report_interval:0.4ms became 0, which means off.
