@@ -160,6 +160,27 @@ std::unique_ptr<device_allocator> build(const std::vector<const registered_polic
   return top;
 }
 
+// One warning per FRAGCTL_CONF key set that belongs to a policy (its help
+// text in config_options() starts with the policy's name) when no policy of
+// `chain` uses it (the owner, or one the help names as "name:"): such an
+// option is ignored, and usually a mistake (max_split_size under arena).
+void warn_inapplicable_options(const config& cfg, const std::vector<const registered_policy*>& chain) {
+  for (const std::string& key : cfg.options_set) {
+    for (const option_info& o : config_options()) {
+      if (o.key != key) continue;
+      const std::string_view owner = o.help.substr(0, o.help.find_first_of(" :"));
+      const bool is_policy = find(owner) != nullptr;
+      const bool in_chain = std::any_of(chain.begin(), chain.end(), [&](const registered_policy* p) {
+        return p->info.name == owner || o.help.find(fmt::format("{}:", p->info.name)) != std::string_view::npos;
+      });
+      if (is_policy && !in_chain) {
+        logger().warn("FRAGCTL_CONF: {} is an option of the {} policy, which policy {} does not use; ignored", key,
+                      owner, expression_of(chain));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const std::vector<policy_info>& policies() {
@@ -210,6 +231,7 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
   }
   const auto chain = resolve(cfg_.policy, *backend_);
   cfg_.policy = expression_of(chain);
+  warn_inapplicable_options(cfg_, chain);
 
   std::unique_ptr<device_allocator> top = build(chain, cfg_, *backend_);
   auto limiting = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit != 0 ? cfg_.limit : SIZE_MAX);

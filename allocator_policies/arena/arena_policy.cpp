@@ -159,6 +159,10 @@ arena_policy::impl::impl(const config& cfg, device_backend& b)
 }
 
 arena_policy::impl::~impl() {
+  if (blocks.live_count() != 0) {
+    logger().warn("arena: destroyed with {} live blocks ({} bytes); their memory is freed", blocks.live_count(),
+                  allocated);
+  }
   try {
     clock.synchronize_all();
     if (granules) {

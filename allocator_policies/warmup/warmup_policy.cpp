@@ -32,6 +32,11 @@ constexpr std::size_t max_blocks_per_size = std::size_t{1} << 14;
 /// bound get in the pre-fill (plan_warmup).
 constexpr double small_share_boost = 2.0;
 
+/// Without a histogram, the share of the target pre-filled as blocks of
+/// `one_block_from` bytes for small requests: caching serves those only from
+/// its small pool, which one large block never reaches (issue 18).
+constexpr std::size_t default_small_share_divisor = 16;
+
 /// Margin on the arena's release_threshold for rounding blocks to granules.
 constexpr std::size_t threshold_margin = 32 * MiB;
 
@@ -72,6 +77,27 @@ constexpr std::size_t threshold_margin = 32 * MiB;
   return total;
 }
 
+/// The plan without a histogram: 1/default_small_share_divisor of `bytes`
+/// (at least one block once `bytes` is twice `small`) in blocks of `small`,
+/// the rest one block.
+[[nodiscard]] std::vector<warmup_block> default_plan(std::size_t bytes, std::size_t small) {
+  small = round_up(std::max(small, min_alignment), min_alignment);
+  std::size_t count = bytes / default_small_share_divisor / small;
+  if (count == 0 && bytes / 2 >= small) count = 1;
+  count = std::min(count, max_blocks_per_size);
+  std::vector<warmup_block> plan;
+  const std::size_t rest = bytes - count * small;
+  if (rest > 0) plan.push_back({round_up(rest, min_alignment), 1});
+  if (count > 0) {
+    if (!plan.empty() && plan.back().bytes == small) {
+      plan.back().count += count;
+    } else {
+      plan.push_back({small, count});
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
 absl::StatusOr<warmup_profile> load_warmup_profile(const config& cfg) {
@@ -110,7 +136,7 @@ std::vector<warmup_block> plan_warmup(const warmup_profile& profile, std::size_t
     weight[i] = static_cast<double>(profile.size_histogram[i]) * 1.5 * std::ldexp(1.0, static_cast<int>(i));
     total_weight += weight[i];
   }
-  if (total_weight == 0) return {{round_up(profile.bytes, min_alignment), 1}};
+  if (total_weight == 0) return default_plan(profile.bytes, one_block_from);
   // Small requests get small_share_boost times their share of the traffic,
   // taken from the one block: long-lived small tensors hold more of the peak
   // than of the traffic.
@@ -255,9 +281,20 @@ void* warmup_policy::do_allocate(std::size_t bytes, stream_t stream) {
 
 void warmup_policy::exhausted(void* p, std::size_t bytes, stream_t stream, std::size_t held_now) {
   const std::size_t grown = held_now > warm_held_ ? held_now - warm_held_ : 0;
-  shortfall_ = std::max(shortfall_, grown);
+  const pool_state s = upstream_->state();
+  // The live bytes (this request included) fit in what the warm-up holds: the
+  // pre-fill lacks the shape for this request, not bytes, and a larger
+  // warmup_bytes would not help.
+  const bool shape = grown > 0 && s.allocated <= warm_held_;
+  const std::size_t live_before = s.allocated - std::min(s.allocated, upstream_->allocation_size(bytes));
+  if (!shape) shortfall_ = std::max(shortfall_, grown);
   const std::string why =
-      grown > 0
+      shape ? fmt::format("the warm-up holds {} with {} live, enough bytes, but not in a shape that serves a "
+                          "request of {} (from {}); give warmup_profile a report of a previous run, whose "
+                          "request sizes shape the pre-fill",
+                          human_bytes(warm_held_), human_bytes(live_before),
+                          human_bytes(bytes), profile_.source)
+      : grown > 0
           ? fmt::format("the warm-up profile was too small by {} (target {} from {}, {} "
                         "pre-filled; set warmup_bytes to at least {})",
                         human_bytes(grown), human_bytes(profile_.bytes), profile_.source,
@@ -270,10 +307,10 @@ void warmup_policy::exhausted(void* p, std::size_t bytes, stream_t stream, std::
     upstream_->deallocate(p, bytes, stream);
     oom_details d;
     d.requested = bytes;
-    const pool_state s = upstream_->state();
-    d.reserved = s.reserved;
-    d.cached_free = s.cached_free;
-    d.largest_free_block = s.largest_free_block;
+    const pool_state after = upstream_->state();
+    d.reserved = after.reserved;
+    d.cached_free = after.cached_free;
+    d.largest_free_block = after.largest_free_block;
     const memory_info device = upstream_->backend().get_memory_info();
     d.device_free = device.free;
     d.device_total = device.total;

@@ -20,7 +20,8 @@
 //     tensors live longer than their traffic suggests) in blocks spread
 //     over the bucket (four sizes, 1.25x to 2x its lower bound, which also
 //     warms four size classes of `buckets`). Without a histogram it is one
-//     block. Every block is allocated from the upstream on the warm-up
+//     block and 1/16 of the target in blocks of small_size (caching's small
+//     pool, which one block never reaches). Every block is allocated from the upstream on the warm-up
 //     stream, then all are freed.
 //  3. Keep. The upstream must keep what was freed: caching keeps segments
 //     until release_cached; arena unmaps free granules beyond its
@@ -33,7 +34,9 @@
 //     backend means the profile was too small: under warmup_on_exhausted
 //     `fail` it is freed again and out_of_memory says by how much; under
 //     `grow` it stands, and one warning gives the figure to put in
-//     warmup_bytes.
+//     warmup_bytes. Where the live bytes still fit in the warm-up, the
+//     pre-fill had the bytes but not the shape: the message says so and
+//     points to warmup_profile instead of a larger warmup_bytes.
 #pragma once
 
 #include <array>
@@ -85,8 +88,10 @@ struct warmup_block {
 /// segment is split for any of them) share one block; each smaller bucket
 /// gets blocks of four sizes across the bucket (of its top size when fewer
 /// than four such blocks make the share), at most 16384 blocks of one size
-/// (the rest moves up a bucket). Without a histogram: one block of
-/// profile.bytes. The total is within half a block per bucket of profile.bytes.
+/// (the rest moves up a bucket). Without a histogram: 1/16 of profile.bytes
+/// (at least one block from twice `one_block_from`) in blocks of
+/// `one_block_from` bytes, so that caching's small pool is warm too, and the
+/// rest one block. The total is within half a block per bucket of profile.bytes.
 [[nodiscard]] std::vector<warmup_block> plan_warmup(const warmup_profile& profile,
                                                     std::size_t one_block_from = MiB);
 
@@ -125,7 +130,8 @@ class warmup_policy final : public device_allocator {
   /// warm-up ended, by anything using the backend: 0 means the warm-up held.
   [[nodiscard]] std::uint64_t backend_calls_since_warmup() const noexcept;
   /// Most device bytes the backend held beyond warmed_reserved() after a
-  /// request that needed the backend (0 while the warm-up holds).
+  /// request that needed the backend while the live bytes exceeded the
+  /// warm-up (0 while the warm-up holds, or lacked only shape).
   [[nodiscard]] std::size_t shortfall() const noexcept { return shortfall_; }
   /// What warmup_bytes should be for this workload, as far as seen so far:
   /// the target plus the shortfall.

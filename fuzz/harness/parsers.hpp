@@ -1,6 +1,6 @@
 // Harnesses of the parsers that read what users and files give fragctl:
-// FRAGCTL_CONF and FRAGCTL_POLICY, the three trace formats, and statistics
-// reports. Each takes any byte string; a parser must answer it with a value
+// FRAGCTL_CONF and FRAGCTL_POLICY, the three trace formats, statistics
+// reports, and the report reader of `fragctl report`. Each takes any byte string; a parser must answer it with a value
 // or an error status, never crash, hang or leak, and what it accepts must
 // survive a round trip through the matching writer. Violations throw
 // invariant_violation.
@@ -19,6 +19,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/report.hpp"
+#include "fragctl/run_report.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
 #include "fragctl/trace.hpp"
@@ -160,6 +161,23 @@ inline void run_stats_json(const std::uint8_t* data, std::size_t size) {
     auto back = report_from_json(report_to_json(*r, "request"));
     check(back.ok() && back->size() == r->size(), "report_to_json output does not read back");
   }
+}
+
+/// The reader of `fragctl report` (run_reports_from_json: a report document,
+/// one statistics object, or `fragctl replay --json` output): a value or an
+/// error naming the file, never an exception; what it accepts has at least
+/// one allocator and renders as text and as a comparison.
+inline void run_report_json(const std::uint8_t* data, std::size_t size) {
+  auto runs = run_reports_from_json(as_text(data, size), "fuzz.json");
+  if (!runs.ok()) {
+    check(std::string_view(runs.status().message().data(), runs.status().message().size()).starts_with("fuzz.json"),
+          "an error without the file: {}",
+          std::string(runs.status().message()));
+    return;
+  }
+  check(!runs->empty(), "a report of no allocators was accepted");
+  for (const run_report& r : *runs) check(!render_text(r).empty(), "empty text for \"{}\"", r.name);
+  check(!render_comparison(*runs).empty(), "empty comparison");
 }
 
 }  // namespace fragctl::fuzz

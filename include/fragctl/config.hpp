@@ -74,6 +74,10 @@ struct config {
   bool report_map = true;               ///< put each allocator's memory map into the JSON report
   std::string trace_path;
   std::string log_level = "warn";
+
+  /// The FRAGCTL_CONF keys parse_config set, in order: an allocator stack
+  /// warns about each that does not apply to the policy it builds.
+  std::vector<std::string> options_set;
 };
 
 /// One documented option of FRAGCTL_CONF.
@@ -91,11 +95,13 @@ struct option_info {
 /// what it accepts; `base` is untouched on error.
 [[nodiscard]] absl::StatusOr<config> parse_config(std::string_view conf, config base = {});
 
-/// Parses a size: "4096", "512MiB", "2GiB", "1.5GiB".
+/// Parses a size: "4096", "512MiB", "2GiB", "1.5GiB". A positive value below
+/// one byte ("0.4B") is an error, not 0.
 [[nodiscard]] absl::StatusOr<std::size_t> parse_size(std::string_view text);
 
 /// Parses a duration into milliseconds: "10s", "500ms", "2m", "1h", or a
-/// plain number of seconds ("10", "0.5").
+/// plain number of seconds ("10", "0.5"). A positive value below 1 ms is an
+/// error (it would round to 0, which means off).
 [[nodiscard]] absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text);
 
 /// Parses "cuda", "hip", "sim" or "auto".

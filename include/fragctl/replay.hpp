@@ -74,7 +74,8 @@ struct replay_result {
   std::uint64_t backend_calls = 0;         ///< every backend call
   std::uint64_t ooms = 0;           ///< allocs that threw out_of_memory (their frees are skipped)
   std::uint64_t unknown_frees = 0;  ///< frees of an address that was not live (not replayed)
-  std::uint64_t skipped_frees = 0;  ///< frees of blocks whose alloc ran out of memory
+  std::uint64_t refused = 0;        ///< allocs refused as invalid_argument (over 2^62 bytes; frees skipped)
+  std::uint64_t skipped_frees = 0;  ///< frees of blocks whose alloc ran out of memory or was refused
   std::uint64_t lost_frees = 0;     ///< allocs at a live address: the old block was freed first
   std::uint64_t operations = 0;     ///< timed allocate and deallocate calls
   double median_ns = 0;             ///< median wall time of one operation
@@ -89,7 +90,9 @@ struct replay_result {
 /// (nullptr); every other distinct stream id gets a stream of its own from
 /// backend.create_stream(), destroyed at the end. Each allocate and
 /// deallocate is timed on its own with std::chrono::steady_clock; an alloc
-/// that runs out of memory counts an OOM and is not timed. Blocks still live
+/// that runs out of memory counts an OOM and is not timed; one refused with
+/// invalid_argument (a size over 2^62 bytes) counts in `refused` and the
+/// replay goes on. Blocks still live
 /// after the last event are freed (not timed, not in the result's stats).
 /// Single-threaded; independent replays may run on different threads.
 /// Throws invalid_argument for a bad policy expression, backend_error when

@@ -12,6 +12,10 @@ Pure Python over libfragctl.so's C API (ctypes). The parts:
 
 Options are FRAGCTL_CONF keys as keyword arguments (docs/configuration.md):
 sizes as byte counts or strings such as ``"512MiB"``, booleans, strings.
+Arguments are checked before they reach C: a size or address outside
+0..2**64-1 or a device outside the C int range is an OverflowError, a
+negative one a ValueError, a non-integer a TypeError, a string with a NUL
+byte a ValueError, an option set to None a TypeError.
 """
 import ctypes
 
@@ -47,8 +51,9 @@ class Allocator:
 
     def __init__(self, policy=None, backend=None, device=-1, **options):
         handle = ctypes.c_void_p()
-        _capi.check(library().fragctl_create(_capi.text(policy), _capi.text(_capi.options_string(options)),
-                                             _capi.text(backend), int(device), ctypes.byref(handle)))
+        args = (_capi.text(policy, "policy"), _capi.text(_capi.options_string(options), "options"),
+                _capi.text(backend, "backend"), _capi.device(device, allow_unset=True))
+        _capi.check(library().fragctl_create(*args, ctypes.byref(handle)))
         self._handle = handle
         self._owned = True
 
@@ -72,12 +77,14 @@ class Allocator:
     def malloc(self, nbytes, stream=0):
         """Allocates ``nbytes`` usable on ``stream`` (an int handle; 0 = default stream). Returns the address."""
         out = ctypes.c_void_p()
-        _capi.check(library().fragctl_malloc(self._live(), ctypes.byref(out), int(nbytes), stream or None))
+        nbytes, stream = _capi.size(nbytes), _capi.address(stream, "stream")
+        _capi.check(library().fragctl_malloc(self._live(), ctypes.byref(out), nbytes, stream))
         return out.value or 0
 
     def free(self, ptr, nbytes, stream=0):
         """Frees ``ptr`` (of ``nbytes``) stream-ordered on ``stream``."""
-        _capi.check(library().fragctl_free(self._live(), ptr or None, int(nbytes), stream or None))
+        ptr, nbytes, stream = _capi.address(ptr, "ptr"), _capi.size(nbytes), _capi.address(stream, "stream")
+        _capi.check(library().fragctl_free(self._live(), ptr, nbytes, stream))
 
     def release_cached(self):
         """Returns wholly free cached memory to the device."""
@@ -92,7 +99,7 @@ class Allocator:
 
     def report(self, path):
         """Writes a report document with this allocator's statistics and memory map to ``path``; returns ``path``."""
-        _capi.check(library().fragctl_write_report(self._live(), _capi.text(path)))
+        _capi.check(library().fragctl_write_report(self._live(), _capi.text(path, "path")))
         return path
 
     def close(self):
@@ -118,14 +125,15 @@ def configure(policy=None, backend=None, **options):
     applied on top. Must run before the first allocation (TooLateError);
     validates everything now (ConfigurationError)."""
     conf = _capi.options_string(options) if options else None
-    _capi.check(library().fragctl_configure_defaults(_capi.text(policy), _capi.text(conf), _capi.text(backend)))
+    _capi.check(library().fragctl_configure_defaults(_capi.text(policy, "policy"), _capi.text(conf, "options"),
+                                                     _capi.text(backend, "backend")))
 
 
 def default_allocator(device=0, create=True):
     """The process-default Allocator of ``device``; None if it does not
     exist and ``create`` is False."""
     handle = ctypes.c_void_p()
-    _capi.check(library().fragctl_default_allocator(int(device), 1 if create else 0, ctypes.byref(handle)))
+    _capi.check(library().fragctl_default_allocator(_capi.device(device), 1 if create else 0, ctypes.byref(handle)))
     return Allocator._wrap(handle) if handle.value else None
 
 
@@ -165,5 +173,5 @@ def flush():
 def report(path):
     """Writes the report of every process-default allocator (one per device
     used) to ``path`` (docs/statistics.md, "The report file"); returns ``path``."""
-    _capi.check(library().fragctl_write_default_report(_capi.text(path)))
+    _capi.check(library().fragctl_write_default_report(_capi.text(path, "path")))
     return path

@@ -15,6 +15,7 @@ Where the library is looked for, in order:
 """
 import ctypes
 import glob
+import operator
 import os
 import threading
 
@@ -172,8 +173,54 @@ def library_path():
     return _library_path
 
 
-def text(value):
-    return None if value is None else str(value).encode()
+# What the C API's integer parameters hold: size_t and pointers (64 bits) and
+# int (device ordinals). A Python int outside them is refused here: ctypes
+# would otherwise wrap it silently (2**64 + 100 bytes becomes 100).
+SIZE_MAX = (1 << 64) - 1
+INT_MAX = (1 << 31) - 1
+
+
+def integer(value, what):
+    """``value`` as a Python int (anything with __index__, bool excluded); TypeError otherwise."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError("fragctl: %s must be an integer, got %s %r" % (what, type(value).__name__, value))
+    return operator.index(value)
+
+
+def size(value, what="nbytes"):
+    """A byte count for a size_t parameter: ValueError below 0, OverflowError above 2**64 - 1."""
+    n = integer(value, what)
+    if n < 0:
+        raise ValueError("fragctl: %s=%d: a size cannot be negative" % (what, n))
+    if n > SIZE_MAX:
+        raise OverflowError("fragctl: %s=%d does not fit in size_t (at most 2**64 - 1)" % (what, n))
+    return n
+
+
+def address(value, what):
+    """A pointer or stream handle (0 = NULL) for a void* parameter, as size()."""
+    return size(value, what) or None
+
+
+def device(value, allow_unset=False):
+    """A device ordinal for an int parameter (-1 too with ``allow_unset``)."""
+    n = integer(value, "device")
+    if n < (-1 if allow_unset else 0):
+        raise ValueError("fragctl: device=%d: expected a device ordinal >= 0%s"
+                         % (n, " (or -1: the options' device)" if allow_unset else ""))
+    if n > INT_MAX:
+        raise OverflowError("fragctl: device=%d does not fit in a C int (at most 2**31 - 1)" % n)
+    return n
+
+
+def text(value, what="argument"):
+    """A str argument as C text; ValueError for a NUL byte, which would end it early."""
+    if value is None:
+        return None
+    value = str(value)
+    if "\0" in value:
+        raise ValueError("fragctl: %s %r contains a NUL byte" % (what, value))
+    return value.encode()
 
 
 def check(status_code):
@@ -195,13 +242,14 @@ def take_string(pointer):
 
 def options_string(options):
     """FRAGCTL_CONF text from keyword options: sizes as ints (bytes) or
-    strings ("512MiB"), booleans, strings."""
+    strings ("512MiB"), booleans, strings. None is refused (TypeError): it
+    would hide a misspelt key."""
     items = []
     for key, value in options.items():
         if isinstance(value, bool):
             value = "true" if value else "false"
         elif value is None:
-            continue
+            raise TypeError("fragctl: option %s=None: give a value, or leave the option out for its default" % key)
         value = str(value)
         if "," in value or "," in key:
             raise ConfigurationError("option %s=%r: values may not contain ','" % (key, value),

@@ -14,12 +14,14 @@ namespace fragctl::interpose {
 
 namespace {
 
-// A failure to build an allocator repeats on every call (the registry
-// remembers it); it is logged as an error once, then at debug level.
-std::atomic<bool> build_failure_logged{false};
-
-int code_of_current_exception(std::string_view runtime, std::string_view what, std::size_t bytes,
-                              int device) noexcept {
+// Maps the exception being handled to the runtime's code, with one log line.
+// `building`: it came from building the device's allocator (a bad
+// FRAGCTL_CONF or policy: initialization error, which repeats on every call,
+// so it is logged as an error once per layer through `build_failure_logged`,
+// then at debug level). Otherwise it came from the request: invalid_argument
+// there is a size no device holds, out of memory as the real runtime says it.
+int code_of_current_exception(std::string_view runtime, std::string_view what, std::size_t bytes, int device,
+                              bool building, std::atomic<bool>& build_failure_logged) noexcept {
   try {
     throw;
   } catch (const out_of_memory& e) {
@@ -27,6 +29,10 @@ int code_of_current_exception(std::string_view runtime, std::string_view what, s
     logger().debug("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
     return error_out_of_memory;
   } catch (const invalid_argument& e) {
+    if (!building) {
+      logger().warn("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
+      return error_out_of_memory;
+    }
     const bool first = !build_failure_logged.exchange(true);
     logger().log(first ? spdlog::level::err : spdlog::level::debug, "{} {}({} bytes) on device {}: {}", runtime,
                  what, bytes, device, e.what());
@@ -82,9 +88,14 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
   if (bytes == 0) return success;  // as cudaMalloc(&p, 0): nullptr
   int device = 0;
   if (const int rc = current_device(device); rc != success) return rc;
+  device_allocator* allocator = nullptr;
   try {
-    device_allocator* allocator = allocators_(device, true);
-    if (allocator == nullptr) return error_not_initialized;
+    allocator = allocators_(device, true);
+  } catch (...) {
+    return code_of_current_exception(real_.api().name, "malloc", bytes, device, true, build_failure_logged_);
+  }
+  if (allocator == nullptr) return error_not_initialized;
+  try {
     void* p = allocator->allocate(bytes, stream);
     try {
       const absl::MutexLock lock(&mutex_);
@@ -96,7 +107,7 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
     *ptr = p;
     return success;
   } catch (...) {
-    return code_of_current_exception(real_.api().name, "malloc", bytes, device);
+    return code_of_current_exception(real_.api().name, "malloc", bytes, device, false, build_failure_logged_);
   }
 }
 

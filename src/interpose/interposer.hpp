@@ -33,6 +33,7 @@
 // log line; nothing throws.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -100,6 +101,7 @@ class interposer {
 
   real_functions real_;
   allocator_source allocators_;
+  std::atomic<bool> build_failure_logged_{false};  ///< the once-only error line of a failed build
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);
 };

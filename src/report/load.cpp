@@ -105,19 +105,47 @@ class replay_observer {
   labelled_map end_map_;
 };
 
+// The string field `key` of `obj`, `fallback` when absent; an error naming
+// `where` and the field when it is not a string.
+absl::StatusOr<std::string> string_field(const json& obj, const char* key, std::string fallback,
+                                         const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) return fallback;
+  if (!it->is_string())
+    return absl::InvalidArgumentError(fmt::format("{}: field \"{}\": expected a string", where, key));
+  return it->get<std::string>();
+}
+
+// An allocator entry must carry the figures every rendering shows: without
+// them (`{"schema_version": 1}`) it would render as an allocator of zeros.
+absl::Status require_figures(const json& entry, const std::string& where) {
+  for (const char* key : {"requested_bytes", "reserved_bytes"}) {
+    if (!entry.contains(key))
+      return absl::InvalidArgumentError(
+          fmt::format("{}: no \"{}\": not the statistics of an allocator (a fragctl report has them)", where, key));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<run_report>> from_replay_json(const json& j, const std::string& source) {
   std::vector<run_report> out;
   for (std::size_t i = 0; i < j.size(); ++i) {
     const json& r = j[i];
-    auto stats = detail::stats_from_json_value(r["stats"], fmt::format("{}: [{}].stats", source, i));
+    const std::string where = fmt::format("{}: [{}]", source, i);
+    if (!r.is_object() || !r.contains("stats"))
+      return absl::InvalidArgumentError(fmt::format("{}: expected a replay result with \"stats\"", where));
+    if (absl::Status s = require_figures(r["stats"], where + ".stats"); !s.ok()) return s;
+    auto stats = detail::stats_from_json_value(r["stats"], where + ".stats");
     if (!stats.ok()) return stats.status();
     run_report rep;
     rep.source = source;
     rep.kind = "report";
     rep.stats = *std::move(stats);
-    const std::string trace_name = r.value("trace", std::string());
-    const std::string policy = r.value("policy", rep.stats.allocator);
-    rep.name = trace_name.empty() ? policy : fmt::format("{} / {}", trace_name, policy);
+    auto trace_name = string_field(r, "trace", std::string(), where);
+    auto policy = string_field(r, "policy", rep.stats.allocator, where);
+    if (!trace_name.ok()) return trace_name.status();
+    if (!policy.ok()) return policy.status();
+    rep.name = trace_name->empty() ? *policy : fmt::format("{} / {}", *trace_name, *policy);
     out.push_back(std::move(rep));
   }
   return out;
@@ -131,11 +159,7 @@ bool is_report_json(const json& j) {
   return j.is_object() && j.contains("schema_version") && !j.contains("device_traces");
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view text, const std::string& source) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(fmt::format("{}: not valid JSON", source));
+absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, const std::string& source) {
   if (is_replay_json(j)) return from_replay_json(j, source);
   if (!is_report_json(j)) {
     return absl::InvalidArgumentError(
@@ -144,9 +168,15 @@ absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view t
   const bool document = j.contains("allocators");
   const json list = document ? j["allocators"] : json::array({j});
   if (!list.is_array()) return absl::InvalidArgumentError(fmt::format("{}: \"allocators\" is not an array", source));
+  if (list.empty()) return absl::InvalidArgumentError(fmt::format("{}: the report lists no allocators", source));
+  auto reason = document ? string_field(j, "reason", "report", source) : std::string("report");
+  if (!reason.ok()) return reason.status();
   std::vector<run_report> out;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string where = fmt::format("{}: allocators[{}]", source, i);
+    if (list[i].is_object()) {
+      if (absl::Status s = require_figures(list[i], where); !s.ok()) return s;
+    }
     auto stats = detail::stats_from_json_value(list[i], where);
     if (!stats.ok()) return stats.status();
     run_report rep;
@@ -157,12 +187,23 @@ absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view t
     if (const auto m = list[i].find("memory_map"); m != list[i].end()) {
       auto map = detail::memory_snapshot_from_json_value(*m, where + ".memory_map");
       if (!map.ok()) return map.status();
-      const std::string reason = document ? j.value("reason", std::string("report")) : std::string("report");
-      rep.maps.push_back({fmt::format("when the report was written ({})", reason), *std::move(map)});
+      rep.maps.push_back({fmt::format("when the report was written ({})", *reason), *std::move(map)});
     }
     out.push_back(std::move(rep));
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view text, const std::string& source) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(fmt::format("{}: not valid JSON", source));
+  try {
+    return reports_from_document(j, source);
+  } catch (const json::exception& e) {  // a check above missed a type: still an error naming the file
+    return absl::InvalidArgumentError(fmt::format("{}: unexpected JSON content: {}", source, e.what()));
+  }
 }
 
 run_report replay_run_report(const trace& t, const report_options& options) {

@@ -21,18 +21,13 @@ std::size_t line_of_byte(std::string_view content, std::size_t byte) {
   return line;
 }
 
+/// Reads a non-negative integer (addresses, sizes, streams and times are
+/// never negative: a negative one is a damaged file, not 2^64 - n).
 bool get_integer(const json& event, const char* key, std::uint64_t& out) {
   const auto it = event.find(key);
-  if (it == event.end()) return false;
-  if (it->is_number_unsigned()) {
-    out = it->get<std::uint64_t>();
-    return true;
-  }
-  if (it->is_number_integer()) {
-    out = static_cast<std::uint64_t>(it->get<std::int64_t>());
-    return true;
-  }
-  return false;
+  if (it == event.end() || !it->is_number_unsigned()) return false;
+  out = it->get<std::uint64_t>();
+  return true;
 }
 
 }  // namespace
@@ -107,14 +102,14 @@ absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::stri
     std::uint64_t size = 0;
     if (!get_integer(ev, "addr", e.addr) || !get_integer(ev, "size", size))
       return absl::InvalidArgumentError(
-          fmt::format("{}: '{}' event without an integer 'addr' and 'size'", where(), action));
+          fmt::format("{}: '{}' event without a non-negative integer 'addr' and 'size'", where(), action));
     e.size = static_cast<std::size_t>(size);
     if (ev.contains("stream") && !get_integer(ev, "stream", e.stream))
-      return absl::InvalidArgumentError(fmt::format("{}: 'stream' is not an integer", where()));
+      return absl::InvalidArgumentError(fmt::format("{}: 'stream' is not a non-negative integer", where()));
     std::uint64_t time = 0;
     if (ev.contains("time_us")) {
       if (!get_integer(ev, "time_us", time))
-        return absl::InvalidArgumentError(fmt::format("{}: 'time_us' is not an integer", where()));
+        return absl::InvalidArgumentError(fmt::format("{}: 'time_us' is not a non-negative integer", where()));
       e.time_us = static_cast<std::int64_t>(time);
     }
     t.events.push_back(e);

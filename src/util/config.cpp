@@ -2,13 +2,18 @@
 // help and how to store it, so parser, error messages and docs agree.
 #include "fragctl/config.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <mutex>
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
+#include "fragctl/log.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {
@@ -77,7 +82,7 @@ const std::vector<option_row>& rows() {
        size_field(&config::sim_capacity)},
       {{"sim_granularity", "size", "2MiB", "sim backend: physical allocation granularity (power of two)"},
        [](config& c, std::string_view v) -> absl::Status {
-         auto s = parse_size(v);
+         auto s = parse_option_size(v);
          if (!s.ok()) return s.status();
          if (*s < 4096 || (*s & (*s - 1)) != 0)
            return absl::InvalidArgumentError("expected a power of two of at least 4KiB");
@@ -88,7 +93,8 @@ const std::vector<option_row>& rows() {
        bool_field(&config::sim_backed)},
       {{"sim_virtual_memory", "bool", "true", "sim backend: offer the virtual memory calls"},
        bool_field(&config::sim_virtual_memory)},
-      {{"small_size", "size", "1MiB", "caching: requests up to this size use the small pool"},
+      {{"small_size", "size", "1MiB",
+        "caching: requests up to this size use the small pool (warmup: smaller ones are pre-filled apart)"},
        size_field(&config::small_size)},
       {{"small_segment", "size", "2MiB", "caching: segment size of the small pool"},
        size_field(&config::small_segment)},
@@ -104,8 +110,9 @@ const std::vector<option_row>& rows() {
            c.max_split_size = SIZE_MAX;
            return absl::OkStatus();
          }
-         auto s = parse_size(v);
-         if (!s.ok()) return absl::InvalidArgumentError("expected a size or \"unlimited\"");
+         auto s = parse_option_size(v);
+         if (!s.ok())
+           return absl::InvalidArgumentError("expected a size of at most 4 EiB (2^62 bytes) or \"unlimited\"");
          c.max_split_size = *s;
          return absl::OkStatus();
        }},
@@ -217,6 +224,8 @@ absl::StatusOr<std::size_t> parse_size(std::string_view text) {
   if (!util::parse_double(number, value)) return bad();
   const double bytes = std::round(value * multiplier);
   if (!(bytes >= 0) || bytes >= 0x1p64) return bad();
+  if (bytes == 0 && value > 0)
+    return absl::InvalidArgumentError(fmt::format("\"{}\" is less than one byte: give 0 or at least 1 byte", text));
   return static_cast<std::size_t>(bytes);
 }
 
@@ -236,7 +245,12 @@ absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text) {
     return absl::InvalidArgumentError(
         fmt::format("\"{}\" is not a duration: expected a number with ms, s, m or h (e.g. 10s)", text));
   }
-  return static_cast<std::uint64_t>(std::llround(value * per_unit));
+  const auto ms = static_cast<std::uint64_t>(std::llround(value * per_unit));
+  if (ms == 0 && value > 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("\"{}\" is less than 1 ms, which would round to 0 (off): give 0 for off or at least 1ms", text));
+  }
+  return ms;
 }
 
 absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text) {
@@ -273,11 +287,66 @@ absl::StatusOr<config> parse_config(std::string_view conf, config base) {
       return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: bad value \"{}\" for {} ({}): {}", value,
                                                     key, row->info.type, util::to_std(s.message())));
     }
+    base.options_set.emplace_back(key);
   }
   return base;
 }
 
+namespace {
+
+/// Every variable config_from_environment and the logger read.
+constexpr std::string_view environment_variables[] = {
+    "FRAGCTL_POLICY",     "FRAGCTL_BACKEND",    "FRAGCTL_CONF",           "FRAGCTL_REPORT",
+    "FRAGCTL_TRACE",      "FRAGCTL_LOG_LEVEL",  "FRAGCTL_PROMETHEUS",     "FRAGCTL_REPORT_INTERVAL"};
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// Warns once per process about each FRAGCTL_* variable of the environment
+/// that is not one the library reads but within three edits of one (a typo
+/// such as FRAGCTL_POLICYS), naming that one. Other FRAGCTL_* names belong to
+/// the project's scripts and tests and are left alone.
+void warn_misspelt_environment_variables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string_view entry(*e);
+      const std::string_view name = entry.substr(0, entry.find('='));
+      if (!name.starts_with("FRAGCTL_")) continue;
+      std::string_view closest;
+      std::size_t best = 4;
+      for (const std::string_view known : environment_variables) {
+        if (known == name) {
+          closest = {};
+          break;
+        }
+        if (const std::size_t d = edit_distance(name, known); d < best) {
+          best = d;
+          closest = known;
+        }
+      }
+      if (!closest.empty())
+        logger().warn("{} is not a fragctl variable and is ignored; did you mean {}?", name, closest);
+    }
+  });
+}
+
+}  // namespace
+
 absl::StatusOr<config> config_from_environment() {
+  warn_misspelt_environment_variables();
   config c;
   const auto env = [](const char* name) -> std::string_view {
     const char* v = std::getenv(name);

@@ -18,6 +18,7 @@
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
+#include "support/log_capture.hpp"
 
 namespace fragctl::interpose {
 namespace {
@@ -268,6 +269,30 @@ TEST_F(InterposerTest, ErrorsAreRuntimeCodes) {
   runtime_.current_device = 2;
   EXPECT_EQ(layer.malloc(&p, 16), error_not_initialized);
   EXPECT_EQ(layer.malloc_async(&p, 16, stream_a, stream_mode::legacy), error_not_initialized);
+}
+
+// Issue 18: cudaMalloc(SIZE_MAX) returned 3 (initialization error), as every
+// invalid_argument did, and used up the layer's once-only build-failure log.
+TEST_F(InterposerTest, OversizedRequestIsOutOfMemoryAndLeavesTheBuildFailureLog) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = reinterpret_cast<void*>(0x1);
+  {
+    const fragctl::testing::log_capture log;
+    EXPECT_EQ(layer.malloc(&p, SIZE_MAX), error_out_of_memory);
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(layer.malloc_async(&p, (std::size_t{1} << 62) + 1, stream_a, stream_mode::legacy),
+              error_out_of_memory);
+    EXPECT_NE(log.text().find("larger than any device"), std::string::npos) << log.text();
+  }
+  EXPECT_EQ(layer.malloc(&p, 16), success);  // the allocator of device 0 works
+  EXPECT_EQ(layer.free(p), success);
+
+  fail_build_ = true;
+  runtime_.current_device = 1;
+  const fragctl::testing::log_capture log;
+  EXPECT_EQ(layer.malloc(&p, 16), error_not_initialized);
+  EXPECT_NE(log.text().find("unknown key"), std::string::npos)
+      << "the first build failure is still logged at error level: " << log.text();
 }
 
 TEST_F(InterposerTest, FreeReportsASynchronizationErrorAndStillFrees) {

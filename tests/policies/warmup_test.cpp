@@ -74,14 +74,22 @@ std::unique_ptr<device_allocator> make_caching(const config& cfg, sim_backend& s
   return std::make_unique<caching_policy>(cfg, sim);
 }
 
-TEST(warmup_plan, a_byte_count_is_one_block_and_a_histogram_shapes_the_rest) {
+TEST(warmup_plan, a_byte_count_is_one_block_and_small_blocks_and_a_histogram_shapes_the_rest) {
   warmup_profile p;
   EXPECT_TRUE(plan_warmup(p).empty());
   p.bytes = 100 * MiB + 3;
   auto plan = plan_warmup(p);
-  ASSERT_EQ(plan.size(), 1u);
-  EXPECT_EQ(plan[0].bytes, 100 * MiB + 512);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].bytes, 94 * MiB + 512);  // the rest, one block
   EXPECT_EQ(plan[0].count, 1u);
+  EXPECT_EQ(plan[1].bytes, MiB);  // 1/16 of the target in blocks of small_size
+  EXPECT_EQ(plan[1].count, 6u);
+  p.bytes = 3 * MiB;
+  plan = plan_warmup(p);
+  ASSERT_EQ(plan.size(), 2u) << "one small block from twice small_size";
+  EXPECT_EQ(plan[1].bytes * plan[1].count + plan[0].bytes, 3 * MiB);
+  p.bytes = MiB;
+  EXPECT_EQ(plan_warmup(p).size(), 1u);
 
   p.bytes = 512 * MiB;
   p.size_histogram[12] = 20000;  // 4 KiB .. 8 KiB: 19.6% of the bytes asked
@@ -217,6 +225,49 @@ TEST(warmup_policy_test, fail_throws_saying_how_much_the_profile_lacked) {
   w.release_cached();
   void* p = w.allocate(64 * MiB);
   w.deallocate(p, 64 * MiB);
+}
+
+// Issue 18: warmup_bytes pre-filled one large block, which caching never
+// uses for a small request, so under fail a 4 KiB request failed with the
+// whole warm-up free.
+TEST(warmup_policy_test, a_byte_count_warms_caching_small_pool_too) {
+  config cfg;
+  cfg.warmup_bytes = 512 * MiB;
+  cfg.warmup_on_exhausted = warmup_exhausted::fail;
+  sim_backend sim;
+  warmup_policy w(cfg, make_caching(cfg, sim));
+  std::vector<void*> small;
+  for (const std::size_t n : {std::size_t{4} * KiB, std::size_t{1000}, 300 * KiB, MiB}) small.push_back(w.allocate(n));
+  void* large = w.allocate(200 * MiB);
+  EXPECT_EQ(w.backend_calls_since_warmup(), 0u);
+  w.deallocate(large, 200 * MiB);
+  std::size_t i = 0;
+  for (const std::size_t n : {std::size_t{4} * KiB, std::size_t{1000}, 300 * KiB, MiB}) w.deallocate(small[i++], n);
+  EXPECT_EQ(w.shortfall(), 0u);
+}
+
+// Issue 18: a request the warm-up held the bytes for but not the shape was
+// told to set warmup_bytes to the value it already had.
+TEST(warmup_policy_test, fail_on_a_shape_the_warm_up_lacks_points_to_a_profile_not_more_bytes) {
+  config cfg;
+  cfg.warmup_bytes = 64 * MiB;  // 4 MiB of it in small blocks: two small segments
+  cfg.warmup_on_exhausted = warmup_exhausted::fail;
+  sim_backend sim;
+  warmup_policy w(cfg, make_caching(cfg, sim));
+  std::vector<void*> live;
+  std::string what;
+  try {
+    for (int i = 0; i < 32; ++i) live.push_back(w.allocate(MiB));
+    FAIL() << "32 MiB of small blocks fitted a 4 MiB small pool";
+  } catch (const out_of_memory& e) {
+    what = e.what();
+  }
+  EXPECT_THAT(what, HasSubstr("enough bytes, but not in a shape that serves a request of 1.00 MiB"));
+  EXPECT_THAT(what, HasSubstr("warmup_profile"));
+  EXPECT_THAT(what, ::testing::Not(HasSubstr("set warmup_bytes")));
+  EXPECT_EQ(w.shortfall(), 0u);
+  EXPECT_EQ(w.suggested_bytes(), 64 * MiB);
+  for (void* p : live) w.deallocate(p, MiB);
 }
 
 TEST(warmup_policy_test, grow_grows_and_reports_the_figure) {

@@ -80,6 +80,12 @@ TEST_F(fuzz_corpus, stats_json_inputs_parse_or_fail_cleanly) {
   EXPECT_GE(run_inputs("stats_json", run_stats_json), 8U);
 }
 
+// Includes issue 18's reports: an empty allocators list (accepted before),
+// fields of the wrong type (an escaped json::type_error before).
+TEST_F(fuzz_corpus, report_inputs_read_or_fail_naming_the_file) {
+  EXPECT_GE(run_inputs("report", run_report_json), 13U);
+}
+
 TEST_F(fuzz_corpus, alloc_sequence_inputs_keep_every_invariant) {
   std::size_t allocations = 0;
   std::size_t frees = 0;

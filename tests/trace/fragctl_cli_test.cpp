@@ -66,6 +66,34 @@ TEST_F(FragctlCli, MalformedTraceExitsOneWithTheLine) {
   EXPECT_THAT(r.out, HasSubstr("bad_number.csv:3: bad size 'lots'"));
 }
 
+// Issue 18: a trace that cannot be read dropped the JSON of the traces
+// replayed before it; now they are printed and the exit status is 1.
+TEST_F(FragctlCli, ReplayJsonKeepsResultsBeforeAnUnreadableTrace) {
+  const fs::path bad = fs::path(::testing::TempDir()) / "unreadable.csv";
+  std::ofstream(bad) << "action,addr,size,stream,time_us\nalloc,4096,lots,0,1\n";
+  const run_result r = run_fragctl("replay '" + test_data("tiny_fragctl.csv") + "' '" + bad.string() +
+                                   "' --policy caching --backend sim --json");
+  EXPECT_EQ(r.status, 1);
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u) << r.out;
+  EXPECT_EQ(j[0]["trace"], "tiny_fragctl");
+}
+
+// Issue 18: one allocation over 2^62 bytes aborted the policy's replay.
+TEST_F(FragctlCli, ReplayCountsAnOversizedRowAndGoesOn) {
+  const fs::path trace = fs::path(::testing::TempDir()) / "oversized.csv";
+  std::ofstream(trace) << "action,addr,size,stream,time_us\nalloc,4096,512,0,1\n"
+                          "alloc,8192,18446744073709551615,0,2\nfree_requested,4096,512,0,3\n";
+  const run_result r = run_fragctl("replay '" + trace.string() + "' --policy caching,arena --backend sim --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  for (const auto& result : j) {
+    EXPECT_EQ(result["refused"].get<std::uint64_t>(), 1u);
+    EXPECT_EQ(result["peak_requested"].get<std::uint64_t>(), 512u);
+  }
+}
+
 TEST_F(FragctlCli, UsageErrorsExitTwo) {
   run_result r = run_fragctl("replay --frobnicate x", "2>&1");
   EXPECT_EQ(r.status, 2);
@@ -79,6 +107,9 @@ TEST_F(FragctlCli, UsageErrorsExitTwo) {
   r = run_fragctl("replay x.csv --capacity lots", "2>&1");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, HasSubstr("--capacity"));
+  r = run_fragctl("replay x.csv --capacity 5000000TiB", "2>&1");  // issue 18: above the 2^62 cap
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--capacity: expected a size such as 80GiB, at most 2^62 bytes"));
   r = run_fragctl("frobnicate", "2>&1");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, HasSubstr("unknown command 'frobnicate'"));

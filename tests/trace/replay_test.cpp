@@ -149,6 +149,30 @@ TEST(Replay, PolicySetCoversEveryRegisteredPolicyInADocumentedComposition) {
   for (const std::string& e : set) EXPECT_TRUE(validate_policy(e).ok()) << e;
 }
 
+// Issue 18: one row over 2^62 bytes (invalid_argument) aborted the policy's
+// whole replay; it is counted as refused and the rest replays.
+TEST(Replay, OversizedRowIsRefusedAndTheReplayGoesOn) {
+  const trace t = make_trace({
+      {action::alloc, 0x1000, 1 * MiB, 0, 1},
+      {action::alloc, 0x2000, SIZE_MAX, 0, 2},
+      {action::alloc, 0x3000, 2 * MiB, 0, 3},
+      {action::free, 0x2000, SIZE_MAX, 0, 4},
+      {action::free, 0x1000, 1 * MiB, 0, 5},
+      {action::free, 0x3000, 2 * MiB, 0, 6},
+  });
+  for (const char* policy : {"caching", "arena", "buckets:arena"}) {
+    replay_options options = sim_options();
+    options.policy = policy;
+    const replay_result r = replay(t, options);
+    EXPECT_EQ(r.refused, 1u) << policy;
+    EXPECT_EQ(r.skipped_frees, 1u) << policy;
+    EXPECT_EQ(r.ooms, 0u) << policy;
+    EXPECT_EQ(r.peak_requested, 3 * MiB) << policy;
+    EXPECT_EQ(r.operations, 4u) << policy;  // the two good allocs and their frees
+    EXPECT_EQ(nlohmann::json::parse(to_json(r))["refused"].get<std::uint64_t>(), 1u);
+  }
+}
+
 TEST(Replay, JsonHasEveryField) {
   const replay_result r = replay(make_trace({{action::alloc, 0x1000, 4096, 0, 1}}), sim_options());
   const auto j = nlohmann::json::parse(to_json(std::vector<replay_result>{r, r}));
@@ -156,7 +180,7 @@ TEST(Replay, JsonHasEveryField) {
   ASSERT_EQ(j.size(), 2u);
   for (const char* key : {"trace", "policy", "backend", "peak_requested", "peak_reserved",
                           "reserved_over_requested", "backend_memory_calls", "backend_calls", "ooms",
-                          "unknown_frees", "skipped_frees", "lost_frees", "operations", "median_ns",
+                          "refused", "unknown_frees", "skipped_frees", "lost_frees", "operations", "median_ns",
                           "p99_ns", "clock_overhead_ns", "stats"}) {
     EXPECT_TRUE(j[0].contains(key)) << key;
   }

@@ -109,12 +109,14 @@ config replay_config(const arguments& args) {
     cfg.backend = *kind;
   }
   if (const auto capacity = args.get("capacity")) {
-    auto bytes = parse_size(*capacity);
-    if (!bytes.ok() || *bytes == 0)
-      throw usage_error(fmt::format("--capacity: expected a size such as 80GiB, got '{}'", *capacity));
+    // Parsed as the sim_capacity option, so that its limits (2^62 bytes) hold here too.
+    auto parsed = parse_config(fmt::format("sim_capacity:{}", *capacity), cfg);
+    if (!parsed.ok() || parsed->sim_capacity == 0 || capacity->find(',') != std::string::npos)
+      throw usage_error(
+          fmt::format("--capacity: expected a size such as 80GiB, at most 2^62 bytes, got '{}'", *capacity));
     if (cfg.backend == backend_kind::cuda || cfg.backend == backend_kind::hip)
       throw usage_error("--capacity sets the simulated device's size; it needs --backend sim or auto");
-    cfg.sim_capacity = *bytes;
+    cfg.sim_capacity = parsed->sim_capacity;
   }
   return cfg;
 }
@@ -180,7 +182,17 @@ int run_replay(const std::vector<std::string>& argv) {
   std::vector<replay_result> results;
   int status = 0;
   for (const std::string& path : args.positional) {
-    const trace t = load_trace(path, args);
+    trace t;
+    try {
+      t = load_trace(path, args);
+    } catch (const usage_error&) {
+      throw;
+    } catch (const std::runtime_error& e) {  // unreadable: the other traces' results still count
+      progress.clear();
+      std::fprintf(stderr, "fragctl replay: %s\n", e.what());
+      status = 1;
+      continue;
+    }
     for (const std::string& policy : policy_names) {
       replay_options options{policy, cfg, progress.callback(fmt::format(
                                               "{} / {}", t.name, policy.empty() ? "default" : policy))};
@@ -188,6 +200,12 @@ int run_replay(const std::vector<std::string>& argv) {
       try {
         replay_result r = replay(t, options);
         progress.clear();
+        if (r.refused != 0) {
+          std::fprintf(stderr,
+                       "fragctl replay: %s with policy %s: %llu allocation(s) refused as larger than any device "
+                       "(over 2^62 bytes); their frees skipped\n",
+                       t.name.c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.refused));
+        }
         if (!json) {
           if (!header_printed) table.print_header();
           header_printed = true;

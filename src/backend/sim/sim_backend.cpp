@@ -4,6 +4,7 @@
 #include "fragctl/sim_backend.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <iterator>
 
@@ -57,7 +58,13 @@ const sim_options& checked(const sim_options& o) {
 
 // --- state helpers ----------------------------------------------------------
 
-sim_backend::state::state(const sim_options& opts) : options(checked(opts)), page(sim_detail::page_size()) {}
+sim_backend::state::state(const sim_options& opts) : options(checked(opts)), page(sim_detail::page_size()) {
+  static std::atomic<std::uintptr_t> instances{0};
+  const std::uintptr_t window = instances.fetch_add(1, std::memory_order_relaxed) % sim_detail::fake_windows;
+  const std::lock_guard lock(mu);
+  next_fake = sim_detail::fake_device_base + window * sim_detail::fake_window;
+  fake_limit = next_fake + sim_detail::fake_window;
+}
 
 sim_backend::state::~state() {
   // Releases whatever the user still holds; errors cannot be reported here.
@@ -92,7 +99,7 @@ bool sim_backend::state::fits(std::size_t bytes) const {
 }
 
 std::uintptr_t sim_backend::state::fake_range(std::size_t span, std::size_t alignment) {
-  const std::uintptr_t limit = sim_detail::fake_device_limit;
+  const std::uintptr_t limit = fake_limit;
   if (alignment > limit || next_fake > limit - alignment) return 0;
   const std::uintptr_t a = (next_fake + alignment - 1) & ~(std::uintptr_t{alignment} - 1);
   if (span > limit - a) return 0;

@@ -27,8 +27,17 @@ namespace fragctl::sim_detail {
 /// address of x86-64 and arm64 with 4-level page tables (2^48), so a fake
 /// device pointer can never alias host memory; event and stream handles sit in
 /// ranges of their own.
+///
+/// Each sim_backend instance (so each simulated device) hands out fake
+/// addresses from a window of its own, `fake_window` bytes: instance k of the
+/// process takes window k mod `fake_windows`. A pointer of one device or one
+/// backend is therefore never a live address of another (the next
+/// `fake_windows - 1` instances), so a cross-device free is NOT_OWNED in
+/// accounting mode as it is in backed mode.
 inline constexpr std::uintptr_t fake_device_base = std::uintptr_t{1} << 48;
 inline constexpr std::uintptr_t fake_device_limit = std::uintptr_t{0xe0} << 48;
+inline constexpr std::uintptr_t fake_window = std::uintptr_t{1} << 50;
+inline constexpr std::uintptr_t fake_windows = (fake_device_limit - fake_device_base) / fake_window;
 inline constexpr std::uintptr_t event_handle_base = std::uintptr_t{0xe0} << 48;
 inline constexpr std::uintptr_t stream_handle_base = std::uintptr_t{0xf0} << 48;
 
@@ -117,7 +126,7 @@ struct sim_backend::state {
   void require_granular(const char* call, std::uintptr_t va, std::size_t bytes) const;
   [[nodiscard]] bool take_fault(sim_fault_target target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   [[nodiscard]] bool fits(std::size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  /// Bumps the fake address counter; 0 when the fake range is exhausted.
+  /// Bumps the fake address counter; 0 when this instance's window is exhausted.
   [[nodiscard]] std::uintptr_t fake_range(std::size_t span, std::size_t alignment)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   [[nodiscard]] bool in_raw_block(std::uintptr_t a, std::size_t bytes) const
@@ -155,7 +164,8 @@ struct sim_backend::state {
   // uninstrumented absl::Mutex, and tests share a sim device between threads.
   mutable std::mutex mu;
   std::size_t used ABSL_GUARDED_BY(mu) = 0;  ///< raw + physical bytes
-  std::uintptr_t next_fake ABSL_GUARDED_BY(mu) = sim_detail::fake_device_base;
+  std::uintptr_t fake_limit ABSL_GUARDED_BY(mu) = 0;  ///< end of this instance's window
+  std::uintptr_t next_fake ABSL_GUARDED_BY(mu) = 0;   ///< set by the constructor
   std::uint64_t next_handle ABSL_GUARDED_BY(mu) = 1;
   std::uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
   std::uint64_t next_stream ABSL_GUARDED_BY(mu) = 1;

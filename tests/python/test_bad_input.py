@@ -1,0 +1,150 @@
+"""Bad arguments to the Python package (docs/reliability.md, "Bad inputs"):
+each is refused in Python with ValueError, TypeError or OverflowError before
+it reaches C, where ctypes would wrap or cut it (issue 18). The last test
+feeds random arguments (a fuzz-style test with a fixed seed).
+
+Run as tests/python/test_fragctl.py is (CTest: python_fragctl).
+"""
+import random
+import unittest
+
+import fragctl
+from fragctl import _capi
+
+MiB = 1 << 20
+
+
+def sim(**options):
+    return fragctl.Allocator("caching", backend="sim", sim_capacity="1GiB", **options)
+
+
+class SizesTest(unittest.TestCase):
+    def test_sizes_beyond_size_t_are_overflow_errors(self):
+        with sim() as a:
+            # Was: 2**64 gave 0 (no error), 2**64 + 100 a 100-byte block.
+            for n in (1 << 64, (1 << 64) + 100, 1 << 100):
+                with self.assertRaises(OverflowError) as caught:
+                    a.malloc(n)
+                self.assertIn("nbytes=%d does not fit in size_t" % n, str(caught.exception))
+            with self.assertRaises(ValueError):
+                a.malloc(-1)
+            for bad in (1.5, "4096", None, True):
+                with self.assertRaises(TypeError):
+                    a.malloc(bad)
+            self.assertEqual(a.stats()["allocations"], 0)
+            # Positive control: in range, through C, with C's own verdict.
+            p = a.malloc(MiB)
+            self.assertEqual(a.stats()["requested_bytes"]["current"], MiB)
+            with self.assertRaises(OverflowError):
+                a.free(p, 1 << 64)
+            a.free(p, MiB)
+            with self.assertRaises(fragctl.ConfigurationError):  # above 2^62: C refuses it
+                a.malloc((1 << 64) - 1)
+
+    def test_pointers_and_streams_beyond_64_bits_are_overflow_errors(self):
+        with sim() as a:
+            with self.assertRaises(OverflowError):
+                a.malloc(MiB, stream=1 << 64)
+            with self.assertRaises(ValueError):
+                a.malloc(MiB, stream=-1)
+            p = a.malloc(MiB)
+            with self.assertRaises(OverflowError):
+                a.free(p + (1 << 64), MiB)  # was: the same pointer, freed
+            self.assertEqual(a.stats()["requested_bytes"]["current"], MiB)
+            a.free(p, MiB)
+
+
+class DevicesTest(unittest.TestCase):
+    def test_devices_outside_a_c_int_are_errors(self):
+        # Was: device=2**32 became device 0.
+        with self.assertRaises(OverflowError) as caught:
+            fragctl.Allocator("caching", backend="sim", device=1 << 32)
+        self.assertIn("device=4294967296 does not fit in a C int", str(caught.exception))
+        with self.assertRaises(ValueError):
+            fragctl.Allocator("caching", backend="sim", device=-2)
+        with self.assertRaises(OverflowError):
+            fragctl.default_allocator(1 << 32, create=False)
+        with self.assertRaises(ValueError):
+            fragctl.default_allocator(-1, create=False)
+        with self.assertRaises(TypeError):
+            fragctl.Allocator("caching", backend="sim", device="1")
+        with fragctl.Allocator("caching", backend="sim", device=3) as a:  # positive control
+            self.assertEqual(a.stats()["device"], 3)
+
+
+class TextTest(unittest.TestCase):
+    def test_a_nul_byte_is_a_value_error(self):
+        # Was: "caching\0garbage" built caching.
+        with self.assertRaises(ValueError) as caught:
+            fragctl.Allocator("caching\0garbage", backend="sim")
+        self.assertIn("policy", str(caught.exception))
+        self.assertIn("NUL", str(caught.exception))
+        with self.assertRaises(ValueError):
+            fragctl.Allocator("caching", backend="sim\0x")
+        with self.assertRaises(ValueError):
+            sim(report="r.json\0x")
+        with sim() as a:
+            with self.assertRaises(ValueError):
+                a.report("r\0.json")
+
+    def test_an_option_set_to_none_is_a_type_error(self):
+        # Was: silently dropped, so a misspelt key went unnoticed.
+        with self.assertRaises(TypeError) as caught:
+            sim(small_sizes=None)
+        self.assertIn("small_sizes=None", str(caught.exception))
+        with self.assertRaises(TypeError):
+            sim(max_split_size=None)
+        with self.assertRaises(fragctl.ConfigurationError):  # a misspelt key with a value: C names it
+            sim(small_sizes="1MiB")
+
+
+class RandomArgumentsTest(unittest.TestCase):
+    """Random sizes, pointers, streams and devices: each call either succeeds
+    with exactly what was asked or raises one of the documented errors."""
+
+    def random_integer(self, rng):
+        bits = rng.choice([0, 1, 8, 20, 31, 32, 33, 62, 63, 64, 65, 100])
+        n = rng.getrandbits(bits) if bits else 0
+        if rng.random() < 0.2:
+            n = -n - 1
+        if rng.random() < 0.1:
+            n = (1 << bits) + rng.choice([-1, 0, 1])
+        return n
+
+    def random_argument(self, rng):
+        roll = rng.random()
+        if roll < 0.8:
+            return self.random_integer(rng)
+        return rng.choice([None, 1.0, "12", b"12", True, [], 2 ** 70])
+
+    def test_random_arguments_give_the_value_or_a_documented_error(self):
+        rng = random.Random(18)
+        refused = (TypeError, ValueError, OverflowError)
+        with fragctl.Allocator("caching", backend="sim", sim_capacity="256MiB") as a:
+            for _ in range(3000):
+                nbytes, stream = self.random_argument(rng), self.random_argument(rng)
+                try:
+                    p = a.malloc(nbytes, stream=stream)
+                except refused:
+                    continue
+                except fragctl.FragctlError as e:  # C's verdict: above 2^62, or out of memory
+                    self.assertIn(e.status, ("FRAGCTL_ERROR_INVALID_ARGUMENT", "FRAGCTL_ERROR_OUT_OF_MEMORY"))
+                    self.assertGreater(nbytes, 128 * MiB)
+                    continue
+                self.assertGreaterEqual(nbytes, 0)
+                self.assertLessEqual(nbytes, 256 * MiB)
+                self.assertEqual(a.stats()["requested_bytes"]["current"], nbytes)
+                a.free(p, nbytes, stream=stream)
+            for _ in range(2000):
+                d = self.random_argument(rng)
+                try:
+                    value = _capi.device(d, allow_unset=True)
+                except refused:
+                    continue
+                self.assertEqual(value, d)
+                self.assertTrue(-1 <= value <= _capi.INT_MAX)
+            self.assertEqual(a.stats()["requested_bytes"]["current"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
