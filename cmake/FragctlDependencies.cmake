@@ -9,12 +9,30 @@ find_package(Threads REQUIRED)
 # a relocated copy (CMAKE_PREFIX_PATH) works without pkg-config.
 find_path(FRAGCTL_JEMALLOC_INCLUDE_DIR jemalloc/jemalloc.h)
 find_library(FRAGCTL_JEMALLOC_PIC_LIBRARY NAMES jemalloc_pic)
-if(FRAGCTL_BUILD_TESTS)
-  find_package(GTest REQUIRED)
-endif()
-if(FRAGCTL_BUILD_BENCHMARKS)
-  find_package(benchmark REQUIRED)
-endif()
+# fragctl_optional_extra(VAR PACKAGE TARGET WHAT): resolves VAR (AUTO, ON or
+# OFF) to ON or OFF for the rest of the configure. AUTO without the package
+# is OFF with a warning naming the package to install; ON without it is an
+# error.
+function(fragctl_optional_extra var package target what)
+  set(asked "${${var}}")
+  if(NOT asked STREQUAL "AUTO" AND NOT asked)
+    set(${var} OFF PARENT_SCOPE)
+    return()
+  endif()
+  find_package(${package} QUIET)
+  if(TARGET ${target})
+    set(${var} ON PARENT_SCOPE)
+  elseif(asked STREQUAL "AUTO")
+    message(WARNING "fragctl: ${package} not found; ${what} not built "
+      "(tools/install-deps.sh --tests installs it, or -D${var}=OFF silences this)")
+    set(${var} OFF PARENT_SCOPE)
+  else()
+    message(FATAL_ERROR "fragctl: ${var}=${asked} needs ${package}, which was not found "
+      "(tools/install-deps.sh --tests installs it)")
+  endif()
+endfunction()
+fragctl_optional_extra(FRAGCTL_BUILD_TESTS GTest GTest::gtest "the tests are")
+fragctl_optional_extra(FRAGCTL_BUILD_BENCHMARKS benchmark benchmark::benchmark "the benchmarks are")
 
 # CUDA and HIP: headers at build time only. No target links libcuda,
 # libcudart or libamdhip64; the backends dlopen them.
@@ -23,9 +41,11 @@ if(FRAGCTL_WITH_CUDA)
     HINTS ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda
     PATH_SUFFIXES include)
   if(NOT FRAGCTL_CUDA_INCLUDE_DIR)
-    message(FATAL_ERROR "FRAGCTL_WITH_CUDA: cuda.h not found (set CUDA_HOME or -DFRAGCTL_WITH_CUDA=OFF)")
+    message(WARNING "FRAGCTL_WITH_CUDA: cuda.h not found (set CUDA_HOME); the CUDA backend is not built")
+    set(FRAGCTL_WITH_CUDA OFF)
+  else()
+    message(STATUS "fragctl: CUDA headers in ${FRAGCTL_CUDA_INCLUDE_DIR}")
   endif()
-  message(STATUS "fragctl: CUDA headers in ${FRAGCTL_CUDA_INCLUDE_DIR}")
 endif()
 if(FRAGCTL_WITH_HIP)
   find_path(FRAGCTL_HIP_INCLUDE_DIR hip/hip_runtime_api.h

@@ -16,6 +16,7 @@ target_link_libraries(fragctl PRIVATE ${fragctl_layers})
 target_link_libraries(fragctl PUBLIC absl::status absl::statusor spdlog::spdlog)
 target_include_directories(fragctl PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+  $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_compile_features(fragctl PUBLIC cxx_std_20)
 set_target_properties(fragctl PROPERTIES
@@ -32,6 +33,7 @@ install(TARGETS fragctl EXPORT fragctlTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/fragctl DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/include/fragctl/version.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fragctl)
 install(EXPORT fragctlTargets NAMESPACE fragctl::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fragctl)
 configure_package_config_file(cmake/fragctlConfig.cmake.in
@@ -42,3 +44,9 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/fragctlConfigVersio
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/fragctlConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/fragctlConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/fragctl)
+
+# fragctl.pc for pkg-config users (C programs, Makefiles). Relocatable: its
+# prefix is found from the .pc file's own directory.
+string(REGEX REPLACE "[^/]+" ".." FRAGCTL_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+configure_file(cmake/fragctl.pc.in ${CMAKE_CURRENT_BINARY_DIR}/fragctl.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/fragctl.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages fragctl builds with, if any is missing.
-#   tools/install-deps.sh [EXTRA_PACKAGE...]   install what is missing
-#   tools/install-deps.sh --list               print the package list
+# Installs the Debian 12 packages a fragctl command needs, if any is missing.
+#   tools/install-deps.sh [GROUP...] [EXTRA_PACKAGE...]   install what is missing
+#   tools/install-deps.sh --list [GROUP...]               print the package list
+# Groups (the base is always included):
+#   (none)      the library and the fragctl CLI: tools/replay-sample.sh
+#   --tests     GoogleTest, Google Benchmark, python3-venv: tools/test.sh
+#   --hip       libamdhip64-dev (≈190 MiB with libllvm15 and comgr): compiles
+#               the HIP backend, which is otherwise left out with a warning
+#   --browser   chromium (≈350 MiB): the HTML report's browser test
+#               (tests/report/html_browser_test.cpp), skipped without it
+#   --all       every group above (CI)
 # Needs root (or sudo) only when something must be installed. On a machine
 # without a package registry (the GPU machine) the dependencies come from
 # CMAKE_PREFIX_PATH instead (DEVKIT_PREFIX set) and this does nothing.
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config python3
-  libabsl-dev libspdlog-dev libfmt-dev libjemalloc-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libamdhip64-dev
-  chromium)  # chromium: the HTML report's browser test (tests/report/html_browser_test.cpp)
-if [ "${1:-}" = "--list" ]; then
+base=(build-essential cmake ninja-build pkg-config python3
+  libabsl-dev libspdlog-dev libfmt-dev libjemalloc-dev nlohmann-json3-dev zlib1g-dev)
+tests=(libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
+hip=(libamdhip64-dev)
+browser=(chromium)
+packages=("${base[@]}")
+list=0
+for arg in "$@"; do
+  case "$arg" in
+    --list) list=1 ;;
+    --tests) packages+=("${tests[@]}") ;;
+    --hip) packages+=("${hip[@]}") ;;
+    --browser) packages+=("${browser[@]}") ;;
+    --all) packages+=("${tests[@]}" "${hip[@]}" "${browser[@]}") ;;
+    -*) echo "tools/install-deps.sh: unknown option $arg (see the comment at its top)" >&2; exit 2 ;;
+    *) packages+=("$arg") ;;
+  esac
+done
+if [ "$list" -eq 1 ]; then
   printf '%s\n' "${packages[@]}"
   exit 0
 fi
-packages+=("$@")
 if [ -n "${DEVKIT_PREFIX:-}" ] || ! command -v dpkg-query >/dev/null; then
   exit 0
 fi

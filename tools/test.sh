@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Builds fragctl with its tests and runs the whole suite with CTest. GPU
-# tests run where a GPU is present and are skipped, with a message, elsewhere.
+# Builds fragctl with its tests, benchmarks and warnings as errors, and runs
+# the whole suite with CTest. GPU tests run where a GPU is present and are
+# skipped, with a message, elsewhere.
+# Installs what the tests need (tools/install-deps.sh --tests) and the
+# optional extras in FRAGCTL_TEST_EXTRAS, by default "--hip --browser": the
+# HIP headers (the HIP backend is compiled) and chromium (the HTML report's
+# browser test). FRAGCTL_TEST_EXTRAS= leaves them out; the HIP backend is then
+# not built and the browser test skips, each with a message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh
+# shellcheck disable=SC2086  # the extras are words
+tools/install-deps.sh --tests ${FRAGCTL_TEST_EXTRAS---hip --browser}
 build=${FRAGCTL_BUILD_DIR:-build}
-FRAGCTL_BUILD_DIR=$build tools/build.sh -DFRAGCTL_BUILD_TESTS=ON "$@"
+FRAGCTL_BUILD_DIR=$build tools/build.sh -DFRAGCTL_BUILD_TESTS=ON -DFRAGCTL_BUILD_BENCHMARKS=ON -DFRAGCTL_WERROR=ON "$@"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 900

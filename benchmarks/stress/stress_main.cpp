@@ -29,6 +29,7 @@
 #include "bench_options.hpp"
 #include "fmt/format.h"
 #include "fragctl/trace.hpp"
+#include "nlohmann/json.hpp"
 #include "runner.hpp"
 #include "search.hpp"
 #include "util/strings.hpp"
@@ -118,12 +119,16 @@ std::string largest_json(const stress_options& o, const std::string& scenario, c
                util::human_bytes(o.cap).c_str(), found.scale, found.probes);
   if (found.found && at_largest.scale != found.scale)  // the last success was not the answer's run
     at_largest = run_once(o, scenario, policy, found.scale, o.cap, o.common.cfg, false);
-  return fmt::format(
-      "{{\"scenario\": {}, \"allocator\": {}, \"backend\": {}, \"cap\": {}, \"found\": {}, \"largest_scale\": {}, "
-      "\"probes\": {}, \"run\": {}}}",
-      json_string(scenario), json_string(policy), json_string(backend_flag_name(o.common.cfg.backend)), o.cap,
-      found.found ? "true" : "false", json_number(found.scale), found.probes,
-      found.found ? to_json(at_largest, false) : "null");
+  return nlohmann::ordered_json{
+      {"scenario", scenario},
+      {"allocator", policy},
+      {"backend", backend_flag_name(o.common.cfg.backend)},
+      {"cap", o.cap},
+      {"found", found.found},
+      {"largest_scale", json_number(found.scale)},
+      {"probes", found.probes},
+      {"run", found.found ? to_json_value(at_largest, false) : nlohmann::ordered_json(nullptr)},
+  }.dump();
 }
 
 std::string smallest_json(const stress_options& o, const std::string& scenario, const std::string& policy) {
@@ -139,30 +144,36 @@ std::string smallest_json(const stress_options& o, const std::string& scenario, 
   std::fprintf(stderr, "smallest %-16s %-22s scale %.2f: cap %s = %.3f x peak live (%d probes)\n",
                scenario.c_str(), policy.c_str(), o.scale, util::human_bytes(found.cap).c_str(), over_live,
                found.probes);
-  std::string timing = "null";
+  nlohmann::ordered_json timing = nullptr;
   if (o.timing_backend != "none" && found.found) {
     config cfg = o.common.cfg;
     cfg.backend = *parse_backend_kind(o.timing_backend);
-    std::string runs;
+    timing = {{"backend", o.timing_backend}};
     for (const std::size_t cap : {std::size_t{0}, found.cap}) {
-      std::string one;
+      nlohmann::ordered_json one;
       try {
-        one = to_json(run_once(o, scenario, policy, o.scale, cap, cfg, true), true);
+        one = to_json_value(run_once(o, scenario, policy, o.scale, cap, cfg, true), true);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_stress: %s with %s on %s: %s\n", scenario.c_str(), policy.c_str(),
                      o.timing_backend.c_str(), e.what());
-        one = fmt::format("{{\"error\": {}}}", json_string(e.what()));
+        one = {{"error", e.what()}};
       }
-      runs += fmt::format("{}\"{}\": {}", runs.empty() ? "" : ", ", cap == 0 ? "uncapped" : "capped", one);
+      timing[cap == 0 ? "uncapped" : "capped"] = std::move(one);
     }
-    timing = fmt::format("{{\"backend\": {}, {}}}", json_string(o.timing_backend), runs);
   }
-  return fmt::format(
-      "{{\"scenario\": {}, \"allocator\": {}, \"backend\": {}, \"scale\": {}, \"peak_live\": {}, \"found\": {}, "
-      "\"smallest_cap\": {}, \"cap_over_peak_live\": {}, \"probes\": {}, \"uncapped\": {}, \"timing\": {}}}",
-      json_string(scenario), json_string(policy), json_string(backend_flag_name(o.common.cfg.backend)),
-      json_number(o.scale), uncapped.peak_live, found.found ? "true" : "false", found.cap, json_number(over_live),
-      found.probes, to_json(uncapped, true), timing);
+  return nlohmann::ordered_json{
+      {"scenario", scenario},
+      {"allocator", policy},
+      {"backend", backend_flag_name(o.common.cfg.backend)},
+      {"scale", json_number(o.scale)},
+      {"peak_live", uncapped.peak_live},
+      {"found", found.found},
+      {"smallest_cap", found.cap},
+      {"cap_over_peak_live", json_number(over_live)},
+      {"probes", found.probes},
+      {"uncapped", to_json_value(uncapped, true)},
+      {"timing", std::move(timing)},
+  }.dump();
 }
 
 int write_traces(const stress_options& o) {

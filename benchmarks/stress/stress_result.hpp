@@ -1,6 +1,7 @@
 // What one run of a stress workload through one allocator measured, and its
-// JSON form. Header-only, standard C++ only: bench_stress (fragctl) and
-// torch_replay (PyTorch) report through it, so their results read alike.
+// JSON form (nlohmann-json). Header-only, no fragctl headers: bench_stress
+// (fragctl) and torch_replay (PyTorch) report through it, so their results
+// read alike.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "nlohmann/json.hpp"
 
 namespace fragctl::bench {
 
@@ -69,70 +72,47 @@ inline void summarize_steps(run_result& r) {
   r.step_ns_median = later.empty() ? r.first_step_ns : median_of(later);
 }
 
-inline std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-inline std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
+/// A double as JSON: the number (nlohmann writes the shortest form that reads
+/// back the same double), or null when not finite.
+inline nlohmann::ordered_json json_number(double x) {
+  return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
 }
 
 /// One JSON object; `with_series` adds "series" as rows of
 /// [step, requested_peak, reserved_peak, requested_end, reserved_end, alloc_ns].
-inline std::string to_json(const run_result& r, bool with_series) {
-  std::string j = "{";
-  const auto field = [&](const char* k, const std::string& value) {
-    if (j.size() > 1) j += ", ";
-    j += json_string(k) + ": " + value;
+inline nlohmann::ordered_json to_json_value(const run_result& r, bool with_series) {
+  nlohmann::ordered_json j = {
+      {"scenario", r.scenario},
+      {"allocator", r.allocator},
+      {"backend", r.backend},
+      {"scale", json_number(r.scale)},
+      {"cap", r.cap},
+      {"completed", r.completed},
+      {"failed_step", r.failed_step},
+      {"failure", r.failure},
+      {"peak_live", r.peak_live},
+      {"peak_requested", r.peak_requested},
+      {"peak_reserved", r.peak_reserved},
+      {"reserved_over_requested", json_number(r.reserved_over_requested)},
+      {"backend_memory_calls", r.backend_memory_calls},
+      {"retries", r.retries},
+      {"operations", r.operations},
+      {"median_ns", json_number(r.median_ns)},
+      {"p99_ns", json_number(r.p99_ns)},
+      {"steps", r.steps},
+      {"first_step_ns", json_number(r.first_step_ns)},
+      {"step_ns_median", json_number(r.step_ns_median)},
   };
-  const auto u = [](std::uint64_t v) { return std::to_string(v); };
-  field("scenario", json_string(r.scenario));
-  field("allocator", json_string(r.allocator));
-  field("backend", json_string(r.backend));
-  field("scale", json_number(r.scale));
-  field("cap", u(r.cap));
-  field("completed", r.completed ? "true" : "false");
-  field("failed_step", std::to_string(r.failed_step));
-  field("failure", json_string(r.failure));
-  field("peak_live", u(r.peak_live));
-  field("peak_requested", u(r.peak_requested));
-  field("peak_reserved", u(r.peak_reserved));
-  field("reserved_over_requested", json_number(r.reserved_over_requested));
-  field("backend_memory_calls", u(r.backend_memory_calls));
-  field("retries", u(r.retries));
-  field("operations", u(r.operations));
-  field("median_ns", json_number(r.median_ns));
-  field("p99_ns", json_number(r.p99_ns));
-  field("steps", u(r.steps));
-  field("first_step_ns", json_number(r.first_step_ns));
-  field("step_ns_median", json_number(r.step_ns_median));
   if (with_series) {
-    std::string rows = "[";
-    for (std::size_t i = 0; i < r.series.size(); ++i) {
-      const step_sample& s = r.series[i];
-      if (i > 0) rows += ", ";
-      rows += "[" + u(s.step) + ", " + u(s.requested_peak) + ", " + u(s.reserved_peak) + ", " + u(s.requested_end) +
-           ", " + u(s.reserved_end) + ", " + std::to_string(s.alloc_ns) + "]";
-    }
-    field("series", rows + "]");
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const step_sample& x : r.series)
+      rows.push_back({x.step, x.requested_peak, x.reserved_peak, x.requested_end, x.reserved_end, x.alloc_ns});
+    j["series"] = std::move(rows);
   }
-  return j + "}";
+  return j;
 }
+
+/// to_json_value as text (one line).
+inline std::string to_json(const run_result& r, bool with_series) { return to_json_value(r, with_series).dump(); }
 
 }  // namespace fragctl::bench

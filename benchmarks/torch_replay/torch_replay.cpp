@@ -47,7 +47,7 @@ namespace torch_replay {
 namespace alloc = c10::cuda::CUDACachingAllocator;
 using clock_type = std::chrono::steady_clock;
 using fragctl::bench::json_number;
-using fragctl::bench::json_string;
+using json = nlohmann::ordered_json;
 
 constexpr c10::DeviceIndex device = 0;
 
@@ -192,18 +192,28 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
   const double p99 = fragctl::bench::percentile_of(copy, 0.99);
   std::int64_t total_ns = 0;
   for (const std::int64_t ns : samples) total_ns += ns;
-  char ratio[32];
-  std::snprintf(ratio, sizeof ratio, "%.6f", requested == 0 ? 0.0 : static_cast<double>(reserved) / static_cast<double>(requested));
-  return "{\"trace\": " + json_string(t.name) + ", \"policy\": " + json_string(label) +
-         ", \"backend\": \"cuda\", \"peak_requested\": " + std::to_string(requested) +
-         ", \"peak_reserved\": " + std::to_string(reserved) + ", \"reserved_over_requested\": " + ratio +
-         ", \"backend_memory_calls\": " + std::to_string(calls) + ", \"backend_calls\": " + std::to_string(calls) +
-         ", \"ooms\": " + std::to_string(ooms) + ", \"unknown_frees\": " + std::to_string(unknown) +
-         ", \"skipped_frees\": " + std::to_string(skipped) + ", \"lost_frees\": " + std::to_string(lost) +
-         ", \"operations\": " + std::to_string(operations) + ", \"median_ns\": " + json_number(median) +
-         ", \"p99_ns\": " + json_number(p99) + ", \"total_ms\": " + json_number(static_cast<double>(total_ns) / 1e6) +
-         ", \"clock_overhead_ns\": " + json_number(clock_overhead_ns()) + ", \"cap\": " + std::to_string(cap) + ", \"torch_stats\": {\"num_alloc_retries\": " +
-         std::to_string(s.num_alloc_retries) + ", \"num_ooms\": " + std::to_string(s.num_ooms) + "}}";
+  const double ratio = requested == 0 ? 0.0 : static_cast<double>(reserved) / static_cast<double>(requested);
+  return json{
+      {"trace", t.name},
+      {"policy", label},
+      {"backend", "cuda"},
+      {"peak_requested", requested},
+      {"peak_reserved", reserved},
+      {"reserved_over_requested", json_number(ratio)},
+      {"backend_memory_calls", calls},
+      {"backend_calls", calls},
+      {"ooms", ooms},
+      {"unknown_frees", unknown},
+      {"skipped_frees", skipped},
+      {"lost_frees", lost},
+      {"operations", operations},
+      {"median_ns", json_number(median)},
+      {"p99_ns", json_number(p99)},
+      {"total_ms", json_number(static_cast<double>(total_ns) / 1e6)},
+      {"clock_overhead_ns", json_number(clock_overhead_ns())},
+      {"cap", cap},
+      {"torch_stats", {{"num_alloc_retries", s.num_alloc_retries}, {"num_ooms", s.num_ooms}}},
+  }.dump();
 }
 
 // --- stress -----------------------------------------------------------------------
@@ -326,11 +336,17 @@ std::string largest_json(const stress_options& o, const std::string& scenario, c
   if (found.found && at.scale != found.scale)
     at = run_plan(fragctl::bench::gen::generate(scenario, found.scale, o.steps), scenario, found.scale, label, total,
                   o.cap, false);
-  return "{\"scenario\": " + json_string(scenario) + ", \"allocator\": " + json_string(label) +
-         ", \"backend\": \"cuda\", \"cap\": " + std::to_string(o.cap) + ", \"found\": " +
-         (found.found ? "true" : "false") + ", \"largest_scale\": " + json_number(found.scale) +
-         ", \"probes\": " + std::to_string(found.probes) + ", \"cap_enforced\": " + (cap_ignored ? "false" : "true") +
-         ", \"run\": " + (found.found ? fragctl::bench::to_json(at, false) : std::string("null")) + "}";
+  return json{
+      {"scenario", scenario},
+      {"allocator", label},
+      {"backend", "cuda"},
+      {"cap", o.cap},
+      {"found", found.found},
+      {"largest_scale", json_number(found.scale)},
+      {"probes", found.probes},
+      {"cap_enforced", !cap_ignored},
+      {"run", found.found ? fragctl::bench::to_json_value(at, false) : json(nullptr)},
+  }.dump();
 }
 
 std::string smallest_json(const stress_options& o, const std::string& scenario, const std::string& label,
@@ -347,19 +363,27 @@ std::string smallest_json(const stress_options& o, const std::string& scenario, 
   const double over = found.found ? static_cast<double>(found.cap) / static_cast<double>(plan.peak_live) : 0;
   std::fprintf(stderr, "smallest %-16s %-18s: cap %.2f GiB = %.3f x peak live (%d probes)\n", scenario.c_str(),
                label.c_str(), static_cast<double>(found.cap) / (1 << 30), over, found.probes);
-  std::string timing = "null";
+  json timing = nullptr;
   if (found.found) {
     const auto capped = run_plan(plan, scenario, o.scale, label, total, found.cap, true);
-    timing = "{\"backend\": \"cuda\", \"uncapped\": " + fragctl::bench::to_json(uncapped, true) +
-             ", \"capped\": " + fragctl::bench::to_json(capped, true) + "}";
+    timing = {{"backend", "cuda"},
+              {"uncapped", fragctl::bench::to_json_value(uncapped, true)},
+              {"capped", fragctl::bench::to_json_value(capped, true)}};
   }
-  return "{\"scenario\": " + json_string(scenario) + ", \"allocator\": " + json_string(label) +
-         ", \"backend\": \"cuda\", \"scale\": " + json_number(o.scale) + ", \"peak_live\": " +
-         std::to_string(plan.peak_live) + ", \"found\": " + (found.found ? "true" : "false") +
-         ", \"smallest_cap\": " + std::to_string(found.cap) + ", \"cap_over_peak_live\": " + json_number(over) +
-         ", \"probes\": " + std::to_string(found.probes) + ", \"cap_enforced\": " + (cap_ignored ? "false" : "true") +
-         ", \"uncapped\": " + fragctl::bench::to_json(uncapped, true) +
-         ", \"timing\": " + timing + "}";
+  return json{
+      {"scenario", scenario},
+      {"allocator", label},
+      {"backend", "cuda"},
+      {"scale", json_number(o.scale)},
+      {"peak_live", plan.peak_live},
+      {"found", found.found},
+      {"smallest_cap", found.cap},
+      {"cap_over_peak_live", json_number(over)},
+      {"probes", found.probes},
+      {"cap_enforced", !cap_ignored},
+      {"uncapped", fragctl::bench::to_json_value(uncapped, true)},
+      {"timing", std::move(timing)},
+  }.dump();
 }
 
 // --- command line -------------------------------------------------------------------

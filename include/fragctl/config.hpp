@@ -92,7 +92,9 @@ struct option_info {
 [[nodiscard]] const std::vector<option_info>& config_options();
 
 /// Applies "key:value,key:value" on top of `base`. Errors name the key and
-/// what it accepts; `base` is untouched on error.
+/// what it accepts; `base` is untouched on error. PyTorch's allocator keys
+/// are understood where fragctl has the same meaning (max_split_size_mb,
+/// expandable_segments); PyTorch's others are errors naming what to use.
 [[nodiscard]] absl::StatusOr<config> parse_config(std::string_view conf, config base = {});
 
 /// Parses a size: "4096", "512MiB", "2GiB", "1.5GiB". A positive value below
@@ -109,7 +111,10 @@ struct option_info {
 
 /// Reads FRAGCTL_POLICY, FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_REPORT,
 /// FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL, FRAGCTL_REPORT_INTERVAL and
-/// FRAGCTL_PROMETHEUS. Errors name the variable and key.
+/// FRAGCTL_PROMETHEUS. Errors name the variable and key. When FRAGCTL_CONF
+/// is unset, PYTORCH_CUDA_ALLOC_CONF's keys that have a fragctl meaning are
+/// applied instead (src/util/pytorch_conf.hpp), with one warning log line
+/// saying what was mapped and what was left to PyTorch.
 [[nodiscard]] absl::StatusOr<config> config_from_environment();
 
 }  // namespace fragctl

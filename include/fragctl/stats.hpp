@@ -76,6 +76,8 @@ struct allocator_stats {
   pool_state pool;  ///< cache state when the stats were taken
 
   std::array<std::uint64_t, size_histogram_buckets> size_histogram{};
+  /// Sum of the bytes of the requests size_histogram counts (a histogram's _sum).
+  std::uint64_t size_histogram_sum = 0;
 
   /// The latest OOM failures, oldest first, at most oom_events_kept (the
   /// count of all of them is `ooms`), each with its diagnosis.

@@ -2,9 +2,10 @@
 import contextlib
 import sys
 import time
+from typing import IO, Any, Dict, Optional
 
 
-def _gib(n):
+def _gib(n: float) -> str:
     return "%.2f GiB" % (n / 2.0 ** 30)
 
 
@@ -26,7 +27,7 @@ class summary(contextlib.ContextDecorator):
     through fragctl on the device.
     """
 
-    def __init__(self, label="", device=None, file=None):
+    def __init__(self, label: str = "", device: Optional[int] = None, file: Optional[IO[str]] = None) -> None:
         self.label = label
         self.device = device
         self.file = file
@@ -34,19 +35,19 @@ class summary(contextlib.ContextDecorator):
         self._before = None
         self._start = 0.0
 
-    def _stats(self):
+    def _stats(self) -> Optional[Dict[str, Any]]:
         from . import FragctlError, stats
         try:
             return stats(self.device)
         except FragctlError:
             return None
 
-    def __enter__(self):
+    def __enter__(self) -> "summary":
         self._before = self._stats()
         self._start = time.perf_counter()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         seconds = time.perf_counter() - self._start
         after = self._stats()
         out = self.file if self.file is not None else sys.stderr

@@ -16,11 +16,9 @@
 #include "fragctl/process_hooks.hpp"
 #include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
+#include "fragctl/version.hpp"
 #include "util/strings.hpp"
 
-#ifndef FRAGCTL_VERSION_STRING
-#define FRAGCTL_VERSION_STRING "0.0.0"
-#endif
 
 namespace fragctl::capi {
 
@@ -100,7 +98,7 @@ using fragctl::capi::guarded;
 
 extern "C" {
 
-const char* fragctl_version(void) { return FRAGCTL_VERSION_STRING; }
+const char* fragctl_version(void) { return FRAGCTL_VERSION; }
 
 const char* fragctl_status_string(fragctl_status status) {
   switch (status) {

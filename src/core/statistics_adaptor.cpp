@@ -66,6 +66,7 @@ struct statistics_adaptor::counters {
   std::atomic<std::uint64_t> not_owned{0};
   std::atomic<std::uint64_t> size_mismatch{0};
   std::array<std::atomic<std::uint64_t>, size_histogram_buckets> histogram{};
+  std::atomic<std::uint64_t> histogram_sum{0};
   // The latest OOM events; OOMs are rare, so a lock is cheap enough here.
   mutable std::mutex oom_mutex;
   std::deque<oom_event> oom_events;
@@ -120,6 +121,7 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   add(c.allocations, std::uint64_t{1});
   raise_peak(c.live_window_peak, read(c.allocations) - read(c.frees));
   add(c.histogram[size_histogram_bucket(bytes)], std::uint64_t{1});
+  add(c.histogram_sum, std::uint64_t{bytes});
   return ptr;
 }
 
@@ -183,6 +185,7 @@ allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
   s.misuse_not_owned = read(c.not_owned);
   s.misuse_size_mismatch = read(c.size_mismatch);
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) s.size_histogram[i] = read(c.histogram[i]);
+  s.size_histogram_sum = read(c.histogram_sum);
   s.backend_calls = backend.counters();
   s.reserved = {s.backend_calls.held_bytes, s.backend_calls.peak_held_bytes};
   s.totals.reserved = s.backend_calls.held_total;

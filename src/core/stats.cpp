@@ -166,6 +166,7 @@ json stats_to_json_value(const allocator_stats& s) {
         {"segments", s.pool.segments},
         {"retries", s.pool.retries}}},
       {"size_histogram", s.size_histogram},
+      {"size_histogram_sum", s.size_histogram_sum},
       {"oom_events", std::move(oom_events)},
       {"derived",
        {{"reserved_over_requested", s.reserved_over_requested()},
@@ -199,6 +200,7 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
   r.integer(j, "frees", s.frees);
   r.integer(j, "ooms", s.ooms);
   r.integer(j, "retries", s.retries);
+  r.integer(j, "size_histogram_sum", s.size_histogram_sum);
   if (const json* m = r.object(j, "misuse")) {
     r.integer(*m, "not_owned", s.misuse_not_owned, "misuse");
     r.integer(*m, "size_mismatch", s.misuse_size_mismatch, "misuse");
@@ -368,7 +370,7 @@ std::string to_prometheus(const allocator_stats& s) {
   e.metric("pool_largest_free_block_bytes", "gauge", "Largest block one request could get from the cache.",
            s.pool.largest_free_block);
   e.metric("pool_segments", "gauge", "Segments or mapped regions held.", s.pool.segments);
-  e.metric("reserved_over_requested", "gauge", "Peak reserved over peak requested bytes (1 is ideal).",
+  e.metric("reserved_over_requested_ratio", "gauge", "Peak reserved over peak requested bytes (1 is ideal).",
            s.reserved_over_requested());
   e.metric("fragmentation_ratio", "gauge", "1 - peak requested / peak reserved.", s.fragmentation());
   e.metric("external_fragmentation_ratio", "gauge", "1 - largest free block / free in cache.",
@@ -376,15 +378,20 @@ std::string to_prometheus(const allocator_stats& s) {
   e.metric("internal_waste_bytes", "gauge", "Allocated minus requested bytes now (rounding).",
            s.internal_waste());
 
-  // A counter per non-empty log2 bucket rather than a Prometheus histogram:
-  // the adaptor keeps no sum of sizes, which a histogram requires. Bucket i
-  // holds sizes in [2^i, 2^(i+1)); min_bytes labels it by its lower bound.
-  e.family("requests_by_size_total", "counter", "Allocate requests by log2 size bucket (lower bound in bytes).");
-  for (std::size_t i = 0; i < size_histogram_buckets; ++i) {
-    if (s.size_histogram[i] == 0) continue;
-    e.sample("requests_by_size_total", s.size_histogram[i],
-             fmt::format("min_bytes=\"{}\"", std::uint64_t{1} << i));
+  // A Prometheus histogram of request sizes: bucket i of size_histogram holds
+  // sizes in [2^i, 2^(i+1)), integers, so its upper bound "le" is 2^(i+1) - 1
+  // (the last bucket also holds everything bigger: +Inf). Every bucket is
+  // written, cumulative, so that each scrape has the same series.
+  e.family("request_size_bytes", "histogram", "Sizes of allocate requests in bytes (log2 buckets).");
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i + 1 < size_histogram_buckets; ++i) {
+    cumulative += s.size_histogram[i];
+    e.sample("request_size_bytes_bucket", cumulative, fmt::format("le=\"{}\"", (std::uint64_t{2} << i) - 1));
   }
+  cumulative += s.size_histogram[size_histogram_buckets - 1];
+  e.sample("request_size_bytes_bucket", cumulative, "le=\"+Inf\"");
+  e.sample("request_size_bytes_sum", s.size_histogram_sum);
+  e.sample("request_size_bytes_count", cumulative);
   return e.take();
 }
 

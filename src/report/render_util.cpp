@@ -12,7 +12,9 @@ std::string bytes(std::size_t n) { return util::human_bytes(n); }
 
 std::string signed_bytes(std::size_t from, std::size_t to) {
   if (from == to) return "0 B";
-  return to > from ? "+" + bytes(to - from) : "-" + bytes(from - to);
+  // fmt, not "+" + std::string&&: GCC 12 at -O3 reports a false -Wrestrict
+  // on the operator+ form.
+  return to > from ? fmt::format("+{}", bytes(to - from)) : fmt::format("-{}", bytes(from - to));
 }
 
 std::string percent_change(double from, double to) {

@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "fragctl/log.hpp"
+#include "util/pytorch_conf.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {
@@ -210,7 +211,8 @@ absl::StatusOr<std::size_t> parse_size(std::string_view text) {
   else if (unit == "tb") multiplier = 1e12;
   const auto bad = [&] {
     return absl::InvalidArgumentError(fmt::format(
-        "\"{}\" is not a size: expected bytes or a number with B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)", text));
+        "\"{}\" is not a size: expected bytes or a number with B, KiB, MiB, GiB, TiB (powers of 2: MiB is 2^20 "
+        "bytes) or KB, MB, GB, TB (powers of 10: MB is 10^6 bytes)", text));
   };
   if (number.empty() || multiplier == 0) return bad();
   if (number.find('.') == std::string_view::npos) {
@@ -278,6 +280,11 @@ absl::StatusOr<config> parse_config(std::string_view conf, config base) {
       if (r.info.key == key) row = &r;
     }
     if (row == nullptr) {
+      if (auto pytorch = util::apply_pytorch_key(base, key, value)) {
+        if (!pytorch->ok())
+          return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: {}", util::to_std(pytorch->status().message())));
+        continue;
+      }
       std::vector<std::string_view> keys;
       for (const auto& r : rows()) keys.push_back(r.info.key);
       return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: unknown key \"{}\"; known keys: {}",
@@ -357,6 +364,12 @@ absl::StatusOr<config> config_from_environment() {
   if (!backend.ok())
     return absl::InvalidArgumentError(fmt::format("FRAGCTL_BACKEND: {}", util::to_std(backend.status().message())));
   c.backend = *backend;
+  if (std::getenv("FRAGCTL_CONF") == nullptr && !env("PYTORCH_CUDA_ALLOC_CONF").empty()) {
+    auto pytorch = util::apply_pytorch_conf(env("PYTORCH_CUDA_ALLOC_CONF"), std::move(c));
+    if (!pytorch.ok()) return pytorch.status();
+    logger().warn("FRAGCTL_CONF unset, read PYTORCH_CUDA_ALLOC_CONF: {}", pytorch->summary);
+    c = std::move(pytorch->applied);
+  }
   auto parsed = parse_config(env("FRAGCTL_CONF"), std::move(c));
   if (!parsed.ok()) return parsed.status();
   if (!env("FRAGCTL_REPORT").empty()) parsed->report_path = std::string(env("FRAGCTL_REPORT"));

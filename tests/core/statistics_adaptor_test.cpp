@@ -73,6 +73,7 @@ TEST_F(statistics_adaptor_test, histogram_buckets_by_log2_of_request) {
   std::uint64_t total = 0;
   for (const auto n : s.size_histogram) total += n;
   EXPECT_EQ(total, 7u);
+  EXPECT_EQ(s.size_histogram_sum, 1u + 100 + 1000 + 1023 + 1024 + 4096 + MiB + 1);
 }
 
 TEST(size_histogram_bucket, is_floor_log2_capped_at_last_bucket) {
@@ -155,6 +156,7 @@ allocator_stats sample_stats() {
   s.pool = {17, 18, 19, 20, 21, 22};
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) s.size_histogram[i] = i * i;
   s.size_histogram[47] = std::uint64_t{1} << 60;
+  s.size_histogram_sum = 23;
   return s;
 }
 
@@ -186,6 +188,7 @@ void expect_same(const allocator_stats& a, const allocator_stats& b) {
   EXPECT_EQ(a.pool.segments, b.pool.segments);
   EXPECT_EQ(a.pool.retries, b.pool.retries);
   EXPECT_EQ(a.size_histogram, b.size_histogram);
+  EXPECT_EQ(a.size_histogram_sum, b.size_histogram_sum);
 }
 
 TEST(stats_json, round_trips_every_field) {
@@ -260,9 +263,22 @@ TEST(stats_prometheus, exposes_typed_labelled_metrics) {
   has("fragctl_ooms_total" + labels + " 9");
   has(R"(fragctl_misuse_total{allocator="warmup:arena",backend="sim",device="3",kind="size_mismatch"} 12)");
   has(R"(fragctl_backend_calls_total{allocator="warmup:arena",backend="sim",device="3",call="create_physical"} 104)");
-  has("fragctl_reserved_over_requested" + labels + " 3");
-  has(R"(fragctl_requests_by_size_total{allocator="warmup:arena",backend="sim",device="3",min_bytes="2"} 1)");
-  EXPECT_EQ(text.find("min_bytes=\"1\""), std::string::npos);  // bucket 0 is empty: no series
+  has("fragctl_reserved_over_requested_ratio" + labels + " 3");
+  // The size histogram: cumulative buckets (bucket i holds i*i requests, the
+  // last 2^60), le the largest size of a bucket, then _sum and _count.
+  has("# TYPE fragctl_request_size_bytes histogram");
+  const std::string hl = R"(allocator="warmup:arena",backend="sim",device="3")";
+  has("fragctl_request_size_bytes_bucket{" + hl + R"(,le="1"} 0)");
+  has("fragctl_request_size_bytes_bucket{" + hl + R"(,le="3"} 1)");
+  has("fragctl_request_size_bytes_bucket{" + hl + R"(,le="7"} 5)");
+  std::uint64_t below_last = 0;
+  for (std::uint64_t i = 0; i + 1 < size_histogram_buckets; ++i) below_last += i * i;
+  has("fragctl_request_size_bytes_bucket{" + hl + ",le=\"" + std::to_string((std::uint64_t{1} << 47) - 1) +
+      "\"} " + std::to_string(below_last));
+  has("fragctl_request_size_bytes_bucket{" + hl + R"(,le="+Inf"} )" + std::to_string(below_last + (std::uint64_t{1} << 60)));
+  has("fragctl_request_size_bytes_sum" + labels + " 23");
+  has("fragctl_request_size_bytes_count" + labels + " " + std::to_string(below_last + (std::uint64_t{1} << 60)));
+  EXPECT_EQ(text.find("requests_by_size"), std::string::npos);
   // Every counter family ends in _total.
   std::size_t pos = 0;
   while ((pos = text.find("# TYPE ", pos)) != std::string::npos) {

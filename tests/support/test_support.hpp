@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fragctl/trace.hpp"
 #include "fragctl/types.hpp"
@@ -94,5 +95,34 @@ inline trace fragmenting_trace() {
   add(trace_event::action::free, 0x4000, 4 * KiB);
   return t;
 }
+
+/// Sets (or, with nullptr, unsets) environment variables for its lifetime
+/// and restores what was there before. Not thread-safe (setenv).
+class scoped_environment {
+ public:
+  scoped_environment() = default;
+  scoped_environment(const scoped_environment&) = delete;
+  scoped_environment& operator=(const scoped_environment&) = delete;
+  ~scoped_environment() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->had) ::setenv(it->name.c_str(), it->value.c_str(), 1);
+      else ::unsetenv(it->name.c_str());
+    }
+  }
+  void set(const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    saved_.push_back({name, old != nullptr, old != nullptr ? old : ""});
+    if (value != nullptr) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+
+ private:
+  struct saved {
+    std::string name;
+    bool had;
+    std::string value;
+  };
+  std::vector<saved> saved_;
+};
 
 }  // namespace fragctl::testing

@@ -10,6 +10,7 @@
 
 #include "command.hpp"
 #include "fmt/format.h"
+#include "fragctl/version.hpp"
 
 namespace fragctl::cli {
 namespace {
@@ -37,6 +38,7 @@ std::string main_help() {
       "policies.\n\nUsage: fragctl COMMAND [OPTIONS] [ARGS...]\n\nCommands:\n";
   for (const command& c : commands()) text += fmt::format("  {:<10}  {}\n", c.spec->name, c.spec->summary);
   text += fmt::format("  {:<10}  {}\n", "help", "show the help of a command (fragctl help replay)");
+  text += fmt::format("  {:<10}  {}\n", "version", "print fragctl's version (also --version, -V)");
   text +=
       "\nRun 'fragctl COMMAND --help' for a command's options.\n"
       "Examples:\n"
@@ -54,6 +56,10 @@ int run(const std::vector<std::string>& args) {
   const std::string& name = args.front();
   if (name == "-h" || name == "--help") {
     std::fputs(main_help().c_str(), stdout);
+    return 0;
+  }
+  if (name == "--version" || name == "-V" || name == "version") {
+    std::printf("fragctl %s\n", FRAGCTL_VERSION);
     return 0;
   }
   if (name == "help") {

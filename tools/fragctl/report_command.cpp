@@ -2,11 +2,14 @@
 // text, a side-by-side comparison, an HTML page or an SVG memory map.
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "command.hpp"
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
 #include "fragctl/run_report.hpp"
+#include "fragctl/stats.hpp"
+#include "nlohmann/json.hpp"
 #include "report/progress_bar.hpp"
 #include "util/strings.hpp"
 
@@ -30,6 +33,33 @@ std::size_t top_rows(const arguments& args) {
   return n;
 }
 
+// One report file of several devices (one process's allocators, one per
+// device): these are not alternatives to compare but parts of one job, so
+// each gets its own summary headed by its device.
+bool one_report_of_several_devices(const std::vector<fragctl::run_report>& runs) {
+  if (runs.size() < 2) return false;
+  std::set<int> devices;
+  for (const fragctl::run_report& r : runs) {
+    if (r.kind != "report" || r.source != runs.front().source) return false;
+    devices.insert(r.stats.device);
+  }
+  return devices.size() == runs.size();
+}
+
+// --json: one array, an object per run with its statistics (the JSON schema
+// of docs/statistics.md).
+std::string runs_json(const std::vector<fragctl::run_report>& runs) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const fragctl::run_report& r : runs) {
+    all.push_back({{"name", r.name},
+                   {"source", r.source},
+                   {"kind", r.kind},
+                   {"device", r.stats.device},
+                   {"stats", nlohmann::ordered_json::parse(to_json(r.stats))}});
+  }
+  return all.dump(2) + "\n";
+}
+
 }  // namespace
 
 const command_spec& report_spec() {
@@ -44,7 +74,9 @@ const command_spec& report_spec() {
       "external fragmentation, the largest free block, the segments wasting the most bytes, a\n"
       "bar chart of request sizes, backend calls and every OOM with its diagnosis. Several runs\n"
       "(several files, or one report of several allocators) print a side-by-side comparison\n"
-      "with the difference in peak reserved; --details adds each run's summary.\n\n"
+      "with the difference in peak reserved; --details adds each run's summary. One report\n"
+      "of several devices (one job's allocators) prints a summary per device instead.\n"
+      "--json prints the runs' statistics as one JSON array instead of text.\n\n"
       "--html writes one self-contained page (no network) with the memory maps and, for traces,\n"
       "the timeline of requested vs reserved bytes with OOMs marked. --svg writes the memory map\n"
       "of the first run as SVG. docs/reports.md shows both.\n\n"
@@ -56,6 +88,7 @@ const command_spec& report_spec() {
       {{"html", "OUT", "write the HTML page to OUT"},
        {"svg", "OUT", "write the memory map of the first run as SVG to OUT"},
        {"details", "", "with several runs, print each run's summary after the comparison"},
+       {"json", "", "print one JSON array ({name, source, kind, device, stats} per run) instead of text"},
        {"top", "N", "rows of the top wasted regions (default 10)"},
        {"policy", "NAME", "traces: policy expression or comma-separated list (default: the backend's default)"},
        {"backend", "KIND", "traces: sim, cuda, hip or auto (default sim)"},
@@ -101,8 +134,16 @@ int run_report(const std::vector<std::string>& argv) {
     }
   }
 
-  if (runs.size() == 1) {
+  if (args.has("json")) {
+    std::fputs(runs_json(runs).c_str(), stdout);
+  } else if (runs.size() == 1) {
     std::fputs(render_text(runs.front(), text).c_str(), stdout);
+  } else if (one_report_of_several_devices(runs)) {
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const fragctl::run_report& r = runs[i];
+      std::printf("%s== device %d: %s (%s) ==\n%s", i == 0 ? "" : "\n", r.stats.device, r.stats.allocator.c_str(),
+                  r.source.c_str(), render_text(r, text).c_str());
+    }
   } else {
     std::fputs(render_comparison(runs).c_str(), stdout);
     if (args.has("details")) {

@@ -119,7 +119,7 @@ const command_spec& policies_spec() {
       "List the allocation policies (FRAGCTL_POLICY, fragctl replay --policy).",
       "Wrappers (buckets, warmup) compose over a base: 'buckets:arena' is buckets with large\n"
       "sizes sent to arena; a wrapper alone runs over the default base.\n",
-      {}};
+      {{"json", "", "print one JSON array ({name, kind, help} per policy) instead of text"}}};
   return spec;
 }
 
@@ -130,9 +130,15 @@ int run_policies(const std::vector<std::string>& argv) {
     return 0;
   }
   if (!args.positional.empty()) throw usage_error("fragctl policies takes no arguments");
-  for (const policy_info& p : policies())
-    std::printf("%-10s %-8s %s\n", std::string(p.name).c_str(), p.wraps_upstream ? "wrapper" : "base",
-                std::string(p.help).c_str());
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const policy_info& p : policies()) {
+    const char* kind = p.wraps_upstream ? "wrapper" : "base";
+    if (args.has("json"))
+      all.push_back({{"name", p.name}, {"kind", kind}, {"help", p.help}});
+    else
+      std::printf("%-10s %-8s %s\n", std::string(p.name).c_str(), kind, std::string(p.help).c_str());
+  }
+  if (args.has("json")) std::printf("%s\n", all.dump(2).c_str());
   return 0;
 }
 

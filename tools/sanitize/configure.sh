@@ -13,7 +13,7 @@
 sanitize_need_clang() {
   if ! command -v clang++ >/dev/null ||
      ! compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
-    tools/install-deps.sh clang libclang-rt-14-dev llvm
+    tools/install-deps.sh --tests clang libclang-rt-14-dev llvm
   fi
 }
 

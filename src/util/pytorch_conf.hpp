@@ -1,0 +1,37 @@
+// PyTorch's allocator keys (PYTORCH_CUDA_ALLOC_CONF) in fragctl's terms.
+//
+// A PyTorch user's habit is max_split_size_mb:128 or expandable_segments:True.
+// Where fragctl has an option of the same meaning, such a key is translated
+// (in PyTorch's units: `_mb` is MiB); where it has none, it is an error that
+// names what to use instead. The table of keys lives in pytorch_conf.cpp only.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "fragctl/config.hpp"
+
+namespace fragctl::util {
+
+/// Applies one PyTorch allocator key to `c`. nullopt when `key` is not one of
+/// PyTorch's keys; else the fragctl form applied ("max_split_size:128MiB"),
+/// or InvalidArgument when the value is bad or fragctl has no equivalent
+/// (the message names what to use instead). `backend` is PyTorch's own:
+/// an error here (it belongs in PYTORCH_CUDA_ALLOC_CONF).
+[[nodiscard]] std::optional<absl::StatusOr<std::string>> apply_pytorch_key(config& c, std::string_view key,
+                                                                           std::string_view value);
+
+/// Applies PYTORCH_CUDA_ALLOC_CONF ("key:value,key:value", PyTorch's syntax)
+/// on top of `base`: keys with a fragctl meaning are translated; `backend`
+/// and keys without an equivalent are left to PyTorch. Returns the config
+/// and one line saying what was mapped and what was left, or InvalidArgument
+/// for a bad value of a translated key. `base` is untouched on error.
+struct pytorch_conf_result {
+  config applied;
+  std::string summary;  ///< "mapped max_split_size_mb:128 -> max_split_size:128MiB; left to PyTorch: backend:..."
+};
+[[nodiscard]] absl::StatusOr<pytorch_conf_result> apply_pytorch_conf(std::string_view conf, config base);
+
+}  // namespace fragctl::util

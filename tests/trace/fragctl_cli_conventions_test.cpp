@@ -1,0 +1,106 @@
+// The fragctl command's conventions, run on the built binary: --version
+// (and -V, version), --json on report and policies, and one report of
+// several devices summarized per device rather than compared.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fragctl/policy.hpp"
+#include "fragctl/report.hpp"
+#include "fragctl/version.hpp"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "support/test_support.hpp"
+
+namespace fragctl {
+namespace {
+
+using fragctl::testing::fragctl_binary;
+using fragctl::testing::run_fragctl;
+using fragctl::testing::run_result;
+
+class FragctlCliConventions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(fragctl_binary()))
+      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
+  }
+};
+
+TEST_F(FragctlCliConventions, EverySpellingPrintsTheProjectVersion) {
+  for (const char* spelling : {"--version", "-V", "version"}) {
+    const run_result r = run_fragctl(spelling);
+    EXPECT_EQ(r.status, 0) << spelling << ": " << r.out;
+    EXPECT_EQ(r.out, std::string("fragctl ") + FRAGCTL_VERSION + "\n") << spelling;
+  }
+  EXPECT_EQ(std::string(FRAGCTL_VERSION),
+            std::to_string(FRAGCTL_VERSION_MAJOR) + "." + std::to_string(FRAGCTL_VERSION_MINOR) + "." +
+                std::to_string(FRAGCTL_VERSION_PATCH));
+}
+
+TEST_F(FragctlCliConventions, PoliciesJsonListsEveryPolicy) {
+  const run_result r = run_fragctl("policies --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), policies().size());
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    EXPECT_EQ(j[i]["name"], std::string(policies()[i].name));
+    EXPECT_EQ(j[i]["kind"], policies()[i].wraps_upstream ? "wrapper" : "base");
+  }
+}
+
+// A report file of one job with allocators on devices 0 and 1.
+std::string two_device_report() {
+  std::vector<allocator_stats> devices(2);
+  for (int d = 0; d < 2; ++d) {
+    devices[d].allocator = "arena";
+    devices[d].backend = "cuda";
+    devices[d].device = d;
+    devices[d].requested = {0, (d + 1) * MiB};
+    devices[d].reserved = {0, (d + 2) * MiB};
+  }
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("fragctl_two_devices_" + std::to_string(::getpid()) + ".json")).string();
+  EXPECT_TRUE(write_report_file(path, devices, "test").ok());
+  return path;
+}
+
+TEST_F(FragctlCliConventions, ReportOfSeveralDevicesIsSummarizedPerDevice) {
+  const std::string path = two_device_report();
+  const run_result r = run_fragctl("report '" + path + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::size_t first = r.out.find("== device 0: arena");
+  const std::size_t second = r.out.find("== device 1: arena");
+  EXPECT_NE(first, std::string::npos) << r.out;
+  EXPECT_NE(second, std::string::npos) << r.out;
+  EXPECT_LT(first, second);
+  // Control: two separate files of one device each are still compared side by side.
+  const std::string one = path + ".one.json";
+  std::vector<allocator_stats> single(1);
+  single[0].allocator = "caching";
+  ASSERT_TRUE(write_report_file(one, single, "test").ok());
+  const run_result compared = run_fragctl("report '" + path + "' '" + one + "'");
+  EXPECT_EQ(compared.status, 0) << compared.out;
+  EXPECT_EQ(compared.out.find("== device"), std::string::npos) << compared.out;
+  std::filesystem::remove(path);
+  std::filesystem::remove(one);
+}
+
+TEST_F(FragctlCliConventions, ReportJsonHasEveryRunWithItsDevice) {
+  const std::string path = two_device_report();
+  const run_result r = run_fragctl("report --json '" + path + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(j[d]["device"], d);
+    EXPECT_EQ(j[d]["kind"], "report");
+    EXPECT_EQ(j[d]["stats"]["requested_bytes"]["peak"].get<std::size_t>(), (d + 1) * MiB);
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace fragctl
