@@ -53,8 +53,8 @@ int code_of_current_exception(std::string_view runtime, std::string_view what, s
 }  // namespace
 
 interposer::interposer(const runtime_api& api, symbol_resolver resolve, bool scan_loaded_libraries,
-                       allocator_source allocators)
-    : real_(api, resolve, scan_loaded_libraries), allocators_(std::move(allocators)) {}
+                       allocator_source allocators, stack_source stacks)
+    : real_(api, resolve, scan_loaded_libraries), allocators_(std::move(allocators)), stacks_(std::move(stacks)) {}
 
 void* interposer::canonical_stream(void* stream, stream_mode mode) noexcept {
   if (stream == nullptr) return mode == stream_mode::per_thread ? per_thread_stream : nullptr;

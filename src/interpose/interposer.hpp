@@ -29,6 +29,15 @@
 //  * cudaMemGetInfo reports the real free memory plus what fragctl holds
 //    in its cache for that device (reserved, not handed out): memory the
 //    program could get without the device giving anything.
+//  * The default memory pool. Programs that allocate with cudaMallocAsync
+//    (PyTorch's cudaMallocAsync backend) read their statistics from the
+//    device's default pool, which fragctl never fills. The layer remembers
+//    the handle cudaDeviceGetDefaultMemPool gives for each device and
+//    answers for it from fragctl's allocator of that device: reserved and
+//    used memory (current; high = the resettable window peak), setting a
+//    high attribute to 0 starts a new peak window (both highs), and
+//    cudaMemPoolTrimTo releases fragctl's cache before the real trim. Other
+//    pools and attributes go to the real functions unchanged.
 // Errors come back as the runtime's codes (interpose/runtime.hpp), with one
 // log line; nothing throws.
 #pragma once
@@ -41,6 +50,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "fragctl/device_allocator.hpp"
+#include "fragctl/policy.hpp"
 #include "interpose/runtime.hpp"
 
 namespace fragctl::interpose {
@@ -49,6 +59,10 @@ namespace fragctl::interpose {
 /// throws (invalid_argument, backend_error) when it cannot; without, returns
 /// nullptr when it does not exist.
 using allocator_source = std::function<device_allocator*(int device, bool create)>;
+
+/// Gives the allocator stack of a device if it was built (never builds,
+/// never throws), for the default pool's statistics; nullptr if none.
+using stack_source = std::function<allocator_stack*(int device)>;
 
 /// Which meaning stream 0 has: the legacy default stream, or the per-thread
 /// default stream (the _ptsz entry points).
@@ -64,8 +78,9 @@ struct owned_block {
 /// Thread-safe: every function may be called from any thread at once.
 class interposer {
  public:
+  /// Without `stacks`, the memory pool functions all go to the real ones.
   interposer(const runtime_api& api, symbol_resolver resolve, bool scan_loaded_libraries,
-             allocator_source allocators);
+             allocator_source allocators, stack_source stacks = {});
 
   /// cudaMalloc: `bytes` on the current device, usable on every stream.
   /// bytes == 0 gives *ptr = nullptr and success.
@@ -81,6 +96,20 @@ class interposer {
   /// cudaMemGetInfo: the real figures, fragctl's cache of the current device
   /// counted as free (never above total).
   int mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
+
+  /// cudaDeviceGetDefaultMemPool: the real function's handle, remembered
+  /// as `device`'s default pool.
+  int device_get_default_mem_pool(void** pool, int device) noexcept;
+  /// cudaMemPoolGetAttribute: for a default pool, the four statistics
+  /// (uint64_t) from fragctl's allocator of its device (0 while it has none).
+  int mem_pool_get_attribute(void* pool, int attribute, void* value) noexcept;
+  /// cudaMemPoolSetAttribute: for a default pool, a high attribute set to 0
+  /// starts a new peak window; other values are cudaErrorInvalidValue.
+  int mem_pool_set_attribute(void* pool, int attribute, void* value) noexcept;
+  /// cudaMemPoolTrimTo: for a default pool, releases fragctl's whole cache
+  /// of its device (min_bytes_to_keep is the real pool's only), then trims
+  /// the real pool.
+  int mem_pool_trim_to(void* pool, std::size_t min_bytes_to_keep) noexcept;
 
   /// The record of a live block, if the layer handed `ptr` out.
   [[nodiscard]] std::optional<owned_block> find(const void* ptr) const;
@@ -98,12 +127,16 @@ class interposer {
   int real_free_async(void* ptr, void* stream, stream_mode mode) noexcept;
   std::optional<owned_block> take(void* ptr);
   void release(void* ptr, const owned_block& block) noexcept;
+  /// The device whose default pool `pool` is, if it is one and stacks_ is set.
+  std::optional<int> default_pool_device(const void* pool) const;
 
   real_functions real_;
   allocator_source allocators_;
   std::atomic<bool> build_failure_logged_{false};  ///< the once-only error line of a failed build
+  stack_source stacks_;
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<const void*, int> default_pools_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace fragctl::interpose

@@ -1,5 +1,5 @@
 // libfragctl_preload.so: LD_PRELOAD it and the CUDA runtime's and HIP's
-// allocation entry points below come from fragctl (docs/integration.md).
+// allocation (and default memory pool) entry points below come from fragctl (docs/integration.md).
 // Nothing but one-line forwarders into the tested layer
 // (interpose/interposer.hpp). Prototypes use plain C types (int error codes,
 // void* streams) so no runtime header or library is needed to build this;
@@ -44,6 +44,18 @@ FRAGCTL_PRELOAD_EXPORT int cudaFreeAsync_ptsz(void* ptr, void* stream) {
 FRAGCTL_PRELOAD_EXPORT int cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   return cuda().mem_get_info(free, total);
 }
+FRAGCTL_PRELOAD_EXPORT int cudaDeviceGetDefaultMemPool(void** pool, int device) {
+  return cuda().device_get_default_mem_pool(pool, device);
+}
+FRAGCTL_PRELOAD_EXPORT int cudaMemPoolGetAttribute(void* pool, int attribute, void* value) {
+  return cuda().mem_pool_get_attribute(pool, attribute, value);
+}
+FRAGCTL_PRELOAD_EXPORT int cudaMemPoolSetAttribute(void* pool, int attribute, void* value) {
+  return cuda().mem_pool_set_attribute(pool, attribute, value);
+}
+FRAGCTL_PRELOAD_EXPORT int cudaMemPoolTrimTo(void* pool, std::size_t min_bytes_to_keep) {
+  return cuda().mem_pool_trim_to(pool, min_bytes_to_keep);
+}
 
 // HIP.
 FRAGCTL_PRELOAD_EXPORT int hipMalloc(void** ptr, std::size_t size) { return hip().malloc(ptr, size); }
@@ -56,4 +68,16 @@ FRAGCTL_PRELOAD_EXPORT int hipFreeAsync(void* ptr, void* stream) {
 }
 FRAGCTL_PRELOAD_EXPORT int hipMemGetInfo(std::size_t* free, std::size_t* total) {
   return hip().mem_get_info(free, total);
+}
+FRAGCTL_PRELOAD_EXPORT int hipDeviceGetDefaultMemPool(void** pool, int device) {
+  return hip().device_get_default_mem_pool(pool, device);
+}
+FRAGCTL_PRELOAD_EXPORT int hipMemPoolGetAttribute(void* pool, int attribute, void* value) {
+  return hip().mem_pool_get_attribute(pool, attribute, value);
+}
+FRAGCTL_PRELOAD_EXPORT int hipMemPoolSetAttribute(void* pool, int attribute, void* value) {
+  return hip().mem_pool_set_attribute(pool, attribute, value);
+}
+FRAGCTL_PRELOAD_EXPORT int hipMemPoolTrimTo(void* pool, std::size_t min_bytes_to_keep) {
+  return hip().mem_pool_trim_to(pool, min_bytes_to_keep);
 }

@@ -19,4 +19,7 @@ namespace fragctl::interpose {
 /// The allocator source over the process-default allocators.
 [[nodiscard]] allocator_source process_default_allocators();
 
+/// The stack source over the process-default allocators (never builds one).
+[[nodiscard]] stack_source process_default_stacks();
+
 }  // namespace fragctl::interpose

@@ -42,6 +42,10 @@ enum class real_function : std::uint8_t {
   get_device,          ///< int (int* device)
   set_device,          ///< int (int device)
   device_synchronize,  ///< int (void)
+  device_get_default_mem_pool,  ///< int (void** pool, int device)
+  mem_pool_get_attribute,       ///< int (void* pool, int attribute, void* value)
+  mem_pool_set_attribute,       ///< int (void* pool, int attribute, void* value)
+  mem_pool_trim_to,             ///< int (void* pool, size_t min_bytes_to_keep)
   count_
 };
 
@@ -51,6 +55,17 @@ using mem_get_info_fn = int (*)(std::size_t*, std::size_t*);
 using get_device_fn = int (*)(int*);
 using set_device_fn = int (*)(int);
 using device_synchronize_fn = int (*)();
+using device_get_default_mem_pool_fn = int (*)(void**, int);
+using mem_pool_attribute_fn = int (*)(void*, int, void*);
+using mem_pool_trim_to_fn = int (*)(void*, std::size_t);
+
+/// Memory pool attributes (cudaMemPoolAttr, hipMemPoolAttr: same values).
+/// The four statistics take a uint64_t value.
+inline constexpr int pool_attr_release_threshold = 4;
+inline constexpr int pool_attr_reserved_mem_current = 5;
+inline constexpr int pool_attr_reserved_mem_high = 6;
+inline constexpr int pool_attr_used_mem_current = 7;
+inline constexpr int pool_attr_used_mem_high = 8;
 
 /// One runtime's names.
 struct runtime_api {
@@ -62,12 +77,14 @@ struct runtime_api {
 inline constexpr runtime_api cuda_runtime{
     "cuda", "libcudart.so",
     {"cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz", "cudaMemGetInfo", "cudaGetDevice", "cudaSetDevice",
-     "cudaDeviceSynchronize"}};
+     "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
+     "cudaMemPoolTrimTo"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
     {"hipFree", "hipFreeAsync", "hipFreeAsync", "hipMemGetInfo", "hipGetDevice", "hipSetDevice",
-     "hipDeviceSynchronize"}};
+     "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
+     "hipMemPoolTrimTo"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

@@ -1,6 +1,9 @@
 /* A stand-in for libcudart.so in tests without a GPU: the allocation entry
  * points fragctl's preload library replaces, backed by host memory, with call
- * counters so a test sees which calls reached the "real" runtime. */
+ * counters so a test sees which calls reached the "real" runtime. Its memory
+ * pools (the default pool of device d is FAKE_POOL + d) answer every
+ * attribute with FAKE_POOL_VALUE. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,13 +11,17 @@
 #define FAKE_EXPORT __attribute__((visibility("default")))
 
 static void* blocks[FAKE_BLOCKS];
-static int counts[16];
+static int counts[32];
 static const char* const names[] = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
                                     "cudaMallocAsync_ptsz", "cudaFreeAsync_ptsz", "cudaMemGetInfo",
                                     "cudaGetDevice", "cudaSetDevice", "cudaDeviceSynchronize",
-                                    "unknown_free"};
+                                    "unknown_free", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute",
+                                    "cudaMemPoolSetAttribute", "cudaMemPoolTrimTo"};
 enum { MALLOC, FREE, MALLOC_ASYNC, FREE_ASYNC, MALLOC_ASYNC_PTSZ, FREE_ASYNC_PTSZ, MEM_GET_INFO, GET_DEVICE,
-       SET_DEVICE, SYNCHRONIZE, UNKNOWN_FREE, COUNT };
+       SET_DEVICE, SYNCHRONIZE, UNKNOWN_FREE, DEFAULT_POOL, POOL_GET, POOL_SET, POOL_TRIM, COUNT };
+
+#define FAKE_POOL ((uintptr_t)0xd000)
+#define FAKE_POOL_VALUE 777
 
 /* Calls of `name` so far (a cudaXxx name, or "unknown_free": frees of a pointer
  * this runtime did not hand out). */
@@ -61,3 +68,28 @@ FAKE_EXPORT int cudaMemGetInfo(size_t* f, size_t* t) {
 FAKE_EXPORT int cudaGetDevice(int* d) { ++counts[GET_DEVICE]; *d = 0; return 0; }
 FAKE_EXPORT int cudaSetDevice(int d) { (void)d; ++counts[SET_DEVICE]; return 0; }
 FAKE_EXPORT int cudaDeviceSynchronize(void) { ++counts[SYNCHRONIZE]; return 0; }
+FAKE_EXPORT int cudaDeviceGetDefaultMemPool(void** pool, int d) {
+  ++counts[DEFAULT_POOL];
+  *pool = (void*)(FAKE_POOL + (uintptr_t)d);
+  return 0;
+}
+FAKE_EXPORT int cudaMemPoolGetAttribute(void* pool, int attr, void* value) {
+  (void)pool;
+  (void)attr;
+  ++counts[POOL_GET];
+  *(uint64_t*)value = FAKE_POOL_VALUE;
+  return 0;
+}
+FAKE_EXPORT int cudaMemPoolSetAttribute(void* pool, int attr, void* value) {
+  (void)pool;
+  (void)attr;
+  (void)value;
+  ++counts[POOL_SET];
+  return 0;
+}
+FAKE_EXPORT int cudaMemPoolTrimTo(void* pool, size_t keep) {
+  (void)pool;
+  (void)keep;
+  ++counts[POOL_TRIM];
+  return 0;
+}

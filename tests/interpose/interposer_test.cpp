@@ -1,13 +1,14 @@
 // The LD_PRELOAD layer (interpose/interposer.hpp) with fake "real" runtime
 // functions and sim allocators: ownership, pass-through of foreign pointers
 // and nullptr, cudaFree's synchronization, devices, streams, memory info and
-// error codes, all without a GPU.
+// error codes, the default memory pool's statistics, all without a GPU.
 #include "interpose/interposer.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -34,6 +35,7 @@ struct fake_runtime {
   int synchronize_result = success;
   std::function<void()> on_synchronize;
   std::map<std::string, int> lookups;
+  std::vector<std::pair<void*, int>> pool_calls;  // (pool, attribute; -1: trim) the real pool functions got
 };
 fake_runtime* fake = nullptr;
 
@@ -72,6 +74,27 @@ int fake_synchronize() {
   return fake->synchronize_result;
 }
 
+// The default pool of device d is pool_base + d; every attribute reads 777.
+const std::uintptr_t pool_base = 0xd000;
+constexpr std::uint64_t real_pool_value = 777;
+int fake_default_pool(void** pool, int d) {
+  *pool = reinterpret_cast<void*>(pool_base + static_cast<std::uintptr_t>(d));
+  return success;
+}
+int fake_pool_get(void* pool, int attribute, void* value) {
+  fake->pool_calls.emplace_back(pool, attribute);
+  *static_cast<std::uint64_t*>(value) = real_pool_value;
+  return success;
+}
+int fake_pool_set(void* pool, int attribute, void*) {
+  fake->pool_calls.emplace_back(pool, attribute);
+  return success;
+}
+int fake_pool_trim(void* pool, std::size_t) {
+  fake->pool_calls.emplace_back(pool, -1);
+  return success;
+}
+
 void* resolve_fake(const char* name) {
   ++fake->lookups[name];
   const std::string n = name;
@@ -82,6 +105,10 @@ void* resolve_fake(const char* name) {
   if (n == "cudaGetDevice") return reinterpret_cast<void*>(&fake_get_device);
   if (n == "cudaSetDevice") return reinterpret_cast<void*>(&fake_set_device);
   if (n == "cudaDeviceSynchronize") return reinterpret_cast<void*>(&fake_synchronize);
+  if (n == "cudaDeviceGetDefaultMemPool") return reinterpret_cast<void*>(&fake_default_pool);
+  if (n == "cudaMemPoolGetAttribute") return reinterpret_cast<void*>(&fake_pool_get);
+  if (n == "cudaMemPoolSetAttribute") return reinterpret_cast<void*>(&fake_pool_set);
+  if (n == "cudaMemPoolTrimTo") return reinterpret_cast<void*>(&fake_pool_trim);
   return nullptr;
 }
 
@@ -111,6 +138,9 @@ class InterposerTest : public ::testing::Test {
       }
       return slot ? &slot->allocator() : nullptr;
     };
+  }
+  stack_source stacks() {
+    return [this](int device) { return stacks_.at(static_cast<std::size_t>(device)).get(); };
   }
   allocator_stats stats(int device) { return stacks_.at(static_cast<std::size_t>(device))->stats(); }
   bool built(int device) const { return stacks_.at(static_cast<std::size_t>(device)) != nullptr; }
@@ -347,6 +377,74 @@ TEST_F(InterposerTest, HipUsesTheHipNames) {
   EXPECT_EQ(asked.front(), "hipGetDevice");
   EXPECT_NE(std::find(asked.begin(), asked.end(), "hipDeviceSynchronize"), asked.end());
   names = nullptr;
+}
+
+std::uint64_t attribute(interposer& layer, void* pool, int attribute) {
+  std::uint64_t value = 0;
+  EXPECT_EQ(layer.mem_pool_get_attribute(pool, attribute, &value), success);
+  return value;
+}
+
+TEST_F(InterposerTest, DefaultPoolStatisticsAreFragctls) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source(), stacks());
+  void* pool = nullptr;
+  ASSERT_EQ(layer.device_get_default_mem_pool(&pool, 1), success);
+  EXPECT_EQ(pool, reinterpret_cast<void*>(pool_base + 1));  // the real handle
+  EXPECT_EQ(attribute(layer, pool, pool_attr_used_mem_current), 0u);  // no allocator yet
+  EXPECT_FALSE(built(1));
+
+  runtime_.current_device = 1;
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 3 << 20, stream_a, stream_mode::legacy), success);
+  allocator_stats s = stats(1);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_used_mem_current), s.allocated.current);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_reserved_mem_current), s.reserved.current);
+  ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_used_mem_current), 0u);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_used_mem_high), s.allocated.current);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_reserved_mem_high), s.reserved.current);
+
+  // Setting a high to 0 starts a new window at the current figures.
+  std::uint64_t zero = 0;
+  std::uint64_t one = 1;
+  EXPECT_EQ(layer.mem_pool_set_attribute(pool, pool_attr_used_mem_high, &one), error_invalid_value);
+  ASSERT_EQ(layer.mem_pool_set_attribute(pool, pool_attr_used_mem_high, &zero), success);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_used_mem_high), 0u);
+  const std::uint64_t cache = attribute(layer, pool, pool_attr_reserved_mem_current);
+  EXPECT_GE(cache, std::uint64_t{3} << 20);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_reserved_mem_high), cache);
+
+  // Trim releases fragctl's cache, then trims the real pool.
+  ASSERT_EQ(layer.mem_pool_trim_to(pool, 0), success);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_reserved_mem_current), 0u);
+  EXPECT_EQ(stats(1).reserved.current, 0u);
+  EXPECT_EQ(runtime_.pool_calls, (std::vector<std::pair<void*, int>>{{pool, -1}}));
+  EXPECT_EQ(layer.mem_pool_get_attribute(pool, pool_attr_used_mem_current, nullptr), error_invalid_value);
+}
+
+TEST_F(InterposerTest, OtherPoolsAndAttributesAreTheRuntimes) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source(), stacks());
+  void* pool = nullptr;
+  ASSERT_EQ(layer.device_get_default_mem_pool(&pool, 0), success);
+  void* other = reinterpret_cast<void*>(pool_base + 9);  // never given as a default pool
+  std::uint64_t threshold = 1 << 30;
+  EXPECT_EQ(attribute(layer, other, pool_attr_used_mem_current), real_pool_value);
+  EXPECT_EQ(attribute(layer, pool, pool_attr_release_threshold), real_pool_value);
+  EXPECT_EQ(layer.mem_pool_set_attribute(pool, pool_attr_release_threshold, &threshold), success);
+  EXPECT_EQ(layer.mem_pool_set_attribute(pool, pool_attr_used_mem_current, &threshold), success);  // the runtime says
+  EXPECT_EQ(layer.mem_pool_trim_to(other, 0), success);
+  EXPECT_EQ(runtime_.pool_calls,
+            (std::vector<std::pair<void*, int>>{{other, pool_attr_used_mem_current},
+                                                {pool, pool_attr_release_threshold},
+                                                {pool, pool_attr_release_threshold},
+                                                {pool, pool_attr_used_mem_current},
+                                                {other, -1}}));
+
+  // Without a stack source every pool is the runtime's.
+  interposer plain(cuda_runtime, &resolve_fake, false, source());
+  ASSERT_EQ(plain.device_get_default_mem_pool(&pool, 0), success);
+  EXPECT_EQ(attribute(plain, pool, pool_attr_used_mem_current), real_pool_value);
+  EXPECT_FALSE(built(0));
 }
 
 TEST(FindInLoadedLibrary, FindsASymbolOfALoadedLibraryByFileName) {

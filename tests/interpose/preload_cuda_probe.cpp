@@ -1,11 +1,13 @@
 // A CUDA runtime program run under LD_PRELOAD=libfragctl_preload.so on a GPU
 // (FRAGCTL_BACKEND=cuda): memory from cudaMalloc and cudaMallocAsync works
 // for kernels and copies, comes from fragctl, and memory fragctl did not hand
-// out (managed memory) is freed by the real runtime. Exits 77 (skipped)
+// out (managed memory) is freed by the real runtime, and the default memory
+// pool's statistics are fragctl's. Exits 77 (skipped)
 // where there is no CUDA device.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -25,6 +27,37 @@ void check(bool ok, const char* what) {
 }
 
 #define CHECK(condition) check((condition), #condition)
+
+std::uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
+  std::uint64_t value = 0;
+  CHECK(cudaMemPoolGetAttribute(pool, attribute, &value) == cudaSuccess);
+  return value;
+}
+
+// What PyTorch's cudaMallocAsync backend reads and resets.
+void check_default_pool(std::size_t bytes, cudaStream_t stream) {
+  int device = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess);
+  cudaMemPool_t pool = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess);
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, bytes, stream) == cudaSuccess);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent) >= bytes);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent) >= bytes);
+  CHECK(cudaFreeAsync(p, stream) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrUsedMemCurrent) == 0);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrUsedMemHigh) >= bytes);
+  std::uint64_t zero = 0;
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero) == cudaSuccess);
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero) == cudaSuccess);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrUsedMemHigh) == 0);
+  const std::uint64_t reserved = pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrReservedMemHigh) == reserved);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent) <= reserved);
+}
 
 }  // namespace
 
@@ -84,6 +117,7 @@ int main(int argc, char** argv) {
   CHECK(report.find("\"backend\": \"cuda\"") != std::string::npos);
   CHECK(report.find("\"allocations\": 2") != std::string::npos);
   CHECK(report.find("\"frees\": 2") != std::string::npos);
+  check_default_pool(bytes, nullptr);  // after the report: allocates once more
   std::printf("preload_cuda_probe: %d failures\n", failures);
   return failures == 0 ? 0 : 1;
 }
