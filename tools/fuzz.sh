@@ -6,7 +6,7 @@
 #   tools/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default ${FRAGCTL_FUZZ_SECONDS:-25}); TARGETs among
-# config trace stats_json report alloc_sequence (default: all). Built in
+# config trace pickle stats_json report alloc_sequence (default: all). Built in
 # ${FRAGCTL_FUZZ_DIR:-build-asan}, the address build of tools/sanitize.sh
 # (same configuration, tools/sanitize/configure.sh, so nothing is built twice);
 # new inputs go to <build>/fuzz-corpus/<target> (the committed seeds in
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-${FRAGCTL_FUZZ_SECONDS:-25}}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config trace stats_json report alloc_sequence)
+[ ${#targets[@]} -gt 0 ] || targets=(config trace pickle stats_json report alloc_sequence)
 dir=${FRAGCTL_FUZZ_DIR:-build-asan}  # the address build of tools/sanitize.sh
 
 source tools/sanitize/configure.sh

@@ -1,6 +1,7 @@
 // Harnesses of the parsers that read what users and files give fragctl:
-// FRAGCTL_CONF and FRAGCTL_POLICY, the three trace formats, statistics
-// reports, and the report reader of `fragctl report`. Each takes any byte string; a parser must answer it with a value
+// FRAGCTL_CONF and FRAGCTL_POLICY, the three trace formats, the pickles
+// PyTorch snapshots are saved as, statistics reports, and the report reader
+// of `fragctl report`. Each takes any byte string; a parser must answer it with a value
 // or an error status, never crash, hang or leak, and what it accepts must
 // survive a round trip through the matching writer. Violations throw
 // invariant_violation.
@@ -10,10 +11,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
@@ -26,6 +30,8 @@
 #include "fuzz/harness/alloc_sequence.hpp"
 #include "fuzz/harness/block_model.hpp"
 #include "fuzz/harness/byte_reader.hpp"
+#include "nlohmann/json.hpp"
+#include "trace/pickle_reader.hpp"
 
 namespace fragctl::fuzz {
 
@@ -142,6 +148,43 @@ inline void run_trace(const std::uint8_t* data, std::size_t size) {
   check(back.ok(), "a trace fragctl wrote does not read back: {}", std::string(back.status().message()));
   check(back->events == t->events, "{} events written, {} read back differently", t->events.size(),
         back->events.size());
+}
+
+/// Nesting depth of a JSON value (a scalar is 0), without recursion.
+inline std::size_t json_depth(const nlohmann::json& root) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const nlohmann::json*, std::size_t>> todo = {{&root, 0}};
+  while (!todo.empty()) {
+    const auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    deepest = std::max(deepest, depth + 1);
+    for (const auto& child : *j) todo.emplace_back(&child, depth + 1);
+  }
+  return deepest;
+}
+
+/// The pickle reader (PyTorch snapshots saved by _dump_snapshot): any bytes
+/// give a JSON value within the depth limit or an error naming the file,
+/// never run an opcode that constructs an object, and a pickle read through
+/// parse_trace is a trace or an error too.
+inline void run_pickle(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text = as_text(data, size);
+  trace_detail::pickle_options options;
+  options.max_depth = 64;
+  options.max_output_bytes = 1u << 24;
+  auto j = trace_detail::read_pickle(text, "fuzz", options);
+  if (!j.ok()) {
+    const std::string message(j.status().message());
+    check(message.starts_with("fuzz: pickle"), "an error that does not name the file: {}", message);
+  } else {
+    check(json_depth(*j) <= options.max_depth, "a value nested deeper than the limit {}", options.max_depth);
+  }
+  if (trace_detail::looks_like_pickle(text)) {
+    auto t = parse_trace(text, "fuzz");
+    const std::string message(t.status().message());
+    check(t.ok() || message.starts_with("fuzz"), "a trace error that does not name the file: {}", message);
+  }
 }
 
 /// Statistics and report JSON: what is accepted must read back the same

@@ -1,4 +1,6 @@
-// PyTorch memory snapshot JSON: json.dump(torch.cuda.memory._snapshot()).
+// PyTorch memory snapshot: JSON (json.dump(torch.cuda.memory._snapshot())) or
+// the pickle torch.cuda.memory._dump_snapshot() writes, told apart by the
+// first byte (pickle_reader.hpp).
 //
 // The snapshot is {"segments": [...], "device_traces": [[event, ...], ...]}
 // with one event list per device; an event is {"action", "addr", "size",
@@ -6,6 +8,7 @@
 // parsing (stack frames and segments can be most of a large snapshot).
 #include "nlohmann/json.hpp"
 #include "trace/formats.hpp"
+#include "trace/pickle_reader.hpp"
 
 namespace fragctl::trace_detail {
 
@@ -30,23 +33,35 @@ bool get_integer(const json& event, const char* key, std::uint64_t& out) {
   return true;
 }
 
+// The entries a replay needs: device_traces, without the stack frames in it.
+// `depth` counts as nlohmann's parser callbacks do (1: the top-level keys).
+bool keep_entry(std::size_t depth, std::string_view key) {
+  return depth == 1 ? key == "device_traces" : key != "frames";
+}
+
 }  // namespace
 
 absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::string_view file,
                                              const trace_options& options) {
-  // Drop everything but device_traces, and stack frames inside it.
-  const json::parser_callback_t keep = [](int depth, json::parse_event_t event, json& parsed) {
-    if (event != json::parse_event_t::key) return true;
-    if (depth == 1) return parsed == "device_traces";
-    return parsed != "frames";
-  };
   json doc;
-  try {
-    doc = json::parse(content.begin(), content.end(), keep);
-  } catch (const json::parse_error& e) {
-    return line_error(file, line_of_byte(content, e.byte), "invalid JSON: {}", e.what());
-  } catch (const json::exception& e) {  // a number out of range (2E097152), say
-    return line_error(file, 1, "invalid JSON: {}", e.what());
+  if (looks_like_pickle(content)) {
+    pickle_options only_events;
+    only_events.keep = keep_entry;
+    auto read = read_pickle(content, file, only_events);
+    if (!read.ok()) return read.status();
+    doc = std::move(*read);
+  } else {
+    const json::parser_callback_t keep = [](int depth, json::parse_event_t event, json& parsed) {
+      return event != json::parse_event_t::key ||
+             keep_entry(static_cast<std::size_t>(depth), parsed.get_ref<const std::string&>());
+    };
+    try {
+      doc = json::parse(content.begin(), content.end(), keep);
+    } catch (const json::parse_error& e) {
+      return line_error(file, line_of_byte(content, e.byte), "invalid JSON: {}", e.what());
+    } catch (const json::exception& e) {  // a number out of range (2E097152), say
+      return line_error(file, 1, "invalid JSON: {}", e.what());
+    }
   }
   if (!doc.is_object() || !doc.contains("device_traces") || !doc["device_traces"].is_array())
     return line_error(file, 1, "a JSON trace must be a PyTorch memory snapshot: an object with a "

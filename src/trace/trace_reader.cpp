@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "fragctl/trace.hpp"
 #include "trace/formats.hpp"
+#include "trace/pickle_reader.hpp"
 #include "util/strings.hpp"
 #include "zlib.h"
 
@@ -82,6 +83,7 @@ std::string quote(std::string_view text) {
 }
 
 absl::StatusOr<format_kind> detect_format(std::string_view content, std::string_view file) {
+  if (looks_like_pickle(content)) return format_kind::pytorch_snapshot;
   line_scanner lines(content);
   std::string_view line;
   while (lines.next(line)) {
@@ -175,7 +177,7 @@ absl::StatusOr<trace> parse_labelled(std::string_view content, std::string_view 
 std::string trace_name_from_path(std::string_view path) {
   const std::size_t slash = path.find_last_of('/');
   std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
-  for (const std::string_view suffix : {".gz", ".csv", ".json", ".log", ".trace"}) {
+  for (const std::string_view suffix : {".gz", ".csv", ".json", ".pickle", ".pkl", ".log", ".trace"}) {
     if (name.size() > suffix.size() && util::lower(name.substr(name.size() - suffix.size())) == suffix)
       name.remove_suffix(suffix.size());
   }

@@ -76,6 +76,10 @@ TEST_F(fuzz_corpus, trace_inputs_parse_or_fail_cleanly) {
   EXPECT_GE(run_inputs("trace", run_trace), 8U);
 }
 
+TEST_F(fuzz_corpus, pickle_inputs_read_or_fail_cleanly) {
+  EXPECT_GE(run_inputs("pickle", run_pickle), 7U);
+}
+
 TEST_F(fuzz_corpus, stats_json_inputs_parse_or_fail_cleanly) {
   EXPECT_GE(run_inputs("stats_json", run_stats_json), 8U);
 }

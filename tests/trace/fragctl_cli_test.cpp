@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "fragctl/trace.hpp"
@@ -137,6 +138,44 @@ TEST_F(FragctlCli, ConvertWritesFragctlCsv) {
   auto original = read_trace(test_data("tiny_snapshot.json"));
   ASSERT_TRUE(original.ok()) << original.status();
   EXPECT_EQ(t->events, original->events);
+}
+
+// A snapshot saved by torch.cuda.memory._dump_snapshot() (a pickle) replays
+// and reports exactly as its JSON form does.
+TEST_F(FragctlCli, ReplayAndReportReadPickledSnapshotsAsTheirJson) {
+  const auto replay = [](const std::string& file) {
+    const run_result r = run_fragctl("replay '" + test_data(file) + "' --policy caching,arena --backend sim --json");
+    EXPECT_EQ(r.status, 0) << file << ": " << r.out;
+    auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    for (auto& run : j)  // the name, and the timings, which vary run to run
+      for (const char* key : {"trace", "median_ns", "p99_ns", "total_ms", "clock_overhead_ns"}) run.erase(key);
+    return j;
+  };
+  const nlohmann::json expected = replay("tiny_snapshot_pickled.json");
+  ASSERT_EQ(expected.size(), 2u);
+  EXPECT_EQ(expected[0]["operations"].get<std::size_t>(), 4u);
+  for (const char* file : {"tiny_snapshot_pickled.p2.pickle", "tiny_snapshot_pickled.p5.pickle",
+                           "tiny_snapshot_pickled.p4.pickle.gz"})
+    EXPECT_EQ(replay(file), expected) << file;
+
+  // The report names the trace after its file: give both the same name, the
+  // pickle under a .json name too (the content decides the format).
+  const auto report = [](const std::string& file, const std::string& dir_name) {
+    const fs::path dir = fs::path(::testing::TempDir()) / dir_name;
+    fs::create_directories(dir);
+    fs::copy_file(test_data(file), dir / "snapshot.json", fs::copy_options::overwrite_existing);
+    run_result r = run_fragctl("report '" + (dir / "snapshot.json").string() + "' --policy caching");
+    EXPECT_EQ(r.status, 0) << file << ": " << r.out;
+    std::string kept;  // without the timings ("median 1447 ns, p99 18267 ns"), which vary run to run
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.find(" ns") == std::string::npos) kept += line + "\n";
+    return kept;
+  };
+  const std::string report_json = report("tiny_snapshot_pickled.json", "report_json");
+  EXPECT_THAT(report_json, HasSubstr("replayed through caching"));
+  EXPECT_THAT(report_json, HasSubstr("5.50 KiB"));  // peak requested: 1536 + 4096 bytes live at once
+  EXPECT_EQ(report("tiny_snapshot_pickled.p4.pickle", "report_pickle"), report_json);
 }
 
 TEST_F(FragctlCli, InfoJson) {

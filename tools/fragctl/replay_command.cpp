@@ -136,7 +136,7 @@ const command_spec& replay_spec() {
   static const command_spec spec = {
       "replay", "TRACE...",
       "Replay allocation traces through policies: peak bytes held against live, cost per call.",
-      "Each TRACE (fragctl CSV, PyTorch snapshot JSON or RMM log CSV, plain or .gz) is replayed\n"
+      "Each TRACE (fragctl CSV, PyTorch snapshot JSON or pickle, or RMM log CSV, plain or .gz) is replayed\n"
       "once per policy through a fresh allocator. Printed per trace and policy: peak requested\n"
       "(live) bytes, peak reserved bytes (held from the backend), their ratio (1.000 is ideal),\n"
       "backend memory calls, OOMs, frees of unknown addresses, the median and 99th\n"

@@ -12,7 +12,7 @@ namespace fragctl::cli {
 
 const option_spec snapshot_device_option = {
     "snapshot-device", "N",
-    "PyTorch snapshot JSON: read the trace of device N (default: the first device with events)"};
+    "PyTorch snapshot: read the trace of device N (default: the first device with events)"};
 
 trace load_trace(const std::string& path, const arguments& args) {
   trace_options options;
@@ -33,7 +33,7 @@ const command_spec& convert_spec() {
   static const command_spec spec = {
       "convert", "IN OUT",
       "Convert a trace in any readable format to fragctl CSV (gzip-compressed when OUT ends in .gz).",
-      "IN may be fragctl CSV, a PyTorch snapshot JSON (json.dump(torch.cuda.memory._snapshot())) or\n"
+      "IN may be fragctl CSV, a PyTorch snapshot (JSON or the pickle _dump_snapshot() writes) or\n"
       "an RMM logging_resource_adaptor CSV, plain or gzip-compressed. Only allocs and frees are\n"
       "written; the recording allocator's own rows (segment_*, free_completed, ...) are dropped.\n",
       {snapshot_device_option}};
