@@ -201,6 +201,60 @@ def table(results):
     return rows
 
 
+# GPU lags (trace microseconds) at which the fidelity check replays each traced live run on sim.
+FIDELITY_LAGS_US = (0, 500, 2000, 10000)
+
+
+def traced(runs, out_dir, model):
+    """Adds FRAGCTL_TRACE to the first `fragctl arena` run of runs; returns the trace path (or None)."""
+    for i, (label, mode, policy, extra, env) in enumerate(runs):
+        if mode == "fragctl" and policy == "arena" and not env:
+            path = os.path.join(out_dir, "%s-arena.trace.csv.gz" % model)
+            runs[i] = (label, mode, policy, extra, dict(env, FRAGCTL_TRACE=path))
+            return path
+    return None
+
+
+def fidelity(results, traces, cli):
+    """Replays each traced live run on sim (policy arena, the device's size, each lag of FIDELITY_LAGS_US) and
+    compares peak reserved / peak requested with the live run's own. Returns the markdown lines."""
+    lines = ["## Replay fidelity: each traced live run replayed on sim", "",
+             "| model | live reserved / requested | trace rows = live allocations | " +
+             " | ".join("sim, lag %d us" % lag for lag in FIDELITY_LAGS_US) + " | nearest |",
+             "| --- | ---: | --- |" + " ---: |" * len(FIDELITY_LAGS_US) + " --- |"]
+    for model, path in traces.items():
+        live = next((r for r in results if r["model"] == model and r.get("traced") and not r.get("error")), None)
+        if live is None or not os.path.exists(path):
+            lines.append("| %s | no traced live run |" % model + " |" * (len(FIDELITY_LAGS_US) + 1))
+            continue
+        f = live["fragctl"]
+        capacity = str(live.get("device_total_bytes") or (80 << 30))
+        cells, nearest = [], None
+        allocations = None
+        for lag in FIDELITY_LAGS_US:
+            done = subprocess.run([cli, "replay", path, "--backend", "sim", "--policy", "arena", "--capacity", capacity,
+                                   "--gpu-lag-us", str(lag), "--json"], capture_output=True, text=True, timeout=300)
+            try:
+                replayed = json.loads(done.stdout)[0]
+            except (ValueError, IndexError):
+                cells.append("failed: " + (done.stderr.strip().splitlines() or ["?"])[-1])
+                continue
+            ratio = replayed["reserved_over_requested"]
+            allocations = replayed.get("stats", {}).get("allocations", allocations)
+            error = ratio / f["reserved_over_requested"] - 1
+            cells.append("%.3f (%+.1f%%)" % (ratio, 100 * error))
+            if nearest is None or abs(error) < abs(nearest[1]):
+                nearest = (lag, error)
+        counted = f.get("allocations")
+        rows = "%s = %s" % (allocations, counted) if counted is not None else str(allocations)
+        verdict = ("lag %d us, %+.1f%% (%s 1%%)" % (nearest[0], 100 * nearest[1],
+                                                   "within" if abs(nearest[1]) <= 0.01 else "**outside**")
+                   if nearest else "")
+        lines.append("| %s | %.3f | %s | %s | %s |" % (model, f["reserved_over_requested"], rows, " | ".join(cells),
+                                                       verdict))
+    return lines + [""]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-results"))
@@ -215,6 +269,8 @@ def main():
                         help="the live-bytes set: --models declm,moe,frozen and, in alternation, --runs " + LIVEBYTES_RUNS
                              + " (unless given)")
     parser.add_argument("--quick", action="store_true", help="with --livebytes: 6 steps, each set-up once")
+    parser.add_argument("--cli", default="", help="with --livebytes: the fragctl CLI; the first arena run of each "
+                                                  "model is traced (FRAGCTL_TRACE) and replayed on sim")
     args = parser.parse_args()
     if args.livebytes:
         given = set(a.split("=")[0] for a in sys.argv[1:])
@@ -229,10 +285,16 @@ def main():
     preload = os.path.abspath(args.preload)
     deadline = time.time() + args.budget
 
-    results = []
+    results, traces = [], {}
     for model in args.models.split(","):
-        for label, mode, policy, extra, env_extra in planned_runs(model, args.out, preload, args.runs.split(",")):
+        runs = planned_runs(model, args.out, preload, args.runs.split(","))
+        if args.livebytes and args.cli:
+            path = traced(runs, args.out, model)
+            if path:
+                traces[model] = path
+        for label, mode, policy, extra, env_extra in runs:
             results.append(run(model, label, mode, policy, extra, env_extra, args, deadline))
+            results[-1]["traced"] = "FRAGCTL_TRACE" in env_extra
 
     rows = table(results)
     lines, passed = verdict(results)
@@ -242,7 +304,8 @@ def main():
               "CUBLAS_WORKSPACE_CONFIG=:4096:8; peak device used = max(total - free) from the driver, sampled "
               "every 10 ms from another process, minus the idle baseline." % (
                   first.get("gpu", "?"), first.get("torch", "?"), args.steps), ""]
-    text = "\n".join(header + rows + [""] + lines) + "\n"
+    replayed = fidelity(results, traces, os.path.abspath(args.cli)) if traces else []
+    text = "\n".join(header + rows + [""] + lines + [""] + replayed) + "\n"
     with open(os.path.join(args.out, "trainers.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "trainers.json"), "w") as f:

@@ -179,6 +179,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     entries.append((_PACKAGE + "/_version.py", _version_module(_cmake_version()), False))
     for relative, arcname in _BUILT:
         entries.append((arcname, built[relative], arcname.endswith("/bin/fragctl")))
+    # The C API header, which the native PyTorch route compiles against (fragctl/_native).
+    with open(os.path.join(_ROOT, "include", "fragctl", "fragctl.h"), "rb") as f:
+        entries.append((_PACKAGE + "/include/fragctl/fragctl.h", f.read(), False))
     return _write_wheel(wheel_directory, entries, pure=False)
 
 

@@ -79,6 +79,16 @@ class PipInstallTest(unittest.TestCase):
         with open(os.path.join(dist_info[0], "METADATA"), encoding="utf-8") as f:
             self.assertIn("License: Apache-2.0", f.read().splitlines())
 
+    def test_carries_the_header_the_native_torch_route_compiles_against(self):
+        self.assertEqual(self.install.returncode, 0, self.install.stderr)
+        header = os.path.join(self.package_dir(), "include", "fragctl", "fragctl.h")
+        with open(header, "rb") as copy, open(os.path.join(REPO, "include", "fragctl", "fragctl.h"), "rb") as source:
+            self.assertEqual(copy.read(), source.read())
+        # The native route finds the package's copy first, not the checkout's.
+        done = self.run_in_venv(self.python, "-c", "from fragctl._native import _include_dirs; print(_include_dirs()[0])")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(os.path.realpath(done.stdout.strip()), os.path.realpath(os.path.dirname(os.path.dirname(header))))
+
     def test_python_m_fragctl_runs_the_cli(self):
         self.assertEqual(self.install.returncode, 0, self.install.stderr)
         done = self.run_in_venv(self.python, "-m", "fragctl", "--help")

@@ -27,7 +27,8 @@ source tools/gpu/trainers_setup.sh trainers
 # Whatever the build took, stop starting runs so that the whole script ends
 # within 8 minutes (480 s), with 30 s to spare.
 budget=$(( 450 - ($(date +%s) - start) ))
-"$python" benchmarks/trainers/run_trainers.py --out "$out" --preload "$build/libfragctl_preload.so" --budget "$budget" "$@"
+"$python" benchmarks/trainers/run_trainers.py --out "$out" --preload "$build/libfragctl_preload.so" --budget "$budget" \
+  --cli "$build/tools/fragctl" "$@"
 rc=$?
 echo "trainers: exit $rc, total $(( $(date +%s) - start )) s; table in $out/trainers.md"
 exit $rc

@@ -1,7 +1,7 @@
 # Sourced by tools/gpu/trainers.sh and tools/gpu/capacity.sh, from the
 # repository root, after `out` (results folder) and `start` (epoch seconds)
 # are set: `source tools/gpu/trainers_setup.sh NAME`. Records the machine in
-# $out/NAME-machine.txt, builds libfragctl.so and libfragctl_preload.so in
+# $out/NAME-machine.txt, builds libfragctl.so, libfragctl_preload.so and the fragctl CLI in
 # ${FRAGCTL_BUILD_DIR:-build-trainers} (exits on a failed build), installs the
 # Python package (or falls back to PYTHONPATH=python) and exports
 # FRAGCTL_LIBRARY. Sets `python` and `build`.
@@ -18,7 +18,7 @@ build=${FRAGCTL_BUILD_DIR:-build-trainers}
 echo "building libfragctl.so and libfragctl_preload.so in $build ..."
 if ! { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF \
          -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF \
-       && cmake --build "$build" --target fragctl fragctl_preload -j "$(nproc)"; } > "$out/$setup_name-build.log" 2>&1; then
+       && cmake --build "$build" --target fragctl fragctl_preload fragctl_cli -j "$(nproc)"; } > "$out/$setup_name-build.log" 2>&1; then
   grep -E "error|FAILED" "$out/$setup_name-build.log" | head -30
   echo "build failed; see $out/$setup_name-build.log"
   exit 1
