@@ -34,11 +34,16 @@ def main():
         return total - used()
 
     def release():
+        """Frees every held piece; the driver's error code of the first that fails (0: none failed)."""
+        failed = 0
         while held:
-            cuda.cuMemFree_v2(held.pop())
+            rc = cuda.cuMemFree_v2(held.pop())
+            failed = failed or rc
+        return failed
 
     def hold(cap):
-        release()
+        if release():
+            return None
         previous, now = -1, free_bytes()
         for _ in range(100):  # up to 5 s for an exited trainer's memory to come back
             if now == previous:
@@ -72,10 +77,11 @@ def main():
         if command is None:
             break
         if command[0] == "hold":
-            print("held %d" % hold(int(command[1])), flush=True)
+            free = hold(int(command[1]))
+            print("held %d" % free if free is not None else "error cuMemFree failed", flush=True)
         elif command[0] == "release":
-            release()
-            print("released %d" % free_bytes(), flush=True)
+            rc = release()
+            print("released %d" % free_bytes() if rc == 0 else "error cuMemFree returned %d" % rc, flush=True)
         elif command[0] == "mark":
             peak = used()
             print("mark %d" % peak, flush=True)

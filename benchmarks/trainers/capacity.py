@@ -3,7 +3,7 @@ steps, per job and allocator set-up, all set-ups side by side in one run.
 
     python benchmarks/trainers/capacity.py --preload build/libfragctl_preload.so [--out DIR]
         [--models declm,moe,frozen] [--setups native,expandable,async,arena,preload]
-        [--steps 6] [--rounds 4] [--quick] [--budget SECONDS]
+        [--steps 6] [--rounds 5] [--quick] [--budget SECONDS]
 
 A ballast process (ballast.py) holds all but CAP bytes of the device's free
 memory; the job then runs in a fresh process (forked from a per-set-up
@@ -16,10 +16,11 @@ cache.
 Per job, one unconstrained native run measures the live bytes L (peak
 allocated) and the process's overhead O (peak device used - peak reserved).
 No allocator can pass below L + O, and every good one passes well below
-1.35 (L + O): per set-up, the bracket [L + O, 1.35 (L + O)] is bisected
---rounds times (4 rounds: 1/16 of the bracket, about 2% of L); if no probe
-passed, the top is probed, and a set-up that fails there too is reported as
-needing more than 1.35 (L + O). The table gives the
+1.35 (L + O). Per set-up, 1.15 (L + O) is probed first and, if it fails,
+1.35 (L + O); the bracket between the passing top and the last failing cap
+(L + O below the first) is then bisected --rounds times (5 rounds: 1/32 of
+0.15 (L + O), about 0.5% of L). A set-up that fails at 1.35 (L + O) is
+reported as needing more. The table gives the
 smallest passing CAP, its ratio to native's and expandable segments', and the
 median step time at that CAP. Writes DIR/capacity.json and DIR/capacity.md.
 """
@@ -34,7 +35,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 GiB = float(1 << 30)
 MiB = 1 << 20
-TOP = 1.35  # the bracket's top over live bytes + overhead (native needed 1.25 on the decoder LM)
+# The brackets' tops over live bytes + overhead, probed in turn until one passes: set-ups near the live bytes are
+# bisected in the narrow bracket (5 rounds: 0.5% of the live bytes); one that fails at the last is "> TOPS[-1]".
+TOPS = (1.15, 1.35)
 
 # name -> (label, train_one mode, environment)
 SETUPS = {
@@ -123,9 +126,15 @@ def zygote():
 def trial(ballast, zygote_process, model, mode, steps, cap, out, timeout):
     """One run of model under the zygote's set-up with cap bytes free (None: the whole device); its result."""
     if cap is None:
-        ballast.command("release")
+        reply = ballast.command("release")
     else:
-        ballast.command("hold %d" % cap)
+        reply = ballast.command("hold %d" % cap)
+        # The ballast holds in 1 GiB pieces less the driver's own overhead: the cap must hold within 256 MiB, or
+        # the probe would measure another cap than it says.
+        if reply[0] == "held" and abs(int(reply[1]) - cap) > 256 * MiB:
+            raise RuntimeError("ballast: asked to leave %d bytes free, %s are" % (cap, reply[1]))
+    if reply[0] not in ("held", "released"):
+        raise RuntimeError("ballast: " + " ".join(reply))
     base = int(ballast.command("mark")[1])
     started = time.time()
     if os.path.exists(out):
@@ -143,13 +152,23 @@ def trial(ballast, zygote_process, model, mode, steps, cap, out, timeout):
     return result
 
 
-def bisect(run, low, high, rounds, deadline=None):
-    """The smallest passing cap found: `low` is taken to fail and `high` to pass; `rounds` probes between (fewer
-    once time.time() passes `deadline`). When no probe passes, `high` itself is probed. Returns (cap or None, its
-    result, every probe)."""
+def bisect(run, low, tops, rounds, deadline=None):
+    """The smallest passing cap found: `low` is taken to fail; the caps of `tops` (increasing) are probed in turn
+    until one passes, then the bracket between it and the last failing cap is bisected `rounds` times (fewer once
+    time.time() passes `deadline`). A set-up that fails at every top costs len(tops) probes and gives None.
+    Returns (cap or None, its result, every probe)."""
     probes, best = [], None
+    for top in tops:
+        result = run(top)
+        probes.append(result)
+        if result["passed"]:
+            high, best = top, result
+            break
+        low = top
+    if best is None:
+        return None, None, probes
     for _ in range(rounds):
-        if deadline is not None and probes and time.time() > deadline:
+        if deadline is not None and time.time() > deadline:
             break
         middle = (low + high) // 2 // MiB * MiB
         result = run(middle)
@@ -158,11 +177,7 @@ def bisect(run, low, high, rounds, deadline=None):
             high, best = middle, result
         else:
             low = middle
-    if best is None:
-        result = run(high)
-        probes.append(result)
-        best = result if result["passed"] else None
-    return (best["cap_bytes"] if best else None), best, probes
+    return best["cap_bytes"], best, probes
 
 
 def markdown(results, gpu, command):
@@ -178,7 +193,7 @@ def markdown(results, gpu, command):
             cap = r.get("cap_bytes")
             if cap is None:
                 rows.append("| %s | %s | %s | | | | %d/%d |" % (
-                    model, r["label"], r.get("error") or "> %.2f (failed at every probe)" % (TOP * r["live_bytes"] / GiB),
+                    model, r["label"], r.get("error") or "> %.2f (failed at every probe)" % (TOPS[-1] * r["live_bytes"] / GiB),
                     r["passed_probes"], r["probes"]))
                 continue
 
@@ -203,7 +218,7 @@ def main():
     parser.add_argument("--setups", default="native,expandable,async,arena,preload",
                         help="of: " + ", ".join(SETUPS))
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")
     parser.add_argument("--timeout", type=float, default=90, help="seconds per probe")
     parser.add_argument("--budget", type=float, default=0,
@@ -260,7 +275,7 @@ def main():
                     print("  %-8s %-30s cap %6.2f GiB: %s" % (model, label, (cap or 0) / GiB,
                                                               "pass" if r["passed"] else r.get("error")), flush=True)
                     return r
-                cap, best, probes = bisect(run, low, int(TOP * low), args.rounds,
+                cap, best, probes = bisect(run, low, [int(t * low) // MiB * MiB for t in TOPS], args.rounds,
                                            started + args.budget if args.budget else None)
                 results.append({"model": model, "setup": name, "label": label, "cap_bytes": cap,
                                 "live_bytes": low, "median_step_s": best["median_step_s"] if best else None,

@@ -21,6 +21,10 @@ def open_device():
     """(cuda, used, total): libcuda with device 0's primary context current in this process, a function
     returning the device's used bytes (total - free) now, and its total bytes. Exits with a message on error."""
     cuda = ctypes.CDLL("libcuda.so.1")
+    # CUdeviceptr is 64 bits: without argtypes ctypes passes a Python int as a C int, masked to 32 bits, and
+    # cuMemFree then fails and the memory stays held.
+    cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    cuda.cuMemFree_v2.argtypes = [ctypes.c_uint64]
 
     def check(rc, what):
         if rc != 0:

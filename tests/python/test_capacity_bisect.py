@@ -23,30 +23,33 @@ def job_needing(need):
 
 class CapacityBisectTest(unittest.TestCase):
     def test_bisection_finds_the_smallest_passing_cap_within_one_step(self):
-        low, high = 10 * GiB, int(capacity.TOP * 10 * GiB)
-        for need in (10.2 * GiB, 11.7 * GiB, 13.2 * GiB):
+        low = 10 * GiB
+        tops = [int(t * low) for t in capacity.TOPS]
+        for need in (10.2 * GiB, 11.4 * GiB, 11.7 * GiB, 13.2 * GiB):
             run, probes = job_needing(need)
-            cap, best, results = capacity.bisect(run, low, high, 5)
+            cap, best, results = capacity.bisect(run, low, tops, 5)
+            bracket = (tops[0] - low) if need <= tops[0] else (tops[1] - tops[0])
             self.assertGreaterEqual(cap, need)
-            self.assertLessEqual(cap - need, (high - low) / 32 + capacity.MiB)
+            self.assertLessEqual(cap - need, bracket / 32 + capacity.MiB)
             self.assertTrue(best["passed"])
-            self.assertEqual(len(results), 5)
+            self.assertEqual(len(results), 5 + (1 if need <= tops[0] else 2))
 
-    def test_top_is_probed_when_nothing_passed_and_a_miss_is_none(self):
+    def test_a_set_up_failing_at_every_top_costs_one_probe_per_top(self):
         run, probes = job_needing(14 * GiB)
-        cap, best, results = capacity.bisect(run, 10 * GiB, 13 * GiB, 3)
+        cap, best, results = capacity.bisect(run, 10 * GiB, [11 * GiB, 13 * GiB], 3)
         self.assertEqual((cap, best), (None, None))
-        self.assertEqual(probes[-1], 13 * GiB)
-        self.assertEqual(len(results), 4)
+        self.assertEqual(probes, [11 * GiB, 13 * GiB])
         run, probes = job_needing(13 * GiB)
-        self.assertEqual(capacity.bisect(run, 10 * GiB, 13 * GiB, 3)[0], 13 * GiB)
+        self.assertEqual(capacity.bisect(run, 10 * GiB, [11 * GiB, 13 * GiB], 3)[0], 13 * GiB)
+        self.assertEqual(probes[:2], [11 * GiB, 13 * GiB])
+        self.assertTrue(all(11 * GiB < p < 13 * GiB for p in probes[2:]), probes)
 
-    def test_past_the_deadline_one_probe_then_the_top_if_it_failed(self):
+    def test_past_the_deadline_the_passing_top_is_the_answer(self):
         run, probes = job_needing(11 * GiB)
-        cap, _, results = capacity.bisect(run, 10 * GiB, 14 * GiB, 5, deadline=0)
-        self.assertEqual((cap, len(results)), (12 * GiB, 1))
+        cap, _, results = capacity.bisect(run, 10 * GiB, [12 * GiB, 14 * GiB], 5, deadline=0)
+        self.assertEqual((cap, probes), (12 * GiB, [12 * GiB]))
         run, probes = job_needing(13 * GiB)
-        cap, _, results = capacity.bisect(run, 10 * GiB, 14 * GiB, 5, deadline=0)
+        cap, _, results = capacity.bisect(run, 10 * GiB, [12 * GiB, 14 * GiB], 5, deadline=0)
         self.assertEqual((cap, probes), (14 * GiB, [12 * GiB, 14 * GiB]))
 
     def test_table_compares_with_native_and_expandable_segments(self):
