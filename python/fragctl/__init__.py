@@ -172,8 +172,16 @@ def stats(device: Optional[int] = None) -> Dict[str, Any]:
     return allocator.stats()
 
 
-    "__version__", "configure", "default_allocator", "flush", "library_path", "policies", "report", "stats",
-    "summary", "version",
+def flush() -> None:
+    """Writes now what fragctl holds for later: buffered trace rows
+    (FRAGCTL_TRACE) and the FRAGCTL_REPORT / FRAGCTL_PROMETHEUS files of live
+    allocators, as at exit. Call it before ``os._exit()`` (multiprocessing
+    workers end that way), which skips the exit hook. Raises FragctlError
+    when a file could not be written."""
+    _capi.check(library().fragctl_flush())
+
+
+def report(path: str) -> str:
     """Writes the report of every process-default allocator (one per device
     used) to ``path`` (docs/statistics.md, "The report file"); returns ``path``."""
     _capi.check(library().fragctl_write_default_report(_capi.text(path, "path")))
