@@ -138,6 +138,28 @@ def _declare(lib):
         "fragctl_checkpoint_copy_stream": (status, [p, c.POINTER(p)]),
         "fragctl_checkpoint_backend": (char_p, [p]),
         "fragctl_checkpoint_stats_json": (status, [p, c.POINTER(p)]),
+        # The ZeRO-3 block manager (fragctl/zero3/zero3.h): fragctl_zero3_status,
+        # fragctl_zero3_last_error. The collectives struct is declared where it
+        # is built (fragctl/torch/_collectives.py).
+        "fragctl_zero3_create_with_collectives": (status, [char_p, p, c.POINTER(p)]),
+        "fragctl_zero3_add_block": (status, [p, char_p, p, c.c_size_t]),
+        "fragctl_zero3_start": (status, [p]),
+        "fragctl_zero3_fetch": (status, [p, c.c_size_t, p, c.POINTER(p), c.POINTER(c.c_size_t), c.c_size_t]),
+        "fragctl_zero3_release": (status, [p, c.c_size_t, p]),
+        "fragctl_zero3_shard_of": (status, [p, c.c_size_t, c.c_size_t, c.POINTER(c.c_size_t), c.POINTER(p),
+                                            c.POINTER(c.c_size_t)]),
+        "fragctl_zero3_trainable_shard": (status, [p, c.c_size_t, c.POINTER(p), c.POINTER(p),
+                                                   c.POINTER(c.c_size_t)]),
+        "fragctl_zero3_persistent": (status, [p, c.c_size_t, c.c_size_t, c.POINTER(p), c.POINTER(p)]),
+        "fragctl_zero3_begin_gradients": (status, [p, c.c_size_t, p, c.POINTER(p), c.POINTER(c.c_size_t),
+                                                   c.c_size_t]),
+        "fragctl_zero3_reduce_gradients": (status, [p, c.c_size_t, p]),
+        "fragctl_zero3_finish_gradients": (status, [p, p]),
+        "fragctl_zero3_end_step": (status, [p, p]),
+        "fragctl_zero3_synchronize": (status, [p]),
+        "fragctl_zero3_stats_json": (c.c_size_t, [p, c.c_char_p, c.c_size_t]),
+        "fragctl_zero3_last_error": (char_p, []),
+        "fragctl_zero3_destroy": (None, [p]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Union
 
+from ._sharded import CollectiveError, CollectiveTimeoutError, ShardedModule, Zero3Error
+
 ConfigSource = Union[None, str, "os.PathLike[str]", Mapping[str, Any]]
 
 # DeepSpeed's defaults, which are also the block manager's (docs/zero3.md).
@@ -165,4 +167,75 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
     return Zero3Config(**counts)
 
 
-__all__ = ["Zero3Config", "parse_config"]
+_GRADIENT_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: float = 600.0,
+          **options: Any) -> ShardedModule:
+    """Partitions ``model``'s parameters over the ranks of ``process_group``
+    (default: the whole world) in fragctl's ZeRO-3 block manager.
+
+    ``config`` and ``options`` as parse_config (DeepSpeed's stage-3 keys, a
+    ``zero_optimization`` block or a ``ds_config.json``). Every module that
+    owns parameters is a block: gathered before its forward (and in backward
+    when autograd needs its parameters) and released after; gradients are
+    averaged over the ranks and reduce-scattered into the shards. Returns a
+    ShardedModule: call it as the model, give its ``parameters()`` (the local
+    shards) to a torch.optim optimizer, save and load with
+    ``full_state_dict()`` / ``load_full_state_dict()``.
+
+    Collectives run through ``process_group`` (gloo on CPU ranks, NCCL on
+    GPUs); its own timeout (``init_process_group(timeout=...)``) is what
+    expires; ``timeout`` (seconds) is only quoted in messages. A collective
+    that fails or times out raises CollectiveError / CollectiveTimeoutError
+    naming the rank, the collective and the block.
+
+    CPU models run the manager on fragctl's sim backend in backed mode (set
+    here for the call, unless FRAGCTL_BACKEND is set); CUDA models on the
+    backend of FRAGCTL_BACKEND (default: the first that finds a device).
+
+    Raises RuntimeError when torch.distributed is not initialized,
+    ValueError for bad options, shared parameters, mixed dtypes, a block with
+    more trainable elements than ``reduce_bucket_size``.
+    """
+    from . import _torch
+    torch = _torch()
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("fragctl.torch.zero3.shard: torch.distributed is not initialized; call "
+                           "torch.distributed.init_process_group first (gloo on CPU, nccl on GPUs)")
+    cfg = parse_config(config, **options)
+    parameters = list(model.parameters())
+    if not parameters:
+        raise ValueError("fragctl.torch.zero3.shard: the model has no parameters")
+    dtypes = {p.dtype for p in parameters}
+    if len(dtypes) != 1 or str(parameters[0].dtype).replace("torch.", "") not in _GRADIENT_TYPES:
+        raise ValueError("fragctl.torch.zero3.shard: parameters must share one of float32, bfloat16, float16; "
+                         "found %s" % sorted(str(d) for d in dtypes))
+    for name, module in model.named_modules():
+        trainable = sum(p.numel() for p in module.parameters(recurse=False) if p.requires_grad)
+        if trainable > cfg.reduce_bucket_size:
+            raise ValueError("fragctl.torch.zero3.shard: module %s has %d trainable elements, more than "
+                             "reduce_bucket_size=%d" % (name or "<root>", trainable, cfg.reduce_bucket_size))
+    first = parameters[0]
+    text = cfg.options_string(first.element_size(), _GRADIENT_TYPES[str(first.dtype).replace("torch.", "")])
+    group = process_group if process_group is not None else dist.group.WORLD
+    environment = {}
+    if first.device.type == "cpu" and "FRAGCTL_BACKEND" not in os.environ:
+        total = sum(p.numel() * p.element_size() for p in parameters)
+        environment = {"FRAGCTL_BACKEND": "sim", "FRAGCTL_POLICY": "caching",
+                       "FRAGCTL_CONF": "sim_backed:true,sim_capacity:%d" % max(8 * total, 256 << 20)}
+    saved = {k: os.environ.get(k) for k in environment}
+    os.environ.update(environment)
+    try:
+        return ShardedModule(torch, model, group, text, int(timeout * 1000))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+__all__ = ["CollectiveError", "CollectiveTimeoutError", "ShardedModule", "Zero3Config", "Zero3Error", "parse_config",
+           "shard"]
