@@ -22,7 +22,9 @@ Two routes (docs/pytorch.md):
 
 Services on top (docs/torch-services.md): ``offload_activations`` keeps the
 tensors autograd saves for backward in fragctl's activation-checkpoint store
-under a device budget, the rest in pinned host memory.
+under a device budget, the rest in pinned host memory;
+``fragctl.torch.zero3.shard`` partitions a model over torch.distributed
+ranks in fragctl's ZeRO-3 block manager.
 """
 import sys
 
