@@ -22,24 +22,29 @@ DS_CONFIG = {"train_batch_size": ROWS, "zero_optimization": {
     "stage3_max_live_parameters": 1e6, "overlap_comm": True}}
 
 
-def make_model():
+def make_model(kind="mlp"):
     torch.manual_seed(0)
+    if kind == "transformer":  # nn.MultiheadAttention reads out_proj.weight outside out_proj's forward
+        return torch.nn.Sequential(torch.nn.Linear(16, 32),
+                                   torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+                                   torch.nn.Linear(32, 4))
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
                                 torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
     model[2].weight.requires_grad_(False)  # frozen: gathered, no gradient
     return model
 
 
-def make_data():
+def make_data(kind="mlp"):
     g = torch.Generator().manual_seed(1)
-    return [torch.randn(ROWS, 16, generator=g) for _ in range(STEPS)]
+    shape = (ROWS, 5, 16) if kind == "transformer" else (ROWS, 16)
+    return [torch.randn(*shape, generator=g) for _ in range(STEPS)]
 
 
 def optimizer(parameters):
     return torch.optim.SGD(parameters, lr=0.05, momentum=0.9)
 
 
-def worker(rank, world, directory, mode):
+def worker(rank, world, directory, mode, kind="mlp"):
     """One rank (a spawned process): writes rank-<r>.pkl with what it saw."""
     import torch.distributed as dist
     import fragctl.torch.zero3 as zero3
@@ -48,14 +53,15 @@ def worker(rank, world, directory, mode):
         timeout = datetime.timedelta(seconds=3 if mode == "timeout" else 60)
         dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
                                 world_size=world, timeout=timeout)
-        model = make_model()
+        model = make_model(kind)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
-        sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds())
+        sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
+                              block_types=(torch.nn.TransformerEncoderLayer,))
         if mode == "timeout" and rank == world - 1:
             time.sleep(12)  # stops answering
         else:
             opt = optimizer(sharded.parameters())
-            for x in make_data():
+            for x in make_data(kind):
                 loss = sharded(x.chunk(world)[rank]).square().mean()
                 loss.backward()
                 opt.step()
@@ -74,11 +80,11 @@ def worker(rank, world, directory, mode):
     os._exit(0)  # gloo's teardown after a timeout may block
 
 
-def run_ranks(world, mode, wait=120):
+def run_ranks(world, mode, wait=120, kind="mlp"):
     import multiprocessing
     directory = tempfile.mkdtemp(prefix="fragctl-zero3-")
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=worker, args=(r, world, directory, mode)) for r in range(world)]
+    processes = [context.Process(target=worker, args=(r, world, directory, mode, kind)) for r in range(world)]
     for p in processes:
         p.start()
     deadline = time.monotonic() + wait
@@ -97,10 +103,10 @@ def run_ranks(world, mode, wait=120):
     return results
 
 
-def reference_state():
-    model = make_model()
+def reference_state(kind="mlp"):
+    model = make_model(kind)
     opt = optimizer([p for p in model.parameters() if p.requires_grad])
-    for x in make_data():
+    for x in make_data(kind):
         model(x).square().mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -137,6 +143,16 @@ class Zero3ShardTest(unittest.TestCase):
 
     def test_four_ranks_equal_the_unsharded_model(self):
         self.check_world(4)
+
+    def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
+        results = run_ranks(2, "train", kind="transformer")
+        expected = reference_state("transformer")
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertEqual(set(r["state"]), set(expected))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assertEqual(r["stats"]["blocks"], 3)  # Linear, the whole encoder layer, Linear
 
     def test_a_rank_that_stops_answering_times_out_on_the_others(self):
         results = run_ranks(2, "timeout", wait=60)

@@ -234,7 +234,9 @@ def zero3(args, torch):
         return model
 
     def fragctl_zero3(model):
-        return fragctl.torch.zero3.shard(model, config={"stage": 3})
+        # One block per decoder layer, as FSDP2 wraps them.
+        layer_type = type(model.model.layers[0])
+        return fragctl.torch.zero3.shard(model, config={"stage": 3}, block_types=(layer_type,))
 
     candidates = [("FSDP2 fully_shard", fsdp2, fully_shard is not None, "torch %s has no fully_shard" % torch.__version__),
                   ("fragctl zero3.shard", fragctl_zero3, hasattr(fragctl.torch.zero3, "shard"),
@@ -243,43 +245,69 @@ def zero3(args, torch):
         if not present:
             rows.append({"variant": name, "missing": why_not})
             continue
-        model = wrap(build_model(args, torch))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        losses, times, retries = [], [], []
+        try:
+            rows.append(train_50(name, wrap, args, torch, data))
+        except Exception as e:  # noqa: BLE001 (the other variant's row still counts)
+            import traceback
+            traceback.print_exc()
+            rows.append({"variant": name, "missing": "failed: %s: %s" % (type(e).__name__, str(e)[:200])})
         if args.device == "cuda":
             torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        for batch in data:
-            ids = batch.to(args.device)
-            synchronize(torch, args.device)
-            start = time.perf_counter()
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            synchronize(torch, args.device)
-            times.append(time.perf_counter() - start)
-            losses.append(loss.item())
-            if args.device == "cuda":
-                retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
-        steady = times[args.warmup:] or times
-        tokens = args.batch * args.seq
-        rows.append({"variant": name, "losses": losses, "tokens_per_s": tokens / statistics.median(steady),
-                     "peak_device_bytes": torch.cuda.max_memory_allocated() if args.device == "cuda" else 0,
-                     "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup
-                     else 0})
-        del model, optimizer
-    lines = ["| variant | tokens/s | peak device GiB | retries in steady steps | first loss | last loss |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    measured = [r for r in rows if "losses" in r]
+    if len(measured) == 2:
+        diffs = [abs(a - b) for a, b in zip(measured[0]["losses"], measured[1]["losses"])]
+        rows.append({"variant": "max |loss difference|", "value": max(diffs)})
+    lines = ["| variant | tokens/s | peak device GiB | retries in steady steps | first loss | last loss | "
+             "gathered peak / max live |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "missing" in r:
-            lines.append("| %s | not run: %s | | | | |" % (r["variant"], r["missing"]))
+            lines.append("| %s | not run: %s | | | | | |" % (r["variant"], r["missing"]))
+        elif "value" in r:
+            lines.append("| %s | %.4g | | | | | |" % (r["variant"], r["value"]))
         else:
-            lines.append("| %s | %.0f | %.2f | %d | %.4f | %.4f |" % (
+            z = r.get("zero3")
+            lines.append("| %s | %.0f | %.2f | %d | %.4f | %.4f | %s |" % (
                 r["variant"], r["tokens_per_s"], r["peak_device_bytes"] / 2**30, r["retries_steady"],
-                r["losses"][0], r["losses"][-1]))
+                r["losses"][0], r["losses"][-1],
+                "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
+                if z else "-"))
     dist.destroy_process_group()
     return {"rows": rows}, lines
+
+
+def train_50(name, wrap, args, torch, data):
+    """One variant's run: --steps AdamW steps on `data`; its row. Peak device
+    memory is PyTorch's peak plus, for fragctl, the block manager's own
+    (long-lived buffers and the gathered peak, held outside PyTorch)."""
+    model = wrap(build_model(args, torch))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    losses, times, retries = [], [], []
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    for batch in data:
+        ids = batch.to(args.device)
+        synchronize(torch, args.device)
+        start = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        synchronize(torch, args.device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if args.device == "cuda":
+            retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+    steady = times[args.warmup:] or times
+    stats = model.stats() if hasattr(model, "stats") else None
+    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+    if stats:
+        peak += sum(stats["long_lived_bytes"].values()) + stats["gathered_bytes"]["peak"]
+    return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
+            "peak_device_bytes": peak,
+            "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
+            "zero3": stats}
 
 
 def main(argv):

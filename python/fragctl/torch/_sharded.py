@@ -68,15 +68,18 @@ class _Param(ctypes.Structure):
 
 
 class _Block:
-    __slots__ = ("index", "name", "module", "names", "params", "shapes", "trainable", "views", "forward_held",
-                 "backward_held", "bucket", "received")
+    __slots__ = ("index", "name", "module", "keys", "owners", "attrs", "params", "shapes", "trainable", "views",
+                 "forward_held", "backward_held", "bucket", "received")
 
-    def __init__(self, index, name, module, named):
+    def __init__(self, index, name, module, owned):
+        """`owned`: (state-dict key, owning module, attribute, Parameter) per parameter."""
         self.index = index
         self.name = name
-        self.module = module
-        self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
+        self.module = module  # whose forward gathers and releases the block
+        self.keys = [k for k, _, _, _ in owned]
+        self.owners = [m for _, m, _, _ in owned]
+        self.attrs = [a for _, _, a, _ in owned]
+        self.params = [p for _, _, _, p in owned]
         self.shapes = [p.shape for p in self.params]
         self.trainable = [p.requires_grad for p in self.params]
         self.views: Optional[List[Any]] = None  # the gathered parameters while gathered
@@ -108,7 +111,8 @@ class ShardedModule:
     """What fragctl.torch.zero3.shard returns: call it as the module, give
     ``parameters()`` to a torch.optim optimizer. Not thread-safe."""
 
-    def __init__(self, torch: Any, module: Any, group: Any, options: str, timeout_ms: int) -> None:
+    def __init__(self, torch: Any, module: Any, group: Any, options: str, timeout_ms: int,
+                 block_types: Tuple[type, ...] = ()) -> None:
         import torch.distributed as dist
         self._torch = torch
         self.module = module
@@ -121,7 +125,7 @@ class ShardedModule:
         self._collectives = _collectives.TorchCollectives(torch, group, timeout_ms, self._wrap, self._stream_context)
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
-        self._blocks = self._find_blocks(module)
+        self._blocks = self._find_blocks(module, block_types)
         handle = ctypes.c_void_p()
         self._check(self._lib.fragctl_zero3_create_with_collectives(
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
@@ -130,7 +134,7 @@ class ShardedModule:
         for b in self._blocks:
             specs = (_Param * len(b.params))(*[
                 _Param(n.encode(), p.numel(), p.element_size(), int(p.requires_grad))
-                for n, p in zip(b.names, b.params)])
+                for n, p in zip(b.keys, b.params)])
             self._check(self._lib.fragctl_zero3_add_block(self._z, b.name.encode(), ctypes.cast(specs, ctypes.c_void_p),
                                                           len(b.params)))
         self._check(self._lib.fragctl_zero3_start(self._z))
@@ -143,9 +147,9 @@ class ShardedModule:
         self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
         self._gather = _gather_function(torch)
         for b in self._blocks:
-            for n in b.names:
-                del b.module._parameters[n]  # the module reads a gathered tensor while in use
-                b.module.__dict__[n] = self._placeholder(b)
+            for owner, attr in zip(b.owners, b.attrs):
+                del owner._parameters[attr]  # the owner reads a gathered tensor while in use
+                owner.__dict__[attr] = self._placeholder(b)
         # The root's hooks first: its pre-hook ends the last step before any
         # block (the root itself may be one) is fetched.
         self._hooks = [module.register_forward_pre_hook(self._root_pre),
@@ -201,17 +205,30 @@ class ShardedModule:
         raise Zero3Error("fragctl.torch.zero3: " + message, status)
 
     @staticmethod
-    def _find_blocks(module: Any) -> List[_Block]:
-        blocks, seen = [], set()
+    def _find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[_Block]:
+        """Blocks in module order: each module of `block_types` with every
+        parameter of its subtree, and every other module that owns
+        parameters directly, outside those subtrees."""
+        blocks, seen, inside = [], set(), set()
         for name, m in module.named_modules():
-            named = [(n, p) for n, p in m.named_parameters(recurse=False)]
-            for n, p in named:
-                if id(p) in seen:
-                    raise ValueError("fragctl.torch.zero3.shard: parameter %s.%s is shared with another module; "
-                                     "shared (tied) parameters are not supported" % (name or "<root>", n))
-                seen.add(id(p))
-            if named:
-                blocks.append(_Block(len(blocks), name or "<root>", m, named))
+            if id(m) in inside:
+                continue
+            if block_types and isinstance(m, block_types):
+                members = list(m.named_modules(prefix=name))
+                inside.update(id(sub) for _, sub in members)
+            else:
+                members = [(name, m)]
+            owned = []
+            for prefix, owner in members:
+                for attr, p in owner.named_parameters(recurse=False):
+                    key = "%s.%s" % (prefix, attr) if prefix else attr
+                    if id(p) in seen:
+                        raise ValueError("fragctl.torch.zero3.shard: parameter %s is shared with another module; "
+                                         "shared (tied) parameters are not supported" % key)
+                    seen.add(id(p))
+                    owned.append((key, owner, attr, p))
+            if owned:
+                blocks.append(_Block(len(blocks), name or "<root>", m, owned))
         return blocks
 
     def _load(self, values: List[List[Any]]) -> None:
@@ -264,16 +281,16 @@ class ShardedModule:
             self._check(self._lib.fragctl_zero3_fetch(self._z, b.index, self._stream(), None, None, 0))
         if for_module and b.forward_held == 0:
             grad = self._torch.is_grad_enabled()
-            for i, n in enumerate(b.names):
+            for i, (owner, attr) in enumerate(zip(b.owners, b.attrs)):
                 view = b.views[i]
-                b.module.__dict__[n] = (self._gather.apply(self._anchor, view, self, b, i) if grad and b.trainable[i]
+                owner.__dict__[attr] = (self._gather.apply(self._anchor, view, self, b, i) if grad and b.trainable[i]
                                         else view)
 
     def _release(self, b: _Block) -> None:
         self._check(self._lib.fragctl_zero3_release(self._z, b.index, self._stream()))
         if b.forward_held == 0:
-            for n in b.names:
-                b.module.__dict__[n] = self._placeholder(b)
+            for owner, attr in zip(b.owners, b.attrs):
+                owner.__dict__[attr] = self._placeholder(b)
         if b.forward_held == 0 and not b.backward_held:
             for view in b.views:
                 self._by_storage.pop(self._storage_ptr(view), None)
@@ -385,8 +402,7 @@ class ShardedModule:
             self._fetch(b, for_module=False)
             b.forward_held += 1
             try:
-                for n, view in zip(b.names, b.views):
-                    key = n if b.name == "<root>" else "%s.%s" % (b.name, n)
+                for key, view in zip(b.keys, b.views):
                     out[key] = view.detach().to("cpu", copy=True)
             finally:
                 b.forward_held -= 1
@@ -401,8 +417,7 @@ class ShardedModule:
         values = []
         for b in self._blocks:
             row = []
-            for n, shape in zip(b.names, b.shapes):
-                key = n if b.name == "<root>" else "%s.%s" % (b.name, n)
+            for key, shape in zip(b.keys, b.shapes):
                 if key not in state:
                     raise KeyError("fragctl.torch.zero3: load_full_state_dict: %s is missing" % key)
                 if tuple(state[key].shape) != tuple(shape):

@@ -14,7 +14,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Dict, Mapping, Tuple, Union
 
 from ._sharded import CollectiveError, CollectiveTimeoutError, ShardedModule, Zero3Error
 
@@ -171,14 +171,18 @@ _GRADIENT_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: float = 600.0,
-          **options: Any) -> ShardedModule:
+          block_types: Tuple[type, ...] = (), **options: Any) -> ShardedModule:
     """Partitions ``model``'s parameters over the ranks of ``process_group``
     (default: the whole world) in fragctl's ZeRO-3 block manager.
 
     ``config`` and ``options`` as parse_config (DeepSpeed's stage-3 keys, a
-    ``zero_optimization`` block or a ``ds_config.json``). Every module that
-    owns parameters is a block: gathered before its forward (and in backward
-    when autograd needs its parameters) and released after; gradients are
+    ``zero_optimization`` block or a ``ds_config.json``). Blocks: every module
+    of one of ``block_types`` (e.g. a transformer layer class) with all the
+    parameters of its subtree, and every other module that owns parameters
+    directly. A block is gathered before its module's forward (and in
+    backward when autograd needs its parameters) and released after; a
+    parameter read outside its block's forward (nn.MultiheadAttention reads
+    ``out_proj.weight`` itself) needs a block type above it. Gradients are
     averaged over the ranks and reduce-scattered into the shards. Returns a
     ShardedModule: call it as the model, give its ``parameters()`` (the local
     shards) to a torch.optim optimizer, save and load with
@@ -228,7 +232,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
-        return ShardedModule(torch, model, group, text, int(timeout * 1000))
+        return ShardedModule(torch, model, group, text, int(timeout * 1000), tuple(block_types))
     finally:
         for k, v in saved.items():
             if v is None:
