@@ -135,4 +135,4 @@ def enable(policy="arena", backend=None, route="auto", **options):
     return allocator
 
 
-from .offload import offload_activations  # noqa: E402  (needs _torch above)
+from .offload import offload_activations  # noqa: E402,F401  (re-exported; needs _torch above)

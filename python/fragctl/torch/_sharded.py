@@ -113,7 +113,6 @@ class ShardedModule:
 
     def __init__(self, torch: Any, module: Any, group: Any, options: str, timeout_ms: int,
                  block_types: Tuple[type, ...] = ()) -> None:
-        import torch.distributed as dist
         self._torch = torch
         self.module = module
         self._lib = _capi.library()
