@@ -7,6 +7,7 @@ the collective and the block.
 
     FRAGCTL_LIBRARY=build/libfragctl.so PYTHONPATH=python /usr/bin/python3 -m unittest discover -s tests/torch -p "test_zero3.py" -v
 """
+import contextlib
 import datetime
 import os
 import pickle
@@ -61,11 +62,18 @@ def worker(rank, world, directory, mode, kind="mlp"):
             time.sleep(12)  # stops answering
         else:
             opt = optimizer(sharded.parameters())
+            offload = None
+            if mode == "offload":  # activations to the checkpoint store, parameters to zero3
+                import fragctl.torch
+                offload = fragctl.torch.offload_activations(budget="8KiB", min_bytes=1, backend="sim")
             for x in make_data(kind):
-                loss = sharded(x.chunk(world)[rank]).square().mean()
-                loss.backward()
+                with offload if offload is not None else contextlib.nullcontext():
+                    loss = sharded(x.chunk(world)[rank]).square().mean()
+                    loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            if offload is not None:
+                out["offload"] = offload.stats()
             out["state"] = sharded.full_state_dict()
             out["stats"] = sharded.stats()
             sharded.load_full_state_dict(initial)
@@ -143,6 +151,18 @@ class Zero3ShardTest(unittest.TestCase):
 
     def test_four_ranks_equal_the_unsharded_model(self):
         self.check_world(4)
+
+    def test_offload_activations_composes_with_shard(self):
+        results = run_ranks(2, "offload")
+        expected = reference_state()
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            moved = r["offload"]
+            self.assertGreater(moved["tensors_moved"], 0)
+            self.assertGreater(moved["copies"]["bytes_to_host"], 0)
+            self.assertEqual(moved["saved_alive"], 0)
 
     def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
         results = run_ranks(2, "train", kind="transformer")

@@ -143,6 +143,7 @@ class ShardedModule:
         self._step_open = False
         self._backward_queued = False
         self._saved_hooks = None
+        self._outer = None  # the offload_activations block around this forward, if any
         self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
         self._gather = _gather_function(torch)
         for b in self._blocks:
@@ -316,6 +317,8 @@ class ShardedModule:
             self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
             self._step_open = False
         if self._torch.is_grad_enabled():
+            from .offload import active
+            self._outer = active()
             self._saved_hooks = self._torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
             self._saved_hooks.__enter__()
 
@@ -323,17 +326,19 @@ class ShardedModule:
         if self._saved_hooks is not None:
             self._saved_hooks.__exit__(None, None, None)
             self._saved_hooks = None
+        self._outer = None
 
     def _pack(self, tensor: Any) -> Any:
         found = self._by_storage.get(self._storage_ptr(tensor)) if tensor.device == self.device else None
-        if found is None:
-            return tensor
+        if found is None:  # an activation: offload_activations' if one is active, else autograd's
+            return self._outer._pack(tensor) if self._outer is not None else tensor
         b, i = found
         return (b, i, tuple(tensor.size()), tuple(tensor.stride()), tensor.storage_offset())
 
     def _unpack(self, packed: Any) -> Any:
         if not isinstance(packed, tuple):
-            return packed
+            owner = getattr(packed, "owner", None)  # offload_activations' handle
+            return owner._unpack(packed) if owner is not None else packed
         b, i, size, stride, offset = packed
         if not b.backward_held:
             self._fetch(b, for_module=False)

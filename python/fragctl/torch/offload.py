@@ -38,6 +38,16 @@ Size = Union[int, str]
 # fragctl_checkpoint_residence values.
 _RESIDENCE = {0: "absent", 1: "device", 2: "host"}
 
+_entered = threading.local()  # .stack: the offload_activations blocks this thread is inside
+
+
+def active() -> Optional["offload_activations"]:
+    """The innermost offload_activations block this thread is inside (with
+    hooks installed), or None. fragctl.torch.zero3 hands it the saved tensors
+    its own hook does not keep, so that the two compose."""
+    stack = getattr(_entered, "stack", None)
+    return stack[-1] if stack else None
+
 
 class _Saved:
     """What the pack hook returns for a tensor moved into the store."""
@@ -223,11 +233,15 @@ class offload_activations:
         hooks = self._torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         hooks.__enter__()
         self._hooks.append(hooks)
+        if not hasattr(_entered, "stack"):
+            _entered.stack = []
+        _entered.stack.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         hooks = self._hooks.pop()
         if hooks is not None:
+            _entered.stack.pop()
             hooks.__exit__(*exc)
             if self.synchronize_checkpoint_boundary:
                 self.synchronize()
