@@ -9,6 +9,8 @@
 #               the HIP backend, which is otherwise left out with a warning
 #   --browser   chromium (≈350 MiB): the HTML report's browser test
 #               (tests/report/html_browser_test.cpp), skipped without it
+#   --torch     python3-torch (PyTorch 1.13 CPU for Debian's /usr/bin/python3):
+#               the fragctl.torch service tests (tests/torch), skipped without it
 #   --all       every group above (CI)
 # Needs root (or sudo) only when something must be installed. On a machine
 # without a package registry (the GPU machine) the dependencies come from
@@ -19,6 +21,7 @@ base=(build-essential cmake ninja-build pkg-config python3
 tests=(libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
 hip=(libamdhip64-dev)
 browser=(chromium)
+torch=(python3-torch)
 packages=("${base[@]}")
 list=0
 for arg in "$@"; do
@@ -27,7 +30,8 @@ for arg in "$@"; do
     --tests) packages+=("${tests[@]}") ;;
     --hip) packages+=("${hip[@]}") ;;
     --browser) packages+=("${browser[@]}") ;;
-    --all) packages+=("${tests[@]}" "${hip[@]}" "${browser[@]}") ;;
+    --torch) packages+=("${torch[@]}") ;;
+    --all) packages+=("${tests[@]}" "${hip[@]}" "${browser[@]}" "${torch[@]}") ;;
     -*) echo "tools/install-deps.sh: unknown option $arg (see the comment at its top)" >&2; exit 2 ;;
     *) packages+=("$arg") ;;
   esac

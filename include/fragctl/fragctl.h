@@ -57,6 +57,11 @@ FRAGCTL_API const char* fragctl_last_error(void);
  * ("caching,arena,buckets,warmup"). Static storage. */
 FRAGCTL_API const char* fragctl_policy_names(void);
 
+/** Parses a size as the options do ("4096", "512MiB", "2GiB", "1.5GiB") into
+ * *bytes. INVALID_ARGUMENT, with a message saying what is accepted, for
+ * anything else or a NULL argument. */
+FRAGCTL_API fragctl_status fragctl_parse_size(const char* text, size_t* bytes);
+
 /* --- Allocators ------------------------------------------------------------ */
 
 /** Creates an allocator.

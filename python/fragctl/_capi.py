@@ -125,6 +125,41 @@ def _declare(lib):
         "fragctl_configure_defaults": (status, [char_p, char_p, char_p]),
         "fragctl_default_allocator": (status, [c.c_int, c.c_int, c.POINTER(p)]),
         "fragctl_write_default_report": (status, [char_p]),
+        "fragctl_parse_size": (status, [char_p, c.POINTER(c.c_size_t)]),
+        # The activation-checkpoint store (fragctl/checkpoint/checkpoint.h).
+        "fragctl_checkpoint_create": (status, [p, c.c_size_t, c.c_size_t, c.c_int, c.POINTER(p)]),
+        "fragctl_checkpoint_destroy": (None, [p]),
+        "fragctl_checkpoint_put": (status, [p, c.c_int, c.c_size_t, p, c.POINTER(p)]),
+        "fragctl_checkpoint_get": (status, [p, c.c_int, p, c.POINTER(p)]),
+        "fragctl_checkpoint_drop": (status, [p, c.c_int]),
+        "fragctl_checkpoint_reset": (status, [p]),
+        "fragctl_checkpoint_synchronize": (status, [p]),
+        "fragctl_checkpoint_where": (status, [p, c.c_int, c.POINTER(c.c_int)]),
+        "fragctl_checkpoint_copy_stream": (status, [p, c.POINTER(p)]),
+        "fragctl_checkpoint_backend": (char_p, [p]),
+        "fragctl_checkpoint_stats_json": (status, [p, c.POINTER(p)]),
+        # The ZeRO-3 block manager (fragctl/zero3/zero3.h): fragctl_zero3_status,
+        # fragctl_zero3_last_error. The collectives struct is declared where it
+        # is built (fragctl/torch/_collectives.py).
+        "fragctl_zero3_create_with_collectives": (status, [char_p, p, c.POINTER(p)]),
+        "fragctl_zero3_add_block": (status, [p, char_p, p, c.c_size_t]),
+        "fragctl_zero3_start": (status, [p]),
+        "fragctl_zero3_fetch": (status, [p, c.c_size_t, p, c.POINTER(p), c.POINTER(c.c_size_t), c.c_size_t]),
+        "fragctl_zero3_release": (status, [p, c.c_size_t, p]),
+        "fragctl_zero3_shard_of": (status, [p, c.c_size_t, c.c_size_t, c.POINTER(c.c_size_t), c.POINTER(p),
+                                            c.POINTER(c.c_size_t)]),
+        "fragctl_zero3_trainable_shard": (status, [p, c.c_size_t, c.POINTER(p), c.POINTER(p),
+                                                   c.POINTER(c.c_size_t)]),
+        "fragctl_zero3_persistent": (status, [p, c.c_size_t, c.c_size_t, c.POINTER(p), c.POINTER(p)]),
+        "fragctl_zero3_begin_gradients": (status, [p, c.c_size_t, p, c.POINTER(p), c.POINTER(c.c_size_t),
+                                                   c.c_size_t]),
+        "fragctl_zero3_reduce_gradients": (status, [p, c.c_size_t, p]),
+        "fragctl_zero3_finish_gradients": (status, [p, p]),
+        "fragctl_zero3_end_step": (status, [p, p]),
+        "fragctl_zero3_synchronize": (status, [p]),
+        "fragctl_zero3_stats_json": (c.c_size_t, [p, c.c_char_p, c.c_size_t]),
+        "fragctl_zero3_last_error": (char_p, []),
+        "fragctl_zero3_destroy": (None, [p]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -195,6 +230,20 @@ def size(value, what="nbytes"):
     if n > SIZE_MAX:
         raise OverflowError("fragctl: %s=%d does not fit in size_t (at most 2**64 - 1)" % (what, n))
     return n
+
+
+def parse_size(value, what="size"):
+    """A byte count from an int or a size string ("8GiB", "512MiB", "1.5GiB"),
+    parsed by libfragctl as every option is. TypeError for other types (bool
+    included), ConfigurationError for a bad string, ValueError below 0."""
+    if isinstance(value, str):
+        out = ctypes.c_size_t()
+        status_code = library().fragctl_parse_size(text(value, what), ctypes.byref(out))
+        if status_code != OK:
+            message = library().fragctl_last_error().decode(errors="replace")
+            raise ConfigurationError("fragctl: %s=%r: %s" % (what, value, message), STATUS_NAMES[status_code])
+        return out.value
+    return size(value, what)
 
 
 def address(value, what):

@@ -46,15 +46,14 @@ fragctl_status from_status(const absl::Status& status) {
   return status.ok() ? FRAGCTL_OK : fail(status_of(status), message_of(status));
 }
 
-// Copies `text` into a malloc'ed string for fragctl_string_free.
+}  // namespace
+
 char* copy_out(const std::string& text) {
   char* out = static_cast<char*>(std::malloc(text.size() + 1));
   if (out == nullptr) throw std::bad_alloc();
   std::memcpy(out, text.c_str(), text.size() + 1);
   return out;
 }
-
-}  // namespace
 
 void set_last_error(std::string_view message) { last_error.assign(message); }
 
@@ -127,6 +126,15 @@ const char* fragctl_policy_names(void) {
     return out;
   }();
   return names.c_str();
+}
+
+fragctl_status fragctl_parse_size(const char* text, size_t* bytes) {
+  FRAGCTL_REQUIRE(text != nullptr && bytes != nullptr, "fragctl_parse_size: text or bytes is NULL");
+  return guarded([&] {
+    const absl::StatusOr<std::size_t> parsed = fragctl::parse_size(text);
+    if (parsed.ok()) *bytes = *parsed;
+    return fragctl::capi::from_status(parsed.status());
+  });
 }
 
 fragctl_status fragctl_create(const char* policy, const char* options, const char* backend, int device,

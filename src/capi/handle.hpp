@@ -38,6 +38,9 @@ fragctl_status guarded(Body&& body) noexcept {
   }
 }
 
+/// A malloc'ed copy of `text` for fragctl_string_free; throws std::bad_alloc.
+char* copy_out(const std::string& text);
+
 /// Sets the last error to `message` and returns `status`.
 fragctl_status fail(fragctl_status status, std::string_view message) noexcept;
 

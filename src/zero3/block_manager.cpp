@@ -323,6 +323,18 @@ view block_manager::gradient_shard(std::size_t block) const {
   return {static_cast<unsigned char*>(impl_->gradient_shards) + l.gradient_shard_offset, l.gradient_shard_bytes};
 }
 
+view block_manager::persistent_gradient(std::size_t block, std::size_t param) const {
+  impl_->check_block(block, "persistent_gradient");
+  const block_layout& l = impl_->layout.blocks[block];
+  if (param >= l.parameters.size() || !l.parameters[param].persistent || !l.parameters[param].trainable) {
+    throw invalid_argument(
+        fmt::format("zero3: parameter {} of block '{}' is not a persistent trainable parameter", param, l.name));
+  }
+  const parameter_layout& p = l.parameters[param];
+  return {static_cast<unsigned char*>(impl_->persistent_gradients) + p.gradient_offset,
+          p.elements * impl_->layout.gradient_element_bytes};
+}
+
 std::span<const view> block_manager::fetch(std::size_t block, stream_t stream) {
   impl& m = *impl_;
   m.check_block(block, "fetch");

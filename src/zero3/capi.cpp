@@ -1,5 +1,6 @@
 // C API of the block manager: each function catches every exception and
 // turns it into a status plus a thread-local message.
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -106,6 +107,36 @@ std::unique_ptr<communicator> make_communicator(std::string_view spec, device_ba
   return make_nccl_communicator(backend, o);
 }
 
+// The caller's collectives (fragctl_zero3_collectives) as a communicator.
+std::unique_ptr<communicator> make_communicator(const fragctl_zero3_collectives& c) {
+  if (c.all_gather == nullptr || c.reduce_scatter == nullptr) {
+    throw fragctl::invalid_argument("zero3: the collectives need both all_gather and reduce_scatter");
+  }
+  const auto result = [](int status) {
+    return status == FRAGCTL_ZERO3_OK        ? callback_result::ok
+           : status == FRAGCTL_ZERO3_TIMEOUT ? callback_result::timed_out
+                                             : callback_result::failed;
+  };
+  callback_collectives cc;
+  cc.rank = c.rank;
+  cc.size = c.size;
+  cc.timeout = std::chrono::milliseconds(c.timeout_ms);
+  cc.all_gather = [c, result](std::span<const gather_part> parts, stream_t stream, std::string_view tag,
+                              std::string&) {
+    std::vector<fragctl_zero3_gather_part> out;
+    for (const gather_part& p : parts) out.push_back({p.send, p.recv, p.bytes});
+    return result(c.all_gather(c.context, out.data(), out.size(), stream, std::string(tag).c_str()));
+  };
+  cc.reduce_scatter = [c, result](std::span<const scatter_part> parts, data_type type, stream_t stream,
+                                  std::string_view tag, std::string&) {
+    std::vector<fragctl_zero3_scatter_part> out;
+    for (const scatter_part& p : parts) out.push_back({p.send, p.recv, p.elements});
+    return result(c.reduce_scatter(c.context, out.data(), out.size(), static_cast<int>(type), stream,
+                                   std::string(tag).c_str()));
+  };
+  return make_callback_communicator(std::move(cc));
+}
+
 std::size_t copy_views(std::span<const view> views, void** pointers, std::size_t* sizes, std::size_t capacity) {
   const std::size_t n = std::min(capacity, views.size());
   for (std::size_t i = 0; i < n; ++i) {
@@ -114,6 +145,11 @@ std::size_t copy_views(std::span<const view> views, void** pointers, std::size_t
   }
   return n;
 }
+
+static_assert(FRAGCTL_ZERO3_UINT8 == static_cast<int>(data_type::uint8) &&
+              FRAGCTL_ZERO3_FLOAT16 == static_cast<int>(data_type::float16) &&
+              FRAGCTL_ZERO3_BFLOAT16 == static_cast<int>(data_type::bfloat16) &&
+              FRAGCTL_ZERO3_FLOAT32 == static_cast<int>(data_type::float32));
 
 }  // namespace
 
@@ -135,6 +171,27 @@ fragctl_zero3_status fragctl_zero3_create(const char* options_text, const char* 
     z->persistent = make_policy(z->cfg.policy, z->cfg, *z->backend);
     z->transient = make_policy(z->cfg.policy, z->cfg, *z->backend);
     z->comm = make_communicator(communicator_spec != nullptr ? communicator_spec : "local", *z->backend);
+    *out = z.release();
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_create_with_collectives(const char* options_text, const fragctl_zero3_collectives* c,
+                                                           fragctl_zero3** out) {
+  return guarded([&] {
+    need(out, "out");
+    *out = nullptr;
+    need(c, "the collectives");
+    auto z = std::make_unique<fragctl_zero3>();
+    auto cfg = config_from_environment();
+    if (!cfg.ok()) throw fragctl::invalid_argument(std::string(cfg.status().message()));
+    z->cfg = *cfg;
+    auto opts = parse_options(options_text != nullptr ? options_text : "");
+    if (!opts.ok()) throw fragctl::invalid_argument(std::string(opts.status().message()));
+    z->opts = *opts;
+    z->backend = make_backend(z->cfg);
+    z->persistent = make_policy(z->cfg.policy, z->cfg, *z->backend);
+    z->transient = make_policy(z->cfg.policy, z->cfg, *z->backend);
+    z->comm = make_communicator(*c);
     *out = z.release();
   });
 }
@@ -179,6 +236,36 @@ fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size
     if (parameter_offset != nullptr) *parameter_offset = p.parameter_offset;
     if (pointer != nullptr) *pointer = p.data.data;
     if (bytes != nullptr) *bytes = p.data.bytes;
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_trainable_shard(fragctl_zero3* z, size_t block, void** data, void** gradient,
+                                                   size_t* elements) {
+  return guarded([&] {
+    block_manager& m = *started(z).manager;
+    const view grad = m.gradient_shard(block);  // checks `block`
+    const block_layout& l = m.layout().blocks[block];
+    const std::size_t n = l.trainable_shard_elements();
+    if (data != nullptr) *data = n == 0 ? nullptr : static_cast<unsigned char*>(m.shard_buffer().data) + l.shard_offset;
+    if (gradient != nullptr) *gradient = n == 0 ? nullptr : grad.data;
+    if (elements != nullptr) *elements = n;
+  });
+}
+
+fragctl_zero3_status fragctl_zero3_persistent(fragctl_zero3* z, size_t block, size_t param, void** data,
+                                              void** gradient) {
+  return guarded([&] {
+    block_manager& m = *started(z).manager;
+    if (block >= m.block_count()) throw fragctl::invalid_argument(fmt::format("zero3: no block {}", block));
+    const block_layout& l = m.layout().blocks[block];
+    if (param >= l.parameters.size()) {
+      throw fragctl::invalid_argument(fmt::format("zero3: block '{}' has no parameter {}", l.name, param));
+    }
+    const parameter_layout& p = l.parameters[param];
+    if (data != nullptr) *data = p.persistent ? m.persistent_parameter(block, param).data : nullptr;
+    if (gradient != nullptr) {
+      *gradient = p.persistent && p.trainable ? m.persistent_gradient(block, param).data : nullptr;
+    }
   });
 }
 

@@ -181,6 +181,10 @@ class block_manager {
   /// This rank's gradient slice of `block` (after finish_gradients it holds the
   /// sum over ranks of the T region).
   [[nodiscard]] view gradient_shard(std::size_t block) const;
+  /// The replicated gradient of persistent trainable parameter `param` of
+  /// `block`, in gradient_type elements (after finish_gradients: the sum over
+  /// ranks). Valid at any time. Throws invalid_argument for any other parameter.
+  [[nodiscard]] view persistent_gradient(std::size_t block, std::size_t param) const;
 
   // --- gather / release -------------------------------------------------------
 

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -133,6 +134,35 @@ class thread_group;
 /// that is not sim.
 [[nodiscard]] std::unique_ptr<communicator> make_thread_communicator(std::shared_ptr<thread_group> group, int rank,
                                                                      device_backend& backend);
+
+// --- the caller's collectives ------------------------------------------------
+
+/// What a caller-provided collective returns: done, failed, or past its
+/// deadline (the caller's runtime enforces the deadline, e.g. a
+/// torch.distributed process group's timeout).
+enum class callback_result : std::uint8_t { ok, failed, timed_out };
+
+/// Collectives run by the caller's own runtime (fragctl.torch.zero3 passes
+/// torch.distributed's). Each function runs one grouped operation with the
+/// semantics of communicator::all_gather / reduce_scatter and returns when it
+/// is queued on `stream` (or done); on failure it may fill `message`.
+struct callback_collectives {
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{600000};
+  std::function<callback_result(std::span<const gather_part>, stream_t, std::string_view tag, std::string& message)>
+      all_gather;
+  std::function<callback_result(std::span<const scatter_part>, data_type, stream_t, std::string_view tag,
+                                std::string& message)>
+      reduce_scatter;
+};
+
+/// A communicator over `c`. A failed or timed-out collective raises
+/// collective_error naming the rank, the operation and the tag (the block),
+/// with the caller's message; the communicator is then aborted and every
+/// later call raises the same. Throws invalid_argument for a rank outside
+/// [0, size) or a missing function.
+[[nodiscard]] std::unique_ptr<communicator> make_callback_communicator(callback_collectives c);
 
 // --- NCCL / RCCL --------------------------------------------------------------
 

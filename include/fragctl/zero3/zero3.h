@@ -54,6 +54,46 @@ typedef struct fragctl_zero3_param {
  *   "rccl:..."                   the same with RCCL
  * Without id_file the unique id is read from FRAGCTL_NCCL_UNIQUE_ID. */
 fragctl_zero3_status fragctl_zero3_create(const char* options, const char* communicator, fragctl_zero3** out);
+/* Collectives run by the caller (fragctl.torch.zero3 passes torch.distributed's).
+ * Each function runs one grouped operation and returns FRAGCTL_ZERO3_OK when
+ * it is queued on `stream` (or done), FRAGCTL_ZERO3_COLLECTIVE when it failed,
+ * FRAGCTL_ZERO3_TIMEOUT when it passed the caller's deadline; the manager then
+ * fails with that status and a message naming the rank, the operation and
+ * `tag` (the block). all_gather: for each part, recv receives `bytes` from
+ * every rank, rank r's at recv + r * bytes (in place when send == recv +
+ * rank * bytes). reduce_scatter (sum): recv = the sum over ranks of their
+ * send[rank * elements, (rank + 1) * elements) of `type`. */
+typedef struct fragctl_zero3_gather_part {
+  const void* send;
+  void* recv;
+  size_t bytes; /* per rank */
+} fragctl_zero3_gather_part;
+typedef struct fragctl_zero3_scatter_part {
+  const void* send;
+  void* recv;
+  size_t elements; /* per rank */
+} fragctl_zero3_scatter_part;
+typedef enum fragctl_zero3_type {
+  FRAGCTL_ZERO3_UINT8 = 0,
+  FRAGCTL_ZERO3_FLOAT16 = 1,
+  FRAGCTL_ZERO3_BFLOAT16 = 2,
+  FRAGCTL_ZERO3_FLOAT32 = 3
+} fragctl_zero3_type;
+typedef struct fragctl_zero3_collectives {
+  int rank;
+  int size;
+  long long timeout_ms; /* the caller's deadline, for messages */
+  void* context;        /* passed to both functions */
+  int (*all_gather)(void* context, const fragctl_zero3_gather_part* parts, size_t count, void* stream,
+                    const char* tag);
+  int (*reduce_scatter)(void* context, const fragctl_zero3_scatter_part* parts, size_t count, int type,
+                        void* stream, const char* tag);
+} fragctl_zero3_collectives;
+
+/* As fragctl_zero3_create, with the caller's collectives (copied; `context`
+ * must outlive the manager). */
+fragctl_zero3_status fragctl_zero3_create_with_collectives(const char* options, const fragctl_zero3_collectives* c,
+                                                           fragctl_zero3** out);
 /* Adds a block of `count` parameters (execution order). Before start only. */
 fragctl_zero3_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name, const fragctl_zero3_param* params,
                                              size_t count);
@@ -67,6 +107,17 @@ fragctl_zero3_status fragctl_zero3_release(fragctl_zero3* z, size_t block, void*
  * loading); *pointer is NULL when the rank holds none of it. */
 fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param, size_t* parameter_offset,
                                             void** pointer, size_t* bytes);
+/* This rank's T slice of `block` (trainable partitioned elements, in the
+ * parameters' element type) and its gradient slice (gradient_type), the same
+ * `elements` elements: what an optimizer steps. NULLs and 0 for a block
+ * without trainable partitioned parameters. */
+fragctl_zero3_status fragctl_zero3_trainable_shard(fragctl_zero3* z, size_t block, void** data, void** gradient,
+                                                   size_t* elements);
+/* A persistent parameter (whole on every rank): its data and, if trainable,
+ * its replicated gradient (gradient_type; NULL when frozen). *data is NULL
+ * for a partitioned parameter. */
+fragctl_zero3_status fragctl_zero3_persistent(fragctl_zero3* z, size_t block, size_t param, void** data,
+                                              void** gradient);
 fragctl_zero3_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t block, void* stream, void** pointers,
                                                    size_t* sizes, size_t capacity);
 fragctl_zero3_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream);

@@ -19,11 +19,17 @@ Two routes (docs/pytorch.md):
   over libfragctl's ``fragctl_torch_alloc`` / ``fragctl_torch_free``. PyTorch
   forwards only allocate and free on this route; what it loses is said once
   when it is enabled (``PLUGGABLE_LOSSES``).
+
+Services on top (docs/torch-services.md): ``offload_activations`` keeps the
+tensors autograd saves for backward in fragctl's activation-checkpoint store
+under a device budget, the rest in pinned host memory;
+``fragctl.torch.zero3.shard`` partitions a model over torch.distributed
+ranks in fragctl's ZeRO-3 block manager.
 """
 import sys
 
-from . import _capi
-from . import configure as _configure
+from .. import _capi
+from .. import configure as _configure
 
 _enabled = None  # the policy enabled in this process
 _route = None  # "native" or "pluggable"
@@ -57,7 +63,7 @@ def route():
 
 
 def _native_allocator(torch):
-    from . import _native
+    from .. import _native
     module = _native.load()
     return torch.cuda.memory._CUDAAllocator(module.allocator(_capi.library_path()))
 
@@ -127,3 +133,6 @@ def enable(policy="arena", backend=None, route="auto", **options):
         print("fragctl: PyTorch allocates through fragctl (%s, pluggable route): %son this route %s"
               % (policy, reason, PLUGGABLE_LOSSES), file=sys.stderr)
     return allocator
+
+
+from .offload import offload_activations  # noqa: E402,F401  (re-exported; needs _torch above)

@@ -1,0 +1,454 @@
+"""ZeRO-3 for a torch.nn.Module over fragctl's block manager (docs/torch-services.md).
+
+Theory. Every module that owns parameters directly is a block of the
+manager (fragctl/zero3/zero3.h), registered in ``model.modules()`` order;
+its parameters live as flat shards in the manager and the Parameter objects
+keep only an empty tensor between uses.
+
+* Forward: a pre-hook fetches the block (all-gather) and points each
+  Parameter's ``.data`` at its slice of the gathered buffer; a post-hook
+  releases it. Tensors autograd saves that alias a gathered buffer (the
+  weight, ``weight.t()``) are packed as (block, parameter, view geometry) by
+  a saved-tensor hook installed around the root module's forward, never as
+  the memory itself, which the next gather may reuse.
+* Backward: unpacking such a tensor fetches its block again (held until the
+  block's gradients are reduced, or until backward ends) and rebuilds the
+  view in the new buffer. A hook on each trainable parameter's
+  AccumulateGrad node copies the gradient, divided by the world size (a
+  mean over ranks, as DDP), into the block's reduce bucket and frees it;
+  when a block has all its gradients the bucket is reduce-scattered into
+  the gradient shard. When backward ends (an engine callback) the persistent
+  gradients are summed and every block still held is released.
+* Optimizer: ``parameters()`` are the local shards (each block's trainable
+  slice, each persistent trainable parameter) with ``.grad`` pointing at
+  their gradient shard; a torch.optim optimizer steps them in place. The
+  next forward ends the manager's step first.
+
+Frozen parameters are gathered with their block and get no gradient buffer.
+Streams: all work is on the current stream (None on CPU); the manager orders
+its communication stream with events.
+"""
+import ctypes
+import json
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from .. import _capi
+from . import _collectives
+
+ZERO3_OK, ZERO3_INVALID, ZERO3_OOM, ZERO3_BUDGET, ZERO3_COLLECTIVE, ZERO3_TIMEOUT = 0, 1, 2, 3, 4, 5
+
+
+class Zero3Error(RuntimeError):
+    """A block-manager call failed; ``status`` is the fragctl_zero3_status value."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class CollectiveError(Zero3Error):
+    """A collective failed or timed out: ``rank``, ``collective`` ("all_gather",
+    "reduce_scatter") and ``block`` (the block's name) say which."""
+
+    def __init__(self, message: str, status: int, rank: int, collective: str, block: str) -> None:
+        super().__init__(message, status)
+        self.rank = rank
+        self.collective = collective
+        self.block = block
+
+
+class CollectiveTimeoutError(CollectiveError, TimeoutError):
+    """A collective did not complete within the process group's timeout (a
+    rank stopped answering)."""
+
+
+class _Param(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("elements", ctypes.c_size_t), ("element_bytes", ctypes.c_size_t),
+                ("trainable", ctypes.c_int)]
+
+
+class _Block:
+    __slots__ = ("index", "name", "module", "keys", "owners", "attrs", "params", "shapes", "trainable", "views",
+                 "forward_held", "backward_held", "bucket", "received")
+
+    def __init__(self, index, name, module, owned):
+        """`owned`: (state-dict key, owning module, attribute, Parameter) per parameter."""
+        self.index = index
+        self.name = name
+        self.module = module  # whose forward gathers and releases the block
+        self.keys = [k for k, _, _, _ in owned]
+        self.owners = [m for _, m, _, _ in owned]
+        self.attrs = [a for _, _, a, _ in owned]
+        self.params = [p for _, _, _, p in owned]
+        self.shapes = [p.shape for p in self.params]
+        self.trainable = [p.requires_grad for p in self.params]
+        self.views: Optional[List[Any]] = None  # the gathered parameters while gathered
+        self.forward_held = 0
+        self.backward_held = False
+        self.bucket: Optional[List[int]] = None  # gradient addresses while a bucket is held
+        self.received: set = set()  # parameters whose gradient arrived this backward
+
+
+def _gather_function(torch: Any) -> Any:
+    """The autograd function whose output is a gathered parameter: its
+    backward receives the parameter's whole gradient (all uses summed)."""
+
+    class GatheredParameter(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, anchor, view, owner, block, index):  # noqa: ARG004 (anchor makes the output require grad)
+            ctx.owner, ctx.block, ctx.index = owner, block, index
+            return view.view_as(view)
+
+        @staticmethod
+        def backward(ctx, grad):
+            ctx.owner._on_gradient(ctx.block, ctx.index, grad)
+            return None, None, None, None, None
+
+    return GatheredParameter
+
+
+class ShardedModule:
+    """What fragctl.torch.zero3.shard returns: call it as the module, give
+    ``parameters()`` to a torch.optim optimizer. Not thread-safe."""
+
+    def __init__(self, torch: Any, module: Any, group: Any, options: str, timeout_ms: int,
+                 block_types: Tuple[type, ...] = ()) -> None:
+        self._torch = torch
+        self.module = module
+        self._lib = _capi.library()
+        first = next(module.parameters(), None)
+        if first is None:
+            raise ValueError("fragctl.torch.zero3.shard: the model has no parameters")
+        self.device = first.device
+        self.dtype = first.dtype
+        self._collectives = _collectives.TorchCollectives(torch, group, timeout_ms, self._wrap, self._stream_context)
+        self.rank = self._collectives.rank
+        self.world_size = self._collectives.size
+        self._blocks = self._find_blocks(module, block_types)
+        handle = ctypes.c_void_p()
+        self._check(self._lib.fragctl_zero3_create_with_collectives(
+            options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
+            ctypes.byref(handle)))
+        self._z = handle
+        for b in self._blocks:
+            specs = (_Param * len(b.params))(*[
+                _Param(n.encode(), p.numel(), p.element_size(), int(p.requires_grad))
+                for n, p in zip(b.keys, b.params)])
+            self._check(self._lib.fragctl_zero3_add_block(self._z, b.name.encode(), ctypes.cast(specs, ctypes.c_void_p),
+                                                          len(b.params)))
+        self._check(self._lib.fragctl_zero3_start(self._z))
+        self._load([[p.detach() for p in b.params] for b in self._blocks])
+        self._shards = self._local_shards()
+        self._by_storage: Dict[int, Tuple[_Block, int]] = {}
+        self._step_open = False
+        self._backward_queued = False
+        self._saved_hooks = None
+        self._outer = None  # the offload_activations block around this forward, if any
+        self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
+        self._gather = _gather_function(torch)
+        for b in self._blocks:
+            for owner, attr in zip(b.owners, b.attrs):
+                del owner._parameters[attr]  # the owner reads a gathered tensor while in use
+                owner.__dict__[attr] = self._placeholder(b)
+        # The root's hooks first: its pre-hook ends the last step before any
+        # block (the root itself may be one) is fetched.
+        self._hooks = [module.register_forward_pre_hook(self._root_pre),
+                       module.register_forward_hook(self._root_post)]
+        for b in self._blocks:
+            self._hooks.append(b.module.register_forward_pre_hook(self._make_pre(b)))
+            self._hooks.append(b.module.register_forward_hook(self._make_post(b)))
+
+    # --- memory ----------------------------------------------------------------
+
+    def _wrap(self, pointer: int, nbytes: int) -> Any:
+        torch = self._torch
+        if nbytes == 0:
+            return torch.empty(0, dtype=torch.uint8, device=self.device)
+        if self.device.type == "cpu":
+            return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(pointer), dtype=torch.uint8)
+        from .offload import _DeviceView
+        return torch.as_tensor(_DeviceView(pointer, nbytes), device=self.device)
+
+    def _typed(self, pointer: int, shape: Any, dtype: Any) -> Any:
+        numel = 1
+        for d in shape:
+            numel *= d
+        width = self._torch.tensor([], dtype=dtype).element_size()
+        return self._wrap(pointer, numel * width).view(dtype).view(shape)
+
+    def _stream(self) -> Optional[int]:
+        if self.device.type == "cuda":
+            return self._torch.cuda.current_stream(self.device).cuda_stream or None
+        return None
+
+    def _stream_context(self, handle: Optional[int]) -> Any:
+        import contextlib
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        torch = self._torch
+        return torch.cuda.stream(torch.cuda.ExternalStream(handle or 0, device=self.device))
+
+    def _check(self, status: int) -> None:
+        if status == ZERO3_OK:
+            return
+        message = self._lib.fragctl_zero3_last_error().decode(errors="replace")
+        if status in (ZERO3_COLLECTIVE, ZERO3_TIMEOUT):
+            collective, block, detail = self._collectives.failure or ("", "", "")
+            if detail:
+                message = "%s (%s)" % (message, detail)
+            cls = CollectiveTimeoutError if status == ZERO3_TIMEOUT else CollectiveError
+            raise cls(message, status, self.rank, collective, block)
+        if status == ZERO3_INVALID:
+            raise ValueError("fragctl.torch.zero3: " + message)
+        if status == ZERO3_OOM:
+            raise _capi.OutOfMemoryError("fragctl.torch.zero3: " + message, "FRAGCTL_ERROR_OUT_OF_MEMORY")
+        raise Zero3Error("fragctl.torch.zero3: " + message, status)
+
+    @staticmethod
+    def _find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[_Block]:
+        """Blocks in module order: each module of `block_types` with every
+        parameter of its subtree, and every other module that owns
+        parameters directly, outside those subtrees."""
+        blocks, seen, inside = [], set(), set()
+        for name, m in module.named_modules():
+            if id(m) in inside:
+                continue
+            if block_types and isinstance(m, block_types):
+                members = list(m.named_modules(prefix=name))
+                inside.update(id(sub) for _, sub in members)
+            else:
+                members = [(name, m)]
+            owned = []
+            for prefix, owner in members:
+                for attr, p in owner.named_parameters(recurse=False):
+                    key = "%s.%s" % (prefix, attr) if prefix else attr
+                    if id(p) in seen:
+                        raise ValueError("fragctl.torch.zero3.shard: parameter %s is shared with another module; "
+                                         "shared (tied) parameters are not supported" % key)
+                    seen.add(id(p))
+                    owned.append((key, owner, attr, p))
+            if owned:
+                blocks.append(_Block(len(blocks), name or "<root>", m, owned))
+        return blocks
+
+    def _load(self, values: List[List[Any]]) -> None:
+        """Copies full parameter values (per block, per parameter) into this rank's shards."""
+        lib = self._lib
+        for b, block_values in zip(self._blocks, values):
+            for i, value in enumerate(block_values):
+                offset, pointer, nbytes = ctypes.c_size_t(), ctypes.c_void_p(), ctypes.c_size_t()
+                self._check(lib.fragctl_zero3_shard_of(self._z, b.index, i, ctypes.byref(offset),
+                                                       ctypes.byref(pointer), ctypes.byref(nbytes)))
+                if pointer.value:
+                    flat = value.detach().to(self.device).contiguous().reshape(-1).view(self._torch.uint8)
+                    self._wrap(pointer.value, nbytes.value).copy_(flat[offset.value:offset.value + nbytes.value])
+
+    def _local_shards(self) -> List[Tuple[Any, Any]]:
+        """(Parameter over shard memory, gradient view) pairs an optimizer steps."""
+        torch, lib, out = self._torch, self._lib, []
+        for b in self._blocks:
+            data, grad, n = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
+            self._check(lib.fragctl_zero3_trainable_shard(self._z, b.index, ctypes.byref(data), ctypes.byref(grad),
+                                                          ctypes.byref(n)))
+            if n.value:
+                dtype = next(p.dtype for p, t in zip(b.params, b.trainable) if t)
+                out.append((torch.nn.Parameter(self._typed(data.value, (n.value,), dtype)),
+                            self._typed(grad.value, (n.value,), dtype)))
+            for i, p in enumerate(b.params):
+                self._check(lib.fragctl_zero3_persistent(self._z, b.index, i, ctypes.byref(data), ctypes.byref(grad)))
+                if data.value and grad.value:
+                    out.append((torch.nn.Parameter(self._typed(data.value, b.shapes[i], p.dtype)),
+                                self._typed(grad.value, b.shapes[i], p.dtype)))
+        return out
+
+    # --- gather and release -----------------------------------------------------
+
+    def _placeholder(self, b: _Block) -> Any:
+        return self._torch.empty(0, dtype=b.params[0].dtype, device=self.device)
+
+    def _fetch(self, b: _Block, for_module: bool) -> None:
+        """Adds a consumer of `b`, gathering it if needed; `for_module` also
+        sets the module's attributes to the gathered parameters (forward)."""
+        if b.views is None:
+            pointers = (ctypes.c_void_p * len(b.params))()
+            sizes = (ctypes.c_size_t * len(b.params))()
+            self._check(self._lib.fragctl_zero3_fetch(self._z, b.index, self._stream(), pointers, sizes,
+                                                      len(b.params)))
+            b.views = [self._typed(pointers[i], b.shapes[i], p.dtype) for i, p in enumerate(b.params)]
+            for i, view in enumerate(b.views):
+                self._by_storage[self._storage_ptr(view)] = (b, i)
+        else:
+            self._check(self._lib.fragctl_zero3_fetch(self._z, b.index, self._stream(), None, None, 0))
+        if for_module and b.forward_held == 0:
+            grad = self._torch.is_grad_enabled()
+            for i, (owner, attr) in enumerate(zip(b.owners, b.attrs)):
+                view = b.views[i]
+                owner.__dict__[attr] = (self._gather.apply(self._anchor, view, self, b, i) if grad and b.trainable[i]
+                                        else view)
+
+    def _release(self, b: _Block) -> None:
+        self._check(self._lib.fragctl_zero3_release(self._z, b.index, self._stream()))
+        if b.forward_held == 0:
+            for owner, attr in zip(b.owners, b.attrs):
+                owner.__dict__[attr] = self._placeholder(b)
+        if b.forward_held == 0 and not b.backward_held:
+            for view in b.views:
+                self._by_storage.pop(self._storage_ptr(view), None)
+            b.views = None
+
+    def _storage_ptr(self, tensor: Any) -> int:
+        storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+        return storage.data_ptr()
+
+    def _make_pre(self, b: _Block):
+        def pre(_module, _inputs):
+            self._fetch(b, for_module=True)
+            b.forward_held += 1
+        return pre
+
+    def _make_post(self, b: _Block):
+        def post(_module, _inputs, _output):
+            b.forward_held -= 1
+            self._release(b)
+        return post
+
+    def _root_pre(self, _module, _inputs):
+        if self._step_open:  # the optimizer has stepped the shards since the last backward
+            self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
+            self._step_open = False
+        if self._torch.is_grad_enabled():
+            from .offload import active
+            self._outer = active()
+            self._saved_hooks = self._torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            self._saved_hooks.__enter__()
+
+    def _root_post(self, _module, _inputs, _output):
+        if self._saved_hooks is not None:
+            self._saved_hooks.__exit__(None, None, None)
+            self._saved_hooks = None
+        self._outer = None
+
+    def _pack(self, tensor: Any) -> Any:
+        found = self._by_storage.get(self._storage_ptr(tensor)) if tensor.device == self.device else None
+        if found is None:  # an activation: offload_activations' if one is active, else autograd's
+            return self._outer._pack(tensor) if self._outer is not None else tensor
+        b, i = found
+        return (b, i, tuple(tensor.size()), tuple(tensor.stride()), tensor.storage_offset())
+
+    def _unpack(self, packed: Any) -> Any:
+        if not isinstance(packed, tuple):
+            owner = getattr(packed, "owner", None)  # offload_activations' handle
+            return owner._unpack(packed) if owner is not None else packed
+        b, i, size, stride, offset = packed
+        if not b.backward_held:
+            self._fetch(b, for_module=False)
+            b.backward_held = True
+        return b.views[i].as_strided(size, stride, offset)
+
+    # --- gradients ----------------------------------------------------------------
+
+    def _on_gradient(self, b: _Block, i: int, grad: Any) -> None:
+        """The whole gradient of parameter `i` of `b` (from the gather function's backward)."""
+        if not self._backward_queued:
+            self._backward_queued = True
+            self._torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+        p = b.params[i]
+        if b.bucket is None:
+            n = len(b.params)
+            pointers, sizes = (ctypes.c_void_p * n)(), (ctypes.c_size_t * n)()
+            self._check(self._lib.fragctl_zero3_begin_gradients(self._z, b.index, self._stream(), pointers, sizes, n))
+            b.bucket = [pointers[k] for k in range(n)]
+            b.received = set()
+        self._typed(b.bucket[i], b.shapes[i], p.dtype).copy_(grad).div_(self.world_size)
+        b.received.add(i)
+        if len(b.received) == sum(b.trainable):
+            self._reduce(b)
+
+    def _reduce(self, b: _Block) -> None:
+        self._check(self._lib.fragctl_zero3_reduce_gradients(self._z, b.index, self._stream()))
+        b.bucket = None
+        if b.backward_held:
+            b.backward_held = False
+            self._release(b)
+
+    def _end_backward(self) -> None:
+        self._backward_queued = False
+        for b in self._blocks:
+            if b.bucket is not None:  # a trainable parameter got no gradient this step
+                for i, (p, t) in enumerate(zip(b.params, b.trainable)):
+                    if t and i not in b.received:
+                        self._typed(b.bucket[i], b.shapes[i], p.dtype).zero_()
+                self._reduce(b)
+            if b.backward_held:
+                b.backward_held = False
+                self._release(b)
+        self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
+        for shard, grad in self._shards:
+            shard.grad = grad
+        self._step_open = True
+
+    # --- the module's surface -------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def parameters(self) -> Iterator[Any]:
+        """This rank's shards as Parameters, with ``.grad`` on their gradient
+        shards after backward: give them to a torch.optim optimizer."""
+        return iter([shard for shard, _ in self._shards])
+
+    def full_state_dict(self) -> Dict[str, Any]:
+        """The whole (unsharded) parameters by name, as CPU tensors. A
+        collective: every rank must call it."""
+        self._end_open_step()
+        out = {}
+        for b in self._blocks:
+            self._fetch(b, for_module=False)
+            b.forward_held += 1
+            try:
+                for key, view in zip(b.keys, b.views):
+                    out[key] = view.detach().to("cpu", copy=True)
+            finally:
+                b.forward_held -= 1
+                self._release(b)
+        self._end_open_step()
+        return out
+
+    def load_full_state_dict(self, state: Dict[str, Any]) -> None:
+        """Loads whole parameter values by name (every parameter must be there)
+        into this rank's shards. Every rank calls it with the same values."""
+        self._end_open_step()
+        values = []
+        for b in self._blocks:
+            row = []
+            for key, shape in zip(b.keys, b.shapes):
+                if key not in state:
+                    raise KeyError("fragctl.torch.zero3: load_full_state_dict: %s is missing" % key)
+                if tuple(state[key].shape) != tuple(shape):
+                    raise ValueError("fragctl.torch.zero3: load_full_state_dict: %s has shape %s, the model %s"
+                                     % (key, tuple(state[key].shape), tuple(shape)))
+                row.append(state[key])
+            values.append(row)
+        self._load(values)
+
+    def _end_open_step(self) -> None:
+        """Ends the manager's step, which also frees blocks gathered ahead of
+        use (stale once shards are written). Outside forward and backward."""
+        self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
+        self._step_open = False
+
+    def stats(self) -> Dict[str, Any]:
+        """The manager's statistics (docs/zero3.md, "Statistics")."""
+        n = self._lib.fragctl_zero3_stats_json(self._z, None, 0)
+        buffer = ctypes.create_string_buffer(n + 1)
+        self._lib.fragctl_zero3_stats_json(self._z, buffer, n + 1)
+        return json.loads(buffer.value.decode())
+
+    def close(self) -> None:
+        """Frees the manager; the module keeps empty parameters."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if getattr(self, "_z", None):
+            self._lib.fragctl_zero3_destroy(self._z)
+            self._z = None

@@ -1,0 +1,367 @@
+"""Activation offload: autograd's saved tensors in fragctl's checkpoint store.
+
+``offload_activations`` is a context manager over
+``torch.autograd.graph.saved_tensors_hooks`` (docs/torch-services.md). Every
+tensor autograd saves for backward while it is active, on the store's device,
+of at least ``min_bytes``, and not a parameter (nor a view of one), is copied
+into the store (fragctl/checkpoint/checkpoint.h) and the original is left to
+autograd's reference counting: the store keeps it in its device region
+while the budget allows and otherwise in pinned host memory, copied out on
+its own copy stream without a host synchronization, and brings it back ahead
+of need in backward (prefetch in reverse order of the saves).
+
+Identity of a saved tensor: its position in the sequence of saves since the
+store's last reset (a "layer" of the store), so that the sequence repeats
+from one training step to the next and the store can plan evictions one save
+early from the second step.
+
+Lifetime: a saved tensor is dropped from the store when autograd frees it
+(backward without ``retain_graph``, or the graph going away); when a ``with``
+block begins and nothing saved earlier is alive, the store ends its
+iteration (reset). Unpacking copies the tensor out of the store into a fresh
+tensor on the current stream, so nothing autograd holds ever aliases store
+memory that a later prefetch may reuse.
+
+Threads: the hooks may run on autograd's worker threads; one lock
+serializes every call into the store.
+"""
+import ctypes
+import json
+import threading
+from typing import Any, Dict, Optional, Union
+
+from .. import Allocator, _capi, default_allocator
+from . import _torch, enabled
+
+Size = Union[int, str]
+
+# fragctl_checkpoint_residence values.
+_RESIDENCE = {0: "absent", 1: "device", 2: "host"}
+
+_entered = threading.local()  # .stack: the offload_activations blocks this thread is inside
+
+
+def active() -> Optional["offload_activations"]:
+    """The innermost offload_activations block this thread is inside (with
+    hooks installed), or None. fragctl.torch.zero3 hands it the saved tensors
+    its own hook does not keep, so that the two compose."""
+    stack = getattr(_entered, "stack", None)
+    return stack[-1] if stack else None
+
+
+class _Saved:
+    """What the pack hook returns for a tensor moved into the store."""
+
+    __slots__ = ("owner", "generation", "layer", "nbytes", "shape", "dtype", "__weakref__")
+
+    def __init__(self, owner: "offload_activations", layer: int, nbytes: int, shape: Any, dtype: Any) -> None:
+        self.owner = owner
+        self.generation = owner._generation
+        self.layer = layer
+        self.nbytes = nbytes
+        self.shape = shape
+        self.dtype = dtype
+
+    def __del__(self) -> None:
+        owner = self.owner
+        if owner is not None:
+            owner._release(self)
+
+
+class offload_activations:
+    """Keeps the tensors autograd saves for backward in fragctl's
+    activation-checkpoint store, under a device budget.
+
+    ::
+
+        offload = fragctl.torch.offload_activations(budget="8GiB")
+        for batch in loader:
+            with offload:
+                loss = model(batch)
+                loss.backward()
+
+    One object serves every step (the store's device region is allocated
+    once, on first entry, and the store plans evictions from the second step
+    on); ``with fragctl.torch.offload_activations("8GiB"): ...`` works too,
+    but builds a new store each time. ``backward`` may run inside or after
+    the ``with`` block.
+
+    Args:
+        budget: device bytes for saved tensors (an int, or a size string such
+            as ``"8GiB"``): the size of the store's region, allocated once and
+            never exceeded; at least the largest tensor moved.
+        min_bytes: tensors smaller than this stay where autograd keeps them.
+        prefetch_depth: saved tensors fetched back ahead of need in backward
+            (0: each is fetched when unpacked).
+        evict_ahead: from the second step, make room for the next save one
+            save early, so the copy overlaps compute.
+        cpu_checkpointing: DeepSpeed's key. True (default) offloads what does
+            not fit the budget to pinned host memory; False installs no hooks,
+            so activations stay where autograd keeps them.
+        contiguous_memory_optimization: DeepSpeed's key. The store always
+            keeps device copies in one contiguous region; False is refused.
+        partition_activations: DeepSpeed's key for splitting activations over
+            model-parallel ranks, which this store does not do; True is
+            refused.
+        synchronize_checkpoint_boundary: DeepSpeed's key. True makes the host
+            wait for the store's copies at the end of each ``with`` block.
+        allocator: the fragctl.Allocator the region comes from. Default: the
+            process-default allocator of the device when
+            ``fragctl.torch.enable`` is active, else a private ``caching``
+            allocator on ``backend``.
+        backend: "cuda", "hip" or "sim" for the private allocator; default
+            "cuda" (or "hip" on ROCm torch) where a GPU is available, else
+            "sim" in backed mode, where "device" tensors are CPU tensors (for
+            tests without a GPU).
+        device: the CUDA device index (default: the current device).
+
+    Raises:
+        TypeError: a budget or size of the wrong type.
+        ValueError: a size below 1 byte, an unsupported DeepSpeed key value.
+        fragctl.ConfigurationError: a size string that does not parse.
+        fragctl.OutOfMemoryError: the region cannot be allocated, or a tensor
+            does not fit the budget (raised from the forward pass).
+    """
+
+    def __init__(self, budget: Size = "8GiB", *, min_bytes: Size = "1MiB", prefetch_depth: int = 2,
+                 evict_ahead: bool = True, cpu_checkpointing: bool = True,
+                 contiguous_memory_optimization: bool = True, partition_activations: bool = False,
+                 synchronize_checkpoint_boundary: bool = False, allocator: Optional[Allocator] = None,
+                 backend: Optional[str] = None, device: Optional[int] = None) -> None:
+        self.budget = _capi.parse_size(budget, "budget")
+        if self.budget == 0:
+            raise ValueError("fragctl.torch.offload_activations: budget=%r: the store needs at least one byte" % budget)
+        self.min_bytes = _capi.parse_size(min_bytes, "min_bytes")
+        self.prefetch_depth = _capi.size(prefetch_depth, "prefetch_depth")
+        for name, value in (("evict_ahead", evict_ahead), ("cpu_checkpointing", cpu_checkpointing),
+                            ("contiguous_memory_optimization", contiguous_memory_optimization),
+                            ("partition_activations", partition_activations),
+                            ("synchronize_checkpoint_boundary", synchronize_checkpoint_boundary)):
+            if not isinstance(value, bool):
+                raise TypeError("fragctl.torch.offload_activations: %s must be a bool, got %r" % (name, value))
+        if partition_activations:
+            raise ValueError("fragctl.torch.offload_activations: partition_activations=True splits activations over "
+                             "model-parallel ranks, which fragctl does not do; leave it False")
+        if not contiguous_memory_optimization:
+            raise ValueError("fragctl.torch.offload_activations: contiguous_memory_optimization=False: the store "
+                             "always keeps device copies in one contiguous region; leave it True")
+        if backend is not None and backend not in ("cuda", "hip", "sim"):
+            raise ValueError("fragctl.torch.offload_activations: backend=%r: expected 'cuda', 'hip', 'sim' or None"
+                             % (backend,))
+        self.evict_ahead = evict_ahead
+        self.cpu_checkpointing = cpu_checkpointing
+        self.synchronize_checkpoint_boundary = synchronize_checkpoint_boundary
+        self._torch = _torch()
+        self._requested_backend = backend
+        self._requested_device = device
+        self._allocator = allocator
+        self._own_allocator = None  # an Allocator this object created
+        self._store = None  # ctypes.c_void_p
+        self._device = None  # the torch.device whose tensors move
+        self._lock = threading.RLock()
+        self._generation = 0  # bumped by reset and close: older handles are stale
+        self._next_layer = 0
+        self._live = 0  # handles of this generation alive
+        self._hooks = []  # saved_tensors_hooks entered, innermost last
+        self._moved = 0
+        self._kept = 0
+
+    # --- the store --------------------------------------------------------
+
+    def _open(self) -> None:
+        torch = self._torch
+        backend = self._requested_backend
+        if backend is None:
+            if torch.cuda.is_available():
+                backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
+            else:
+                backend = "sim"
+        if backend == "sim":
+            self._device = torch.device("cpu")
+            device_index = 0
+        else:
+            device_index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
+            self._device = torch.device("cuda", device_index)
+        allocator = self._allocator
+        if allocator is None:
+            if backend != "sim" and enabled() is not None:
+                allocator = default_allocator(device_index)
+            else:
+                options = {}
+                if backend == "sim":
+                    # Backed: real host memory that CPU tensors can alias.
+                    options = {"sim_backed": True, "sim_capacity": self.budget + (64 << 20)}
+                self._own_allocator = Allocator("caching", backend=backend, device=device_index, **options)
+                allocator = self._own_allocator
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.library().fragctl_checkpoint_create(allocator._live(), self.budget, self.prefetch_depth,
+                                                              int(self.evict_ahead), ctypes.byref(handle)))
+        self._store = handle
+        self._allocator = allocator
+
+    def close(self) -> None:
+        """Frees the store (waiting for its copies) and its region. Tensors
+        saved and not yet unpacked can no longer be unpacked afterwards."""
+        with self._lock:
+            if self._store is not None:
+                _capi.library().fragctl_checkpoint_destroy(self._store)
+                self._store = None
+                self._generation += 1
+                self._live = 0
+            if self._own_allocator is not None:
+                self._own_allocator.close()
+                self._own_allocator = None
+                self._allocator = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    # --- the context --------------------------------------------------------
+
+    def __enter__(self) -> "offload_activations":
+        if not self.cpu_checkpointing:
+            self._hooks.append(None)
+            return self
+        with self._lock:
+            if self._store is None:
+                self._open()
+            elif self._live == 0 and self._next_layer > 0:
+                self._reset()
+        hooks = self._torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks.__enter__()
+        self._hooks.append(hooks)
+        if not hasattr(_entered, "stack"):
+            _entered.stack = []
+        _entered.stack.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        hooks = self._hooks.pop()
+        if hooks is not None:
+            _entered.stack.pop()
+            hooks.__exit__(*exc)
+            if self.synchronize_checkpoint_boundary:
+                self.synchronize()
+
+    def _reset(self) -> None:
+        _capi.check(_capi.library().fragctl_checkpoint_reset(self._store))
+        self._generation += 1
+        self._next_layer = 0
+
+    # --- hooks --------------------------------------------------------------
+
+    def _movable(self, tensor: Any) -> bool:
+        torch = self._torch
+        if tensor.device != self._device or tensor.layout != torch.strided or tensor.is_sparse:
+            return False
+        if tensor.numel() * tensor.element_size() < max(self.min_bytes, 1):
+            return False
+        base = tensor if tensor._base is None else tensor._base
+        # Parameters, and leaves that require grad as parameters do, and their
+        # views (Linear saves weight.t()): moving them would free nothing.
+        return not (isinstance(base, torch.nn.Parameter) or (base.is_leaf and base.requires_grad))
+
+    def _stream(self) -> Optional[int]:
+        if self._device.type == "cuda":
+            return self._torch.cuda.current_stream(self._device).cuda_stream or None
+        return None
+
+    def _wrap(self, pointer: int, nbytes: int) -> Any:
+        """A uint8 tensor over `nbytes` of store memory at `pointer` (no copy)."""
+        torch = self._torch
+        if self._device.type == "cpu":
+            return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(pointer), dtype=torch.uint8)
+        view = _DeviceView(pointer, nbytes)
+        return torch.as_tensor(view, device=self._device)
+
+    def _pack(self, tensor: Any) -> Any:
+        if not self._movable(tensor):
+            self._kept += 1
+            return tensor
+        torch = self._torch
+        nbytes = tensor.numel() * tensor.element_size()
+        source = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        with self._lock:
+            layer = self._next_layer
+            pointer = ctypes.c_void_p()
+            _capi.check(_capi.library().fragctl_checkpoint_put(self._store, layer, nbytes, self._stream(),
+                                                               ctypes.byref(pointer)))
+            self._next_layer += 1
+            # Queued before the next call into the store, as put requires.
+            self._wrap(pointer.value, nbytes).copy_(source)
+            saved = _Saved(self, layer, nbytes, tensor.shape, tensor.dtype)
+            self._live += 1
+            self._moved += 1
+        return saved
+
+    def _unpack(self, saved: Any) -> Any:
+        if not isinstance(saved, _Saved):
+            return saved
+        torch = self._torch
+        with self._lock:
+            if self._store is None or saved.generation != self._generation:
+                raise RuntimeError("fragctl.torch.offload_activations: a saved tensor (save %d) was unpacked after "
+                                   "its store was closed" % saved.layer)
+            pointer = ctypes.c_void_p()
+            _capi.check(_capi.library().fragctl_checkpoint_get(self._store, saved.layer, self._stream(),
+                                                               ctypes.byref(pointer)))
+            out = torch.empty(saved.shape, dtype=saved.dtype, device=self._device)
+            out.reshape(-1).view(torch.uint8).copy_(self._wrap(pointer.value, saved.nbytes))
+        return out
+
+    def _release(self, saved: _Saved) -> None:
+        with self._lock:
+            if self._store is None or saved.generation != self._generation:
+                return
+            _capi.library().fragctl_checkpoint_drop(self._store, saved.layer)
+            self._live -= 1
+
+    # --- observation ----------------------------------------------------------
+
+    def synchronize(self) -> None:
+        """Blocks until every copy the store queued has completed."""
+        with self._lock:
+            if self._store is not None:
+                _capi.check(_capi.library().fragctl_checkpoint_synchronize(self._store))
+
+    def where(self, layer: int) -> str:
+        """Where save number ``layer`` of this step is: "device", "host" or "absent"."""
+        with self._lock:
+            if self._store is None:
+                return "absent"
+            out = ctypes.c_int()
+            _capi.check(_capi.library().fragctl_checkpoint_where(self._store, _capi.integer(layer, "layer"),
+                                                                 ctypes.byref(out)))
+            return _RESIDENCE[out.value]
+
+    def stats(self) -> Dict[str, Any]:
+        """The store's statistics (docs/checkpoint.md, "Statistics") plus
+        ``tensors_moved`` and ``tensors_kept`` (saved tensors left alone:
+        small, parameters, other devices) counted by these hooks."""
+        with self._lock:
+            result: Dict[str, Any] = {}
+            if self._store is not None:
+                text = ctypes.c_void_p()
+                _capi.check(_capi.library().fragctl_checkpoint_stats_json(self._store, ctypes.byref(text)))
+                result = json.loads(_capi.take_string(text))
+                result["backend"] = _capi.library().fragctl_checkpoint_backend(self._store).decode()
+            result["tensors_moved"] = self._moved
+            result["tensors_kept"] = self._kept
+            result["saved_alive"] = self._live
+            return result
+
+    def __repr__(self) -> str:
+        return "fragctl.torch.offload_activations(budget=%d, min_bytes=%d, device=%s)" % (
+            self.budget, self.min_bytes, self._device)
+
+
+class _DeviceView:
+    """Device memory described by __cuda_array_interface__ (version 2: no
+    stream, so torch.as_tensor adds no synchronization)."""
+
+    def __init__(self, pointer: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False),
+                                         "strides": None, "version": 2}

@@ -1,0 +1,122 @@
+// C API of the activation-checkpoint store (fragctl/checkpoint/checkpoint.h):
+// wrappers over checkpoint::store that turn exceptions into status codes.
+#include "fragctl/checkpoint/checkpoint.h"
+
+#include <memory>
+#include <string>
+
+#include "capi/handle.hpp"
+#include "fragctl/checkpoint/store.hpp"
+
+struct fragctl_checkpoint_store {
+  std::unique_ptr<fragctl::checkpoint::store> store;
+  std::string backend;
+};
+
+namespace {
+
+using fragctl::capi::fail;
+using fragctl::capi::guarded;
+
+#define FRAGCTL_CHECKPOINT_REQUIRE(condition, message) \
+  if (!(condition)) return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, message)
+
+static_assert(FRAGCTL_CHECKPOINT_ABSENT == static_cast<int>(fragctl::checkpoint::residence::absent) &&
+              FRAGCTL_CHECKPOINT_DEVICE == static_cast<int>(fragctl::checkpoint::residence::device) &&
+              FRAGCTL_CHECKPOINT_HOST == static_cast<int>(fragctl::checkpoint::residence::host));
+
+}  // namespace
+
+extern "C" {
+
+fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocator, size_t device_budget, size_t prefetch_depth,
+                                         int evict_ahead, fragctl_checkpoint_store** out) {
+  FRAGCTL_CHECKPOINT_REQUIRE(allocator != nullptr && out != nullptr,
+                             "fragctl_checkpoint_create: allocator or out is NULL");
+  *out = nullptr;
+  return guarded([&] {
+    fragctl::checkpoint::store_options o;
+    o.device_budget = device_budget;
+    o.prefetch_depth = prefetch_depth;
+    o.evict_ahead = evict_ahead != 0;
+    auto handle = std::make_unique<fragctl_checkpoint_store>();
+    handle->backend = std::string(allocator->stack->backend().name());
+    handle->store = std::make_unique<fragctl::checkpoint::store>(allocator->stack->allocator(), std::move(o));
+    *out = handle.release();
+    return FRAGCTL_OK;
+  });
+}
+
+void fragctl_checkpoint_destroy(fragctl_checkpoint_store* store) { delete store; }
+
+fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* store, int layer, size_t bytes, void* stream,
+                                      void** ptr) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_put: store or ptr is NULL");
+  *ptr = nullptr;
+  return guarded([&] {
+    *ptr = store->store->put(layer, bytes, stream);
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_checkpoint_get(fragctl_checkpoint_store* store, int layer, void* stream, void** ptr) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_get: store or ptr is NULL");
+  *ptr = nullptr;
+  return guarded([&] {
+    *ptr = store->store->get(layer, stream);
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_checkpoint_drop(fragctl_checkpoint_store* store, int layer) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr, "fragctl_checkpoint_drop: store is NULL");
+  store->store->drop(layer);
+  return FRAGCTL_OK;
+}
+
+fragctl_status fragctl_checkpoint_reset(fragctl_checkpoint_store* store) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr, "fragctl_checkpoint_reset: store is NULL");
+  return guarded([&] {
+    store->store->reset();
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_checkpoint_synchronize(fragctl_checkpoint_store* store) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr, "fragctl_checkpoint_synchronize: store is NULL");
+  return guarded([&] {
+    store->store->synchronize();
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_checkpoint_where(fragctl_checkpoint_store* store, int layer, int* where) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && where != nullptr, "fragctl_checkpoint_where: store or where is NULL");
+  return guarded([&] {
+    *where = static_cast<int>(store->store->where(layer));
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_checkpoint_copy_stream(fragctl_checkpoint_store* store, void** stream) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && stream != nullptr,
+                             "fragctl_checkpoint_copy_stream: store or stream is NULL");
+  *stream = store->store->copy_stream();
+  return FRAGCTL_OK;
+}
+
+const char* fragctl_checkpoint_backend(const fragctl_checkpoint_store* store) {
+  return store == nullptr ? "" : store->backend.c_str();
+}
+
+fragctl_status fragctl_checkpoint_stats_json(fragctl_checkpoint_store* store, char** json) {
+  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && json != nullptr,
+                             "fragctl_checkpoint_stats_json: store or json is NULL");
+  *json = nullptr;
+  return guarded([&] {
+    *json = fragctl::capi::copy_out(fragctl::checkpoint::to_json(store->store->stats()));
+    return FRAGCTL_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,118 @@
+// The checkpoint store's C API (fragctl/checkpoint/checkpoint.h) on a backed
+// sim: data round-trips through the pinned host tier, the budget holds,
+// residence and statistics are reported, misuse becomes a status with a
+// message; and fragctl_parse_size, which the Python surface parses budgets with.
+#include "fragctl/checkpoint/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fragctl/fragctl.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+struct fixture {
+  fixture() {
+    EXPECT_EQ(fragctl_create("caching", "sim_capacity:256MiB,sim_backed:true", "sim", 0, &allocator), FRAGCTL_OK)
+        << fragctl_last_error();
+  }
+  ~fixture() {
+    fragctl_checkpoint_destroy(store);
+    fragctl_destroy(allocator);
+  }
+  fragctl_allocator* allocator = nullptr;
+  fragctl_checkpoint_store* store = nullptr;
+};
+
+nlohmann::json stats_of(fragctl_checkpoint_store* s) {
+  char* text = nullptr;
+  EXPECT_EQ(fragctl_checkpoint_stats_json(s, &text), FRAGCTL_OK) << fragctl_last_error();
+  nlohmann::json j = nlohmann::json::parse(text == nullptr ? "{}" : text);
+  fragctl_string_free(text);
+  return j;
+}
+
+TEST(CApiCheckpoint, DataRoundTripsThroughTheHostTierWithinTheBudget) {
+  fixture f;
+  ASSERT_EQ(fragctl_checkpoint_create(f.allocator, 2 * MiB, 2, 1, &f.store), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_STREQ(fragctl_checkpoint_backend(f.store), "sim");
+  void* copy_stream = nullptr;
+  EXPECT_EQ(fragctl_checkpoint_copy_stream(f.store, &copy_stream), FRAGCTL_OK);
+  EXPECT_NE(copy_stream, nullptr);
+
+  constexpr int layers = 6;  // 6 MiB of checkpoints, 2 MiB of budget
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    for (int l = 0; l < layers; ++l) {
+      void* p = nullptr;
+      ASSERT_EQ(fragctl_checkpoint_put(f.store, l, MiB, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
+      std::memset(p, 'a' + l + iteration, MiB);
+    }
+    int where = -1;
+    ASSERT_EQ(fragctl_checkpoint_where(f.store, 0, &where), FRAGCTL_OK);
+    EXPECT_EQ(where, FRAGCTL_CHECKPOINT_HOST);
+    ASSERT_EQ(fragctl_checkpoint_where(f.store, layers - 1, &where), FRAGCTL_OK);
+    EXPECT_EQ(where, FRAGCTL_CHECKPOINT_DEVICE);
+    for (int l = layers - 1; l >= 0; --l) {
+      void* p = nullptr;
+      ASSERT_EQ(fragctl_checkpoint_get(f.store, l, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
+      const std::vector<char> expected(MiB, static_cast<char>('a' + l + iteration));
+      EXPECT_EQ(std::memcmp(p, expected.data(), MiB), 0) << "layer " << l;
+      EXPECT_EQ(fragctl_checkpoint_drop(f.store, l), FRAGCTL_OK);
+    }
+    ASSERT_EQ(fragctl_checkpoint_where(f.store, 0, &where), FRAGCTL_OK);
+    EXPECT_EQ(where, FRAGCTL_CHECKPOINT_ABSENT);
+    ASSERT_EQ(fragctl_checkpoint_reset(f.store), FRAGCTL_OK);
+  }
+  ASSERT_EQ(fragctl_checkpoint_synchronize(f.store), FRAGCTL_OK);
+  const nlohmann::json s = stats_of(f.store);
+  EXPECT_EQ(s["device_budget"], 2 * MiB);
+  EXPECT_LE(s["device_bytes"]["peak"].get<std::size_t>(), 2 * MiB);
+  EXPECT_GT(s["copies"]["bytes_to_host"].get<std::size_t>(), 0u);
+  EXPECT_EQ(s["puts"], 2 * layers);
+  EXPECT_EQ(s["gets"], 2 * layers);
+}
+
+TEST(CApiCheckpoint, MisuseBecomesAStatusWithAMessage) {
+  fixture f;
+  fragctl_checkpoint_store* none = nullptr;
+  EXPECT_EQ(fragctl_checkpoint_create(nullptr, MiB, 2, 1, &none), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("NULL"), std::string::npos);
+  EXPECT_EQ(fragctl_checkpoint_create(f.allocator, 0, 2, 1, &none), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(fragctl_checkpoint_create(f.allocator, std::size_t{1} << 40, 2, 1, &none), FRAGCTL_ERROR_OUT_OF_MEMORY);
+
+  ASSERT_EQ(fragctl_checkpoint_create(f.allocator, MiB, 2, 1, &f.store), FRAGCTL_OK) << fragctl_last_error();
+  void* p = nullptr;
+  EXPECT_EQ(fragctl_checkpoint_put(f.store, 0, 0, nullptr, &p), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_checkpoint_put(f.store, 1, 2 * MiB, nullptr, &p), FRAGCTL_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(p, nullptr);
+  ASSERT_EQ(fragctl_checkpoint_put(f.store, 2, 4096, nullptr, &p), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_checkpoint_put(f.store, 2, 4096, nullptr, &p), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_checkpoint_get(f.store, 7, nullptr, &p), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find('7'), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(fragctl_checkpoint_get(nullptr, 2, nullptr, &p), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fragctl_checkpoint_backend(nullptr), "");
+  fragctl_checkpoint_destroy(nullptr);
+}
+
+TEST(CApiCheckpoint, ParseSizeAcceptsWhatTheOptionsAccept) {
+  std::size_t bytes = 0;
+  ASSERT_EQ(fragctl_parse_size("8GiB", &bytes), FRAGCTL_OK);
+  EXPECT_EQ(bytes, std::size_t{8} << 30);
+  ASSERT_EQ(fragctl_parse_size("1.5MiB", &bytes), FRAGCTL_OK);
+  EXPECT_EQ(bytes, 3 * MiB / 2);
+  ASSERT_EQ(fragctl_parse_size("4096", &bytes), FRAGCTL_OK);
+  EXPECT_EQ(bytes, 4096u);
+  EXPECT_EQ(fragctl_parse_size("8 apples", &bytes), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("8 apples"), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(fragctl_parse_size(nullptr, &bytes), FRAGCTL_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace

@@ -1,0 +1,234 @@
+"""fragctl.torch.offload_activations on the sim backend (CPU tensors stand for
+device tensors): hooks move what they should, values round-trip exactly,
+the budget holds, torch.utils.checkpoint composes, errors are exceptions.
+
+    FRAGCTL_LIBRARY=build/libfragctl.so PYTHONPATH=python /usr/bin/python3 -m unittest tests/torch/test_offload.py -v
+"""
+import gc
+import unittest
+
+from support import KiB, MiB, torch, SKIP
+
+if torch is not None:
+    import fragctl
+    import fragctl.torch
+
+
+def mlp(width=256, depth=6):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+    return torch.nn.Sequential(*layers)
+
+
+def batch(width=256, rows=512):
+    torch.manual_seed(1)
+    return torch.randn(rows, width)  # 512 KiB per activation
+
+
+def gradients(model, x, context=None, steps=1, forward=None):
+    """Parameter gradients after `steps` forward/backward passes (summed)."""
+    model.zero_grad(set_to_none=True)
+    forward = forward or model
+    for _ in range(steps):
+        if context is None:
+            loss = forward(x).square().mean()
+            loss.backward()
+        else:
+            with context:
+                loss = forward(x).square().mean()
+                loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@unittest.skipIf(SKIP, SKIP)
+class OffloadTest(unittest.TestCase):
+    def assert_same(self, expected, got):
+        self.assertEqual(len(expected), len(got))
+        for e, g in zip(expected, got):
+            self.assertTrue(torch.equal(e, g), "gradients differ: max %g" % (e - g).abs().max().item())
+
+    def test_values_round_trip_exactly_through_the_host_tier(self):
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        got = gradients(model, x, offload)
+        self.assert_same(expected, got)
+        s = offload.stats()
+        self.assertEqual(s["backend"], "sim")
+        self.assertEqual(s["device_budget"], MiB)
+        self.assertLessEqual(s["device_bytes"]["peak"], MiB)
+        self.assertGreater(s["copies"]["bytes_to_host"], 0)
+        self.assertGreater(s["copies"]["bytes_to_device"], 0)
+        # Every Linear and GELU saves its input (512 KiB), and so does square: 13 saves.
+        self.assertEqual(s["tensors_moved"], 13)
+        self.assertEqual(s["puts"], 13)
+        self.assertEqual(s["gets"], 13)
+        self.assertEqual(s["saved_alive"], 0)
+        offload.close()
+
+    def test_budget_keeps_the_last_saves_on_the_device_and_the_first_on_the_host(self):
+        model, x = mlp(), batch()
+        with fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim") as offload:
+            loss = model(x).square().mean()
+            self.assertEqual(offload.where(0), "host")
+            self.assertEqual(offload.where(12), "device")
+            s = offload.stats()
+            self.assertEqual(s["saved_alive"], 13)
+            self.assertEqual(s["device_bytes"]["current"], MiB)  # two 512 KiB saves
+            self.assertEqual(s["host_bytes"]["current"], 11 * 512 * KiB)
+            loss.backward()
+            self.assertEqual(offload.where(0), "absent")
+            self.assertEqual(offload.stats()["saved_alive"], 0)
+        offload.close()
+
+    def test_a_budget_that_holds_everything_copies_nothing_to_the_host(self):
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        offload = fragctl.torch.offload_activations(budget="8MiB", min_bytes="64KiB", backend="sim")
+        self.assert_same(expected, gradients(model, x, offload))
+        s = offload.stats()
+        self.assertEqual(s["copies"]["bytes_to_host"], 0)
+        self.assertEqual(s["gets_by_source"]["resident"], 13)
+        offload.close()
+
+    def test_later_steps_reuse_the_store_and_evict_one_save_ahead(self):
+        model, x = mlp(), batch()
+        expected = gradients(model, x, steps=3)
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        self.assert_same(expected, gradients(model, x, offload, steps=3))
+        s = offload.stats()
+        self.assertEqual(s["puts"], 39)
+        self.assertEqual(s["iterations"], 2)  # reset at the start of steps 2 and 3
+        self.assertGreater(s["copies"]["evictions_ahead"], 0)
+        self.assertGreater(s["gets_by_source"]["prefetched"], 0)
+        offload.close()
+
+    def test_backward_after_the_block_unpacks_from_the_store(self):
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        model.zero_grad(set_to_none=True)
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        with offload:
+            loss = model(x).square().mean()
+        loss.backward()
+        self.assert_same(expected, [p.grad for p in model.parameters()])
+        self.assertEqual(offload.stats()["gets"], 13)
+        offload.close()
+
+    def test_small_tensors_and_parameters_stay(self):
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        weight = torch.nn.Parameter(torch.randn(256, 256))  # 256 KiB: above min_bytes
+        leaf = torch.randn(256, 256, requires_grad=True)
+        small = torch.randn(16)
+        big = torch.randn(256, 256)
+        with offload:
+            self.assertIs(offload._pack(weight), weight)
+            transposed = weight.t()
+            self.assertIs(offload._pack(transposed), transposed)
+            self.assertIs(offload._pack(leaf), leaf)
+            self.assertIs(offload._pack(small), small)
+            saved = offload._pack(big)
+            self.assertIsNot(saved, big)
+            back = offload._unpack(saved)
+            self.assertTrue(torch.equal(back, big))
+            self.assertEqual(back.shape, big.shape)
+            self.assertEqual(offload.where(0), "device")
+            del saved
+            gc.collect()
+            self.assertEqual(offload.where(0), "absent")
+        s = offload.stats()
+        self.assertEqual((s["tensors_moved"], s["tensors_kept"]), (1, 4))
+        offload.close()
+
+    def test_non_contiguous_and_other_dtypes_round_trip(self):
+        offload = fragctl.torch.offload_activations(budget="4MiB", min_bytes=1, backend="sim")
+        tensors = [torch.randn(300, 200).t(), torch.randn(64, 64).to(torch.bfloat16), torch.arange(1000) % 7 == 0,
+                   torch.randint(-5, 5, (33, 3), dtype=torch.int64)]
+        with offload:
+            for t in tensors:
+                back = offload._unpack(offload._pack(t))
+                self.assertEqual((back.shape, back.dtype), (t.shape, t.dtype))
+                self.assertTrue(torch.equal(back, t))
+        offload.close()
+
+    def test_works_with_torch_utils_checkpoint(self):
+        import torch.utils.checkpoint as checkpoint
+        model = mlp()
+        x = batch().requires_grad_()  # reentrant checkpoint computes no gradients without one
+        blocks = [model[i:i + 4] for i in range(0, len(model), 4)]
+
+        def forward(inputs):
+            h = inputs
+            for i, block in enumerate(blocks):
+                # Every other block recomputed in backward, the rest saved.
+                h = checkpoint.checkpoint(block, h, use_reentrant=self.reentrant) if i % 2 == 0 else block(h)
+            return h
+
+        expected = gradients(model, x)
+        for self.reentrant in (True, False):
+            with self.subTest(use_reentrant=self.reentrant):
+                offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+                self.assert_same(expected, gradients(model, x, offload, steps=1, forward=forward))
+                s = offload.stats()
+                self.assertGreater(s["tensors_moved"], 0)
+                self.assertEqual(s["saved_alive"], 0)
+                offload.close()
+
+    def test_cpu_checkpointing_false_installs_no_hooks(self):
+        model, x = mlp(), batch()
+        offload = fragctl.torch.offload_activations(budget="1MiB", cpu_checkpointing=False, backend="sim")
+        self.assert_same(gradients(model, x), gradients(model, x, offload))
+        self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "saved_alive": 0})
+
+    def test_bad_arguments_raise(self):
+        make = fragctl.torch.offload_activations
+        with self.assertRaises(fragctl.ConfigurationError) as e:
+            make(budget="8 apples", backend="sim")
+        self.assertIn("8 apples", str(e.exception))
+        self.assertIsInstance(e.exception, ValueError)
+        for bad in (True, 1.5, None, [1]):
+            with self.assertRaises(TypeError):
+                make(budget=bad, backend="sim")
+        with self.assertRaises(ValueError):
+            make(budget=0, backend="sim")
+        with self.assertRaises(ValueError):
+            make(budget=-1, backend="sim")
+        with self.assertRaises(ValueError):
+            make(min_bytes="-1MiB", backend="sim")
+        with self.assertRaisesRegex(ValueError, "partition_activations"):
+            make(partition_activations=True, backend="sim")
+        with self.assertRaisesRegex(ValueError, "contiguous_memory_optimization"):
+            make(contiguous_memory_optimization=False, backend="sim")
+        with self.assertRaisesRegex(TypeError, "evict_ahead"):
+            make(evict_ahead="yes", backend="sim")
+        with self.assertRaisesRegex(ValueError, "backend"):
+            make(backend="tpu")
+        with self.assertRaises(TypeError):
+            make(number_checkpoints=4, backend="sim")  # DeepSpeed's key: the budget sizes the region
+
+    def test_a_tensor_larger_than_the_budget_raises_out_of_memory_from_forward(self):
+        model, x = mlp(), batch()
+        offload = fragctl.torch.offload_activations(budget="256KiB", min_bytes="64KiB", backend="sim")
+        # torch 1.13 re-raises an exception of a saved-tensor hook as a
+        # RuntimeError that starts with the original's type name.
+        with self.assertRaises((fragctl.OutOfMemoryError, RuntimeError)) as e:
+            with offload:
+                model(x)
+        self.assertIn("OutOfMemoryError", "%s: %s" % (type(e.exception).__name__, e.exception))
+        self.assertIn("out of memory allocating 512.00 KiB", str(e.exception))
+        offload.close()
+
+    def test_unpack_after_close_raises(self):
+        model, x = mlp(), batch()
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        with offload:
+            loss = model(x).square().mean()
+        offload.close()
+        with self.assertRaisesRegex(RuntimeError, "store was closed"):
+            loss.backward()
+
+
+if __name__ == "__main__":
+    unittest.main()

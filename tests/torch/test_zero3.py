@@ -1,0 +1,200 @@
+"""fragctl.torch.zero3.shard over CPU ranks (gloo, the sim backend), each
+rank a process: after N steps the parameters equal the unsharded model's
+trained on the whole batch (float tolerance); frozen parameters get no
+gradient and stay; the full state dict round-trips; a rank that stops
+answering makes the others raise CollectiveTimeoutError naming the rank,
+the collective and the block.
+
+    FRAGCTL_LIBRARY=build/libfragctl.so PYTHONPATH=python /usr/bin/python3 -m unittest discover -s tests/torch -p "test_zero3.py" -v
+"""
+import contextlib
+import datetime
+import os
+import pickle
+import tempfile
+import time
+import unittest
+
+from support import SKIP, torch
+
+ROWS, STEPS = 16, 4
+DS_CONFIG = {"train_batch_size": ROWS, "zero_optimization": {
+    "stage": 3, "stage3_param_persistence_threshold": 100, "stage3_prefetch_bucket_size": 2000,
+    "stage3_max_live_parameters": 1e6, "overlap_comm": True}}
+
+
+def make_model(kind="mlp"):
+    torch.manual_seed(0)
+    if kind == "transformer":  # nn.MultiheadAttention reads out_proj.weight outside out_proj's forward
+        return torch.nn.Sequential(torch.nn.Linear(16, 32),
+                                   torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+                                   torch.nn.Linear(32, 4))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
+    model[2].weight.requires_grad_(False)  # frozen: gathered, no gradient
+    return model
+
+
+def make_data(kind="mlp"):
+    g = torch.Generator().manual_seed(1)
+    shape = (ROWS, 5, 16) if kind == "transformer" else (ROWS, 16)
+    return [torch.randn(*shape, generator=g) for _ in range(STEPS)]
+
+
+def optimizer(parameters):
+    return torch.optim.SGD(parameters, lr=0.05, momentum=0.9)
+
+
+def worker(rank, world, directory, mode, kind="mlp"):
+    """One rank (a spawned process): writes rank-<r>.pkl with what it saw."""
+    import torch.distributed as dist
+    import fragctl.torch.zero3 as zero3
+    out = {"rank": rank}
+    try:
+        timeout = datetime.timedelta(seconds=3 if mode == "timeout" else 60)
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
+                                world_size=world, timeout=timeout)
+        model = make_model(kind)
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
+                              block_types=(torch.nn.TransformerEncoderLayer,))
+        if mode == "timeout" and rank == world - 1:
+            time.sleep(12)  # stops answering
+        else:
+            opt = optimizer(sharded.parameters())
+            offload = None
+            if mode == "offload":  # activations to the checkpoint store, parameters to zero3
+                import fragctl.torch
+                offload = fragctl.torch.offload_activations(budget="8KiB", min_bytes=1, backend="sim")
+            for x in make_data(kind):
+                with offload if offload is not None else contextlib.nullcontext():
+                    loss = sharded(x.chunk(world)[rank]).square().mean()
+                    loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            if offload is not None:
+                out["offload"] = offload.stats()
+            out["state"] = sharded.full_state_dict()
+            out["stats"] = sharded.stats()
+            sharded.load_full_state_dict(initial)
+            out["reloaded"] = sharded.full_state_dict()
+            out["shard_elements"] = sum(p.numel() for p in sharded.parameters())
+    except Exception as e:  # noqa: BLE001 (reported to the test)
+        out["error"] = {"type": type(e).__name__, "message": str(e), "rank": getattr(e, "rank", None),
+                        "collective": getattr(e, "collective", None), "block": getattr(e, "block", None),
+                        "is_timeout": isinstance(e, TimeoutError)}
+    with open(os.path.join(directory, "rank-%d.pkl" % rank), "wb") as f:
+        pickle.dump(out, f)
+    os._exit(0)  # gloo's teardown after a timeout may block
+
+
+def run_ranks(world, mode, wait=120, kind="mlp"):
+    import multiprocessing
+    directory = tempfile.mkdtemp(prefix="fragctl-zero3-")
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=worker, args=(r, world, directory, mode, kind)) for r in range(world)]
+    for p in processes:
+        p.start()
+    deadline = time.monotonic() + wait
+    for p in processes:
+        p.join(max(1, deadline - time.monotonic()))
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+    results = []
+    for r in range(world):
+        path = os.path.join(directory, "rank-%d.pkl" % r)
+        if not os.path.exists(path):
+            raise AssertionError("rank %d wrote no result (exit code %s)" % (r, processes[r].exitcode))
+        with open(path, "rb") as f:
+            results.append(pickle.load(f))
+    return results
+
+
+def reference_state(kind="mlp"):
+    model = make_model(kind)
+    opt = optimizer([p for p in model.parameters() if p.requires_grad])
+    for x in make_data(kind):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model.state_dict()
+
+
+@unittest.skipIf(SKIP, SKIP)
+class Zero3ShardTest(unittest.TestCase):
+    def check_world(self, world):
+        results = run_ranks(world, "train")
+        expected = reference_state()
+        initial = make_model().state_dict()
+        total_trainable = sum(p.numel() for p in make_model().parameters() if p.requires_grad)
+        shard_elements = 0
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertEqual(set(r["state"]), set(expected))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+                self.assertTrue(torch.equal(r["reloaded"][name], initial[name]), name)
+            self.assertTrue(torch.equal(r["state"]["2.weight"], initial["2.weight"]))  # frozen
+            stats = r["stats"]
+            self.assertEqual(stats["world_size"], world)
+            self.assertEqual(stats["parameters"]["frozen"], 1)
+            self.assertEqual(stats["parameters"]["persistent"], 4)  # the biases (below 100 elements)
+            self.assertGreater(stats["reduce_scatters"], 0)
+            shard_elements += r["shard_elements"]
+        # The weights' shards partition them (padding aside); biases are whole on every rank.
+        biases = 64 + 64 + 64 + 4
+        self.assertGreaterEqual(shard_elements - world * biases, total_trainable - biases)
+
+    def test_two_ranks_equal_the_unsharded_model(self):
+        self.check_world(2)
+
+    def test_four_ranks_equal_the_unsharded_model(self):
+        self.check_world(4)
+
+    def test_offload_activations_composes_with_shard(self):
+        results = run_ranks(2, "offload")
+        expected = reference_state()
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            moved = r["offload"]
+            self.assertGreater(moved["tensors_moved"], 0)
+            self.assertGreater(moved["copies"]["bytes_to_host"], 0)
+            self.assertEqual(moved["saved_alive"], 0)
+
+    def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
+        results = run_ranks(2, "train", kind="transformer")
+        expected = reference_state("transformer")
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertEqual(set(r["state"]), set(expected))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assertEqual(r["stats"]["blocks"], 3)  # Linear, the whole encoder layer, Linear
+
+    def test_a_rank_that_stops_answering_times_out_on_the_others(self):
+        results = run_ranks(2, "timeout", wait=60)
+        error = results[0].get("error")
+        self.assertIsNotNone(error, "rank 0 finished without an error")
+        self.assertEqual(error["type"], "CollectiveTimeoutError", error)
+        self.assertTrue(error["is_timeout"])
+        self.assertEqual((error["rank"], error["collective"]), (0, "all_gather"))
+        self.assertIn("zero3 rank 0: all_gather of block 0 '0'", error["message"])
+        self.assertIn("did not complete within 3000 ms", error["message"])
+
+
+@unittest.skipIf(SKIP, SKIP)
+class Zero3ArgumentsTest(unittest.TestCase):
+    def test_shard_needs_torch_distributed(self):
+        import torch.distributed as dist
+        import fragctl.torch.zero3 as zero3
+        if dist.is_initialized():
+            self.skipTest("a process group exists in this process")
+        with self.assertRaisesRegex(RuntimeError, "init_process_group"):
+            zero3.shard(make_model())
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On one GPU with PyTorch 2.x and transformers: fragctl's services in a
+# training loop (docs/torch-services.md). Builds libfragctl.so, runs the
+# fragctl.torch service tests on the GPU machine's Python, then
+# tools/gpu/services_bench.py:
+#   (a) offload: a Llama decoder from a transformers config (random weights,
+#       bf16, 16 layers, hidden 2048, 2 x 4096 tokens) without offload, with
+#       fragctl.torch.offload_activations at half the saved activations'
+#       peak, and with torch.autograd.graph.save_on_cpu(pin_memory=True):
+#       step times, losses, peak device memory;
+#   (b) zero3: the same model, world size 1, 50 steps under FSDP2
+#       (fully_shard) and fragctl.torch.zero3.shard where present: losses,
+#       peak device memory, num_alloc_retries in steady steps, throughput.
+# About 5 minutes on an H100, at most 8 (each part is cut at 3 minutes). OFFLOAD=0 or ZERO3=0 leave a part out; extra
+# model arguments go to both parts through BENCH_ARGS (e.g. "--layers 8").
+# Results: ${OUT:-gpu-results}/services/{offload,zero3}.{json,md}, summary.md.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+source tools/gpu/common.sh services
+[ -f .devkit/devkit.sh ] && source .devkit/devkit.sh unpack
+python=${PYTHON:-python3}
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$python" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} 2>&1 | tee "$out/machine.txt"
+note "building libfragctl.so"
+FRAGCTL_BUILD_TYPE=Release FRAGCTL_BUILD_DIR=build-gpu tools/build.sh -DFRAGCTL_BUILD_TESTS=OFF \
+  -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+export FRAGCTL_LIBRARY=$PWD/build-gpu/libfragctl.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+note "fragctl.torch service tests (sim backend, this Python)"
+timeout 120 "$python" -m unittest discover -s tests/torch -p "test_*.py" > "$out/unittest.log" 2>&1
+tail -3 "$out/unittest.log"
+# shellcheck disable=SC2086  # BENCH_ARGS are words
+if [ "${OFFLOAD:-1}" = 1 ]; then
+  note "offload: none / fragctl at half the activations / save_on_cpu"
+  timeout 180 "$python" tools/gpu/services_bench.py offload --out "$out" --steps 8 ${BENCH_ARGS:-} \
+    > "$out/offload.log" 2>&1 || { note "offload failed"; tail -20 "$out/offload.log"; }
+fi
+if [ "${ZERO3:-1}" = 1 ]; then
+  note "zero3: FSDP2 and fragctl, world size 1, 50 steps"
+  timeout 180 "$python" tools/gpu/services_bench.py zero3 --out "$out" --steps 50 ${BENCH_ARGS:-} \
+    > "$out/zero3.log" 2>&1 || { note "zero3 failed"; tail -20 "$out/zero3.log"; }
+fi
+cat "$out"/offload.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"
+note "done"

@@ -1,0 +1,335 @@
+"""fragctl's services in a PyTorch training loop, measured (tools/gpu/services.sh).
+
+    python3 tools/gpu/services_bench.py offload --out DIR [--layers 16 --seq 4096 ...]
+    python3 tools/gpu/services_bench.py zero3 --out DIR [--steps 50 ...]
+
+offload: a decoder LM from a transformers config (Llama, random weights,
+bf16) at long sequences; the same steps from the same weights and data
+without offload, under fragctl.torch.offload_activations at a budget of half
+the saved activations' peak, and under
+torch.autograd.graph.save_on_cpu(pin_memory=True): step times, losses, peak
+device memory.
+
+zero3: the same model, world size 1, for --steps steps under FSDP2
+(fully_shard) and under fragctl.torch.zero3.shard where this fragctl has it,
+same seed and data: losses, peak device memory, num_alloc_retries in the
+steady steps, throughput.
+
+Each writes DIR/NAME.json and DIR/NAME.md (a markdown table). On a machine
+without CUDA, --device cpu runs the same code on a tiny model (a check of
+the script, not a measurement: the offload store then runs on fragctl's sim
+backend).
+"""
+import argparse
+import contextlib
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("part", choices=["offload", "zero3"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--intermediate", type=int, default=5504)
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--steps", type=int, default=8, help="offload: steps per variant (the first 2 are warm-up)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--min-bytes", default="1MiB")
+    p.add_argument("--model", default="llama", choices=["llama", "torch"],
+                   help="llama: transformers' LlamaForCausalLM; torch: a torch.nn decoder (checks without transformers)")
+    return p.parse_args(argv)
+
+
+def build_model(args, torch):
+    if args.model == "torch":
+        return _torch_decoder(args, torch)
+    import transformers
+    config = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                                      intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+                                      num_attention_heads=args.heads, num_key_value_heads=args.heads,
+                                      max_position_embeddings=args.seq)
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    model = transformers.LlamaForCausalLM(config).to(device=args.device, dtype=dtype)
+    model.config.use_cache = False
+    return model
+
+
+def _torch_decoder(args, torch):
+    """A causal decoder from torch.nn alone, called as transformers' models are
+    (model(input_ids=..., labels=...).loss): for checking the script where
+    transformers is missing."""
+    import types
+    nn = torch.nn
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(args.vocab, args.hidden)
+            self.model = types.SimpleNamespace()
+            self.layers = nn.ModuleList(
+                nn.TransformerEncoderLayer(args.hidden, args.heads, args.intermediate, dropout=0.0, batch_first=True,
+                                           norm_first=True) for _ in range(args.layers))
+            self.model.layers = self.layers
+            self.head = nn.Linear(args.hidden, args.vocab, bias=False)
+
+        def forward(self, input_ids, labels):
+            n = input_ids.shape[1]
+            mask = torch.triu(torch.full((n, n), float("-inf"), device=input_ids.device), diagonal=1)
+            h = self.embed(input_ids)
+            for layer in self.layers:
+                h = layer(h, src_mask=mask)
+            logits = self.head(h)
+            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, args.vocab), labels[:, 1:].reshape(-1))
+            return types.SimpleNamespace(loss=loss)
+
+        def gradient_checkpointing_disable(self):
+            pass
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    return Decoder().to(device=args.device, dtype=dtype)
+
+
+def batches(args, torch, steps):
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, args.vocab, (args.batch, args.seq), generator=g) for _ in range(steps)]
+
+
+def synchronize(torch, device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def saved_activation_bytes(model, data, args, torch, movable):
+    """Bytes of the tensors one forward saves that offload would move."""
+    total = [0]
+
+    def pack(t):
+        if movable(t):
+            total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model(input_ids=data.to(args.device), labels=data.to(args.device)).loss
+    del loss
+    return total[0]
+
+
+def run_steps(model, state, data, args, torch, context_factory):
+    """Loads `state`, runs one step per batch under context_factory(); returns
+    (losses, step seconds, peak allocated bytes)."""
+    model.load_state_dict(state)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    losses, times = [], []
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    for batch in data:
+        ids = batch.to(args.device)
+        synchronize(torch, args.device)
+        start = time.perf_counter()
+        with context_factory():
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        synchronize(torch, args.device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+    return losses, times, peak
+
+
+def offload(args, torch):
+    import fragctl.torch
+    model = build_model(args, torch)
+    model.gradient_checkpointing_disable()
+    state = copy.deepcopy(model.state_dict())
+    data = batches(args, torch, args.steps)
+    probe = fragctl.torch.offload_activations(budget="1GiB", min_bytes=args.min_bytes,
+                                              backend=None if args.device == "cuda" else "sim")
+    probe._device = torch.device(args.device)
+    saved = saved_activation_bytes(model, data[0], args, torch, probe._movable)
+    budget = max(saved // 2, 1 << 20)
+    print("saved activations per step: %.2f GiB; offload budget %.2f GiB" % (saved / 2**30, budget / 2**30),
+          flush=True)
+    store = fragctl.torch.offload_activations(budget=budget, min_bytes=args.min_bytes,
+                                              backend=None if args.device == "cuda" else "sim")
+    variants = [
+        ("none", contextlib.nullcontext, 0),
+        ("fragctl offload", lambda: store, budget),
+        ("save_on_cpu(pin_memory=True)",
+         lambda: torch.autograd.graph.save_on_cpu(pin_memory=args.device == "cuda"), 0),
+    ]
+    rows = []
+    for name, factory, extra in variants:
+        print("running %s ..." % name, flush=True)
+        losses, times, peak = run_steps(model, state, data, args, torch, factory)
+        steady = times[args.warmup:] or times
+        rows.append({"variant": name, "step_s": statistics.median(steady), "losses": losses,
+                     "peak_torch_bytes": peak,
+                     # The store's region comes from fragctl's own allocator unless
+                     # fragctl.torch.enable is active: add it to PyTorch's peak.
+                     "store_region_bytes": extra if fragctl.torch.enabled() is None else 0})
+    store_stats = store.stats()
+    store.close()
+    base = rows[0]
+    for r in rows:
+        r["vs_none"] = r["step_s"] / base["step_s"]
+        r["losses_equal_none"] = r["losses"] == base["losses"]
+        r["peak_device_bytes"] = r["peak_torch_bytes"] + r["store_region_bytes"]
+    result = {"saved_activation_bytes": saved, "budget": budget, "rows": rows, "store": store_stats,
+              "targets": {"offload_vs_none_at_most": 1.10, "save_on_cpu_over_offload_at_least": 1.5}}
+    result["offload_vs_save_on_cpu"] = rows[2]["step_s"] / rows[1]["step_s"]
+    lines = ["| variant | step s (median) | x none | peak device GiB | losses equal to none |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append("| %s | %.3f | %.2f | %.2f | %s |" % (r["variant"], r["step_s"], r["vs_none"],
+                                                         r["peak_device_bytes"] / 2**30, r["losses_equal_none"]))
+    lines.append("")
+    lines.append("saved activations %.2f GiB per step, budget %.2f GiB; save_on_cpu / fragctl step time %.2fx "
+                 "(target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
+                 "%d prefetched gets, %d on demand" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
+                                                      rows[1]["vs_none"], store_stats.get("copies", {}).get(
+                                                          "evictions_ahead", 0),
+                                                      store_stats.get("gets_by_source", {}).get("prefetched", 0),
+                                                      store_stats.get("gets_by_source", {}).get("on_demand", 0)))
+    return result, lines
+
+
+def zero3(args, torch):
+    import torch.distributed as dist
+    import fragctl.torch
+    import fragctl.torch.zero3
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29571")
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo", rank=0, world_size=1)
+    data = batches(args, torch, args.steps)
+    rows = []
+
+    fully_shard = None
+    for module in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):  # torch 2.6+, 2.4-2.5
+        try:
+            fully_shard = __import__(module, fromlist=["fully_shard"]).fully_shard
+            break
+        except Exception:  # missing; torch 1.13's distributed._shard does not import on Python 3.11
+            pass
+
+    def fsdp2(model):
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+
+    def fragctl_zero3(model):
+        # One block per decoder layer, as FSDP2 wraps them.
+        layer_type = type(model.model.layers[0])
+        return fragctl.torch.zero3.shard(model, config={"stage": 3}, block_types=(layer_type,))
+
+    candidates = [("FSDP2 fully_shard", fsdp2, fully_shard is not None, "torch %s has no fully_shard" % torch.__version__),
+                  ("fragctl zero3.shard", fragctl_zero3, hasattr(fragctl.torch.zero3, "shard"),
+                   "fragctl.torch.zero3.shard is not in this fragctl")]
+    for name, wrap, present, why_not in candidates:
+        if not present:
+            rows.append({"variant": name, "missing": why_not})
+            continue
+        try:
+            rows.append(train_50(name, wrap, args, torch, data))
+        except Exception as e:  # noqa: BLE001 (the other variant's row still counts)
+            import traceback
+            traceback.print_exc()
+            rows.append({"variant": name, "missing": "failed: %s: %s" % (type(e).__name__, str(e)[:200])})
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    measured = [r for r in rows if "losses" in r]
+    if len(measured) == 2:
+        diffs = [abs(a - b) for a, b in zip(measured[0]["losses"], measured[1]["losses"])]
+        rows.append({"variant": "max |loss difference|", "value": max(diffs)})
+    lines = ["| variant | tokens/s | peak device GiB | retries in steady steps | first loss | last loss | "
+             "gathered peak / max live |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "missing" in r:
+            lines.append("| %s | not run: %s | | | | | |" % (r["variant"], r["missing"]))
+        elif "value" in r:
+            lines.append("| %s | %.4g | | | | | |" % (r["variant"], r["value"]))
+        else:
+            z = r.get("zero3")
+            lines.append("| %s | %.0f | %.2f | %d | %.4f | %.4f | %s |" % (
+                r["variant"], r["tokens_per_s"], r["peak_device_bytes"] / 2**30, r["retries_steady"],
+                r["losses"][0], r["losses"][-1],
+                "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
+                if z else "-"))
+    dist.destroy_process_group()
+    return {"rows": rows}, lines
+
+
+def train_50(name, wrap, args, torch, data):
+    """One variant's run: --steps AdamW steps on `data`; its row. Peak device
+    memory is PyTorch's peak plus, for fragctl, the block manager's own
+    (long-lived buffers and the gathered peak, held outside PyTorch)."""
+    model = wrap(build_model(args, torch))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    losses, times, retries = [], [], []
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    for batch in data:
+        ids = batch.to(args.device)
+        synchronize(torch, args.device)
+        start = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        synchronize(torch, args.device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if args.device == "cuda":
+            retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+    steady = times[args.warmup:] or times
+    stats = model.stats() if hasattr(model, "stats") else None
+    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+    if stats:
+        peak += sum(stats["long_lived_bytes"].values()) + stats["gathered_bytes"]["peak"]
+    return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
+            "peak_device_bytes": peak,
+            "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
+            "zero3": stats}
+
+
+def main(argv):
+    args = parse_args(argv)
+    import torch
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"torch": torch.__version__, "device": args.device, "model_kind": args.model,
+            "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+            "model": {k: getattr(args, k) for k in ("model", "layers", "hidden", "heads", "intermediate", "vocab", "seq",
+                                                    "batch")},
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    result, lines = (offload if args.part == "offload" else zero3)(args, torch)
+    result["meta"] = meta
+    with open(os.path.join(args.out, args.part + ".json"), "w") as f:
+        json.dump(result, f, indent=1)
+    header = "%s, %s, torch %s, %s" % (args.part, meta["gpu"], meta["torch"], meta["date"])
+    text = "\n".join(["### " + header, ""] + lines) + "\n"
+    with open(os.path.join(args.out, args.part + ".md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
