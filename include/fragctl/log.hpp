@@ -1,6 +1,11 @@
 // Logging: one spdlog logger named "fragctl", level from FRAGCTL_LOG_LEVEL
 // (trace, debug, info, warn, error, critical, off; default warn), writing to
-// stderr with a "[fragctl]" prefix.
+// stderr with a "[fragctl]" prefix. Fork-safe: from its creation on, the
+// logger's lock is taken before fork() and released in parent and child, so a
+// forked child can log whatever the parent's threads were doing. Any other
+// lock a fork handler takes must be taken before it: fork handlers registered
+// after the logger's creation run first (process_hooks creates the logger
+// before registering its own).
 #pragma once
 
 #include <memory>

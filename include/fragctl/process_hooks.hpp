@@ -17,7 +17,10 @@
 //    lower layer's locks are taken first); the parent and the child release
 //    them; the child's clients then forget what they inherited, so a child
 //    never writes its parent's report or trace rows.
-//  - Paths: expand_output_path is the one rule for "%p" in an output path.
+//  - Paths: expand_output_path is the one rule for the file an output goes
+//    to: "%p" in the path, a forked child's ".<pid>", and one writing process
+//    per path (a second process that finds a path claimed writes
+//    "<path>.<pid>").
 #pragma once
 
 #include <cstddef>
@@ -46,9 +49,11 @@ class process_client {
 
 /// Lock order between clients: a report registry (whose lock is taken
 /// before the allocators' locks) comes before the trace sinks (whose locks an
-/// allocator takes while holding its own).
+/// allocator takes while holding its own), and the table of open trace files
+/// (which takes no client's lock inside its own) after them.
 inline constexpr int process_layer_reports = 0;
 inline constexpr int process_layer_traces = 1;
+inline constexpr int process_layer_trace_files = 2;
 
 /// Adds `client` (not owned; it must stay alive until removed). The first
 /// call installs the exit hook, the signal handlers and the fork handlers,
@@ -79,7 +84,12 @@ void install_process_hooks();
 /// An output path as this process writes it: every "%p" replaced by the
 /// process id and "%%" by "%". In a process started by fork() from one that
 /// had loaded fragctl, a path without "%p" gets ".<pid>" appended, so a child
-/// never writes over its parent's file.
+/// never writes over its parent's file. Otherwise a path without "%p" is
+/// claimed by this process until it ends (the first call installs the hooks):
+/// if another running process claimed it first (ranks started separately,
+/// given one FRAGCTL_TRACE or FRAGCTL_REPORT), this process writes
+/// "<path>.<pid>" instead and logs one warning saying so. The same `path`
+/// gives the same answer for the life of the process. Thread-safe.
 [[nodiscard]] std::string expand_output_path(std::string_view path);
 
 /// True in a process started by fork() from one where the hooks were installed.

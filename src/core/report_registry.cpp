@@ -48,11 +48,14 @@ class report_registry final : public process_client {
       outputs.interval = default_prometheus_interval;
     }
     const std::lock_guard guard(mutex_);
+    // Expanding a path claims it for this process from now on (process_hooks.hpp).
     if (!outputs.json_path.empty()) {
-      logger().info("statistics report will be written to {}", expand_output_path(outputs.json_path));
+      const std::string file = expand_output_path(outputs.json_path);
+      logger().info("statistics report will be written to {}", file);
     }
     if (!outputs.prometheus_path.empty()) {
-      logger().info("Prometheus metrics will be written to {}", expand_output_path(outputs.prometheus_path));
+      const std::string file = expand_output_path(outputs.prometheus_path);
+      logger().info("Prometheus metrics will be written to {}", file);
     }
     if (outputs.interval.count() > 0) {
       if (interval_.count() == 0 || outputs.interval < interval_) interval_ = outputs.interval;

@@ -44,7 +44,7 @@ struct tracing_adaptor::sink final : process_client {
   std::mutex mutex;
   std::string path;
   gzFile file = nullptr;  // zlib writes plain files too ("T" mode)
-  bool compressed = false;  // the path ends in .gz
+  bool compressed = false;  // the path as given ends in .gz
   fmt::memory_buffer buffer;
   bool failed = false;
   bool inherited = false;  // set in a forked child: the rows are the parent's
@@ -127,16 +127,33 @@ namespace {
 
 // The open trace files of this process by path: allocators given one path
 // (one per device, from one FRAGCTL_TRACE) share one file and one buffer,
-// so their rows interleave whole instead of overwriting each other.
-struct open_sinks {
+// so their rows interleave whole instead of overwriting each other. Its lock
+// is taken with no other fragctl lock held (then only the output claims' and
+// the logger's inside it), and before fork after every trace buffer's.
+struct open_sinks final : process_client {
   std::mutex mutex;
   std::map<std::string, std::weak_ptr<tracing_adaptor::sink>> by_path;
+
+  std::size_t flush(std::string_view /*reason*/) noexcept override { return 0; }
+  void fork_prepare() noexcept override { mutex.lock(); }
+  void fork_parent() noexcept override { mutex.unlock(); }
+  // The child's traces are its own files (expand_output_path): it shares
+  // none of its parent's.
+  void fork_child() noexcept override {
+    by_path.clear();
+    mutex.unlock();
+  }
 };
 
 open_sinks& sinks() {
   static open_sinks* const all = new open_sinks;  // never destroyed: late destructors use it
   return *all;
 }
+
+// Made when the library loads, before any thread of the program's: a fork()
+// while another thread is inside the first initialization of a static leaves
+// the child's copy of its guard taken for ever.
+[[maybe_unused]] const open_sinks& sinks_at_load = sinks();
 
 }  // namespace
 
@@ -152,26 +169,31 @@ tracing_adaptor::sink::~sink() {
 tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path)
     : upstream_(std::move(upstream)) {
   if (!upstream_) throw invalid_argument("tracing_adaptor: upstream is null");
-  const std::string expanded = expand_output_path(path);
   open_sinks& all = sinks();
-  const std::lock_guard lock(all.mutex);
-  std::erase_if(all.by_path, [](const auto& item) { return item.second.expired(); });
-  if (auto shared = all.by_path[expanded].lock()) {
-    sink_ = std::move(shared);
-    return;
+  add_process_client(all, process_layer_trace_files);  // once; later calls find it
+  {
+    const std::lock_guard lock(all.mutex);
+    const std::string expanded = expand_output_path(path);
+    std::erase_if(all.by_path, [](const auto& item) { return item.second.expired(); });
+    if (auto shared = all.by_path[expanded].lock()) {
+      sink_ = std::move(shared);
+      return;
+    }
+    // As the path was given: "t.csv.gz" stays gzip when it is written as "t.csv.gz.<pid>".
+    const bool compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
+    gzFile file = gzopen(expanded.c_str(), compressed ? "wb6e" : "wbTe");
+    if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", expanded));
+    sink_ = std::make_shared<sink>();
+    sink_->path = expanded;
+    sink_->file = file;
+    sink_->compressed = compressed;
+    fmt::format_to(std::back_inserter(sink_->buffer), "action,addr,size,stream,time_us\n");
+    sink_->write_locked();
+    sink_->sync_locked();
+    all.by_path[expanded] = sink_;
   }
-  const bool compressed = expanded.size() > 3 && util::lower(expanded.substr(expanded.size() - 3)) == ".gz";
-  gzFile file = gzopen(expanded.c_str(), compressed ? "wb6e" : "wbTe");
-  if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", expanded));
-  sink_ = std::make_shared<sink>();
-  sink_->path = expanded;
-  sink_->file = file;
-  sink_->compressed = compressed;
-  fmt::format_to(std::back_inserter(sink_->buffer), "action,addr,size,stream,time_us\n");
-  sink_->write_locked();
-  sink_->sync_locked();
+  // Outside the table's lock, which fork_prepare takes after the hooks' lock.
   add_process_client(*sink_, process_layer_traces);
-  all.by_path[expanded] = sink_;
 }
 
 tracing_adaptor::~tracing_adaptor() = default;

@@ -2,7 +2,9 @@
 // docs/reliability.md): fork, exit(), SIGTERM, explicit flush, and how the
 // report files are created. Each scenario that ends a process runs in a
 // forked child, so the test program itself keeps running.
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,16 +16,21 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/passthrough_allocator.hpp"
 #include "fmt/format.h"
+#include "fragctl/adaptors.hpp"
 #include "fragctl/fragctl.h"
+#include "fragctl/log.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/process_hooks.hpp"
 #include "fragctl/report.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "fragctl/trace.hpp"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/log_capture.hpp"
@@ -35,6 +42,7 @@ namespace {
 namespace fs = std::filesystem;
 using fragctl::testing::occurrences;
 using fragctl::testing::read_file;
+using fragctl::testing::scoped_environment;
 
 // A fresh, empty directory for one test.
 fs::path fresh_dir(std::string_view name) {
@@ -237,11 +245,37 @@ TEST(process_lifecycle, registry_forgets_old_destroyed_allocators) {
   EXPECT_EQ(report->size(), report_retired_kept);
 }
 
+// The allocations and frees a report counts and those its trace recorded.
+struct counted {
+  std::size_t report_allocations = 0;
+  std::size_t report_frees = 0;
+  std::size_t trace_allocs = 0;
+  std::size_t trace_frees = 0;
+  bool operator==(const counted&) const = default;
+  friend std::ostream& operator<<(std::ostream& out, const counted& c) {
+    return out << fmt::format("report {} allocations, {} frees; trace {} alloc, {} free_requested rows",
+                              c.report_allocations, c.report_frees, c.trace_allocs, c.trace_frees);
+  }
+};
+
+void count_report(const fs::path& path, counted& c) {
+  auto report = report_from_json(read_file(path));
+  if (!report.ok()) return;
+  for (const allocator_stats& s : *report) {
+    c.report_allocations += s.allocations;
+    c.report_frees += s.frees;
+  }
+}
+
+void count_trace(const fs::path& path, counted& c) {
+  const std::string text = read_file(path);
+  c.trace_allocs = occurrences(text, "\nalloc,");
+  c.trace_frees = occurrences(text, "\nfree_requested,");
+}
+
 // Outputs written by a child that ends as `end` says, after it allocated
 // `n` blocks from two threads through an allocator it never destroys.
-struct ended_child {
-  std::size_t report_allocations = 0;
-  std::size_t trace_allocs = 0;
+struct ended_child : counted {
   int status = -1;
 };
 
@@ -263,16 +297,19 @@ ended_child run_child(const fs::path& dir, std::size_t n, const std::function<vo
   }
   ended_child out;
   out.status = wait_bounded(child, std::chrono::seconds(20));
-  out.report_allocations = allocations_in_report(dir / fmt::format("report.{}.json", child));
-  out.trace_allocs = occurrences(read_file(dir / fmt::format("trace.{}.csv", child)), "\nalloc,");
+  count_report(dir / fmt::format("report.{}.json", child), out);
+  count_trace(dir / fmt::format("trace.{}.csv", child), out);
   return out;
 }
+
+// Every way a process ends with its outputs written: the trace's rows equal
+// the report's counts (issue 16 item 4).
+const counted all_of_2000{2000, 2000, 2000, 2000};
 
 TEST(process_lifecycle, exit_writes_every_trace_row_and_the_report) {
   const ended_child c = run_child(fresh_dir("exit"), 2000, [] { std::exit(0); });
   ASSERT_TRUE(c.status != -1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
-  EXPECT_EQ(c.report_allocations, 2000u);
-  EXPECT_EQ(c.trace_allocs, 2000u);
+  EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
 }
 
 TEST(process_lifecycle, sigterm_writes_outputs_then_ends_the_process_by_the_signal) {
@@ -282,8 +319,7 @@ TEST(process_lifecycle, sigterm_writes_outputs_then_ends_the_process_by_the_sign
   });
   ASSERT_NE(c.status, -1) << "the child did not end on SIGTERM";
   EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGTERM);
-  EXPECT_EQ(c.report_allocations, 2000u);
-  EXPECT_EQ(c.trace_allocs, 2000u);
+  EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
 }
 
 TEST(process_lifecycle, flush_before_underscore_exit_keeps_every_row) {
@@ -291,11 +327,153 @@ TEST(process_lifecycle, flush_before_underscore_exit_keeps_every_row) {
     std::_Exit(fragctl_flush() == FRAGCTL_OK ? 0 : 1);
   });
   ASSERT_TRUE(c.status != -1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
-  EXPECT_EQ(c.report_allocations, 2000u);
-  EXPECT_EQ(c.trace_allocs, 2000u);
+  EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
   // Positive control: without the flush, _Exit loses the buffered rows.
   const ended_child lost = run_child(fresh_dir("no_flush"), 2000, [] { std::_Exit(0); });
   EXPECT_LT(lost.trace_allocs, 2000u);
+}
+
+// Regression (issues 16 and 18): ranks started separately (not forked) and
+// given one FRAGCTL_TRACE and FRAGCTL_REPORT without "%p" truncated and
+// replaced each other's files. The first to claim a path writes it, each
+// other one "<path>.<pid>"; every process's trace rows equal its report's
+// counts, over two devices each, and every process ends by returning from
+// main.
+TEST(process_lifecycle, separate_processes_given_one_path_each_keep_every_row) {
+  const fs::path dir = fresh_dir("ranks");
+  scoped_environment env;
+  env.set("FRAGCTL_BACKEND", "sim");
+  env.set("FRAGCTL_POLICY", "caching");
+  env.set("FRAGCTL_TRACE", (dir / "trace.csv").c_str());
+  env.set("FRAGCTL_REPORT", (dir / "report.json").c_str());
+  constexpr int workers = 4;
+  constexpr std::size_t blocks = 300;  // per device
+  constexpr std::size_t devices = 2;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < workers; ++i) {
+    std::string program = FRAGCTL_LIFECYCLE_WORKER;
+    std::string dir_arg = dir.string();
+    std::string n_arg = std::to_string(blocks);
+    std::string devices_arg = std::to_string(devices);
+    std::vector<char*> argv{program.data(), dir_arg.data(), n_arg.data(), devices_arg.data(), nullptr};
+    pid_t pid = 0;
+    ASSERT_EQ(::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ), 0) << program;
+    pids.push_back(pid);
+  }
+  // Every worker holds its outputs before any of them ends.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto all_ready = [&] {
+    for (const pid_t pid : pids)
+      if (!fs::exists(dir / fmt::format("ready.{}", pid))) return false;
+    return true;
+  };
+  while (!all_ready() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  { std::ofstream(dir / "go").put('\n'); }
+  for (const pid_t pid : pids) {
+    const int status = wait_bounded(pid, std::chrono::seconds(60));
+    ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "worker " << pid << ": " << status;
+  }
+
+  // The plain path went to one worker, and its report says which.
+  const nlohmann::json plain = nlohmann::json::parse(read_file(dir / "report.json"), nullptr, false);
+  ASSERT_FALSE(plain.is_discarded());
+  std::size_t plain_traces = 0;
+  std::size_t plain_reports = 0;
+  for (const pid_t pid : pids) {
+    const fs::path own_trace = dir / fmt::format("trace.csv.{}", pid);
+    const fs::path own_report = dir / fmt::format("report.json.{}", pid);
+    const fs::path trace_path = fs::exists(own_trace) ? own_trace : dir / "trace.csv";
+    const fs::path report_path = fs::exists(own_report) ? own_report : dir / "report.json";
+    plain_traces += trace_path == dir / "trace.csv" ? 1 : 0;
+    plain_reports += report_path == dir / "report.json" ? 1 : 0;
+    EXPECT_EQ(nlohmann::json::parse(read_file(report_path), nullptr, false).value("pid", -1), pid);
+    auto t = read_trace(trace_path.string());
+    ASSERT_TRUE(t.ok()) << t.status();  // whole: its `end` row counts every row before it
+    counted c;
+    count_report(report_path, c);
+    count_trace(trace_path, c);
+    EXPECT_EQ(c, (counted{blocks * devices, blocks * devices, blocks * devices, blocks * devices})) << "worker "
+                                                                                                   << pid;
+    EXPECT_EQ(t->events.size(), 2 * blocks * devices);
+  }
+  EXPECT_EQ(plain_traces, 1u);
+  EXPECT_EQ(plain_reports, 1u);
+}
+
+// Sends this process's stderr to /dev/null while alive.
+class quiet_stderr {
+ public:
+  quiet_stderr() : saved_(::dup(2)) {
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ::dup2(null, 2);
+    ::close(null);
+  }
+  ~quiet_stderr() {
+    ::dup2(saved_, 2);
+    ::close(saved_);
+  }
+  quiet_stderr(const quiet_stderr&) = delete;
+  quiet_stderr& operator=(const quiet_stderr&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Regression (issue 18): the fork handlers took neither the logger's lock nor
+// the table of open trace files: a child that logged, or opened a trace,
+// while a thread of its parent held one waited forever.
+TEST(process_lifecycle, fork_while_threads_log_and_open_traces_never_hangs_a_child) {
+  const fs::path dir = fresh_dir("fork_log");
+  const quiet_stderr quiet;  // the parent's threads log without pause
+  sim_backend parent_backend;
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::thread logging([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      logger().warn("parent line {}", i);
+      if (i == 0) ++started;
+    }
+  });
+  std::thread tracing([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      tracing_adaptor t(std::make_unique<fragctl::testing::passthrough_allocator>(parent_backend),
+                        (dir / "parent.csv").string());
+      t.deallocate(t.allocate(4096), 4096);
+      if (i == 0) ++started;  // the hooks are installed: children are forked children
+    }
+  });
+  while (started.load() < 2) std::this_thread::yield();
+  int hung = 0;
+  int failed = 0;
+  std::vector<pid_t> children;
+  for (int i = 0; i < 40 && hung == 0; ++i) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      logger().warn("child line");
+      sim_backend backend;
+      tracing_adaptor t(std::make_unique<fragctl::testing::passthrough_allocator>(backend),
+                        (dir / "child.csv").string());
+      t.deallocate(t.allocate(4096), 4096);
+      std::exit(0);
+    }
+    children.push_back(child);
+    const int status = wait_bounded(child, std::chrono::seconds(10));
+    if (status == -1) ++hung;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  stop = true;
+  logging.join();
+  tracing.join();
+  EXPECT_EQ(hung, 0) << "a child did not exit within 10 s (stopped forking there)";
+  EXPECT_EQ(failed, 0);
+  // Each child wrote its own trace, whole, with its one allocation.
+  for (const pid_t child : children) {
+    auto t = read_trace((dir / fmt::format("child.csv.{}", child)).string());
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->events.size(), 2u);
+  }
 }
 
 // Regression (issue 18): SIGUSR1 before the first allocator ended the process.

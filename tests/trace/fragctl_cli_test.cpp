@@ -95,6 +95,34 @@ TEST_F(FragctlCli, ReplayCountsAnOversizedRowAndGoesOn) {
   }
 }
 
+// Issue 16: a trace with the header only (a run whose rows never reached the
+// file) replayed as a peak of 0 B with exit status 0. Now it is skipped with
+// a message and exit status 3; the other traces still replay.
+TEST_F(FragctlCli, ReplayOfATraceWithoutEventsSaysSoAndExitsThree) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("fragctl_cli_empty_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path header_only = dir / "header_only.csv";
+  const fs::path ended_empty = dir / "ended_empty.csv";
+  const fs::path err = dir / "stderr.txt";
+  std::ofstream(header_only) << "action,addr,size,stream,time_us\n";
+  std::ofstream(ended_empty) << "action,addr,size,stream,time_us\nend,0,0,0,5\n";
+  for (const fs::path& empty : {header_only, ended_empty}) {
+    const run_result r = run_fragctl("replay '" + test_data("tiny_fragctl.csv") + "' '" + empty.string() +
+                                         "' --policy caching --backend sim --json",
+                                     "2>'" + err.string() + "'");
+    EXPECT_EQ(r.status, 3) << empty;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 1u) << r.out;
+    EXPECT_EQ(j[0]["trace"], "tiny_fragctl");
+    EXPECT_THAT(fragctl::testing::read_file(err), HasSubstr(empty.string() + ": no allocation or free to replay"));
+  }
+  // A trace that cannot be read still gives 1, the worse outcome.
+  const fs::path bad = dir / "unreadable.csv";
+  std::ofstream(bad) << "action,addr,size,stream,time_us\nalloc,4096,lots,0,1\n";
+  EXPECT_EQ(run_fragctl("replay '" + header_only.string() + "' '" + bad.string() + "' --backend sim").status, 1);
+  fs::remove_all(dir);
+}
+
 TEST_F(FragctlCli, UsageErrorsExitTwo) {
   run_result r = run_fragctl("replay --frobnicate x", "2>&1");
   EXPECT_EQ(r.status, 2);

@@ -18,6 +18,9 @@ namespace fragctl::cli {
 
 namespace {
 
+// The exit status of a replay that met a trace without events (and no worse).
+constexpr int exit_empty_trace = 3;
+
 std::string policy_lines() {
   std::string text;
   for (const policy_info& p : policies())
@@ -144,7 +147,8 @@ const command_spec& replay_spec() {
       "docs/replay.md has the details.\n\n"
       "Policies:\n" +
           policy_lines() +
-          "\nExit status: 0 success, 1 unreadable trace or failed replay, 2 usage error.\n"
+          "\nExit status: 0 success, 1 unreadable trace or failed replay, 2 usage error, 3 a trace with no\n"
+          "allocation or free to replay (skipped; the others replay).\n"
           "Example: fragctl replay gpt2m.trace.csv.gz --policy caching,arena --backend sim\n",
       {{"policy", "NAME", "policy expression, a comma-separated list, or 'all' (default: the backend's default)"},
        {"backend", "KIND", "sim, cuda, hip or auto (default auto: a GPU when present, else sim)"},
@@ -191,6 +195,15 @@ int run_replay(const std::vector<std::string>& argv) {
       progress.clear();
       std::fprintf(stderr, "fragctl replay: %s\n", e.what());
       status = 1;
+      continue;
+    }
+    if (t.events.empty()) {  // a peak of 0 B would read as a result
+      progress.clear();
+      std::fprintf(stderr,
+                   "fragctl replay: %s: no allocation or free to replay (%llu other rows): nothing was recorded, "
+                   "or the recording process ended before writing its rows (docs/traces.md); skipped\n",
+                   path.c_str(), static_cast<unsigned long long>(t.ignored_rows));
+      if (status == 0) status = exit_empty_trace;
       continue;
     }
     for (const std::string& policy : policy_names) {

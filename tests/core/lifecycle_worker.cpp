@@ -1,0 +1,56 @@
+// A separately started process for process_lifecycle_test: several of these,
+// given one FRAGCTL_TRACE and FRAGCTL_REPORT (and FRAGCTL_BACKEND=sim), stand
+// for the ranks of a job started by a launcher.
+//
+//   lifecycle_worker DIR N DEVICES
+//
+// Builds the process-default allocator of devices 0..DEVICES-1 through the C
+// API, creates DIR/ready.<pid>, waits (at most 60 s) for DIR/go, so that every
+// worker holds its outputs before any ends, then allocates and frees N blocks
+// on each device and returns from main: a normal exit. Exit status 0, or 2 for
+// bad arguments, 3 for a failed C API call, 4 when DIR/go never came.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fragctl/fragctl.h"
+
+int main(int argc, char** argv) {
+  if (argc != 4) return 2;
+  const std::filesystem::path dir = argv[1];
+  const long n = std::strtol(argv[2], nullptr, 10);
+  const int devices = static_cast<int>(std::strtol(argv[3], nullptr, 10));
+  if (n <= 0 || devices <= 0) return 2;
+
+  std::vector<fragctl_allocator*> allocators;
+  for (int d = 0; d < devices; ++d) {
+    fragctl_allocator* a = nullptr;
+    if (fragctl_default_allocator(d, 1, &a) != FRAGCTL_OK) {
+      std::fprintf(stderr, "lifecycle_worker: device %d: %s\n", d, fragctl_last_error());
+      return 3;
+    }
+    allocators.push_back(a);
+  }
+  std::ofstream(dir / ("ready." + std::to_string(::getpid()))).put('\n');
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir / "go")) {
+    if (std::chrono::steady_clock::now() > give_up) return 4;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (long i = 0; i < n; ++i) {
+    for (fragctl_allocator* a : allocators) {
+      const auto bytes = static_cast<std::size_t>(4096 + i);
+      void* p = nullptr;
+      if (fragctl_malloc(a, &p, bytes, nullptr) != FRAGCTL_OK || fragctl_free(a, p, bytes, nullptr) != FRAGCTL_OK)
+        return 3;
+    }
+  }
+  return 0;
+}
