@@ -142,6 +142,32 @@ class OffloadTest(unittest.TestCase):
         self.assertEqual((s["tensors_moved"], s["tensors_kept"]), (1, 4))
         offload.close()
 
+    def test_the_bench_counts_saved_tensors_on_cuda_0(self):
+        # Regression (services run 1): services_bench.py measured 0 saved bytes
+        # on a GPU because its filter compared a tensor's device (cuda:0) with
+        # torch.device("cuda"). A stand-in tensor on cuda:0; CUDA faked present.
+        import importlib.util
+        import os
+        import types
+        from unittest import mock
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "gpu", "services_bench.py")
+        spec = importlib.util.spec_from_file_location("services_bench", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+
+        def fake(device, nbytes=2 * MiB):
+            return types.SimpleNamespace(device=torch.device(device), layout=torch.strided, is_sparse=False,
+                                         numel=lambda: nbytes // 2, element_size=lambda: 2, _base=None,
+                                         is_leaf=False, requires_grad=True)
+
+        with mock.patch.object(torch.cuda, "is_available", return_value=True), \
+                mock.patch.object(torch.cuda, "current_device", return_value=0):
+            movable = bench.movable_filter(bench.parse_args(["offload", "--out", "unused"]), fragctl.torch)
+            self.assertTrue(movable(fake("cuda:0")))
+            self.assertFalse(movable(fake("cuda:1")))
+            self.assertFalse(movable(fake("cpu")))
+            self.assertFalse(movable(fake("cuda:0", nbytes=512 * KiB)))  # below --min-bytes (1 MiB)
+
     def test_non_contiguous_and_other_dtypes_round_trip(self):
         offload = fragctl.torch.offload_activations(budget="4MiB", min_bytes=1, backend="sim")
         tensors = [torch.randn(300, 200).t(), torch.randn(64, 64).to(torch.bfloat16), torch.arange(1000) % 7 == 0,

@@ -111,6 +111,15 @@ def synchronize(torch, device):
         torch.cuda.synchronize()
 
 
+def movable_filter(args, fragctl_torch):
+    """The test offload_activations applies to a saved tensor, for the store
+    this script builds (the store resolves its device as "cuda:N", the form
+    a tensor's .device has; torch.device("cuda") matches no tensor)."""
+    probe = fragctl_torch.offload_activations(budget="1GiB", min_bytes=args.min_bytes,
+                                              backend=None if args.device == "cuda" else "sim")
+    return probe.movable
+
+
 def saved_activation_bytes(model, data, args, torch, movable):
     """Bytes of the tensors one forward saves that offload would move."""
     total = [0]
@@ -157,10 +166,7 @@ def offload(args, torch):
     model.gradient_checkpointing_disable()
     state = copy.deepcopy(model.state_dict())
     data = batches(args, torch, args.steps)
-    probe = fragctl.torch.offload_activations(budget="1GiB", min_bytes=args.min_bytes,
-                                              backend=None if args.device == "cuda" else "sim")
-    probe._device = torch.device(args.device)
-    saved = saved_activation_bytes(model, data[0], args, torch, probe._movable)
+    saved = saved_activation_bytes(model, data[0], args, torch, movable_filter(args, fragctl.torch))
     budget = max(saved // 2, 1 << 20)
     print("saved activations per step: %.2f GiB; offload budget %.2f GiB" % (saved / 2**30, budget / 2**30),
           flush=True)

@@ -28,7 +28,7 @@ serializes every call into the store.
 import ctypes
 import json
 import threading
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
@@ -168,7 +168,10 @@ class offload_activations:
 
     # --- the store --------------------------------------------------------
 
-    def _open(self) -> None:
+    def _resolve(self) -> Tuple[str, Any]:
+        """(backend, torch.device whose tensors move) as _open will choose
+        them; the device always carries its index ("cuda:0", never "cuda"),
+        the form a tensor's ``.device`` has."""
         torch = self._torch
         backend = self._requested_backend
         if backend is None:
@@ -177,11 +180,13 @@ class offload_activations:
             else:
                 backend = "sim"
         if backend == "sim":
-            self._device = torch.device("cpu")
-            device_index = 0
-        else:
-            device_index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
-            self._device = torch.device("cuda", device_index)
+            return backend, torch.device("cpu")
+        index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
+        return backend, torch.device("cuda", index)
+
+    def _open(self) -> None:
+        backend, self._device = self._resolve()
+        device_index = self._device.index or 0
         allocator = self._allocator
         if allocator is None:
             if backend != "sim" and enabled() is not None:
@@ -252,6 +257,15 @@ class offload_activations:
         self._next_layer = 0
 
     # --- hooks --------------------------------------------------------------
+
+    def movable(self, tensor: Any) -> bool:
+        """Whether the hooks would move ``tensor`` into the store (on the
+        store's device, strided, at least ``min_bytes``, not a parameter nor
+        a view of one). Usable before the first ``with`` block (to size a
+        budget); opens nothing."""
+        if self._device is None:
+            self._device = self._resolve()[1]
+        return self._movable(tensor)
 
     def _movable(self, tensor: Any) -> bool:
         torch = self._torch
