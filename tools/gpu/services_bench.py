@@ -278,6 +278,20 @@ def zero3(args, torch):
                 r["losses"][0], r["losses"][-1],
                 "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
                 if z else "-"))
+    lines += ["", "Memory (GiB): PyTorch's peak allocated per phase of a step, its peak reserved, the optimizer "
+              "state, the block manager's long-lived buffers and gathered peak (its own count), and the device "
+              "bytes outside PyTorch's cache that the variant added (fragctl's allocators, NCCL).", "",
+              "| variant | torch fwd / bwd / opt peak | torch reserved peak | optimizer state | manager long-lived "
+              "| manager gathered peak | outside torch |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        m = r.get("memory")
+        if m:
+            ph = m["torch_peak_allocated_by_phase"]
+            lines.append("| %s | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+                r["variant"], ph["forward"] / 2**30, ph["backward"] / 2**30, ph["optimizer"] / 2**30,
+                m["torch_peak_reserved_bytes"] / 2**30, m["optimizer_state_bytes"] / 2**30,
+                m["manager_long_lived_bytes"] / 2**30, m["manager_gathered_peak_bytes"] / 2**30,
+                m["device_bytes_outside_torch_added"] / 2**30))
     dist.destroy_process_group()
     return {"rows": rows}, lines
 
@@ -285,35 +299,78 @@ def zero3(args, torch):
 def train_50(name, wrap, args, torch, data):
     """One variant's run: --steps AdamW steps on `data`; its row. Peak device
     memory is PyTorch's peak plus, for fragctl, the block manager's own
-    (long-lived buffers and the gathered peak, held outside PyTorch)."""
+    (long-lived buffers and the gathered peak, held outside PyTorch). The
+    row's "memory" splits it (memory_split)."""
+    cuda = args.device == "cuda"
+    outside_before = device_bytes_outside_torch(torch) if cuda else 0
     model = wrap(build_model(args, torch))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times, retries = [], [], []
-    if args.device == "cuda":
+    phases = {"forward": 0, "backward": 0, "optimizer": 0}
+    outside_peak = 0
+    if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+
+    def phase_end(phase):
+        nonlocal outside_peak
+        if cuda:
+            phases[phase] = max(phases[phase], torch.cuda.max_memory_allocated())
+            outside_peak = max(outside_peak, device_bytes_outside_torch(torch))
+            torch.cuda.reset_peak_memory_stats()
+
     for batch in data:
         ids = batch.to(args.device)
         synchronize(torch, args.device)
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
+        phase_end("forward")
         loss.backward()
+        phase_end("backward")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        phase_end("optimizer")
         synchronize(torch, args.device)
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
-        if args.device == "cuda":
+        if cuda:
             retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
     steady = times[args.warmup:] or times
     stats = model.stats() if hasattr(model, "stats") else None
-    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+    peak = max(phases.values())
+    memory = memory_split(torch, cuda, phases, stats, outside_peak - outside_before, optimizer)
     if stats:
-        peak += sum(stats["long_lived_bytes"].values()) + stats["gathered_bytes"]["peak"]
+        peak += memory["manager_long_lived_bytes"] + memory["manager_gathered_peak_bytes"]
     return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
-            "peak_device_bytes": peak,
+            "peak_device_bytes": peak, "memory": memory,
             "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
             "zero3": stats}
+
+
+def device_bytes_outside_torch(torch):
+    """Device bytes in use that PyTorch's caching allocator has not reserved
+    (the CUDA context, NCCL, and fragctl's own allocators)."""
+    free, total = torch.cuda.mem_get_info()
+    return total - free - torch.cuda.memory_reserved()
+
+
+def memory_split(torch, cuda, phases, stats, outside_bytes, optimizer):
+    """Where a zero3 row's device memory is: PyTorch's peak allocated bytes
+    per phase of a step (the largest over the steps) and reserved bytes;
+    the manager's long-lived buffers (shards, gradient shards, reduce
+    buckets) and gathered peak, by its own count; the device bytes outside
+    PyTorch's cache that this variant added (fragctl's allocators reserve
+    at least the manager's bytes; more is caching); and the optimizer
+    state's bytes (in PyTorch)."""
+    state_bytes = sum(t.numel() * t.element_size() for st in optimizer.state.values() for t in st.values()
+                      if hasattr(t, "numel") and t.dim() > 0)
+    out = {"torch_peak_allocated_by_phase": dict(phases),
+           "torch_peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else 0,
+           "optimizer_state_bytes": state_bytes,
+           "manager_long_lived_bytes": sum(stats["long_lived_bytes"].values()) if stats else 0,
+           "manager_gathered_peak_bytes": stats["gathered_bytes"]["peak"] if stats else 0,
+           "device_bytes_outside_torch_added": outside_bytes}
+    return out
 
 
 def main(argv):
