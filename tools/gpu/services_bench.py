@@ -279,19 +279,21 @@ def zero3(args, torch):
                 "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
                 if z else "-"))
     lines += ["", "Memory (GiB): PyTorch's peak allocated per phase of a step, its peak reserved, the optimizer "
-              "state, the block manager's long-lived buffers and gathered peak (its own count), and the device "
-              "bytes outside PyTorch's cache that the variant added (fragctl's allocators, NCCL).", "",
+              "state, the block manager's long-lived buffers and gathered peak (its own count), what its two "
+              "allocators reserve at the end, and the device bytes outside PyTorch's cache that the variant "
+              "added (fragctl's allocators, NCCL).", "",
               "| variant | torch fwd / bwd / opt peak | torch reserved peak | optimizer state | manager long-lived "
-              "| manager gathered peak | outside torch |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              "| manager gathered peak | manager reserved at end | outside torch |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         m = r.get("memory")
         if m:
             ph = m["torch_peak_allocated_by_phase"]
-            lines.append("| %s | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+            lines.append("| %s | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
                 r["variant"], ph["forward"] / 2**30, ph["backward"] / 2**30, ph["optimizer"] / 2**30,
                 m["torch_peak_reserved_bytes"] / 2**30, m["optimizer_state_bytes"] / 2**30,
                 m["manager_long_lived_bytes"] / 2**30, m["manager_gathered_peak_bytes"] / 2**30,
-                m["device_bytes_outside_torch_added"] / 2**30))
+                m["manager_reserved_bytes"] / 2**30, m["device_bytes_outside_torch_added"] / 2**30))
     dist.destroy_process_group()
     return {"rows": rows}, lines
 
@@ -358,7 +360,8 @@ def memory_split(torch, cuda, phases, stats, outside_bytes, optimizer):
     """Where a zero3 row's device memory is: PyTorch's peak allocated bytes
     per phase of a step (the largest over the steps) and reserved bytes;
     the manager's long-lived buffers (shards, gradient shards, reduce
-    buckets) and gathered peak, by its own count; the device bytes outside
+    buckets) and gathered peak, by its own count, and the bytes its two
+    allocators reserve at the end (those plus cache); the device bytes outside
     PyTorch's cache that this variant added (fragctl's allocators reserve
     at least the manager's bytes; more is caching); and the optimizer
     state's bytes (in PyTorch)."""
@@ -369,6 +372,9 @@ def memory_split(torch, cuda, phases, stats, outside_bytes, optimizer):
            "optimizer_state_bytes": state_bytes,
            "manager_long_lived_bytes": sum(stats["long_lived_bytes"].values()) if stats else 0,
            "manager_gathered_peak_bytes": stats["gathered_bytes"]["peak"] if stats else 0,
+           # Both allocators under the manager at the end of the run: its bytes plus their cache.
+           "manager_reserved_bytes": sum(a["reserved"] for a in stats.get("allocators", {}).values())
+           if stats else 0,
            "device_bytes_outside_torch_added": outside_bytes}
     return out
 
