@@ -206,11 +206,12 @@ def offload(args, torch):
     lines.append("")
     lines.append("saved activations %.2f GiB per step, budget %.2f GiB; save_on_cpu / fragctl step time %.2fx "
                  "(target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
-                 "%d prefetched gets, %d on demand" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
-                                                      rows[1]["vs_none"], store_stats.get("copies", {}).get(
-                                                          "evictions_ahead", 0),
-                                                      store_stats.get("gets_by_source", {}).get("prefetched", 0),
-                                                      store_stats.get("gets_by_source", {}).get("on_demand", 0)))
+                 "%d prefetched gets, %d on demand; %d of %d moved tensors straight to the host (larger than "
+                 "the budget)" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
+                                  rows[1]["vs_none"], store_stats.get("copies", {}).get("evictions_ahead", 0),
+                                  store_stats.get("gets_by_source", {}).get("prefetched", 0),
+                                  store_stats.get("gets_by_source", {}).get("on_demand", 0),
+                                  store_stats.get("tensors_to_host_direct", 0), store_stats.get("tensors_moved", 0)))
     return result, lines
 
 
