@@ -258,8 +258,7 @@ def zero3(args, torch):
             import traceback
             traceback.print_exc()
             rows.append({"variant": name, "missing": "failed: %s: %s" % (type(e).__name__, str(e)[:200])})
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+        release_unreachable(torch, args.device == "cuda")
     measured = [r for r in rows if "losses" in r]
     if len(measured) == 2:
         diffs = [abs(a - b) for a, b in zip(measured[0]["losses"], measured[1]["losses"])]
@@ -279,19 +278,20 @@ def zero3(args, torch):
                 r["losses"][0], r["losses"][-1],
                 "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
                 if z else "-"))
-    lines += ["", "Memory (GiB): PyTorch's peak allocated per phase of a step, its peak reserved, the optimizer "
+    lines += ["", "Memory (GiB): PyTorch's allocated bytes before the variant's model is built (what earlier "
+              "variants left: should be 0), its peak allocated per phase of a step, its peak reserved, the optimizer "
               "state, the block manager's long-lived buffers and gathered peak (its own count), what its two "
               "allocators reserve at the end, and the device bytes outside PyTorch's cache that the variant "
               "added (fragctl's allocators, NCCL).", "",
-              "| variant | torch fwd / bwd / opt peak | torch reserved peak | optimizer state | manager long-lived "
-              "| manager gathered peak | manager reserved at end | outside torch |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| variant | torch allocated before | torch fwd / bwd / opt peak | torch reserved peak | optimizer state "
+              "| manager long-lived | manager gathered peak | manager reserved at end | outside torch |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         m = r.get("memory")
         if m:
             ph = m["torch_peak_allocated_by_phase"]
-            lines.append("| %s | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
-                r["variant"], ph["forward"] / 2**30, ph["backward"] / 2**30, ph["optimizer"] / 2**30,
+            lines.append("| %s | %.2f | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+                r["variant"], m["torch_allocated_before_bytes"] / 2**30, ph["forward"] / 2**30, ph["backward"] / 2**30, ph["optimizer"] / 2**30,
                 m["torch_peak_reserved_bytes"] / 2**30, m["optimizer_state_bytes"] / 2**30,
                 m["manager_long_lived_bytes"] / 2**30, m["manager_gathered_peak_bytes"] / 2**30,
                 m["manager_reserved_bytes"] / 2**30, m["device_bytes_outside_torch_added"] / 2**30))
@@ -305,6 +305,8 @@ def train_50(name, wrap, args, torch, data):
     (long-lived buffers and the gathered peak, held outside PyTorch). The
     row's "memory" splits it (memory_split)."""
     cuda = args.device == "cuda"
+    release_unreachable(torch, cuda)
+    allocated_before = torch.cuda.memory_allocated() if cuda else 0
     outside_before = device_bytes_outside_torch(torch) if cuda else 0
     model = wrap(build_model(args, torch))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -342,12 +344,28 @@ def train_50(name, wrap, args, torch, data):
     stats = model.stats() if hasattr(model, "stats") else None
     peak = max(phases.values())
     memory = memory_split(torch, cuda, phases, stats, outside_peak - outside_before, optimizer)
+    memory["torch_allocated_before_bytes"] = allocated_before
     if stats:
         peak += memory["manager_long_lived_bytes"] + memory["manager_gathered_peak_bytes"]
+    if hasattr(model, "close"):
+        model.close()
+    del model, optimizer
     return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
             "peak_device_bytes": peak, "memory": memory,
             "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
             "zero3": stats}
+
+
+def release_unreachable(torch, cuda):
+    """Frees what an earlier variant left in reference cycles (FSDP2's and
+    the sharded module's hooks hold their modules): without it, the first
+    variant's parameters stay allocated through the second's run and count
+    in its peak (reset_peak_memory_stats starts from what is allocated)."""
+    import gc
+    gc.collect()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def device_bytes_outside_torch(torch):
