@@ -24,8 +24,19 @@ zero3_stats block_manager::stats() const {
   s.gathered = {m.live, m.peak};
   s.stall_ns = m.comm.blocked_ns() + m.wait_ns;
   s.trace_length = m.recording ? 0 : m.trace.size();
+  s.long_lived_pool = m.persistent.state();
+  s.gathered_pool = m.transient.state();
   return s;
 }
+
+namespace {
+
+nlohmann::ordered_json pool_json(const pool_state& p) {
+  return {{"reserved", p.reserved}, {"allocated", p.allocated}, {"cached_free", p.cached_free},
+          {"segments", p.segments}};
+}
+
+}  // namespace
 
 std::string to_json(const zero3_stats& s) {
   nlohmann::ordered_json j;
@@ -63,6 +74,7 @@ std::string to_json(const zero3_stats& s) {
                     {"gathers", s.last_step_gathers},
                     {"prefetch_hits", s.last_step_prefetch_hits}};
   j["stall_seconds"] = static_cast<double>(s.stall_ns) * 1e-9;
+  j["allocators"] = {{"long_lived", pool_json(s.long_lived_pool)}, {"gathered", pool_json(s.gathered_pool)}};
   return j.dump(2);
 }
 

@@ -142,6 +142,32 @@ class OffloadTest(unittest.TestCase):
         self.assertEqual((s["tensors_moved"], s["tensors_kept"]), (1, 4))
         offload.close()
 
+    def test_the_bench_counts_saved_tensors_on_cuda_0(self):
+        # Regression (services run 1): services_bench.py measured 0 saved bytes
+        # on a GPU because its filter compared a tensor's device (cuda:0) with
+        # torch.device("cuda"). A stand-in tensor on cuda:0; CUDA faked present.
+        import importlib.util
+        import os
+        import types
+        from unittest import mock
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "gpu", "services_bench.py")
+        spec = importlib.util.spec_from_file_location("services_bench", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+
+        def fake(device, nbytes=2 * MiB):
+            return types.SimpleNamespace(device=torch.device(device), layout=torch.strided, is_sparse=False,
+                                         numel=lambda: nbytes // 2, element_size=lambda: 2, _base=None,
+                                         is_leaf=False, requires_grad=True)
+
+        with mock.patch.object(torch.cuda, "is_available", return_value=True), \
+                mock.patch.object(torch.cuda, "current_device", return_value=0):
+            movable = bench.movable_filter(bench.parse_args(["offload", "--out", "unused"]), fragctl.torch)
+            self.assertTrue(movable(fake("cuda:0")))
+            self.assertFalse(movable(fake("cuda:1")))
+            self.assertFalse(movable(fake("cpu")))
+            self.assertFalse(movable(fake("cuda:0", nbytes=512 * KiB)))  # below --min-bytes (1 MiB)
+
     def test_non_contiguous_and_other_dtypes_round_trip(self):
         offload = fragctl.torch.offload_activations(budget="4MiB", min_bytes=1, backend="sim")
         tensors = [torch.randn(300, 200).t(), torch.randn(64, 64).to(torch.bfloat16), torch.arange(1000) % 7 == 0,
@@ -180,7 +206,8 @@ class OffloadTest(unittest.TestCase):
         model, x = mlp(), batch()
         offload = fragctl.torch.offload_activations(budget="1MiB", cpu_checkpointing=False, backend="sim")
         self.assert_same(gradients(model, x), gradients(model, x, offload))
-        self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "saved_alive": 0})
+        self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "saved_alive": 0,
+                                           "tensors_to_host_direct": 0, "bytes_to_host_direct": 0})
 
     def test_bad_arguments_raise(self):
         make = fragctl.torch.offload_activations
@@ -208,16 +235,34 @@ class OffloadTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             make(number_checkpoints=4, backend="sim")  # DeepSpeed's key: the budget sizes the region
 
-    def test_a_tensor_larger_than_the_budget_raises_out_of_memory_from_forward(self):
+    def test_tensors_larger_than_the_budget_go_to_the_host_instead_of_raising(self):
+        # Regression (services run 1): a 64 MiB save under a 1 MiB budget raised
+        # OutOfMemoryError from the forward pass while the host had room.
         model, x = mlp(), batch()
+        expected = gradients(model, x)
         offload = fragctl.torch.offload_activations(budget="256KiB", min_bytes="64KiB", backend="sim")
-        # torch 1.13 re-raises an exception of a saved-tensor hook as a
-        # RuntimeError that starts with the original's type name.
-        with self.assertRaises((fragctl.OutOfMemoryError, RuntimeError)) as e:
-            with offload:
-                model(x)
-        self.assertIn("OutOfMemoryError", "%s: %s" % (type(e.exception).__name__, e.exception))
-        self.assertIn("out of memory allocating 512.00 KiB", str(e.exception))
+        got = gradients(model, x, offload, steps=2)
+        self.assert_same([2 * e for e in expected], got)
+        s = offload.stats()
+        self.assertEqual(s["tensors_moved"], 26)
+        self.assertEqual(s["tensors_to_host_direct"], 26)  # every 512 KiB save, both steps
+        self.assertEqual(s["bytes_to_host_direct"], 26 * 512 * KiB)
+        self.assertEqual(s["puts"], 0)
+        offload.close()
+
+    def test_what_fits_the_budget_still_goes_to_the_store(self):
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        fits, too_big = torch.randn(256, 256), torch.randn(1024, 512)  # 256 KiB, 2 MiB
+        with offload:
+            saved = [offload._pack(fits), offload._pack(too_big)]
+            self.assertEqual(offload.where(0), "device")
+            self.assertEqual(offload.where(1), "absent")  # never in the store
+            self.assertTrue(torch.equal(offload._unpack(saved[0]), fits))
+            self.assertTrue(torch.equal(offload._unpack(saved[1]), too_big))
+        s = offload.stats()
+        self.assertEqual((s["puts"], s["tensors_to_host_direct"], s["tensors_moved"]), (1, 1, 2))
+        del saved
+        gc.collect()
         offload.close()
 
     def test_unpack_after_close_raises(self):

@@ -56,8 +56,10 @@ def worker(rank, world, directory, mode, kind="mlp"):
                                 world_size=world, timeout=timeout)
         model = make_model(kind)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
+        originals = list(model.parameters())
         sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
                               block_types=(torch.nn.TransformerEncoderLayer,))
+        out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if mode == "timeout" and rank == world - 1:
             time.sleep(12)  # stops answering
         else:
@@ -141,6 +143,9 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertEqual(stats["parameters"]["frozen"], 1)
             self.assertEqual(stats["parameters"]["persistent"], 4)  # the biases (below 100 elements)
             self.assertGreater(stats["reduce_scatters"], 0)
+            # Regression (services run 1): the model's own parameters stayed
+            # allocated beside the shards (1.75 GiB more on the H100).
+            self.assertEqual(r["original_parameter_bytes"], 0)
             shard_elements += r["shard_elements"]
         # The weights' shards partition them (padding aside); biases are whole on every rank.
         biases = 64 + 64 + 64 + 4

@@ -277,6 +277,31 @@ TEST(block_manager, states_follow_the_streams) {
   env.backend.destroy_stream(compute);
 }
 
+// The allocators' state in the statistics: what a benchmark reports as the
+// manager's device memory (its own bytes plus the allocators' cache).
+TEST(block_manager, statistics_report_the_allocators_reserved_bytes) {
+  rank_env env(0);
+  env.comm = make_thread_communicator(make_thread_group(1, 5s), 0, env.backend);
+  block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
+  (void)m.fetch(1, nullptr);
+  const zero3_stats s = m.stats();
+  const std::size_t long_lived = s.shard_bytes + s.gradient_shard_bytes + s.persistent_bytes +
+                                 s.persistent_gradient_bytes + s.bucket_bytes;
+  EXPECT_GT(long_lived, 0U);
+  EXPECT_GE(s.long_lived_pool.allocated, long_lived);
+  EXPECT_GE(s.long_lived_pool.reserved, s.long_lived_pool.allocated);
+  EXPECT_GT(s.gathered.current, 0U);
+  EXPECT_GE(s.gathered_pool.allocated, s.gathered.current);
+  EXPECT_GE(s.gathered_pool.reserved, s.gathered_pool.allocated);
+  const nlohmann::json j = nlohmann::json::parse(to_json(s));
+  EXPECT_EQ(j["allocators"]["long_lived"]["reserved"].get<std::size_t>(), s.long_lived_pool.reserved);
+  EXPECT_EQ(j["allocators"]["gathered"]["allocated"].get<std::size_t>(), s.gathered_pool.allocated);
+  m.release(1, nullptr);
+  m.end_step(nullptr);
+  env.backend.complete_all();
+  EXPECT_EQ(m.stats().gathered_pool.allocated, 0U);
+}
+
 TEST(block_manager, persistent_and_frozen_parameters) {
   run_ranks(2, 10s, [](rank_env& env) {
     std::vector<block_spec> model = small_model(1);

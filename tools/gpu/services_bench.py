@@ -60,7 +60,13 @@ def build_model(args, torch):
                                       max_position_embeddings=args.seq)
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    model = transformers.LlamaForCausalLM(config).to(device=args.device, dtype=dtype)
+    # Initialized on the GPU where torch allows (2.0+): seconds instead of a
+    # CPU initialization per variant, which services.sh's time limit feels.
+    where = torch.device(args.device) if args.device == "cuda" and hasattr(torch.device, "__enter__") \
+        else contextlib.nullcontext()
+    with where:
+        model = transformers.LlamaForCausalLM(config)
+    model = model.to(device=args.device, dtype=dtype)
     model.config.use_cache = False
     return model
 
@@ -111,6 +117,15 @@ def synchronize(torch, device):
         torch.cuda.synchronize()
 
 
+def movable_filter(args, fragctl_torch):
+    """The test offload_activations applies to a saved tensor, for the store
+    this script builds (the store resolves its device as "cuda:N", the form
+    a tensor's .device has; torch.device("cuda") matches no tensor)."""
+    probe = fragctl_torch.offload_activations(budget="1GiB", min_bytes=args.min_bytes,
+                                              backend=None if args.device == "cuda" else "sim")
+    return probe.movable
+
+
 def saved_activation_bytes(model, data, args, torch, movable):
     """Bytes of the tensors one forward saves that offload would move."""
     total = [0]
@@ -157,10 +172,7 @@ def offload(args, torch):
     model.gradient_checkpointing_disable()
     state = copy.deepcopy(model.state_dict())
     data = batches(args, torch, args.steps)
-    probe = fragctl.torch.offload_activations(budget="1GiB", min_bytes=args.min_bytes,
-                                              backend=None if args.device == "cuda" else "sim")
-    probe._device = torch.device(args.device)
-    saved = saved_activation_bytes(model, data[0], args, torch, probe._movable)
+    saved = saved_activation_bytes(model, data[0], args, torch, movable_filter(args, fragctl.torch))
     budget = max(saved // 2, 1 << 20)
     print("saved activations per step: %.2f GiB; offload budget %.2f GiB" % (saved / 2**30, budget / 2**30),
           flush=True)
@@ -200,11 +212,12 @@ def offload(args, torch):
     lines.append("")
     lines.append("saved activations %.2f GiB per step, budget %.2f GiB; save_on_cpu / fragctl step time %.2fx "
                  "(target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
-                 "%d prefetched gets, %d on demand" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
-                                                      rows[1]["vs_none"], store_stats.get("copies", {}).get(
-                                                          "evictions_ahead", 0),
-                                                      store_stats.get("gets_by_source", {}).get("prefetched", 0),
-                                                      store_stats.get("gets_by_source", {}).get("on_demand", 0)))
+                 "%d prefetched gets, %d on demand; %d of %d moved tensors straight to the host (larger than "
+                 "the budget)" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
+                                  rows[1]["vs_none"], store_stats.get("copies", {}).get("evictions_ahead", 0),
+                                  store_stats.get("gets_by_source", {}).get("prefetched", 0),
+                                  store_stats.get("gets_by_source", {}).get("on_demand", 0),
+                                  store_stats.get("tensors_to_host_direct", 0), store_stats.get("tensors_moved", 0)))
     return result, lines
 
 
@@ -251,8 +264,7 @@ def zero3(args, torch):
             import traceback
             traceback.print_exc()
             rows.append({"variant": name, "missing": "failed: %s: %s" % (type(e).__name__, str(e)[:200])})
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
+        release_unreachable(torch, args.device == "cuda")
     measured = [r for r in rows if "losses" in r]
     if len(measured) == 2:
         diffs = [abs(a - b) for a, b in zip(measured[0]["losses"], measured[1]["losses"])]
@@ -272,6 +284,23 @@ def zero3(args, torch):
                 r["losses"][0], r["losses"][-1],
                 "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
                 if z else "-"))
+    lines += ["", "Memory (GiB): PyTorch's allocated bytes before the variant's model is built (what earlier "
+              "variants left: should be 0), its peak allocated per phase of a step, its peak reserved, the optimizer "
+              "state, the block manager's long-lived buffers and gathered peak (its own count), what its two "
+              "allocators reserve at the end, and the device bytes outside PyTorch's cache that the variant "
+              "added (fragctl's allocators, NCCL).", "",
+              "| variant | torch allocated before | torch fwd / bwd / opt peak | torch reserved peak | optimizer state "
+              "| manager long-lived | manager gathered peak | manager reserved at end | outside torch |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        m = r.get("memory")
+        if m:
+            ph = m["torch_peak_allocated_by_phase"]
+            lines.append("| %s | %.2f | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+                r["variant"], m["torch_allocated_before_bytes"] / 2**30, ph["forward"] / 2**30, ph["backward"] / 2**30, ph["optimizer"] / 2**30,
+                m["torch_peak_reserved_bytes"] / 2**30, m["optimizer_state_bytes"] / 2**30,
+                m["manager_long_lived_bytes"] / 2**30, m["manager_gathered_peak_bytes"] / 2**30,
+                m["manager_reserved_bytes"] / 2**30, m["device_bytes_outside_torch_added"] / 2**30))
     dist.destroy_process_group()
     return {"rows": rows}, lines
 
@@ -279,35 +308,100 @@ def zero3(args, torch):
 def train_50(name, wrap, args, torch, data):
     """One variant's run: --steps AdamW steps on `data`; its row. Peak device
     memory is PyTorch's peak plus, for fragctl, the block manager's own
-    (long-lived buffers and the gathered peak, held outside PyTorch)."""
+    (long-lived buffers and the gathered peak, held outside PyTorch). The
+    row's "memory" splits it (memory_split)."""
+    cuda = args.device == "cuda"
+    release_unreachable(torch, cuda)
+    allocated_before = torch.cuda.memory_allocated() if cuda else 0
+    outside_before = device_bytes_outside_torch(torch) if cuda else 0
     model = wrap(build_model(args, torch))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times, retries = [], [], []
-    if args.device == "cuda":
+    phases = {"forward": 0, "backward": 0, "optimizer": 0}
+    outside_peak = 0
+    if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+
+    def phase_end(phase):
+        nonlocal outside_peak
+        if cuda:
+            phases[phase] = max(phases[phase], torch.cuda.max_memory_allocated())
+            outside_peak = max(outside_peak, device_bytes_outside_torch(torch))
+            torch.cuda.reset_peak_memory_stats()
+
     for batch in data:
         ids = batch.to(args.device)
         synchronize(torch, args.device)
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
+        phase_end("forward")
         loss.backward()
+        phase_end("backward")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        phase_end("optimizer")
         synchronize(torch, args.device)
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
-        if args.device == "cuda":
+        if cuda:
             retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
     steady = times[args.warmup:] or times
     stats = model.stats() if hasattr(model, "stats") else None
-    peak = torch.cuda.max_memory_allocated() if args.device == "cuda" else 0
+    peak = max(phases.values())
+    memory = memory_split(torch, cuda, phases, stats, outside_peak - outside_before, optimizer)
+    memory["torch_allocated_before_bytes"] = allocated_before
     if stats:
-        peak += sum(stats["long_lived_bytes"].values()) + stats["gathered_bytes"]["peak"]
+        peak += memory["manager_long_lived_bytes"] + memory["manager_gathered_peak_bytes"]
+    if hasattr(model, "close"):
+        model.close()
+    del model, optimizer
     return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
-            "peak_device_bytes": peak,
+            "peak_device_bytes": peak, "memory": memory,
             "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
             "zero3": stats}
+
+
+def release_unreachable(torch, cuda):
+    """Frees what an earlier variant left in reference cycles (FSDP2's and
+    the sharded module's hooks hold their modules): without it, the first
+    variant's parameters stay allocated through the second's run and count
+    in its peak (reset_peak_memory_stats starts from what is allocated)."""
+    import gc
+    gc.collect()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def device_bytes_outside_torch(torch):
+    """Device bytes in use that PyTorch's caching allocator has not reserved
+    (the CUDA context, NCCL, and fragctl's own allocators)."""
+    free, total = torch.cuda.mem_get_info()
+    return total - free - torch.cuda.memory_reserved()
+
+
+def memory_split(torch, cuda, phases, stats, outside_bytes, optimizer):
+    """Where a zero3 row's device memory is: PyTorch's peak allocated bytes
+    per phase of a step (the largest over the steps) and reserved bytes;
+    the manager's long-lived buffers (shards, gradient shards, reduce
+    buckets) and gathered peak, by its own count, and the bytes its two
+    allocators reserve at the end (those plus cache); the device bytes outside
+    PyTorch's cache that this variant added (fragctl's allocators reserve
+    at least the manager's bytes; more is caching); and the optimizer
+    state's bytes (in PyTorch)."""
+    state_bytes = sum(t.numel() * t.element_size() for st in optimizer.state.values() for t in st.values()
+                      if hasattr(t, "numel") and t.dim() > 0)
+    out = {"torch_peak_allocated_by_phase": dict(phases),
+           "torch_peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else 0,
+           "optimizer_state_bytes": state_bytes,
+           "manager_long_lived_bytes": sum(stats["long_lived_bytes"].values()) if stats else 0,
+           "manager_gathered_peak_bytes": stats["gathered_bytes"]["peak"] if stats else 0,
+           # Both allocators under the manager at the end of the run: its bytes plus their cache.
+           "manager_reserved_bytes": sum(a["reserved"] for a in stats.get("allocators", {}).values())
+           if stats else 0,
+           "device_bytes_outside_torch_added": outside_bytes}
+    return out
 
 
 def main(argv):

@@ -131,6 +131,10 @@ struct zero3_stats {
   std::uint64_t last_step_gathers = 0;
   std::uint64_t last_step_prefetch_hits = 0;
   std::size_t trace_length = 0;          ///< fetches in the recorded order
+  // The two allocators under the manager, now: their reserved bytes are the
+  // device memory the manager holds, its own bytes above plus cache.
+  pool_state long_lived_pool;
+  pool_state gathered_pool;
 };
 
 /// The JSON object of a zero3_stats (docs/zero3.md shows it), pretty-printed.

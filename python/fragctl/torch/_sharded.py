@@ -138,6 +138,9 @@ class ShardedModule:
                                                           len(b.params)))
         self._check(self._lib.fragctl_zero3_start(self._z))
         self._load([[p.detach() for p in b.params] for b in self._blocks])
+        for b in self._blocks:
+            for p in b.params:  # the manager holds the values now: free the whole-model copy
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
         self._shards = self._local_shards()
         self._by_storage: Dict[int, Tuple[_Block, int]] = {}
         self._step_open = False

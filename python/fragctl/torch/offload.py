@@ -28,7 +28,7 @@ serializes every call into the store.
 import ctypes
 import json
 import threading
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
@@ -47,6 +47,23 @@ def active() -> Optional["offload_activations"]:
     its own hook does not keep, so that the two compose."""
     stack = getattr(_entered, "stack", None)
     return stack[-1] if stack else None
+
+
+_STORE_ALIGNMENT = 512  # the store rounds its budget and every checkpoint up to this (docs/checkpoint.md)
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+class _OnHost:
+    """What the pack hook returns for a tensor that went straight to the host."""
+
+    __slots__ = ("owner", "tensor")
+
+    def __init__(self, owner: "offload_activations", tensor: Any) -> None:
+        self.owner = owner  # whose _unpack brings it back (fragctl.torch.zero3 asks for it)
+        self.tensor = tensor
 
 
 class _Saved:
@@ -119,8 +136,10 @@ class offload_activations:
         TypeError: a budget or size of the wrong type.
         ValueError: a size below 1 byte, an unsupported DeepSpeed key value.
         fragctl.ConfigurationError: a size string that does not parse.
-        fragctl.OutOfMemoryError: the region cannot be allocated, or a tensor
-            does not fit the budget (raised from the forward pass).
+        fragctl.OutOfMemoryError: the region cannot be allocated. A tensor
+            larger than the budget, or one that finds the rest of the region
+            in use, is copied straight to (pinned) host memory instead and
+            counted in ``stats()["tensors_to_host_direct"]``.
     """
 
     def __init__(self, budget: Size = "8GiB", *, min_bytes: Size = "1MiB", prefetch_depth: int = 2,
@@ -165,10 +184,15 @@ class offload_activations:
         self._hooks = []  # saved_tensors_hooks entered, innermost last
         self._moved = 0
         self._kept = 0
+        self._direct = 0  # tensors the region could not take, copied straight to the host
+        self._direct_bytes = 0
 
     # --- the store --------------------------------------------------------
 
-    def _open(self) -> None:
+    def _resolve(self) -> Tuple[str, Any]:
+        """(backend, torch.device whose tensors move) as _open will choose
+        them; the device always carries its index ("cuda:0", never "cuda"),
+        the form a tensor's ``.device`` has."""
         torch = self._torch
         backend = self._requested_backend
         if backend is None:
@@ -177,11 +201,13 @@ class offload_activations:
             else:
                 backend = "sim"
         if backend == "sim":
-            self._device = torch.device("cpu")
-            device_index = 0
-        else:
-            device_index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
-            self._device = torch.device("cuda", device_index)
+            return backend, torch.device("cpu")
+        index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
+        return backend, torch.device("cuda", index)
+
+    def _open(self) -> None:
+        backend, self._device = self._resolve()
+        device_index = self._device.index or 0
         allocator = self._allocator
         if allocator is None:
             if backend != "sim" and enabled() is not None:
@@ -253,6 +279,15 @@ class offload_activations:
 
     # --- hooks --------------------------------------------------------------
 
+    def movable(self, tensor: Any) -> bool:
+        """Whether the hooks would move ``tensor`` into the store (on the
+        store's device, strided, at least ``min_bytes``, not a parameter nor
+        a view of one). Usable before the first ``with`` block (to size a
+        budget); opens nothing."""
+        if self._device is None:
+            self._device = self._resolve()[1]
+        return self._movable(tensor)
+
     def _movable(self, tensor: Any) -> bool:
         torch = self._torch
         if tensor.device != self._device or tensor.layout != torch.strided or tensor.is_sparse:
@@ -283,12 +318,17 @@ class offload_activations:
             return tensor
         torch = self._torch
         nbytes = tensor.numel() * tensor.element_size()
+        if nbytes > _round_up(self.budget, _STORE_ALIGNMENT):  # can never fit the region
+            return self._to_host(tensor, nbytes)
         source = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
         with self._lock:
             layer = self._next_layer
             pointer = ctypes.c_void_p()
-            _capi.check(_capi.library().fragctl_checkpoint_put(self._store, layer, nbytes, self._stream(),
-                                                               ctypes.byref(pointer)))
+            try:
+                _capi.check(_capi.library().fragctl_checkpoint_put(self._store, layer, nbytes, self._stream(),
+                                                                   ctypes.byref(pointer)))
+            except _capi.OutOfMemoryError:  # the rest of the region is in use (between get and drop)
+                return self._to_host(tensor, nbytes)
             self._next_layer += 1
             # Queued before the next call into the store, as put requires.
             self._wrap(pointer.value, nbytes).copy_(source)
@@ -297,7 +337,23 @@ class offload_activations:
             self._moved += 1
         return saved
 
+    def _to_host(self, tensor: Any, nbytes: int) -> "_OnHost":
+        """The tier for a tensor the region cannot take: a host copy (pinned
+        when the device is a GPU) queued on the current stream, without a
+        host synchronization; PyTorch's pinned-memory cache keeps the buffer
+        until the copy has run."""
+        host = self._torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu",
+                                 pin_memory=self._device.type == "cuda")
+        host.copy_(tensor.detach(), non_blocking=True)
+        with self._lock:
+            self._direct += 1
+            self._direct_bytes += nbytes
+            self._moved += 1
+        return _OnHost(self, host)
+
     def _unpack(self, saved: Any) -> Any:
+        if isinstance(saved, _OnHost):
+            return saved.tensor.to(self._device, non_blocking=True, copy=True)
         if not isinstance(saved, _Saved):
             return saved
         torch = self._torch
@@ -338,9 +394,11 @@ class offload_activations:
             return _RESIDENCE[out.value]
 
     def stats(self) -> Dict[str, Any]:
-        """The store's statistics (docs/checkpoint.md, "Statistics") plus
-        ``tensors_moved`` and ``tensors_kept`` (saved tensors left alone:
-        small, parameters, other devices) counted by these hooks."""
+        """The store's statistics (docs/checkpoint.md, "Statistics") plus,
+        counted by these hooks, ``tensors_moved``, ``tensors_kept`` (saved
+        tensors left alone: small, parameters, other devices),
+        ``tensors_to_host_direct`` and ``bytes_to_host_direct`` (moved
+        tensors the region could not take, copied straight to the host)."""
         with self._lock:
             result: Dict[str, Any] = {}
             if self._store is not None:
@@ -349,6 +407,8 @@ class offload_activations:
                 result = json.loads(_capi.take_string(text))
                 result["backend"] = _capi.library().fragctl_checkpoint_backend(self._store).decode()
             result["tensors_moved"] = self._moved
+            result["tensors_to_host_direct"] = self._direct
+            result["bytes_to_host_direct"] = self._direct_bytes
             result["tensors_kept"] = self._kept
             result["saved_alive"] = self._live
             return result
