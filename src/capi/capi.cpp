@@ -10,6 +10,7 @@
 #include "capi/defaults.hpp"
 #include "capi/handle.hpp"
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"

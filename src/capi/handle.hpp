@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/fragctl.h"
 #include "fragctl/policy.hpp"
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/fragctl.h"
 #include "fragctl/policy.hpp"
 #include "fragctl/process_hooks.hpp"

@@ -1,16 +1,15 @@
 // OOM verdicts and advice (fragctl/oom.hpp), and the events the statistics
 // keep and export.
-#include "fragctl/oom.hpp"
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include <vector>
 
 #include "fragctl/adaptors.hpp"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/oom.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <vector>
 
 namespace fragctl {
 namespace {
