@@ -307,7 +307,6 @@ TEST(warmup_policy_test, a_warm_up_larger_than_the_device) {
   w.deallocate(p, MiB);
 }
 
-#if __has_include("allocator_policies/arena/arena_policy.hpp")
 /// Backend memory calls a policy chain makes over `steps` training steps
 /// after it was built (warm-up included in the build).
 std::uint64_t calls_over_steps(device_allocator& a, sim_backend& sim, int steps) {
@@ -427,8 +426,6 @@ TEST(warmup_arena, after_the_first_step_of_a_replayed_trace_no_backend_calls) {
   EXPECT_EQ(replay_calls_after(*t, w, sim, step2), 0u)
       << "warm-up of " << w.warmed_bytes() << " bytes; shortfall " << w.shortfall();
 }
-
-#endif  // arena
 
 }  // namespace
 }  // namespace fragctl
