@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import pathlib
+import posixpath
 import re
 import sys
 
@@ -81,7 +82,7 @@ def resolve(root: pathlib.Path, includer: str, name: str, known: set[str]) -> st
     candidates = [str(pathlib.PurePosixPath(includer).parent / name)]
     candidates += [str(pathlib.PurePosixPath(r) / name) for r in INCLUDE_ROOTS]
     for c in candidates:
-        c = str(pathlib.PurePosixPath(c))
+        c = posixpath.normpath(c)
         if c in known or (root / c).is_file():
             return c
     return None

@@ -72,6 +72,9 @@ class check_layers(unittest.TestCase):
     def test_another_layers_private_header_fails(self):
         self.assert_fails({"src/top/bad.cpp": '#include "low/private.hpp"\n'}, "a private header of low")
 
+    def test_a_relative_path_into_another_layer_fails(self):
+        self.assert_fails({"src/top/bad.cpp": '#include "../low/private.hpp"\n'}, "a private header of low")
+
     def test_a_public_header_including_a_private_one_fails(self):
         self.assert_fails({"include/fragctl/mid.hpp": '#include "low/shared.hpp"\n'},
                           "a public header includes only public headers")
