@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "fmt/format.h"
+#include "util/error_class.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {
@@ -23,4 +24,25 @@ out_of_memory::out_of_memory(const oom_details& d, const char* allocator_name) :
       human_bytes(d.device_total), verdict);
 }
 
+namespace util {
+
+caught_error classify_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc& e) {  // fragctl::out_of_memory included
+    return {error_class::out_of_memory, e.what()};
+  } catch (const invalid_argument& e) {
+    return {error_class::invalid_argument, e.what()};
+  } catch (const backend_error& e) {
+    return {error_class::backend, e.what()};
+  } catch (const error& e) {
+    return {error_class::other_fragctl, e.what()};
+  } catch (const std::exception& e) {
+    return {error_class::internal, e.what()};
+  } catch (...) {
+    return {error_class::unknown, "unknown exception"};
+  }
+}
+
+}  // namespace util
 }  // namespace fragctl
