@@ -103,8 +103,8 @@ class stream_use_adaptor final : public forwarding_adaptor {
   void do_release_cached() override;
   void do_record_stream(void* ptr, stream_t stream) override;
 
-  struct state;
-  std::unique_ptr<state> state_;
+  struct impl;
+  std::unique_ptr<impl> impl_;
 };
 
 /// Serializes every call to the upstream with one mutex, except
