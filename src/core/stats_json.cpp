@@ -236,7 +236,8 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
       if (!r.status().ok()) return r.status();
       // An unknown verdict (a newer writer) is recomputed from the numbers.
       e.verdict = diagnose(e.details);
-      for (const oom_verdict v : {oom_verdict::fragmentation, oom_verdict::capacity, oom_verdict::other_process})
+      for (const oom_verdict v : {oom_verdict::fragmentation, oom_verdict::capacity, oom_verdict::other_process,
+                                   oom_verdict::declined})
         if (verdict == to_string(v)) e.verdict = v;
       s.oom_events.push_back(std::move(e));
     }
