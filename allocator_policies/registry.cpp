@@ -1,5 +1,5 @@
-// The policy registry: FRAGCTL_POLICY expressions, and the allocator stack
-// that puts the configured adaptors around a policy chain.
+// The policy registry: FRAGCTL_POLICY expressions, resolved and built
+// (allocator_stack.cpp puts the configured adaptors around the chain).
 //
 // Adding a policy is one include and one row of `registry()`: a base policy
 // is constructed from (config, device_backend&), a wrapper from (config,
@@ -17,22 +17,13 @@
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
 #include "util/strings.hpp"
 
-#include "allocator_policies/caching/caching_policy.hpp"
-#if __has_include("allocator_policies/arena/arena_policy.hpp")
 #include "allocator_policies/arena/arena_policy.hpp"
-#define FRAGCTL_HAVE_ARENA_POLICY 1
-#endif
-#if __has_include("allocator_policies/buckets/buckets_policy.hpp")
 #include "allocator_policies/buckets/buckets_policy.hpp"
-#define FRAGCTL_HAVE_BUCKETS_POLICY 1
-#endif
-#if __has_include("allocator_policies/warmup/warmup_policy.hpp")
+#include "allocator_policies/caching/caching_policy.hpp"
+#include "allocator_policies/registry.hpp"
 #include "allocator_policies/warmup/warmup_policy.hpp"
-#define FRAGCTL_HAVE_WARMUP_POLICY 1
-#endif
 
 namespace fragctl {
 
@@ -71,15 +62,9 @@ registered_policy row(std::string_view help, upstream_config_fn upstream_config 
 const std::vector<registered_policy>& registry() {
   static const std::vector<registered_policy> table = {
       row<caching_policy>("best-fit caching over per-stream segments (PyTorch-class baseline)"),
-#ifdef FRAGCTL_HAVE_ARENA_POLICY
       row<arena_policy>("one virtual range per device, granules mapped on demand (page stitching)"),
-#endif
-#ifdef FRAGCTL_HAVE_BUCKETS_POLICY
       row<buckets_policy>("size-class slabs for small requests; larger ones go upstream"),
-#endif
-#ifdef FRAGCTL_HAVE_WARMUP_POLICY
       row<warmup_policy>("pre-reserves what a byte count or a previous run's report says", &warmup_upstream_config),
-#endif
   };
   return table;
 }
@@ -219,76 +204,11 @@ std::unique_ptr<device_allocator> make_policy(std::string_view expression, const
   return build(resolve(expression, backend), cfg, backend);
 }
 
-// --- allocator_stack ------------------------------------------------------------
-
-allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg)
-    : cfg_(cfg), backend_(std::move(backend)) {
-  if (!backend_) throw invalid_argument("allocator_stack: backend is null");
-  if (!cfg_.log_level.empty() && !set_log_level(cfg_.log_level)) {
-    throw invalid_argument(fmt::format(
-        "FRAGCTL_LOG_LEVEL: unknown level \"{}\"; accepted: trace, debug, info, warn, error, critical, off",
-        cfg_.log_level));
-  }
-  const auto chain = resolve(cfg_.policy, *backend_);
-  cfg_.policy = expression_of(chain);
-  warn_inapplicable_options(cfg_, chain);
-
-  std::unique_ptr<device_allocator> top = build(chain, cfg_, *backend_);
-  auto limiting = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit != 0 ? cfg_.limit : SIZE_MAX);
-  limiting_ = limiting.get();
-  top = std::make_unique<stream_use_adaptor>(std::move(limiting));
-  auto statistics = std::make_unique<statistics_adaptor>(std::move(top));
-  statistics_ = statistics.get();
-  top = std::move(statistics);
-  if (!cfg_.trace_path.empty()) top = std::make_unique<tracing_adaptor>(std::move(top), cfg_.trace_path);
-  if (cfg_.thread_safe) top = std::make_unique<thread_safe_adaptor>(std::move(top));
-  top_ = std::move(top);
-
-  logger().debug("allocator stack: policy {} on {} device {}{}{}{}", cfg_.policy, backend_->name(),
-                 backend_->device(), cfg_.limit != 0 ? fmt::format(", limit {} bytes", cfg_.limit) : "",
-                 cfg_.trace_path.empty() ? "" : ", tracing to " + cfg_.trace_path,
-                 cfg_.thread_safe ? ", thread-safe" : "");
-  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) {
-    const report_outputs outputs{cfg_.report_path, cfg_.prometheus_path,
-                                 std::chrono::milliseconds(cfg_.report_interval_ms)};
-    memory_map_source map;
-    if (cfg_.report_map) map = [this] { return top_->memory_map(); };
-    allocator_lock lock;
-    if (const auto* safe = dynamic_cast<const thread_safe_adaptor*>(top_.get())) {
-      lock = {[safe] { safe->lock(); }, [safe] { safe->unlock(); }};
-    }
-    register_report_source(this, outputs, [this] { return stats(); }, std::move(map), std::move(lock));
-  }
-}
-
-allocator_stack::~allocator_stack() {
-  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_report_source(this);
-}
-
-void allocator_stack::set_limit(std::size_t bytes) noexcept { limiting_->set_limit(bytes != 0 ? bytes : SIZE_MAX); }
-
-std::size_t allocator_stack::limit() const noexcept {
-  const std::size_t limit = limiting_->limit();
-  return limit == SIZE_MAX ? 0 : limit;
-}
-
-void allocator_stack::reset_peaks() noexcept { statistics_->reset_peaks(); }
-
-allocator_stats allocator_stack::stats() const {
-  // Through the top so that the pool state is read under the stack's lock.
-  allocator_stats s = statistics_->stats(top_->state());
-  s.allocator = cfg_.policy;
-  return s;
-}
-
-allocator_report allocator_stack::report() const {
-  allocator_report r{stats(), std::nullopt};
-  if (cfg_.report_map) r.map = top_->memory_map();
-  return r;
-}
-
-std::unique_ptr<allocator_stack> make_allocator(const config& cfg) {
-  return std::make_unique<allocator_stack>(make_backend(cfg), cfg);
+std::unique_ptr<device_allocator> build_configured_policy(config& cfg, device_backend& backend) {
+  const auto chain = resolve(cfg.policy, backend);
+  cfg.policy = expression_of(chain);
+  warn_inapplicable_options(cfg, chain);
+  return build(chain, cfg, backend);
 }
 
 }  // namespace fragctl

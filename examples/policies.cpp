@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/version.hpp"

@@ -3,16 +3,97 @@
 #include "allocator_policies/buckets/buckets_policy.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 
 namespace fragctl {
 
+/// Everything the policy holds; the algorithm is its member functions.
+struct buckets_policy::impl {
+  struct slab;
+  struct stream_pool;
+  struct slab_list {
+    slab* head = nullptr;
+    slab* tail = nullptr;
+  };
+  struct slab_cell {
+    slab* low = nullptr;   ///< a slab that ends in the cell (or covers it whole)
+    slab* high = nullptr;  ///< a slab that starts inside the cell
+  };
+  struct held_free {
+    slab* owner;
+    std::uint32_t slot;
+  };
+  /// Slots freed on `stream` from other streams' slabs; `event` (null until
+  /// fenced) completes once the frees did.
+  struct fence {
+    stream_t stream;
+    event_t event;
+    std::vector<held_free> slots;
+  };
+
+  impl(const config& cfg, std::unique_ptr<device_allocator> upstream);
+  ~impl();
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+
+  void* do_allocate(std::size_t bytes, stream_t stream);
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept;
+  pool_state do_state() const;
+  void do_release_cached();
+  [[nodiscard]] std::size_t empty_slabs() const noexcept;
+
+  [[nodiscard]] stream_pool& pool_for(stream_t stream);
+  [[nodiscard]] stream_pool& find_or_add_pool(stream_t stream);
+  [[nodiscard]] slab* refill(stream_pool& pool, std::size_t cls);
+  [[nodiscard]] slab* new_slab(stream_pool& pool, std::size_t cls);
+  [[nodiscard]] void* upstream_allocate(std::size_t bytes, stream_t stream);
+  [[nodiscard]] slab* find_slab(std::uintptr_t p) const noexcept;
+  void push_free(slab* s, std::uint32_t slot) noexcept;
+  void hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept;
+  void became_empty(slab* s) noexcept;
+  void release_slab(slab* s) noexcept;
+  std::size_t release_empty_slabs() noexcept;
+  void reclaim_held(bool wait);
+  void link_head(slab* s) noexcept;
+  void link_tail(slab* s) noexcept;
+  void unlink(slab* s) noexcept;
+
+  std::unique_ptr<device_allocator> upstream_;
+  std::string name_;
+  std::size_t slab_size_;
+  std::size_t slab_cost_;  ///< upstream's allocation_size(slab_size)
+  unsigned slab_shift_;
+  std::size_t reserve_;
+  std::size_t classes_;
+  std::size_t largest_class_;
+
+  std::vector<std::unique_ptr<slab>> slabs_;
+  absl::flat_hash_map<std::uintptr_t, slab_cell> cells_;
+  std::vector<std::unique_ptr<stream_pool>> pools_;
+  stream_t last_stream_ = nullptr;
+  stream_pool* last_pool_ = nullptr;
+  std::vector<std::size_t> empty_per_class_;
+
+  std::vector<fence> unfenced_;  ///< one per freeing stream, event still null
+  std::vector<fence> fenced_;    ///< event recorded, not yet seen complete
+  std::vector<event_t> spare_events_;
+  std::size_t held_slots_ = 0;
+
+  std::size_t live_slot_bytes_ = 0;
+  std::uint64_t retries_ = 0;
+};
+
 /// One slab: host-side metadata of slab_size bytes of upstream memory.
-struct buckets_policy::slab {
+struct buckets_policy::impl::slab {
   std::uintptr_t base = 0;
   std::uint32_t slot_size = 0;
   std::uint32_t reciprocal = 0;  ///< ceil(2^32 / slot_size)
@@ -41,12 +122,12 @@ struct buckets_policy::slab {
 
 /// The slabs of one stream: per class, the slabs that have a free slot.
 /// Partly used slabs come first, empty ones last, so empty ones drain.
-struct buckets_policy::stream_pool {
+struct buckets_policy::impl::stream_pool {
   stream_t stream = nullptr;
   std::vector<slab_list> open;
 };
 
-buckets_policy::buckets_policy(const config& cfg, std::unique_ptr<device_allocator> upstream)
+buckets_policy::impl::impl(const config& cfg, std::unique_ptr<device_allocator> upstream)
     : upstream_(std::move(upstream)),
       slab_size_(cfg.slab_size),
       reserve_(cfg.slab_reserve),
@@ -69,7 +150,7 @@ buckets_policy::buckets_policy(const config& cfg, std::unique_ptr<device_allocat
   (void)find_or_add_pool(nullptr);
 }
 
-buckets_policy::~buckets_policy() {
+buckets_policy::impl::~impl() {
   try {
     reclaim_held(/*wait=*/true);
   } catch (const std::exception& e) {
@@ -95,7 +176,7 @@ buckets_policy::~buckets_policy() {
   if (live > 0) logger().warn("{}: destroyed with {} slots still live", name_, live);
 }
 
-std::size_t buckets_policy::empty_slabs() const noexcept {
+std::size_t buckets_policy::impl::empty_slabs() const noexcept {
   std::size_t n = 0;
   for (std::size_t c : empty_per_class_) n += c;
   return n;
@@ -103,12 +184,12 @@ std::size_t buckets_policy::empty_slabs() const noexcept {
 
 // --- Streams ----------------------------------------------------------------
 
-buckets_policy::stream_pool& buckets_policy::pool_for(stream_t stream) {
+buckets_policy::impl::stream_pool& buckets_policy::impl::pool_for(stream_t stream) {
   if (stream == last_stream_ && last_pool_ != nullptr) return *last_pool_;
   return find_or_add_pool(stream);
 }
 
-buckets_policy::stream_pool& buckets_policy::find_or_add_pool(stream_t stream) {
+buckets_policy::impl::stream_pool& buckets_policy::impl::find_or_add_pool(stream_t stream) {
   stream_pool* found = nullptr;
   for (const auto& p : pools_) {
     if (p->stream == stream) found = p.get();
@@ -127,7 +208,7 @@ buckets_policy::stream_pool& buckets_policy::find_or_add_pool(stream_t stream) {
 
 // --- Intrusive lists of slabs with a free slot ------------------------------
 
-void buckets_policy::link_head(slab* s) noexcept {
+void buckets_policy::impl::link_head(slab* s) noexcept {
   slab_list& l = s->pool->open[s->cls];
   s->prev = nullptr;
   s->next = l.head;
@@ -136,7 +217,7 @@ void buckets_policy::link_head(slab* s) noexcept {
   s->listed = true;
 }
 
-void buckets_policy::link_tail(slab* s) noexcept {
+void buckets_policy::impl::link_tail(slab* s) noexcept {
   slab_list& l = s->pool->open[s->cls];
   s->next = nullptr;
   s->prev = l.tail;
@@ -145,7 +226,7 @@ void buckets_policy::link_tail(slab* s) noexcept {
   s->listed = true;
 }
 
-void buckets_policy::unlink(slab* s) noexcept {
+void buckets_policy::impl::unlink(slab* s) noexcept {
   slab_list& l = s->pool->open[s->cls];
   (s->prev != nullptr ? s->prev->next : l.head) = s->next;
   (s->next != nullptr ? s->next->prev : l.tail) = s->prev;
@@ -155,7 +236,7 @@ void buckets_policy::unlink(slab* s) noexcept {
 
 // --- Allocate -----------------------------------------------------------------
 
-void* buckets_policy::do_allocate(std::size_t bytes, stream_t stream) {
+void* buckets_policy::impl::do_allocate(std::size_t bytes, stream_t stream) {
   if (bytes > largest_class_) return upstream_allocate(bytes, stream);
   const std::size_t cls = buckets::class_index(bytes);
   stream_pool& pool = pool_for(stream);
@@ -179,7 +260,7 @@ void* buckets_policy::do_allocate(std::size_t bytes, stream_t stream) {
   return reinterpret_cast<void*>(s->base + std::uintptr_t{slot} * s->slot_size);
 }
 
-buckets_policy::slab* buckets_policy::refill(stream_pool& pool, std::size_t cls) {
+buckets_policy::impl::slab* buckets_policy::impl::refill(stream_pool& pool, std::size_t cls) {
   if (held_slots_ > 0) {
     reclaim_held(/*wait=*/false);
     if (pool.open[cls].head != nullptr) return pool.open[cls].head;
@@ -187,7 +268,7 @@ buckets_policy::slab* buckets_policy::refill(stream_pool& pool, std::size_t cls)
   return new_slab(pool, cls);
 }
 
-void* buckets_policy::upstream_allocate(std::size_t bytes, stream_t stream) {
+void* buckets_policy::impl::upstream_allocate(std::size_t bytes, stream_t stream) {
   try {
     return upstream_->allocate(bytes, stream);
   } catch (const out_of_memory&) {
@@ -197,7 +278,7 @@ void* buckets_policy::upstream_allocate(std::size_t bytes, stream_t stream) {
   return upstream_->allocate(bytes, stream);
 }
 
-buckets_policy::slab* buckets_policy::new_slab(stream_pool& pool, std::size_t cls) {
+buckets_policy::impl::slab* buckets_policy::impl::new_slab(stream_pool& pool, std::size_t cls) {
   const auto slot_size = static_cast<std::uint32_t>(buckets::class_size(cls));
   const auto slot_count = static_cast<std::uint32_t>(slab_size_ / slot_size);
   auto s = std::make_unique<slab>();
@@ -229,7 +310,7 @@ buckets_policy::slab* buckets_policy::new_slab(stream_pool& pool, std::size_t cl
 
 // --- Free ---------------------------------------------------------------------
 
-buckets_policy::slab* buckets_policy::find_slab(std::uintptr_t p) const noexcept {
+buckets_policy::impl::slab* buckets_policy::impl::find_slab(std::uintptr_t p) const noexcept {
   const auto it = cells_.find(p >> slab_shift_);
   if (it == cells_.end()) return nullptr;
   const slab_cell& c = it->second;
@@ -238,7 +319,7 @@ buckets_policy::slab* buckets_policy::find_slab(std::uintptr_t p) const noexcept
   return s;
 }
 
-free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+free_result buckets_policy::impl::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
   slab* s = find_slab(p);
   if (s == nullptr) return upstream_->try_deallocate(ptr, bytes, stream);
@@ -261,7 +342,7 @@ free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t
   return {same_class ? free_status::ok : free_status::size_mismatch, slot_size};
 }
 
-void buckets_policy::push_free(slab* s, std::uint32_t slot) noexcept {
+void buckets_policy::impl::push_free(slab* s, std::uint32_t slot) noexcept {
   s->free_stack[s->free_top++] = slot;
   if (s->empty()) {
     became_empty(s);
@@ -270,7 +351,7 @@ void buckets_policy::push_free(slab* s, std::uint32_t slot) noexcept {
   }
 }
 
-void buckets_policy::became_empty(slab* s) noexcept {
+void buckets_policy::impl::became_empty(slab* s) noexcept {
   if (empty_per_class_[s->cls] >= reserve_) {
     release_slab(s);
     return;
@@ -281,7 +362,7 @@ void buckets_policy::became_empty(slab* s) noexcept {
   link_tail(s);
 }
 
-void buckets_policy::release_slab(slab* s) noexcept {
+void buckets_policy::impl::release_slab(slab* s) noexcept {
   if (s->listed) unlink(s);
   if (s->counted_empty) --empty_per_class_[s->cls];
   const std::uintptr_t first = s->base >> slab_shift_;
@@ -304,7 +385,7 @@ void buckets_policy::release_slab(slab* s) noexcept {
   slabs_.pop_back();
 }
 
-std::size_t buckets_policy::release_empty_slabs() noexcept {
+std::size_t buckets_policy::impl::release_empty_slabs() noexcept {
   std::vector<slab*> empty;
   for (const auto& s : slabs_) {
     if (s->empty()) empty.push_back(s.get());
@@ -315,7 +396,7 @@ std::size_t buckets_policy::release_empty_slabs() noexcept {
 
 // --- Cross-stream frees ---------------------------------------------------------
 
-void buckets_policy::hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept {
+void buckets_policy::impl::hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept {
   ++s->held;
   ++held_slots_;
   fence* f = nullptr;
@@ -326,7 +407,7 @@ void buckets_policy::hold_free(slab* s, std::uint32_t slot, stream_t stream) noe
   f->slots.push_back({s, slot});
 }
 
-void buckets_policy::reclaim_held(bool wait) {
+void buckets_policy::impl::reclaim_held(bool wait) {
   device_backend& backend = upstream_->backend();
   for (fence& f : unfenced_) {
     if (f.slots.empty()) continue;
@@ -368,12 +449,12 @@ void buckets_policy::reclaim_held(bool wait) {
 
 // --- State and release ------------------------------------------------------
 
-std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept {
+std::size_t buckets_policy::impl::do_allocation_size(std::size_t bytes) const noexcept {
   if (bytes == 0 || bytes > largest_class_) return upstream_->allocation_size(bytes);
   return buckets::class_size(buckets::class_index(bytes));
 }
 
-pool_state buckets_policy::do_state() const {
+pool_state buckets_policy::impl::do_state() const {
   pool_state up = upstream_->state();
   const std::size_t slab_bytes = slabs_.size() * slab_cost_;
   pool_state s = up;
@@ -393,10 +474,35 @@ pool_state buckets_policy::do_state() const {
   return s;
 }
 
-void buckets_policy::do_release_cached() {
+void buckets_policy::impl::do_release_cached() {
   reclaim_held(/*wait=*/true);
   (void)release_empty_slabs();
   upstream_->release_cached();
 }
+
+// --- The policy: the device_allocator face of its impl ------------------------
+
+buckets_policy::buckets_policy(const config& cfg, std::unique_ptr<device_allocator> upstream)
+    : impl_(std::make_unique<impl>(cfg, std::move(upstream))) {}
+buckets_policy::~buckets_policy() = default;
+
+device_allocator& buckets_policy::upstream() const noexcept { return *impl_->upstream_; }
+std::size_t buckets_policy::largest_class() const noexcept { return impl_->largest_class_; }
+std::size_t buckets_policy::class_count() const noexcept { return impl_->classes_; }
+std::size_t buckets_policy::slabs() const noexcept { return impl_->slabs_.size(); }
+std::size_t buckets_policy::empty_slabs() const noexcept { return impl_->empty_slabs(); }
+
+void* buckets_policy::do_allocate(std::size_t bytes, stream_t stream) { return impl_->do_allocate(bytes, stream); }
+free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  return impl_->do_deallocate(ptr, bytes, stream);
+}
+std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept {
+  return impl_->do_allocation_size(bytes);
+}
+pool_state buckets_policy::do_state() const { return impl_->do_state(); }
+void buckets_policy::do_release_cached() { impl_->do_release_cached(); }
+device_backend& buckets_policy::do_backend() const noexcept { return impl_->upstream_->backend(); }
+std::string_view buckets_policy::do_name() const noexcept { return impl_->name_; }
+memory_snapshot buckets_policy::do_memory_map() const { return impl_->upstream_->memory_map(); }
 
 }  // namespace fragctl

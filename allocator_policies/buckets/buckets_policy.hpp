@@ -103,7 +103,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/device_allocator.hpp"
@@ -173,87 +172,28 @@ class buckets_policy final : public device_allocator {
   ~buckets_policy() override;
 
   /// The wrapped policy.
-  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
+  [[nodiscard]] device_allocator& upstream() const noexcept;
   /// Largest request served from a class (0 when none is).
-  [[nodiscard]] std::size_t largest_class() const noexcept { return largest_class_; }
+  [[nodiscard]] std::size_t largest_class() const noexcept;
   /// Number of size classes in use.
-  [[nodiscard]] std::size_t class_count() const noexcept { return classes_; }
+  [[nodiscard]] std::size_t class_count() const noexcept;
   /// Slabs held from the upstream now, and how many of them are empty.
-  [[nodiscard]] std::size_t slabs() const noexcept { return slabs_.size(); }
+  [[nodiscard]] std::size_t slabs() const noexcept;
   [[nodiscard]] std::size_t empty_slabs() const noexcept;
 
  private:
-  struct slab;
-  struct stream_pool;
-  struct slab_list {
-    slab* head = nullptr;
-    slab* tail = nullptr;
-  };
-  struct slab_cell {
-    slab* low = nullptr;   ///< a slab that ends in the cell (or covers it whole)
-    slab* high = nullptr;  ///< a slab that starts inside the cell
-  };
-  struct held_free {
-    slab* owner;
-    std::uint32_t slot;
-  };
-  /// Slots freed on `stream` from other streams' slabs; `event` (null until
-  /// fenced) completes once the frees did.
-  struct fence {
-    stream_t stream;
-    event_t event;
-    std::vector<held_free> slots;
-  };
-
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
   std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
   pool_state do_state() const override;
   void do_release_cached() override;
-  device_backend& do_backend() const noexcept override { return upstream_->backend(); }
-  std::string_view do_name() const noexcept override { return name_; }
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
   // The upstream's layout: slabs appear as its live blocks.
-  memory_snapshot do_memory_map() const override { return upstream_->memory_map(); }
+  memory_snapshot do_memory_map() const override;
 
-  [[nodiscard]] stream_pool& pool_for(stream_t stream);
-  [[nodiscard]] stream_pool& find_or_add_pool(stream_t stream);
-  [[nodiscard]] slab* refill(stream_pool& pool, std::size_t cls);
-  [[nodiscard]] slab* new_slab(stream_pool& pool, std::size_t cls);
-  [[nodiscard]] void* upstream_allocate(std::size_t bytes, stream_t stream);
-  [[nodiscard]] slab* find_slab(std::uintptr_t p) const noexcept;
-  void push_free(slab* s, std::uint32_t slot) noexcept;
-  void hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept;
-  void became_empty(slab* s) noexcept;
-  void release_slab(slab* s) noexcept;
-  std::size_t release_empty_slabs() noexcept;
-  void reclaim_held(bool wait);
-  void link_head(slab* s) noexcept;
-  void link_tail(slab* s) noexcept;
-  void unlink(slab* s) noexcept;
-
-  std::unique_ptr<device_allocator> upstream_;
-  std::string name_;
-  std::size_t slab_size_;
-  std::size_t slab_cost_;  ///< upstream's allocation_size(slab_size)
-  unsigned slab_shift_;
-  std::size_t reserve_;
-  std::size_t classes_;
-  std::size_t largest_class_;
-
-  std::vector<std::unique_ptr<slab>> slabs_;
-  absl::flat_hash_map<std::uintptr_t, slab_cell> cells_;
-  std::vector<std::unique_ptr<stream_pool>> pools_;
-  stream_t last_stream_ = nullptr;
-  stream_pool* last_pool_ = nullptr;
-  std::vector<std::size_t> empty_per_class_;
-
-  std::vector<fence> unfenced_;  ///< one per freeing stream, event still null
-  std::vector<fence> fenced_;    ///< event recorded, not yet seen complete
-  std::vector<event_t> spare_events_;
-  std::size_t held_slots_ = 0;
-
-  std::size_t live_slot_bytes_ = 0;
-  std::uint64_t retries_ = 0;
+  struct impl;  // slabs, per-stream pools and fences (buckets_policy.cpp)
+  std::unique_ptr<impl> impl_;
 };
 
 static_assert(allocator_policy<buckets_policy>);

@@ -8,7 +8,10 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
@@ -33,7 +36,109 @@ void require(bool ok, std::string_view what) {
 
 }  // namespace
 
-caching_policy::caching_policy(const config& cfg, device_backend& backend)
+// Everything the policy holds; the algorithm is its member functions.
+struct caching_policy::impl {
+  enum class block_state : std::uint8_t { free, allocated, pending };
+
+  struct block {
+    char* ptr = nullptr;
+    std::size_t size = 0;
+    std::size_t requested = 0;  ///< caller's request while allocated
+    stream_t stream = nullptr;  ///< stream of the segment
+    block* prev = nullptr;      ///< neighbours inside the segment
+    block* next = nullptr;
+    block_state state = block_state::free;
+    bool small = false;  ///< in the small pool
+  };
+
+  // Entry of a free set: the key by value (no pointer chase while searching)
+  // plus the block it stands for.
+  struct free_entry {
+    std::uintptr_t stream;
+    std::size_t size;
+    std::uintptr_t addr;
+    block* node;
+  };
+  struct free_order {
+    bool operator()(const free_entry& a, const free_entry& b) const noexcept {
+      if (a.stream != b.stream) return a.stream < b.stream;
+      if (a.size != b.size) return a.size < b.size;
+      return a.addr < b.addr;
+    }
+  };
+  using free_set = absl::btree_set<free_entry, free_order>;
+
+  struct segment_info {
+    std::size_t size;
+    stream_t stream;
+  };
+
+  struct pending_free {
+    block* node;
+    event_t event;
+  };
+
+  impl(const config& cfg, device_backend& backend);
+  ~impl();
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
+
+  void* do_allocate(std::size_t bytes, stream_t stream);
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept;
+  pool_state do_state() const;
+  void do_release_cached();
+  memory_snapshot do_memory_map() const;
+
+  [[nodiscard]] std::size_t segment_size_for(std::size_t rounded) const noexcept;
+  [[nodiscard]] bool should_split(const block& b, std::size_t rounded) const noexcept;
+  [[nodiscard]] block* take_free_block(free_set& pool, stream_t stream, std::size_t rounded);
+  [[nodiscard]] block* new_segment(std::size_t bytes, stream_t stream, bool small);
+  void* hand_out(block* b, std::size_t rounded, std::size_t requested);
+  void free_block(block* b);
+  void defer_free(block* b, stream_t stream) noexcept;
+  void process_pending(bool wait);
+  bool release_oversize_blocks(free_set& pool, stream_t stream, std::size_t rounded);
+  void release_segments(const std::vector<block*>& heads);
+  void release_all_free_segments();
+  [[nodiscard]] std::size_t largest_free() const noexcept;
+  [[noreturn]] void throw_oom(std::size_t requested);
+
+  static free_entry entry_of(const block* b) noexcept {
+    return {reinterpret_cast<std::uintptr_t>(b->stream), b->size,
+            reinterpret_cast<std::uintptr_t>(b->ptr), const_cast<block*>(b)};
+  }
+  free_set& pool_of(const block* b) noexcept { return b->small ? small_free_ : large_free_; }
+
+  void grow_nodes();
+  block* new_node() noexcept;  // precondition: a spare node exists
+  void recycle(block* b) noexcept;
+
+  device_backend& backend_;
+  std::size_t small_size_;
+  std::size_t small_segment_;
+  std::size_t large_segment_;
+  std::size_t large_segment_limit_;
+  std::size_t segment_round_;
+  std::size_t max_split_size_;
+  bool release_on_oom_;
+
+  free_set small_free_;
+  free_set large_free_;
+  absl::flat_hash_map<void*, block*> live_;
+  absl::flat_hash_map<void*, segment_info> segments_;
+  std::vector<pending_free> pending_;
+  std::vector<event_t> idle_events_;
+
+  std::vector<std::unique_ptr<block[]>> node_chunks_;
+  block* spare_nodes_ = nullptr;  // linked through `next`
+
+  std::size_t reserved_ = 0;
+  std::size_t allocated_ = 0;
+  std::uint64_t retries_ = 0;
+};
+
+caching_policy::impl::impl(const config& cfg, device_backend& backend)
     : backend_(backend),
       small_size_(cfg.small_size),
       small_segment_(cfg.small_segment),
@@ -48,7 +153,7 @@ caching_policy::caching_policy(const config& cfg, device_backend& backend)
   require(segment_round_ > 0, "segment_round must be positive");
 }
 
-caching_policy::~caching_policy() {
+caching_policy::impl::~impl() {
   try {
     process_pending(/*wait=*/true);
   } catch (const std::exception& e) {
@@ -90,17 +195,17 @@ caching_policy::~caching_policy() {
 
 // --- Sizes -------------------------------------------------------------------
 
-std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept {
+std::size_t caching_policy::impl::do_allocation_size(std::size_t bytes) const noexcept {
   return round_request(bytes);
 }
 
-std::size_t caching_policy::segment_size_for(std::size_t rounded) const noexcept {
+std::size_t caching_policy::impl::segment_size_for(std::size_t rounded) const noexcept {
   if (rounded <= small_size_) return std::max(small_segment_, rounded);
   if (rounded < large_segment_limit_) return std::max(large_segment_, rounded);
   return round_to_multiple(rounded, segment_round_);
 }
 
-bool caching_policy::should_split(const block& b, std::size_t rounded) const noexcept {
+bool caching_policy::impl::should_split(const block& b, std::size_t rounded) const noexcept {
   const std::size_t remaining = b.size - rounded;
   if (b.small) return remaining >= min_alignment;
   return rounded < max_split_size_ && remaining > small_size_;
@@ -108,7 +213,7 @@ bool caching_policy::should_split(const block& b, std::size_t rounded) const noe
 
 // --- Allocation ----------------------------------------------------------------
 
-void* caching_policy::do_allocate(std::size_t bytes, stream_t stream) {
+void* caching_policy::impl::do_allocate(std::size_t bytes, stream_t stream) {
   const std::size_t rounded = round_request(bytes);
   const bool small = rounded <= small_size_;
   free_set& pool = small ? small_free_ : large_free_;
@@ -141,7 +246,7 @@ void* caching_policy::do_allocate(std::size_t bytes, stream_t stream) {
   return hand_out(b, rounded, bytes);
 }
 
-caching_policy::block* caching_policy::take_free_block(free_set& pool, stream_t stream,
+caching_policy::impl::block* caching_policy::impl::take_free_block(free_set& pool, stream_t stream,
                                                        std::size_t rounded) {
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
   auto it = pool.lower_bound(free_entry{key, rounded, 0, nullptr});
@@ -155,7 +260,7 @@ caching_policy::block* caching_policy::take_free_block(free_set& pool, stream_t 
   return b;
 }
 
-caching_policy::block* caching_policy::new_segment(std::size_t bytes, stream_t stream, bool small) {
+caching_policy::impl::block* caching_policy::impl::new_segment(std::size_t bytes, stream_t stream, bool small) {
   void* p = backend_.allocate(bytes);
   if (p == nullptr) return nullptr;
   try {
@@ -177,7 +282,7 @@ caching_policy::block* caching_policy::new_segment(std::size_t bytes, stream_t s
   return b;
 }
 
-void* caching_policy::hand_out(block* b, std::size_t rounded, std::size_t requested) {
+void* caching_policy::impl::hand_out(block* b, std::size_t rounded, std::size_t requested) {
   if (should_split(*b, rounded)) {
     block* rest = new_node();
     rest->ptr = b->ptr + rounded;
@@ -202,7 +307,7 @@ void* caching_policy::hand_out(block* b, std::size_t rounded, std::size_t reques
 
 // --- Deallocation --------------------------------------------------------------
 
-free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+free_result caching_policy::impl::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   const auto it = live_.find(ptr);
   if (it == live_.end()) return {free_status::not_owned, 0};
   block* b = it->second;
@@ -220,7 +325,7 @@ free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t
   return {status, requested};
 }
 
-void caching_policy::free_block(block* b) {
+void caching_policy::impl::free_block(block* b) {
   free_set& pool = pool_of(b);
   b->state = block_state::free;
   b->requested = 0;
@@ -242,7 +347,7 @@ void caching_policy::free_block(block* b) {
   pool.insert(entry_of(b));
 }
 
-void caching_policy::defer_free(block* b, stream_t stream) noexcept {
+void caching_policy::impl::defer_free(block* b, stream_t stream) noexcept {
   b->state = block_state::pending;
   event_t event = nullptr;
   try {
@@ -263,7 +368,7 @@ void caching_policy::defer_free(block* b, stream_t stream) noexcept {
   }
 }
 
-void caching_policy::process_pending(bool wait) {
+void caching_policy::impl::process_pending(bool wait) {
   std::size_t kept = 0;
   std::size_t i = 0;
   try {
@@ -289,12 +394,12 @@ void caching_policy::process_pending(bool wait) {
 
 // --- Returning memory ----------------------------------------------------------
 
-void caching_policy::do_release_cached() {
+void caching_policy::impl::do_release_cached() {
   process_pending(/*wait=*/true);
   release_all_free_segments();
 }
 
-void caching_policy::release_all_free_segments() {
+void caching_policy::impl::release_all_free_segments() {
   std::vector<block*> heads;
   for (const free_set* pool : {&small_free_, &large_free_}) {
     for (const free_entry& e : *pool) {
@@ -304,7 +409,7 @@ void caching_policy::release_all_free_segments() {
   release_segments(heads);
 }
 
-bool caching_policy::release_oversize_blocks(free_set& pool, stream_t stream, std::size_t rounded) {
+bool caching_policy::impl::release_oversize_blocks(free_set& pool, stream_t stream, std::size_t rounded) {
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
   const std::size_t target = std::max(rounded, max_split_size_);
   auto whole = [](const free_entry& e) { return e.node->prev == nullptr && e.node->next == nullptr; };
@@ -333,7 +438,7 @@ bool caching_policy::release_oversize_blocks(free_set& pool, stream_t stream, st
   return total >= target;
 }
 
-void caching_policy::release_segments(const std::vector<block*>& heads) {
+void caching_policy::impl::release_segments(const std::vector<block*>& heads) {
   if (heads.empty()) return;
   // No queued work may use memory returned to the backend.
   std::vector<stream_t> streams;
@@ -354,7 +459,7 @@ void caching_policy::release_segments(const std::vector<block*>& heads) {
 
 // --- State and errors ----------------------------------------------------------
 
-std::size_t caching_policy::largest_free() const noexcept {
+std::size_t caching_policy::impl::largest_free() const noexcept {
   std::size_t largest = 0;
   for (const free_set* pool : {&small_free_, &large_free_}) {
     // The last entry of each stream's run is that stream's largest block.
@@ -370,7 +475,7 @@ std::size_t caching_policy::largest_free() const noexcept {
   return largest;
 }
 
-pool_state caching_policy::do_state() const {
+pool_state caching_policy::impl::do_state() const {
   pool_state s;
   s.reserved = reserved_;
   s.allocated = allocated_;
@@ -384,7 +489,7 @@ pool_state caching_policy::do_state() const {
 // Every segment from its head block, found by walking back from any block
 // the policy indexes (live, free or pending); a block withheld after a
 // failed event record is reached through its neighbours.
-memory_snapshot caching_policy::do_memory_map() const {
+memory_snapshot caching_policy::impl::do_memory_map() const {
   std::vector<const block*> known;
   known.reserve(live_.size() + small_free_.size() + large_free_.size() + pending_.size());
   for (const auto& [ptr, b] : live_) known.push_back(b);
@@ -422,7 +527,7 @@ memory_snapshot caching_policy::do_memory_map() const {
   return m;
 }
 
-void caching_policy::throw_oom(std::size_t requested) {
+void caching_policy::impl::throw_oom(std::size_t requested) {
   oom_details d;
   d.requested = requested;
   d.reserved = reserved_;
@@ -436,7 +541,7 @@ void caching_policy::throw_oom(std::size_t requested) {
 
 // --- Block nodes -----------------------------------------------------------------
 
-void caching_policy::grow_nodes() {
+void caching_policy::impl::grow_nodes() {
   node_chunks_.push_back(std::make_unique<block[]>(nodes_per_chunk));
   block* chunk = node_chunks_.back().get();
   for (std::size_t i = 0; i < nodes_per_chunk; ++i) {
@@ -445,15 +550,35 @@ void caching_policy::grow_nodes() {
   }
 }
 
-caching_policy::block* caching_policy::new_node() noexcept {
+caching_policy::impl::block* caching_policy::impl::new_node() noexcept {
   block* b = spare_nodes_;
   spare_nodes_ = b->next;
   return b;
 }
 
-void caching_policy::recycle(block* b) noexcept {
+void caching_policy::impl::recycle(block* b) noexcept {
   b->next = spare_nodes_;
   spare_nodes_ = b;
 }
+
+// --- The policy: the device_allocator face of its impl --------------------------
+
+caching_policy::caching_policy(const config& cfg, device_backend& backend)
+    : impl_(std::make_unique<impl>(cfg, backend)) {}
+caching_policy::~caching_policy() = default;
+
+std::size_t caching_policy::live_blocks() const noexcept { return impl_->live_.size(); }
+
+void* caching_policy::do_allocate(std::size_t bytes, stream_t stream) { return impl_->do_allocate(bytes, stream); }
+free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  return impl_->do_deallocate(ptr, bytes, stream);
+}
+std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept {
+  return impl_->do_allocation_size(bytes);
+}
+pool_state caching_policy::do_state() const { return impl_->do_state(); }
+void caching_policy::do_release_cached() { impl_->do_release_cached(); }
+device_backend& caching_policy::do_backend() const noexcept { return impl_->backend_; }
+memory_snapshot caching_policy::do_memory_map() const { return impl_->do_memory_map(); }
 
 }  // namespace fragctl

@@ -40,8 +40,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/btree_set.h"
-#include "absl/container/flat_hash_map.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/device_allocator.hpp"
@@ -70,104 +68,20 @@ class caching_policy final : public device_allocator {
   ~caching_policy() override;
 
   /// Number of blocks handed out and not yet freed.
-  [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size(); }
+  [[nodiscard]] std::size_t live_blocks() const noexcept;
 
  private:
-  enum class block_state : std::uint8_t { free, allocated, pending };
-
-  struct block {
-    char* ptr = nullptr;
-    std::size_t size = 0;
-    std::size_t requested = 0;  ///< caller's request while allocated
-    stream_t stream = nullptr;  ///< stream of the segment
-    block* prev = nullptr;      ///< neighbours inside the segment
-    block* next = nullptr;
-    block_state state = block_state::free;
-    bool small = false;  ///< in the small pool
-  };
-
-  // Entry of a free set: the key by value (no pointer chase while searching)
-  // plus the block it stands for.
-  struct free_entry {
-    std::uintptr_t stream;
-    std::size_t size;
-    std::uintptr_t addr;
-    block* node;
-  };
-  struct free_order {
-    bool operator()(const free_entry& a, const free_entry& b) const noexcept {
-      if (a.stream != b.stream) return a.stream < b.stream;
-      if (a.size != b.size) return a.size < b.size;
-      return a.addr < b.addr;
-    }
-  };
-  using free_set = absl::btree_set<free_entry, free_order>;
-
-  struct segment_info {
-    std::size_t size;
-    stream_t stream;
-  };
-
-  struct pending_free {
-    block* node;
-    event_t event;
-  };
-
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
   std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
   pool_state do_state() const override;
   void do_release_cached() override;
-  device_backend& do_backend() const noexcept override { return backend_; }
+  device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override { return policy_name; }
   memory_snapshot do_memory_map() const override;
 
-  [[nodiscard]] std::size_t segment_size_for(std::size_t rounded) const noexcept;
-  [[nodiscard]] bool should_split(const block& b, std::size_t rounded) const noexcept;
-  [[nodiscard]] block* take_free_block(free_set& pool, stream_t stream, std::size_t rounded);
-  [[nodiscard]] block* new_segment(std::size_t bytes, stream_t stream, bool small);
-  void* hand_out(block* b, std::size_t rounded, std::size_t requested);
-  void free_block(block* b);
-  void defer_free(block* b, stream_t stream) noexcept;
-  void process_pending(bool wait);
-  bool release_oversize_blocks(free_set& pool, stream_t stream, std::size_t rounded);
-  void release_segments(const std::vector<block*>& heads);
-  void release_all_free_segments();
-  [[nodiscard]] std::size_t largest_free() const noexcept;
-  [[noreturn]] void throw_oom(std::size_t requested);
-
-  static free_entry entry_of(const block* b) noexcept {
-    return {reinterpret_cast<std::uintptr_t>(b->stream), b->size,
-            reinterpret_cast<std::uintptr_t>(b->ptr), const_cast<block*>(b)};
-  }
-  free_set& pool_of(const block* b) noexcept { return b->small ? small_free_ : large_free_; }
-
-  void grow_nodes();
-  block* new_node() noexcept;  // precondition: a spare node exists
-  void recycle(block* b) noexcept;
-
-  device_backend& backend_;
-  std::size_t small_size_;
-  std::size_t small_segment_;
-  std::size_t large_segment_;
-  std::size_t large_segment_limit_;
-  std::size_t segment_round_;
-  std::size_t max_split_size_;
-  bool release_on_oom_;
-
-  free_set small_free_;
-  free_set large_free_;
-  absl::flat_hash_map<void*, block*> live_;
-  absl::flat_hash_map<void*, segment_info> segments_;
-  std::vector<pending_free> pending_;
-  std::vector<event_t> idle_events_;
-
-  std::vector<std::unique_ptr<block[]>> node_chunks_;
-  block* spare_nodes_ = nullptr;  // linked through `next`
-
-  std::size_t reserved_ = 0;
-  std::size_t allocated_ = 0;
-  std::uint64_t retries_ = 0;
+  struct impl;  // blocks, free sets, segments, pending frees (caching_policy.cpp)
+  std::unique_ptr<impl> impl_;
 };
 
 static_assert(allocator_policy<caching_policy>);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cuda_runtime.hpp"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/backend.hpp"
 #include "fragctl/device_allocator.hpp"
 #include "fragctl/policy.hpp"

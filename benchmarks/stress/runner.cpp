@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "capped_backend.hpp"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
 

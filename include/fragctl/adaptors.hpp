@@ -1,8 +1,9 @@
 // Adaptors: cross-cutting work wrapped around an upstream allocator
 // (DESIGN.md, "The allocator interface and stream order"). Each owns its
-// upstream and forwards do_* to it; none changes where blocks live, and each
-// answers name() with its upstream's name, so a stack of adaptors over a
-// policy chain is named by the policy expression.
+// upstream and forwards to it (forwarding_adaptor) every call it does not
+// change; none changes where blocks live, and each answers name() with its
+// upstream's name, so a stack of adaptors over a policy chain is named by the
+// policy expression.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,32 @@
 
 namespace fragctl {
 
+/// The base of the adaptors: owns the upstream and forwards every call to it
+/// unchanged, so an adaptor overrides only the calls it changes. Frees are
+/// forwarded with try_deallocate (only the outermost allocator reports
+/// misuse). Thread-safety is the upstream's.
+class forwarding_adaptor : public device_allocator {
+ public:
+  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
+
+ protected:
+  /// Throws invalid_argument naming `adaptor` when `upstream` is null.
+  forwarding_adaptor(std::unique_ptr<device_allocator> upstream, std::string_view adaptor);
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
+  pool_state do_state() const override;
+  void do_release_cached() override;
+  device_backend& do_backend() const noexcept override;
+  std::string_view do_name() const noexcept override;
+  memory_snapshot do_memory_map() const override;
+  void do_record_stream(void* ptr, stream_t stream) override;
+
+  std::unique_ptr<device_allocator> upstream_;
+};
+
 /// Counts requested and allocated bytes (current, peak), allocations, frees,
 /// OOMs, retries and a log2 size histogram; reads reserved bytes and backend
 /// calls from the backend's counters. Keeps the latest OOM failures with
@@ -25,7 +52,7 @@ namespace fragctl {
 /// first oom_events_kept, then the 16th, 32nd, ...). Not thread-safe for concurrent
 /// allocate/deallocate (wrap in thread_safe_adaptor); stats() may be called
 /// from any thread at any time and sees each field atomically.
-class statistics_adaptor final : public device_allocator {
+class statistics_adaptor final : public forwarding_adaptor {
  public:
   explicit statistics_adaptor(std::unique_ptr<device_allocator> upstream);
   ~statistics_adaptor() override;
@@ -40,23 +67,14 @@ class statistics_adaptor final : public device_allocator {
   /// current values), the backend's too. Callable from any thread; a
   /// concurrent allocation may be missed by the new window's peak.
   void reset_peaks() noexcept;
-  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
-  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
-  pool_state do_state() const override;
-  void do_release_cached() override;
-  device_backend& do_backend() const noexcept override;
-  std::string_view do_name() const noexcept override;
-  memory_snapshot do_memory_map() const override;
-  void do_record_stream(void* ptr, stream_t stream) override;
 
   void record_oom(const oom_details& details, stream_t stream) noexcept;
 
   struct counters;
-  std::unique_ptr<device_allocator> upstream_;
   std::unique_ptr<counters> counters_;
   std::size_t outside_at_start_ = 0;  ///< device bytes held outside the upstream at construction
 };
@@ -72,35 +90,29 @@ class statistics_adaptor final : public device_allocator {
 /// allocation that finds no memory waits for all of them and retries once;
 /// release_cached and destruction wait for them too. Not thread-safe (wrap
 /// it in thread_safe_adaptor; allocator_stack does).
-class stream_use_adaptor final : public device_allocator {
+class stream_use_adaptor final : public forwarding_adaptor {
  public:
   explicit stream_use_adaptor(std::unique_ptr<device_allocator> upstream);
   ~stream_use_adaptor() override;
-  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
   /// Frees waiting for other streams.
   [[nodiscard]] std::size_t deferred() const noexcept;
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
-  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
-  pool_state do_state() const override;
   void do_release_cached() override;
-  device_backend& do_backend() const noexcept override;
-  std::string_view do_name() const noexcept override;
-  memory_snapshot do_memory_map() const override;
   void do_record_stream(void* ptr, stream_t stream) override;
 
-  struct state;
-  std::unique_ptr<device_allocator> upstream_;
-  std::unique_ptr<state> state_;
+  struct impl;
+  std::unique_ptr<impl> impl_;
 };
 
-/// Serializes every call to the upstream with one mutex.
-class thread_safe_adaptor final : public device_allocator {
+/// Serializes every call to the upstream with one mutex, except
+/// allocation_size, backend and name, which are pure functions of the
+/// upstream's configuration and forwarded without it.
+class thread_safe_adaptor final : public forwarding_adaptor {
  public:
   explicit thread_safe_adaptor(std::unique_ptr<device_allocator> upstream);
-  [[nodiscard]] device_allocator& upstream() const noexcept { return *upstream_; }
   /// Takes and releases the lock every call takes (BasicLockable), for
   /// fork(): the report registry holds it across a fork so that the child
   /// inherits a consistent, unlocked allocator.
@@ -110,15 +122,11 @@ class thread_safe_adaptor final : public device_allocator {
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
-  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
   pool_state do_state() const override;
   void do_release_cached() override;
-  device_backend& do_backend() const noexcept override;
-  std::string_view do_name() const noexcept override;
   memory_snapshot do_memory_map() const override;
   void do_record_stream(void* ptr, stream_t stream) override;
 
-  std::unique_ptr<device_allocator> upstream_;
   mutable std::mutex mutex_;
 };
 
@@ -126,7 +134,7 @@ class thread_safe_adaptor final : public device_allocator {
 /// bytes it holds live above `limit`, counting each request at the upstream's
 /// allocation_size (its rounded size). Not thread-safe (wrap in
 /// thread_safe_adaptor).
-class limiting_adaptor final : public device_allocator {
+class limiting_adaptor final : public forwarding_adaptor {
  public:
   /// `limit` SIZE_MAX: no cap (until set_limit sets one).
   limiting_adaptor(std::unique_ptr<device_allocator> upstream, std::size_t limit);
@@ -139,15 +147,7 @@ class limiting_adaptor final : public device_allocator {
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
-  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
-  pool_state do_state() const override;
-  void do_release_cached() override;
-  device_backend& do_backend() const noexcept override;
-  std::string_view do_name() const noexcept override;
-  memory_snapshot do_memory_map() const override;
-  void do_record_stream(void* ptr, stream_t stream) override;
 
-  std::unique_ptr<device_allocator> upstream_;
   std::atomic<std::size_t> limit_;
   std::size_t used_ = 0;
 };

@@ -245,9 +245,6 @@ class device_backend {
   std::atomic<std::uint64_t> failed_allocations_{0};
 };
 
-/// Which backend to build.
-enum class backend_kind : std::uint8_t { automatic, cuda, hip, sim };
-
 struct config;  // fragctl/config.hpp
 
 /// Creates the backend `cfg.backend` names for device `cfg.device`

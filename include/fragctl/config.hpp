@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "fragctl/backend.hpp"
 #include "fragctl/types.hpp"
 
 namespace fragctl {

@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace fragctl {
 
@@ -38,6 +40,35 @@ class backend_error : public error {
   std::string code_name_;
 };
 
+struct oom_details;
+
+/// Why an allocation failed: the one verdict that out_of_memory::what(), the
+/// statistics' OOM events and their log line all print (diagnose; the rules
+/// are in fragctl/oom.hpp's theory comment).
+enum class oom_verdict : std::uint8_t {
+  fragmentation,  ///< enough bytes free, none contiguous enough
+  capacity,       ///< the live bytes and the request exceed the device
+  other_process,  ///< it would fit without memory held outside this allocator
+  declined,       ///< the device had the memory; the allocator would not take it
+};
+
+/// "fragmentation", "capacity", "other_process" or "declined".
+[[nodiscard]] std::string_view to_string(oom_verdict v) noexcept;
+
+/// The verdict of the theory comment in fragctl/oom.hpp.
+[[nodiscard]] oom_verdict diagnose(const oom_details& d) noexcept;
+
+/// Device bytes held outside the allocator: total - free - reserved, or 0.
+[[nodiscard]] std::size_t memory_used_by_others(const oom_details& d) noexcept;
+
+/// What the process's own runtime is allowed to hold outside the allocator
+/// before memory is blamed on others: min(2 GiB, device_total / 32).
+[[nodiscard]] std::size_t runtime_allowance(const oom_details& d) noexcept;
+
+/// Memory held outside beyond the runtime's allowance:
+/// memory_used_by_others(d) - runtime_allowance(d), or 0.
+[[nodiscard]] std::size_t memory_beyond_runtime(const oom_details& d) noexcept;
+
 /// What an allocator knew when it could not satisfy a request. Every field is
 /// in bytes. Filled by the policy that failed; formatted by out_of_memory.
 struct oom_details {
@@ -53,16 +84,16 @@ struct oom_details {
   /// The statistics adaptor fills it in.
   std::size_t outside_at_start = 0;
 
-  /// True when the request would have fit had the free bytes been contiguous:
-  /// cache plus device free is enough, but no single block is.
+  /// True when the request would have fit had the free bytes been
+  /// contiguous: diagnose(*this) is oom_verdict::fragmentation.
   [[nodiscard]] bool caused_by_fragmentation() const noexcept {
-    return requested <= cached_free + device_free && requested > largest_free_block &&
-           requested > device_free;
+    return diagnose(*this) == oom_verdict::fragmentation;
   }
 };
 
 /// Allocation failure. what() states requested, reserved, free in cache,
-/// the largest free block, and whether fragmentation caused it.
+/// the largest free block, and whether fragmentation caused it (the verdict
+/// of diagnose).
 class out_of_memory : public std::bad_alloc {
  public:
   explicit out_of_memory(const oom_details& details, const char* allocator_name = "fragctl");

@@ -2,16 +2,22 @@
 //
 // When an allocation fails, what the user needs is not "out of memory" but
 // why: was memory free but in pieces too small (fragmentation), do the live
-// bytes simply not fit (capacity), or does something outside this allocator
-// hold the device's memory (another process, another allocator)? The
-// verdict is computed from the allocator's oom_details (fragctl/error.hpp):
+// bytes simply not fit (capacity), does something outside this allocator
+// hold the device's memory (another process, another allocator), or did the
+// allocator decline memory the device had? The verdict is computed from the
+// allocator's oom_details by diagnose (fragctl/error.hpp, so that
+// out_of_memory::what() prints the same verdict):
 //
 //   others        = device_total - device_free - reserved   (0 if negative)
 //   runtime       = min(2 GiB, device_total / 32)
 //   beyond        = others - runtime                          (0 if negative)
 //   free_anywhere = cached_free + device_free
-//   fragmentation   when requested <= free_anywhere: the bytes exist, no
-//                   block of them is big enough;
+//   declined        when requested <= device_free: the device had the bytes
+//                   and the allocator's own rules kept it from them (a
+//                   warm-up that lacked this shape under
+//                   warmup_on_exhausted:fail, segment rounding, arena_size);
+//   fragmentation   otherwise, when requested <= free_anywhere: the bytes
+//                   exist, no block of them is big enough;
 //   another process when requested <= free_anywhere + beyond: it would fit
 //                   without the memory held outside this allocator beyond
 //                   what the process's own runtime takes;
@@ -37,29 +43,6 @@
 #include "fragctl/error.hpp"
 
 namespace fragctl {
-
-enum class oom_verdict : std::uint8_t {
-  fragmentation,  ///< enough bytes free, none contiguous enough
-  capacity,       ///< the live bytes and the request exceed the device
-  other_process,  ///< it would fit without memory held outside this allocator
-};
-
-/// "fragmentation", "capacity" or "other_process".
-[[nodiscard]] std::string_view to_string(oom_verdict v) noexcept;
-
-/// Device bytes held outside the allocator: total - free - reserved, or 0.
-[[nodiscard]] std::size_t memory_used_by_others(const oom_details& d) noexcept;
-
-/// What the process's own runtime is allowed to hold outside the allocator
-/// before memory is blamed on others: min(2 GiB, device_total / 32).
-[[nodiscard]] std::size_t runtime_allowance(const oom_details& d) noexcept;
-
-/// Memory held outside beyond the runtime's allowance:
-/// memory_used_by_others(d) - runtime_allowance(d), or 0.
-[[nodiscard]] std::size_t memory_beyond_runtime(const oom_details& d) noexcept;
-
-/// The verdict of the theory comment above.
-[[nodiscard]] oom_verdict diagnose(const oom_details& d) noexcept;
 
 /// The one setting most likely to help, for an allocator named `allocator`
 /// (a policy expression) on a backend with or without virtual memory, e.g.

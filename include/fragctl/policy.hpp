@@ -7,6 +7,9 @@
 // most one base: "warmup:buckets:arena" is warmup over buckets over arena. An
 // expression that ends in a wrapper gets the default base. The default
 // expression is "arena" where the backend has virtual memory, else "caching".
+// The entry point that builds a policy chain with its adaptors is
+// fragctl/allocator_stack.hpp (included at the end, for code written before
+// it had its own header).
 #pragma once
 
 #include <concepts>
@@ -16,12 +19,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "fragctl/adaptors.hpp"
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/device_allocator.hpp"
-#include "fragctl/report.hpp"
-#include "fragctl/stats.hpp"
 
 namespace fragctl {
 
@@ -66,52 +66,6 @@ struct policy_info {
                                                             const config& cfg,
                                                             device_backend& backend);
 
-/// An allocator ready for use: the backend it owns, the policy chain, and
-/// the adaptors the configuration asks for, from the outside in:
-/// thread_safe (if cfg.thread_safe) > tracing (if cfg.trace_path) >
-/// statistics > stream_use (record_stream) > limiting (cfg.limit, or none
-/// until set_limit) > policy.
-///
-/// Construction applies cfg.log_level (set_log_level) and throws
-/// invalid_argument for an unknown level or a bad policy expression. With
-/// cfg.report_path or cfg.prometheus_path set, the stack joins the
-/// FRAGCTL_REPORT registry (fragctl/report.hpp): its statistics (and, with
-/// cfg.report_map, its memory map) are written there on SIGUSR1, at exit,
-/// when it is destroyed, and every cfg.report_interval_ms.
-class allocator_stack {
- public:
-  allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg);
-  ~allocator_stack();
-
-  /// The outermost allocator: use this one.
-  [[nodiscard]] device_allocator& allocator() noexcept { return *top_; }
-  [[nodiscard]] device_backend& backend() noexcept { return *backend_; }
-  /// The configuration the stack was built with; its `policy` is the
-  /// expression actually built, defaults filled in ("buckets:caching").
-  [[nodiscard]] const config& configuration() const noexcept { return cfg_; }
-  /// Caps the bytes the stack hands out (after rounding) at `bytes`; 0
-  /// removes the cap. From any thread; see limiting_adaptor::set_limit.
-  void set_limit(std::size_t bytes) noexcept;
-  /// The cap now; 0 for none.
-  [[nodiscard]] std::size_t limit() const noexcept;
-  /// Starts a new window of resettable peaks (allocator_stats::window_peak).
-  void reset_peaks() noexcept;
-  /// Statistics of the whole stack, `allocator` set to configuration().policy.
-  /// Callable from any thread (the pool state is read through the lock).
-  [[nodiscard]] allocator_stats stats() const;
-  /// Statistics and, with configuration().report_map, the memory map: what
-  /// the stack's JSON report carries for it.
-  [[nodiscard]] allocator_report report() const;
-
- private:
-  config cfg_;
-  std::unique_ptr<device_backend> backend_;  // declared first: destroyed last
-  std::unique_ptr<device_allocator> top_;
-  statistics_adaptor* statistics_ = nullptr;
-  limiting_adaptor* limiting_ = nullptr;
-};
-
-/// Builds the backend cfg names and the stack on it.
-[[nodiscard]] std::unique_ptr<allocator_stack> make_allocator(const config& cfg);
-
 }  // namespace fragctl
+
+#include "fragctl/allocator_stack.hpp"  // IWYU pragma: export

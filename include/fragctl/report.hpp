@@ -107,15 +107,12 @@ struct allocator_lock {
   std::function<void()> unlock;
 };
 
-/// Adds a live allocator, identified by `owner`, to the report at `path`.
-/// Thread-safe. The first call installs the process hooks
-/// (fragctl/process_hooks.hpp).
-void register_report_source(const void* owner, std::string path, stats_source source);
-
-/// The same with every output: the JSON report and/or a Prometheus file, a
-/// rewrite interval (a nonzero one starts the interval thread, once per
-/// process), an optional memory map source for the JSON report, and the
-/// allocator's lock for fork(). Empty paths are ignored. Thread-safe.
+/// Adds a live allocator, identified by `owner`, to the reports `outputs`
+/// names: the JSON report and/or a Prometheus file, a rewrite interval (a
+/// nonzero one starts the interval thread, once per process), an optional
+/// memory map source for the JSON report, and the allocator's lock for
+/// fork(). Empty paths are ignored. Thread-safe. The first call installs the
+/// process hooks (fragctl/process_hooks.hpp).
 void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
                             memory_map_source map_source = {}, allocator_lock lock = {});
 

@@ -13,6 +13,11 @@ using stream_t = void*;
 /// An opaque GPU event handle (CUevent / hipEvent_t), created by a backend.
 using event_t = void*;
 
+/// Which device backend to build (FRAGCTL_BACKEND; make_backend in
+/// fragctl/backend.hpp). Here so that the configuration can name it without
+/// including the backend layer.
+enum class backend_kind : std::uint8_t { automatic, cuda, hip, sim };
+
 /// Every pointer fragctl hands out is aligned to at least this many bytes.
 inline constexpr std::size_t min_alignment = 512;
 

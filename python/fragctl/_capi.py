@@ -23,19 +23,9 @@ _lock = threading.Lock()
 _library = None
 _library_path = None
 
-# fragctl_status values (stable, part of the ABI).
+# fragctl_status values (stable, part of the ABI); their names come from the
+# library (fragctl_status_string, see status_name).
 OK = 0
-STATUS_NAMES = {
-    0: "FRAGCTL_OK",
-    1: "FRAGCTL_ERROR_INVALID_ARGUMENT",
-    2: "FRAGCTL_ERROR_OUT_OF_MEMORY",
-    3: "FRAGCTL_ERROR_BACKEND",
-    4: "FRAGCTL_ERROR_NOT_OWNED",
-    5: "FRAGCTL_ERROR_SIZE_MISMATCH",
-    6: "FRAGCTL_ERROR_IO",
-    7: "FRAGCTL_ERROR_STATE",
-    8: "FRAGCTL_ERROR_INTERNAL",
-}
 INVALID_ARGUMENT, OUT_OF_MEMORY, BACKEND, NOT_OWNED, SIZE_MISMATCH, IO, STATE, INTERNAL = range(1, 9)
 
 
@@ -277,8 +267,13 @@ def check(status_code):
     if status_code == OK:
         return
     message = library().fragctl_last_error().decode(errors="replace")
-    name = STATUS_NAMES.get(status_code, "FRAGCTL_ERROR_UNKNOWN")
-    raise _ERROR_CLASSES.get(status_code, FragctlError)(message, name)
+    raise _ERROR_CLASSES.get(status_code, FragctlError)(message, status_name(status_code))
+
+
+def status_name(status_code):
+    """The fragctl_status name of a code ("FRAGCTL_ERROR_OUT_OF_MEMORY"), as
+    the library spells it; "FRAGCTL_ERROR_UNKNOWN" for a code it lacks."""
+    return library().fragctl_status_string(status_code).decode()
 
 
 def take_string(pointer):

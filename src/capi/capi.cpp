@@ -10,6 +10,7 @@
 #include "capi/defaults.hpp"
 #include "capi/handle.hpp"
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
@@ -17,6 +18,7 @@
 #include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
 #include "fragctl/version.hpp"
+#include "util/error_class.hpp"
 #include "util/strings.hpp"
 
 
@@ -67,23 +69,16 @@ fragctl_status fail(fragctl_status status, std::string_view message) noexcept {
 }
 
 fragctl_status status_of_current_exception() noexcept {
-  try {
-    throw;
-  } catch (const out_of_memory& e) {
-    return fail(FRAGCTL_ERROR_OUT_OF_MEMORY, e.what());
-  } catch (const invalid_argument& e) {
-    return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, e.what());
-  } catch (const backend_error& e) {
-    return fail(FRAGCTL_ERROR_BACKEND, e.what());
-  } catch (const error& e) {
-    return fail(FRAGCTL_ERROR_IO, e.what());
-  } catch (const std::bad_alloc& e) {
-    return fail(FRAGCTL_ERROR_OUT_OF_MEMORY, e.what());
-  } catch (const std::exception& e) {
-    return fail(FRAGCTL_ERROR_INTERNAL, e.what());
-  } catch (...) {
-    return fail(FRAGCTL_ERROR_INTERNAL, "unknown exception");
+  const util::caught_error e = util::classify_current_exception();
+  switch (e.kind) {
+    case util::error_class::out_of_memory: return fail(FRAGCTL_ERROR_OUT_OF_MEMORY, e.message);
+    case util::error_class::invalid_argument: return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, e.message);
+    case util::error_class::backend: return fail(FRAGCTL_ERROR_BACKEND, e.message);
+    case util::error_class::other_fragctl: return fail(FRAGCTL_ERROR_IO, e.message);
+    case util::error_class::internal:
+    case util::error_class::unknown: break;
   }
+  return fail(FRAGCTL_ERROR_INTERNAL, e.message);
 }
 
 }  // namespace fragctl::capi

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "util/strings.hpp"

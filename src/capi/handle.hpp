@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/fragctl.h"
 #include "fragctl/policy.hpp"
 
@@ -22,10 +23,10 @@ namespace fragctl::capi {
 void set_last_error(std::string_view message);
 
 /// The status for the exception in flight, its message stored as the last
-/// error: out_of_memory -> OUT_OF_MEMORY, invalid_argument -> INVALID_ARGUMENT,
-/// backend_error -> BACKEND, other fragctl::error -> IO (trace files),
-/// std::bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL. Call only
-/// inside a catch block.
+/// error. The exception's class is util::classify_current_exception's
+/// (util/error_class.hpp); the classes map to out_of_memory -> OUT_OF_MEMORY,
+/// invalid_argument -> INVALID_ARGUMENT, backend -> BACKEND, other_fragctl ->
+/// IO (trace files), anything else -> INTERNAL. Call only inside a catch block.
 fragctl_status status_of_current_exception() noexcept;
 
 /// Runs `body` (returning fragctl_status) and turns any exception into a status.

@@ -10,46 +10,34 @@
 namespace fragctl {
 
 limiting_adaptor::limiting_adaptor(std::unique_ptr<device_allocator> upstream, std::size_t limit)
-    : upstream_(std::move(upstream)), limit_(limit) {
-  if (!upstream_) throw invalid_argument("limiting_adaptor: upstream is null");
-}
+    : forwarding_adaptor(std::move(upstream), "limiting_adaptor"), limit_(limit) {}
 
 void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
-  const std::size_t size = upstream_->allocation_size(bytes);
+  const std::size_t size = upstream().allocation_size(bytes);
   const std::size_t limit = limit_.load(std::memory_order_relaxed);
   if (used_ > limit || size > limit - used_) {
     // The cap plays the device: "device free" is what the cap still allows.
-    const pool_state pool = upstream_->state();
+    const pool_state pool = upstream().state();
     oom_details details;
     details.requested = bytes;
     details.reserved = pool.reserved;
     details.device_free = used_ > limit ? 0 : limit - used_;
     details.device_total = limit;
-    const std::string who = fmt::format("{} (limit of {} bytes, {} in use)", upstream_->name(), limit, used_);
+    const std::string who = fmt::format("{} (limit of {} bytes, {} in use)", upstream().name(), limit, used_);
     throw out_of_memory(details, who.c_str());
   }
-  void* ptr = upstream_->allocate(bytes, stream);
+  void* ptr = upstream().allocate(bytes, stream);
   used_ += size;
   return ptr;
 }
 
 free_result limiting_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
-  const free_result result = upstream_->try_deallocate(ptr, bytes, stream);
+  const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   std::size_t size = 0;
-  if (result.status == free_status::ok) size = upstream_->allocation_size(bytes);
-  if (result.status == free_status::size_mismatch) size = upstream_->allocation_size(result.bytes);
+  if (result.status == free_status::ok) size = upstream().allocation_size(bytes);
+  if (result.status == free_status::size_mismatch) size = upstream().allocation_size(result.bytes);
   used_ -= std::min(size, used_);
   return result;
 }
-
-std::size_t limiting_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
-  return upstream_->allocation_size(bytes);
-}
-pool_state limiting_adaptor::do_state() const { return upstream_->state(); }
-void limiting_adaptor::do_release_cached() { upstream_->release_cached(); }
-device_backend& limiting_adaptor::do_backend() const noexcept { return upstream_->backend(); }
-std::string_view limiting_adaptor::do_name() const noexcept { return upstream_->name(); }
-memory_snapshot limiting_adaptor::do_memory_map() const { return upstream_->memory_map(); }
-void limiting_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
 
 }  // namespace fragctl

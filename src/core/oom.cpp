@@ -1,4 +1,5 @@
-// OOM verdicts and advice (fragctl/oom.hpp; the rules are in its theory comment).
+// OOM advice, events and their log line (fragctl/oom.hpp); the verdict itself
+// is diagnose, in util/error.cpp, so that what() prints the same one.
 #include "fragctl/oom.hpp"
 
 #include <algorithm>
@@ -8,41 +9,6 @@
 #include "util/strings.hpp"
 
 namespace fragctl {
-
-std::string_view to_string(oom_verdict v) noexcept {
-  switch (v) {
-    case oom_verdict::fragmentation:
-      return "fragmentation";
-    case oom_verdict::capacity:
-      return "capacity";
-    case oom_verdict::other_process:
-      return "other_process";
-  }
-  return "capacity";
-}
-
-std::size_t memory_used_by_others(const oom_details& d) noexcept {
-  const std::size_t ours_and_free = d.device_free + d.reserved;
-  return d.device_total > ours_and_free ? d.device_total - ours_and_free : 0;
-}
-
-std::size_t runtime_allowance(const oom_details& d) noexcept {
-  return std::min<std::size_t>(std::size_t{2} << 30, d.device_total / 32);
-}
-
-std::size_t memory_beyond_runtime(const oom_details& d) noexcept {
-  const std::size_t others = memory_used_by_others(d);
-  const std::size_t runtime = runtime_allowance(d);
-  return others > runtime ? others - runtime : 0;
-}
-
-oom_verdict diagnose(const oom_details& d) noexcept {
-  const std::size_t free_anywhere = d.cached_free + d.device_free;
-  if (d.requested <= free_anywhere) return oom_verdict::fragmentation;
-  const std::size_t beyond = memory_beyond_runtime(d);
-  if (beyond > 0 && d.requested <= free_anywhere + beyond) return oom_verdict::other_process;
-  return oom_verdict::capacity;
-}
 
 std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view allocator, bool virtual_memory) {
   using util::human_bytes;
@@ -62,6 +28,14 @@ std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view all
           "freeing the {} held outside this allocator (another process: see nvidia-smi or rocm-smi; "
           "another allocator in this process, e.g. a framework's own cache), or routing it through fragctl",
           human_bytes(memory_used_by_others(d)));
+    case oom_verdict::declined:
+      if (allocator.find("warmup") != std::string_view::npos) {
+        return "FRAGCTL_CONF=warmup_on_exhausted:grow, or a warm-up profile that has this size (warmup_report: "
+               "the report of a run that made it)";
+      }
+      return fmt::format("the allocator's own limits: {} was free on the device (arena_size, or the caching "
+                         "policy's segment sizes: large_segment, segment_round)",
+                         human_bytes(d.device_free));
     case oom_verdict::capacity:
       break;
   }
@@ -93,6 +67,11 @@ std::string describe(const oom_event& e, std::string_view allocator) {
       reason = fmt::format("another process: {} of the device is held outside this allocator, more than a "
                            "process's runtime takes ({})",
                            human_bytes(memory_used_by_others(d)), human_bytes(runtime_allowance(d)));
+      break;
+    case oom_verdict::declined:
+      reason = fmt::format("declined: the device had {} free, enough for the request, and the allocator did not "
+                           "take it",
+                           human_bytes(d.device_free));
       break;
     case oom_verdict::capacity:
       reason = fmt::format("true capacity: live {} plus the request exceed the device's {}",

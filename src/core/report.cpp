@@ -1,5 +1,6 @@
 // The report document and its atomic file writes (fragctl/report.hpp); the
-// registry of live allocators is report_registry.cpp.
+// registry of live allocators is report_registry.cpp, the Prometheus text of
+// several allocators stats_prometheus.cpp.
 #include "fragctl/report.hpp"
 
 #include <fcntl.h>
@@ -15,7 +16,6 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -25,7 +25,6 @@
 #include "core/stats_json.hpp"
 #include "fmt/format.h"
 #include "fragctl/log.hpp"
-#include "util/strings.hpp"
 
 namespace fragctl {
 
@@ -150,37 +149,6 @@ absl::Status write_report_file(const std::string& path, const std::vector<alloca
 absl::Status write_report_file(const std::string& path, const std::vector<allocator_report>& allocators,
                                std::string_view reason) {
   return write_atomically(path, document_json(allocators, reason) + "\n", "report");
-}
-
-std::string prometheus_text(const std::vector<allocator_stats>& allocators) {
-  // Each to_prometheus text is a sequence of families, each "# HELP" and
-  // "# TYPE" lines followed by samples; families are merged by name in the
-  // order they first appear.
-  struct family {
-    std::string header;
-    std::string samples;
-  };
-  std::vector<std::string> order;
-  std::map<std::string, family> families;
-  for (const allocator_stats& s : allocators) {
-    const std::string text = to_prometheus(s);
-    std::string current;
-    for (const std::string_view line : util::split(text, '\n')) {
-      if (line.empty()) continue;
-      if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
-        const std::string_view rest = line.substr(7);
-        current = std::string(rest.substr(0, rest.find(' ')));
-        auto [it, added] = families.try_emplace(current);
-        if (added) order.push_back(current);
-        if (it->second.header.find(line) == std::string::npos) it->second.header += fmt::format("{}\n", line);
-        continue;
-      }
-      families[current].samples += fmt::format("{}\n", line);
-    }
-  }
-  std::string out;
-  for (const std::string& name : order) out += families[name].header + families[name].samples;
-  return out;
 }
 
 absl::Status write_prometheus_file(const std::string& path, const std::vector<allocator_stats>& allocators) {

@@ -236,10 +236,6 @@ class report_registry final : public process_client {
 
 }  // namespace
 
-void register_report_source(const void* owner, std::string path, stats_source source) {
-  report_registry::instance().add(owner, report_outputs{std::move(path), {}, {}}, std::move(source), {}, {});
-}
-
 void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
                             memory_map_source map_source, allocator_lock lock) {
   report_registry::instance().add(owner, outputs, std::move(source), std::move(map_source), std::move(lock));

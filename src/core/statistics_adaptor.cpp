@@ -81,13 +81,12 @@ struct statistics_adaptor::counters {
 };
 
 statistics_adaptor::statistics_adaptor(std::unique_ptr<device_allocator> upstream)
-    : upstream_(std::move(upstream)), counters_(std::make_unique<counters>()) {
-  if (!upstream_) throw invalid_argument("statistics_adaptor: upstream is null");
+    : forwarding_adaptor(std::move(upstream), "statistics_adaptor"), counters_(std::make_unique<counters>()) {
   // What the device holds outside this allocator now (the runtime's context,
   // other libraries) is not another process's doing when an OOM comes later.
   try {
-    const memory_info info = upstream_->backend().get_memory_info();
-    const std::size_t ours_and_free = info.free + upstream_->state().reserved;
+    const memory_info info = this->upstream().backend().get_memory_info();
+    const std::size_t ours_and_free = info.free + this->upstream().state().reserved;
     outside_at_start_ = info.total > ours_and_free ? info.total - ours_and_free : 0;
   } catch (const std::exception& e) {
     logger().debug("statistics: no device memory information at start ({}); OOM verdicts count all memory "
@@ -101,13 +100,13 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   counters& c = *counters_;
   void* ptr = nullptr;
   try {
-    ptr = upstream_->allocate(bytes, stream);
+    ptr = upstream().allocate(bytes, stream);
   } catch (const out_of_memory& e) {
     add(c.ooms, std::uint64_t{1});
     record_oom(e.details(), stream);
     throw;
   }
-  const std::size_t rounded = upstream_->allocation_size(bytes);
+  const std::size_t rounded = upstream().allocation_size(bytes);
   const std::size_t requested = read(c.requested) + bytes;
   const std::size_t allocated = read(c.allocated) + rounded;
   c.requested.store(requested, std::memory_order_relaxed);
@@ -127,14 +126,14 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
 
 free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   counters& c = *counters_;
-  const free_result result = upstream_->try_deallocate(ptr, bytes, stream);
+  const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   switch (result.status) {
     case free_status::ok:
-      c.freed(bytes, upstream_->allocation_size(bytes));
+      c.freed(bytes, upstream().allocation_size(bytes));
       break;
     case free_status::size_mismatch:
       add(c.size_mismatch, std::uint64_t{1});
-      c.freed(result.bytes, upstream_->allocation_size(result.bytes));
+      c.freed(result.bytes, upstream().allocation_size(result.bytes));
       break;
     case free_status::not_owned:
       add(c.not_owned, std::uint64_t{1});
@@ -148,15 +147,15 @@ free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
 void statistics_adaptor::record_oom(const oom_details& details, stream_t stream) noexcept {
   counters& c = *counters_;
   try {
-    const device_backend& backend = upstream_->backend();
+    const device_backend& backend = upstream().backend();
     oom_details d = details;
     d.outside_at_start = outside_at_start_;
-    oom_event e = make_oom_event(d, upstream_->name(), backend.supports_virtual_memory());
+    oom_event e = make_oom_event(d, upstream().name(), backend.supports_virtual_memory());
     e.sequence = read(c.allocations) + read(c.ooms);
     e.stream = reinterpret_cast<std::uintptr_t>(stream);
     const std::uint64_t n = read(c.ooms);
     if (n <= oom_events_kept || std::has_single_bit(n)) {
-      logger().warn("{} (OOM #{})", describe(e, upstream_->name()), n);
+      logger().warn("{} (OOM #{})", describe(e, upstream().name()), n);
     }
     const std::lock_guard lock(c.oom_mutex);
     c.oom_events.push_back(std::move(e));
@@ -165,13 +164,13 @@ void statistics_adaptor::record_oom(const oom_details& details, stream_t stream)
   }
 }
 
-allocator_stats statistics_adaptor::stats() const { return stats(upstream_->state()); }
+allocator_stats statistics_adaptor::stats() const { return stats(upstream().state()); }
 
 allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
   const counters& c = *counters_;
-  const device_backend& backend = upstream_->backend();
+  const device_backend& backend = upstream().backend();
   allocator_stats s;
-  s.allocator = std::string(upstream_->name());
+  s.allocator = std::string(upstream().name());
   s.backend = std::string(backend.name());
   s.device = backend.device();
   s.requested = {read(c.requested), read(c.requested_peak)};
@@ -207,17 +206,7 @@ void statistics_adaptor::reset_peaks() noexcept {
   const std::uint64_t allocations = read(c.allocations);
   const std::uint64_t frees = read(c.frees);
   c.live_window_peak.store(allocations > frees ? allocations - frees : 0, std::memory_order_relaxed);
-  upstream_->backend().reset_window_peak();
+  upstream().backend().reset_window_peak();
 }
-
-std::size_t statistics_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
-  return upstream_->allocation_size(bytes);
-}
-pool_state statistics_adaptor::do_state() const { return upstream_->state(); }
-void statistics_adaptor::do_release_cached() { upstream_->release_cached(); }
-device_backend& statistics_adaptor::do_backend() const noexcept { return upstream_->backend(); }
-std::string_view statistics_adaptor::do_name() const noexcept { return upstream_->name(); }
-memory_snapshot statistics_adaptor::do_memory_map() const { return upstream_->memory_map(); }
-void statistics_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
 
 }  // namespace fragctl

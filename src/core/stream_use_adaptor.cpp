@@ -29,8 +29,8 @@
 
 namespace fragctl {
 
-struct stream_use_adaptor::state {
-  explicit state(device_backend& backend) : clock(backend) {}
+struct stream_use_adaptor::impl {
+  explicit impl(device_backend& backend) : clock(backend) {}
 
   using stamps = absl::InlinedVector<free_stamp, 2>;
   struct deferred_free {
@@ -62,44 +62,43 @@ struct stream_use_adaptor::state {
 };
 
 stream_use_adaptor::stream_use_adaptor(std::unique_ptr<device_allocator> upstream)
-    : upstream_(std::move(upstream)) {
-  if (!upstream_) throw invalid_argument("stream_use_adaptor: upstream is null");
-  state_ = std::make_unique<state>(upstream_->backend());
+    : forwarding_adaptor(std::move(upstream), "stream_use_adaptor") {
+  impl_ = std::make_unique<impl>(this->upstream().backend());
 }
 
 stream_use_adaptor::~stream_use_adaptor() {
-  if (state_->deferred.empty()) return;
+  if (impl_->deferred.empty()) return;
   try {
-    state_->clock.synchronize_all();
+    impl_->clock.synchronize_all();
   } catch (const std::exception& e) {
     logger().error("stream uses: cannot wait for {} deferred frees at destruction ({}); handing them back anyway",
-                   state_->deferred.size(), e.what());
+                   impl_->deferred.size(), e.what());
   }
-  for (const state::deferred_free& d : state_->deferred) upstream_->deallocate(d.ptr, d.bytes, d.stream);
+  for (const impl::deferred_free& d : impl_->deferred) upstream().deallocate(d.ptr, d.bytes, d.stream);
 }
 
-std::size_t stream_use_adaptor::deferred() const noexcept { return state_->deferred.size(); }
+std::size_t stream_use_adaptor::deferred() const noexcept { return impl_->deferred.size(); }
 
 void* stream_use_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
-  state& s = *state_;
-  if (s.deferred.empty()) return upstream_->allocate(bytes, stream);
-  s.hand_back(*upstream_, /*wait=*/false);
+  impl& s = *impl_;
+  if (s.deferred.empty()) return upstream().allocate(bytes, stream);
+  s.hand_back(upstream(), /*wait=*/false);
   try {
-    return upstream_->allocate(bytes, stream);
+    return upstream().allocate(bytes, stream);
   } catch (const out_of_memory&) {
     if (s.deferred.empty()) throw;
   }
-  s.hand_back(*upstream_, /*wait=*/true);
-  return upstream_->allocate(bytes, stream);
+  s.hand_back(upstream(), /*wait=*/true);
+  return upstream().allocate(bytes, stream);
 }
 
 free_result stream_use_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
-  state& s = *state_;
-  if (s.uses.empty()) return upstream_->try_deallocate(ptr, bytes, stream);
+  impl& s = *impl_;
+  if (s.uses.empty()) return upstream().try_deallocate(ptr, bytes, stream);
   const auto it = s.uses.find(ptr);
-  if (it == s.uses.end()) return upstream_->try_deallocate(ptr, bytes, stream);
+  if (it == s.uses.end()) return upstream().try_deallocate(ptr, bytes, stream);
   try {
-    state::deferred_free d{ptr, bytes, stream, {}};
+    impl::deferred_free d{ptr, bytes, stream, {}};
     for (stream_t used : it->second) d.waits.push_back(s.clock.on_free(s.clock.index_of(used)));
     s.deferred.push_back(std::move(d));
     s.uses.erase(it);
@@ -115,21 +114,13 @@ free_result stream_use_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
 
 void stream_use_adaptor::do_record_stream(void* ptr, stream_t stream) {
   if (ptr == nullptr) return;
-  auto& streams = state_->uses[ptr];
+  auto& streams = impl_->uses[ptr];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
 }
 
 void stream_use_adaptor::do_release_cached() {
-  state_->hand_back(*upstream_, /*wait=*/true);
-  upstream_->release_cached();
+  impl_->hand_back(upstream(), /*wait=*/true);
+  upstream().release_cached();
 }
-
-std::size_t stream_use_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
-  return upstream_->allocation_size(bytes);
-}
-pool_state stream_use_adaptor::do_state() const { return upstream_->state(); }
-device_backend& stream_use_adaptor::do_backend() const noexcept { return upstream_->backend(); }
-std::string_view stream_use_adaptor::do_name() const noexcept { return upstream_->name(); }
-memory_snapshot stream_use_adaptor::do_memory_map() const { return upstream_->memory_map(); }
 
 }  // namespace fragctl

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <exception>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/log.hpp"
 #include "interpose/interposer.hpp"
 

@@ -9,6 +9,7 @@
 #include "fragctl/backend.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
+#include "util/error_class.hpp"
 
 namespace fragctl::interpose {
 
@@ -22,32 +23,30 @@ namespace {
 // there is a size no device holds, out of memory as the real runtime says it.
 int code_of_current_exception(std::string_view runtime, std::string_view what, std::size_t bytes, int device,
                               bool building, std::atomic<bool>& build_failure_logged) noexcept {
-  try {
-    throw;
-  } catch (const out_of_memory& e) {
-    // The statistics adaptor has logged the diagnosis already.
-    logger().debug("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
-    return error_out_of_memory;
-  } catch (const invalid_argument& e) {
-    if (!building) {
-      logger().warn("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
+  const util::caught_error e = util::classify_current_exception();
+  switch (e.kind) {
+    case util::error_class::out_of_memory:
+      // The statistics adaptor has logged the diagnosis already.
+      logger().debug("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.message);
       return error_out_of_memory;
+    case util::error_class::invalid_argument: {
+      if (!building) {
+        logger().warn("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.message);
+        return error_out_of_memory;
+      }
+      const bool first = !build_failure_logged.exchange(true);
+      logger().log(first ? spdlog::level::err : spdlog::level::debug, "{} {}({} bytes) on device {}: {}", runtime,
+                   what, bytes, device, e.message);
+      return error_not_initialized;
     }
-    const bool first = !build_failure_logged.exchange(true);
-    logger().log(first ? spdlog::level::err : spdlog::level::debug, "{} {}({} bytes) on device {}: {}", runtime,
-                 what, bytes, device, e.what());
-    return error_not_initialized;
-  } catch (const backend_error& e) {
-    logger().error("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
-    return error_unknown;
-  } catch (const std::bad_alloc&) {
-    return error_out_of_memory;
-  } catch (const std::exception& e) {
-    logger().error("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.what());
-    return error_unknown;
-  } catch (...) {
-    return error_unknown;
+    case util::error_class::backend:
+    case util::error_class::other_fragctl:
+    case util::error_class::internal:
+      logger().error("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.message);
+      return error_unknown;
+    case util::error_class::unknown: break;
   }
+  return error_unknown;
 }
 
 }  // namespace

@@ -49,6 +49,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/device_allocator.hpp"
 #include "fragctl/policy.hpp"
 #include "interpose/runtime.hpp"

@@ -41,7 +41,7 @@ td.delta { color: var(--muted); }
 .oom-list li { margin: 4px 0; font-family: ui-monospace, monospace; font-size: 12px; }
 .verdict { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-family: sans-serif; }
 .verdict.fragmentation { background: #ef6c00; } .verdict.capacity { background: #6a1b9a; }
-.verdict.other_process { background: #00838f; }
+.verdict.other_process { background: #00838f; } .verdict.declined { background: #546e7a; }
 #tooltip { position: fixed; pointer-events: none; background: #263238; color: #fff; font-size: 12px; padding: 6px 8px;
            border-radius: 4px; display: none; white-space: pre; z-index: 10; }
 svg .block:hover { stroke: #000; stroke-width: 1; }

@@ -1,5 +1,5 @@
-// The replay progress bar (report/progress_bar.hpp).
-#include "report/progress_bar.hpp"
+// The replay progress bar (fragctl/progress_bar.hpp).
+#include "fragctl/progress_bar.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
 #include "trace/gpu_lag.hpp"
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
 
 namespace fragctl::replay_detail {

@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/replay.hpp"

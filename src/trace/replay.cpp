@@ -8,18 +8,18 @@
 // the trace cannot express consistently is counted, never fatal: frees of
 // unknown addresses, allocs over a live address (a lost free), and the frees
 // of blocks whose allocation ran out of memory.
-#include "fragctl/replay.hpp"
 
+#include "absl/container/flat_hash_map.h"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "fragctl/replay.hpp"
+#include "nlohmann/json.hpp"
+#include "trace/gpu_lag.hpp"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
-
-#include "absl/container/flat_hash_map.h"
-#include "fragctl/error.hpp"
-#include "fragctl/policy.hpp"
-#include "nlohmann/json.hpp"
-#include "trace/gpu_lag.hpp"
 
 namespace fragctl {
 

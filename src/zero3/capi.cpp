@@ -11,6 +11,7 @@
 #include "fragctl/policy.hpp"
 #include "fragctl/zero3/block_manager.hpp"
 #include "fragctl/zero3/zero3.h"
+#include "util/error_class.hpp"
 #include "util/strings.hpp"
 
 struct fragctl_zero3 {
@@ -44,20 +45,17 @@ fragctl_zero3_status guarded(F&& body) noexcept {
   } catch (const budget_error& e) {
     last_error = e.what();
     return FRAGCTL_ZERO3_BUDGET;
-  } catch (const fragctl::invalid_argument& e) {
-    last_error = e.what();
-    return FRAGCTL_ZERO3_INVALID_ARGUMENT;
-  } catch (const backend_error& e) {
-    last_error = e.what();
-    return FRAGCTL_ZERO3_BACKEND;
-  } catch (const std::bad_alloc& e) {
-    last_error = e.what();
-    return FRAGCTL_ZERO3_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-    return FRAGCTL_ZERO3_ERROR;
   } catch (...) {
-    last_error = "unknown error";
+    const util::caught_error e = util::classify_current_exception();
+    last_error = e.kind == util::error_class::unknown ? std::string_view("unknown error") : e.message;
+    switch (e.kind) {
+      case util::error_class::out_of_memory: return FRAGCTL_ZERO3_OUT_OF_MEMORY;
+      case util::error_class::invalid_argument: return FRAGCTL_ZERO3_INVALID_ARGUMENT;
+      case util::error_class::backend: return FRAGCTL_ZERO3_BACKEND;
+      case util::error_class::other_fragctl:
+      case util::error_class::internal:
+      case util::error_class::unknown: break;
+    }
     return FRAGCTL_ZERO3_ERROR;
   }
 }

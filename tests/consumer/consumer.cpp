@@ -1,6 +1,7 @@
 // Linking fragctl from C++: build an allocator from a policy name and use it.
 #include <cstdio>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 

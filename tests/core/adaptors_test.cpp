@@ -72,6 +72,46 @@ TEST(limiting_adaptor, counts_rounded_sizes_and_misuse) {
   EXPECT_EQ(roomy.misuse().size_mismatch, 1u);
 }
 
+// An adaptor that overrides nothing: what forwarding_adaptor gives every adaptor.
+class bare_adaptor final : public forwarding_adaptor {
+ public:
+  explicit bare_adaptor(std::unique_ptr<device_allocator> upstream)
+      : forwarding_adaptor(std::move(upstream), "bare_adaptor") {}
+};
+
+TEST(forwarding_adaptor, forwards_every_call_and_leaves_misuse_to_the_outermost) {
+  sim_backend backend;
+  auto inner = std::make_unique<passthrough_allocator>(backend, "inner");
+  passthrough_allocator& upstream = *inner;
+  bare_adaptor outer(std::move(inner));
+  EXPECT_EQ(&outer.upstream(), &upstream);
+  EXPECT_EQ(outer.name(), "inner");
+  EXPECT_EQ(&outer.backend(), &backend);
+  EXPECT_EQ(outer.allocation_size(1000), 1024u);
+
+  void* p = outer.allocate(1000);
+  EXPECT_EQ(upstream.live_blocks(), 1u);
+  EXPECT_EQ(outer.state().reserved, 1024u);
+  EXPECT_EQ(outer.memory_map().available, upstream.memory_map().available);
+  EXPECT_THROW(outer.record_stream(p, nullptr), invalid_argument) << "a bare policy refuses record_stream";
+  int foreign = 0;
+  outer.deallocate(&foreign, 16);
+  EXPECT_EQ(outer.misuse().not_owned, 1u);
+  EXPECT_EQ(upstream.misuse().not_owned, 0u) << "the free reached the upstream through try_deallocate";
+  outer.deallocate(p, 1000);
+  EXPECT_EQ(upstream.live_blocks(), 0u);
+  EXPECT_EQ(backend.counters().held_bytes, 0u);
+}
+
+TEST(forwarding_adaptor, null_upstream_throws_naming_the_adaptor) {
+  try {
+    bare_adaptor bad(nullptr);
+    ADD_FAILURE() << "a null upstream was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "bare_adaptor: upstream is null");
+  }
+}
+
 std::vector<std::vector<std::string>> read_csv(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::vector<std::string>> rows;

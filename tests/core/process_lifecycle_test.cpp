@@ -24,6 +24,7 @@
 #include "core/passthrough_allocator.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/fragctl.h"
 #include "fragctl/log.hpp"
 #include "fragctl/policy.hpp"

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/report.hpp"
 #include "fragctl/sim_backend.hpp"

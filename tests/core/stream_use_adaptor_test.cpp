@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fragctl/adaptors.hpp"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"

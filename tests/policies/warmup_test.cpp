@@ -18,6 +18,7 @@
 #include "allocator_policies/caching/caching_policy.hpp"
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
+#include "fragctl/oom.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
@@ -270,6 +271,31 @@ TEST(warmup_policy_test, fail_on_a_shape_the_warm_up_lacks_points_to_a_profile_n
   for (void* p : live) w.deallocate(p, MiB);
 }
 
+// Issue 17: the same out-of-memory was judged "fragmentation" by the log and
+// statistics: the cause is a shape the warm-up lacked, memory the device had.
+TEST(warmup_policy_test, fail_on_a_missing_shape_is_declined_everywhere) {
+  config cfg;
+  cfg.warmup_bytes = 64 * MiB;
+  cfg.warmup_on_exhausted = warmup_exhausted::fail;
+  sim_backend sim;
+  statistics_adaptor s(std::make_unique<warmup_policy>(cfg, make_caching(cfg, sim)));
+  std::vector<void*> live;
+  std::string what;
+  try {
+    for (int i = 0; i < 32; ++i) live.push_back(s.allocate(MiB));
+    FAIL() << "32 MiB of small blocks fitted a 4 MiB small pool";
+  } catch (const out_of_memory& e) {
+    what = e.what();
+    EXPECT_EQ(diagnose(e.details()), oom_verdict::declined);
+  }
+  EXPECT_THAT(what, HasSubstr("caused by fragmentation: no: the device has that much free memory"));
+  const allocator_stats st = s.stats();
+  ASSERT_EQ(st.oom_events.size(), 1u);
+  EXPECT_EQ(st.oom_events[0].verdict, oom_verdict::declined);
+  EXPECT_THAT(st.oom_events[0].advice, HasSubstr("warmup_on_exhausted:grow"));
+  for (void* p : live) s.deallocate(p, MiB);
+}
+
 TEST(warmup_policy_test, grow_grows_and_reports_the_figure) {
   config cfg;
   cfg.warmup_bytes = 8 * MiB;
@@ -307,7 +333,6 @@ TEST(warmup_policy_test, a_warm_up_larger_than_the_device) {
   w.deallocate(p, MiB);
 }
 
-#if __has_include("allocator_policies/arena/arena_policy.hpp")
 /// Backend memory calls a policy chain makes over `steps` training steps
 /// after it was built (warm-up included in the build).
 std::uint64_t calls_over_steps(device_allocator& a, sim_backend& sim, int steps) {
@@ -427,8 +452,6 @@ TEST(warmup_arena, after_the_first_step_of_a_replayed_trace_no_backend_calls) {
   EXPECT_EQ(replay_calls_after(*t, w, sim, step2), 0u)
       << "warm-up of " << w.warmed_bytes() << " bytes; shortfall " << w.shortfall();
 }
-
-#endif  // arena
 
 }  // namespace
 }  // namespace fragctl

@@ -80,6 +80,13 @@ class AllocatorTest(unittest.TestCase):
             self.assertEqual(caught.exception.status, "FRAGCTL_ERROR_NOT_OWNED")
             self.assertEqual(a.stats()["misuse"]["not_owned"], 1)
 
+    def test_status_names_are_the_librarys(self):
+        from fragctl import _capi
+        self.assertEqual(_capi.status_name(_capi.OUT_OF_MEMORY), "FRAGCTL_ERROR_OUT_OF_MEMORY")
+        self.assertEqual(_capi.status_name(_capi.STATE), "FRAGCTL_ERROR_STATE")
+        self.assertEqual(_capi.status_name(99), "FRAGCTL_ERROR_UNKNOWN")
+        self.assertFalse(hasattr(_capi, "STATUS_NAMES"), "a copy of the library's table")
+
     def test_report_and_release_cached(self):
         with fragctl.Allocator("caching", backend="sim", sim_capacity="1GiB") as a:
             p = a.malloc(32 * MiB)

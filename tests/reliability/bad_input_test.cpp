@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/fragctl.h"
@@ -24,9 +25,9 @@
 #include "fragctl/trace.hpp"
 #include "fuzz/harness/block_model.hpp"
 #include "fuzz/harness/policy_cases.hpp"
-#include "util/strings.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_support.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::fuzz {
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/run_report.hpp"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/report.hpp"
 #include "fragctl/run_report.hpp"

@@ -1,17 +1,16 @@
 // device_allocator::memory_map(): the caching and arena policies' layouts, pass-through
 // by adaptors and wrappers, the default for policies that do not describe
 // theirs, and the JSON round trip.
-#include "fragctl/memory_map.hpp"
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include <memory>
 
 #include "core/passthrough_allocator.hpp"
 #include "fragctl/adaptors.hpp"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/memory_map.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <memory>
 
 namespace fragctl {
 namespace {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/report.hpp"

@@ -1,16 +1,15 @@
 // OOM verdicts and advice (fragctl/oom.hpp), and the events the statistics
 // keep and export.
-#include "fragctl/oom.hpp"
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include <vector>
 
 #include "fragctl/adaptors.hpp"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/oom.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <vector>
 
 namespace fragctl {
 namespace {
@@ -107,6 +106,36 @@ TEST(oom_diagnosis, statistics_record_the_memory_held_outside_at_start) {
   a.release_cached();
   sim.free(intruder, 20 * MiB);
   sim.free(context, 2 * MiB);
+}
+
+// Issue 17: one OOM read "caused by fragmentation: no" in what() and
+// "verdict: fragmentation" in the log and statistics: what() had its own rule.
+TEST(oom_diagnosis, what_and_the_log_print_one_verdict) {
+  // 6 GiB free in the cache, one block of 5 GiB that the policy could not use
+  // (another stream's), 1 GiB on the device: a 4 GiB request.
+  const oom_details d = details(4 * GiB, 70 * GiB, 6 * GiB, 5 * GiB, GiB, 80 * GiB);
+  EXPECT_EQ(diagnose(d), oom_verdict::fragmentation);
+  EXPECT_TRUE(d.caused_by_fragmentation());
+  EXPECT_THAT(std::string(out_of_memory(d, "caching").what()), HasSubstr("caused by fragmentation: yes"));
+  EXPECT_THAT(describe(make_oom_event(d, "caching", true), "caching"), HasSubstr("verdict: fragmentation"));
+  // Every verdict: caused_by_fragmentation exactly when the verdict says so.
+  for (const oom_details& x : {d, details(4 * GiB, 79 * GiB, GiB, GiB, GiB, 80 * GiB),
+                               details(8 * GiB, 49 * GiB, GiB, GiB, GiB, 80 * GiB),
+                               details(GiB, 10 * GiB, 0, 0, 20 * GiB, 80 * GiB)}) {
+    EXPECT_EQ(x.caused_by_fragmentation(), diagnose(x) == oom_verdict::fragmentation);
+  }
+}
+
+TEST(oom_diagnosis, memory_the_device_had_is_declined_not_fragmentation) {
+  // 20 GiB free on the device and a 1 GiB request that failed anyway.
+  const oom_details d = details(GiB, 10 * GiB, 0, 0, 20 * GiB, 80 * GiB);
+  EXPECT_EQ(diagnose(d), oom_verdict::declined);
+  EXPECT_EQ(to_string(oom_verdict::declined), "declined");
+  EXPECT_THAT(std::string(out_of_memory(d, "warmup:caching").what()),
+              HasSubstr("caused by fragmentation: no: the device has that much free memory"));
+  EXPECT_THAT(oom_advice(oom_verdict::declined, d, "warmup:caching", true), HasSubstr("warmup_on_exhausted:grow"));
+  EXPECT_THAT(oom_advice(oom_verdict::declined, d, "caching", true), HasSubstr("20.00 GiB was free"));
+  EXPECT_THAT(describe(make_oom_event(d, "caching", true), "caching"), HasSubstr("verdict: declined"));
 }
 
 TEST(oom_diagnosis, advice_names_one_setting) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/report.hpp"
 #include "support/test_support.hpp"

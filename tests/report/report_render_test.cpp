@@ -8,8 +8,8 @@
 #include <string>
 
 #include "fragctl/policy.hpp"
+#include "fragctl/progress_bar.hpp"
 #include "fragctl/run_report.hpp"
-#include "report/progress_bar.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {

@@ -10,8 +10,8 @@
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
+#include "fragctl/progress_bar.hpp"
 #include "fragctl/replay.hpp"
-#include "report/progress_bar.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl::cli {

@@ -7,10 +7,10 @@
 #include "command.hpp"
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
+#include "fragctl/progress_bar.hpp"
 #include "fragctl/run_report.hpp"
 #include "fragctl/stats.hpp"
 #include "nlohmann/json.hpp"
-#include "report/progress_bar.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl::cli {

@@ -1,0 +1,85 @@
+// allocator_stack: the configured adaptors around a policy chain
+// (fragctl/allocator_stack.hpp).
+#include "fragctl/allocator_stack.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "allocator_policies/registry.hpp"
+#include "fmt/format.h"
+#include "fragctl/adaptors.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
+#include "fragctl/report.hpp"
+
+namespace fragctl {
+
+allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg)
+    : cfg_(cfg), backend_(std::move(backend)) {
+  if (!backend_) throw invalid_argument("allocator_stack: backend is null");
+  if (!cfg_.log_level.empty() && !set_log_level(cfg_.log_level)) {
+    throw invalid_argument(fmt::format(
+        "FRAGCTL_LOG_LEVEL: unknown level \"{}\"; accepted: trace, debug, info, warn, error, critical, off",
+        cfg_.log_level));
+  }
+  std::unique_ptr<device_allocator> top = build_configured_policy(cfg_, *backend_);
+  auto limiting = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit != 0 ? cfg_.limit : SIZE_MAX);
+  limiting_ = limiting.get();
+  top = std::make_unique<stream_use_adaptor>(std::move(limiting));
+  auto statistics = std::make_unique<statistics_adaptor>(std::move(top));
+  statistics_ = statistics.get();
+  top = std::move(statistics);
+  if (!cfg_.trace_path.empty()) top = std::make_unique<tracing_adaptor>(std::move(top), cfg_.trace_path);
+  if (cfg_.thread_safe) top = std::make_unique<thread_safe_adaptor>(std::move(top));
+  top_ = std::move(top);
+
+  logger().debug("allocator stack: policy {} on {} device {}{}{}{}", cfg_.policy, backend_->name(),
+                 backend_->device(), cfg_.limit != 0 ? fmt::format(", limit {} bytes", cfg_.limit) : "",
+                 cfg_.trace_path.empty() ? "" : ", tracing to " + cfg_.trace_path,
+                 cfg_.thread_safe ? ", thread-safe" : "");
+  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) {
+    const report_outputs outputs{cfg_.report_path, cfg_.prometheus_path,
+                                 std::chrono::milliseconds(cfg_.report_interval_ms)};
+    memory_map_source map;
+    if (cfg_.report_map) map = [this] { return top_->memory_map(); };
+    allocator_lock lock;
+    if (const auto* safe = dynamic_cast<const thread_safe_adaptor*>(top_.get())) {
+      lock = {[safe] { safe->lock(); }, [safe] { safe->unlock(); }};
+    }
+    register_report_source(this, outputs, [this] { return stats(); }, std::move(map), std::move(lock));
+  }
+}
+
+allocator_stack::~allocator_stack() {
+  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_report_source(this);
+}
+
+void allocator_stack::set_limit(std::size_t bytes) noexcept { limiting_->set_limit(bytes != 0 ? bytes : SIZE_MAX); }
+
+std::size_t allocator_stack::limit() const noexcept {
+  const std::size_t limit = limiting_->limit();
+  return limit == SIZE_MAX ? 0 : limit;
+}
+
+void allocator_stack::reset_peaks() noexcept { statistics_->reset_peaks(); }
+
+allocator_stats allocator_stack::stats() const {
+  // Through the top so that the pool state is read under the stack's lock.
+  allocator_stats s = statistics_->stats(top_->state());
+  s.allocator = cfg_.policy;
+  return s;
+}
+
+allocator_report allocator_stack::report() const {
+  allocator_report r{stats(), std::nullopt};
+  if (cfg_.report_map) r.map = top_->memory_map();
+  return r;
+}
+
+std::unique_ptr<allocator_stack> make_allocator(const config& cfg) {
+  return std::make_unique<allocator_stack>(make_backend(cfg), cfg);
+}
+
+}  // namespace fragctl
