@@ -231,7 +231,7 @@ def parse_size(value, what="size"):
         status_code = library().fragctl_parse_size(text(value, what), ctypes.byref(out))
         if status_code != OK:
             message = library().fragctl_last_error().decode(errors="replace")
-            raise ConfigurationError("fragctl: %s=%r: %s" % (what, value, message), STATUS_NAMES[status_code])
+            raise ConfigurationError("fragctl: %s=%r: %s" % (what, value, message), status_name(status_code))
         return out.value
     return size(value, what)
 
