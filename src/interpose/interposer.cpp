@@ -112,7 +112,25 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
 
 int interposer::malloc(void** ptr, std::size_t bytes) noexcept { return allocate(ptr, bytes, nullptr); }
 
+bool interposer::capturing(void* stream, stream_mode mode) noexcept {
+  const auto is_capturing = real_.get_as<stream_is_capturing_fn>(real_function::stream_is_capturing);
+  if (is_capturing == nullptr) return false;
+  // The per-thread default stream has its own handle (2); the legacy one is 0.
+  void* const queried = stream == nullptr && mode == stream_mode::per_thread ? reinterpret_cast<void*>(2) : stream;
+  int status = 0;
+  return is_capturing(queried, &status) == success && status == capture_status_active;
+}
+
 int interposer::malloc_async(void** ptr, std::size_t bytes, void* stream, stream_mode mode) noexcept {
+  if (capturing(stream, mode)) {
+    const auto real = mode == stream_mode::per_thread
+                          ? real_.get_as<malloc_async_fn>(real_function::malloc_async_ptsz)
+                          : real_.get_as<malloc_async_fn>(real_function::malloc_async);
+    if (real != nullptr) return real(ptr, bytes, stream);
+    logger().error("{}: malloc_async on a capturing stream: no real {} runtime to add the graph's allocation node",
+                   real_.api().name, real_.api().name);
+    return error_stream_capture_unsupported;
+  }
   return allocate(ptr, bytes, canonical_stream(stream, mode));
 }
 
@@ -185,6 +203,20 @@ int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
     return error_unknown;
   }
   if (!block) return real_free_async(ptr, stream, mode);
+  if (capturing(stream, mode)) {
+    // The graph's replays may still use the block, and fragctl cannot know
+    // when the graph goes: refusing keeps the block live rather than reused.
+    try {
+      const absl::MutexLock lock(&mutex_);
+      owned_.insert_or_assign(ptr, *block);
+    } catch (...) {
+      return error_unknown;
+    }
+    logger().error("{}: free_async({}) on a capturing stream: a fragctl block cannot be freed inside a CUDA graph; "
+                   "free it outside the capture (PyTorch defers such frees itself)",
+                   real_.api().name, ptr);
+    return error_stream_capture_unsupported;
+  }
   block->stream = canonical_stream(stream, mode);
   release(ptr, *block);
   return success;

@@ -87,6 +87,10 @@ class interposer {
   /// bytes == 0 gives *ptr = nullptr and success.
   int malloc(void** ptr, std::size_t bytes) noexcept;
   /// cudaMallocAsync: `bytes` on the current device, stream-ordered on `stream`.
+  /// While `stream` captures a CUDA graph the real cudaMallocAsync serves it,
+  /// so that the graph gets its allocation node (the runtime keeps that
+  /// memory for the graph's replays); its frees reach the real functions as
+  /// every pointer fragctl did not hand out.
   int malloc_async(void** ptr, std::size_t bytes, void* stream, stream_mode mode) noexcept;
   /// cudaFree: synchronizes the block's device, then frees it. Foreign
   /// pointers and nullptr go to the real cudaFree.
@@ -126,6 +130,8 @@ class interposer {
   int synchronize_device(int device) noexcept;
   int real_free(void* ptr) noexcept;
   int real_free_async(void* ptr, void* stream, stream_mode mode) noexcept;
+  /// Whether `stream` is capturing a graph (false when the runtime cannot say).
+  bool capturing(void* stream, stream_mode mode) noexcept;
   std::optional<owned_block> take(void* ptr);
   void release(void* ptr, const owned_block& block) noexcept;
   /// The device whose default pool `pool` is, if it is one and stacks_ is set.

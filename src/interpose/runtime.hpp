@@ -46,6 +46,9 @@ enum class real_function : std::uint8_t {
   mem_pool_get_attribute,       ///< int (void* pool, int attribute, void* value)
   mem_pool_set_attribute,       ///< int (void* pool, int attribute, void* value)
   mem_pool_trim_to,             ///< int (void* pool, size_t min_bytes_to_keep)
+  malloc_async,                 ///< int (void** ptr, size_t bytes, void* stream): for allocations under capture
+  malloc_async_ptsz,            ///< cudaMallocAsync_ptsz (no HIP form: falls back to malloc_async)
+  stream_is_capturing,          ///< int (void* stream, int* status): cudaStreamIsCapturing
   count_
 };
 
@@ -58,6 +61,13 @@ using device_synchronize_fn = int (*)();
 using device_get_default_mem_pool_fn = int (*)(void**, int);
 using mem_pool_attribute_fn = int (*)(void*, int, void*);
 using mem_pool_trim_to_fn = int (*)(void*, std::size_t);
+using malloc_async_fn = int (*)(void**, std::size_t, void*);
+using stream_is_capturing_fn = int (*)(void*, int*);
+
+/// cudaStreamCaptureStatus / hipStreamCaptureStatus: 1 is "active" in both.
+inline constexpr int capture_status_active = 1;
+/// cudaErrorStreamCaptureUnsupported / hipErrorStreamCaptureUnsupported (900 in both).
+inline constexpr int error_stream_capture_unsupported = 900;
 
 /// Memory pool attributes (cudaMemPoolAttr, hipMemPoolAttr: same values).
 /// The four statistics take a uint64_t value.
@@ -78,13 +88,13 @@ inline constexpr runtime_api cuda_runtime{
     "cuda", "libcudart.so",
     {"cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz", "cudaMemGetInfo", "cudaGetDevice", "cudaSetDevice",
      "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
-     "cudaMemPoolTrimTo"}};
+     "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
     {"hipFree", "hipFreeAsync", "hipFreeAsync", "hipMemGetInfo", "hipGetDevice", "hipSetDevice",
      "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
-     "hipMemPoolTrimTo"}};
+     "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

@@ -37,6 +37,9 @@ struct fake_runtime {
   std::function<void()> on_synchronize;
   std::map<std::string, int> lookups;
   std::vector<std::pair<void*, int>> pool_calls;  // (pool, attribute; -1: trim) the real pool functions got
+  void* capturing_stream = nullptr;               // the stream that captures a graph, if any
+  bool capture = false;
+  std::vector<char> graph_memory = std::vector<char>(4096);  // what the real cudaMallocAsync hands out
 };
 fake_runtime* fake = nullptr;
 
@@ -96,6 +99,17 @@ int fake_pool_trim(void* pool, std::size_t) {
   return success;
 }
 
+int fake_stream_is_capturing(void* stream, int* status) {
+  *status = fake->capture && stream == fake->capturing_stream ? capture_status_active : 0;
+  return success;
+}
+int fake_malloc_async(void** p, std::size_t, void* s) {
+  fake->calls.push_back("malloc_async");
+  *p = fake->graph_memory.data();
+  (void)s;
+  return success;
+}
+
 void* resolve_fake(const char* name) {
   ++fake->lookups[name];
   const std::string n = name;
@@ -110,6 +124,8 @@ void* resolve_fake(const char* name) {
   if (n == "cudaMemPoolGetAttribute") return reinterpret_cast<void*>(&fake_pool_get);
   if (n == "cudaMemPoolSetAttribute") return reinterpret_cast<void*>(&fake_pool_set);
   if (n == "cudaMemPoolTrimTo") return reinterpret_cast<void*>(&fake_pool_trim);
+  if (n == "cudaStreamIsCapturing") return reinterpret_cast<void*>(&fake_stream_is_capturing);
+  if (n == "cudaMallocAsync") return reinterpret_cast<void*>(&fake_malloc_async);
   return nullptr;
 }
 
@@ -455,6 +471,43 @@ TEST(FindInLoadedLibrary, FindsASymbolOfALoadedLibraryByFileName) {
   EXPECT_EQ(reinterpret_cast<std::size_t (*)(const char*)>(fn)("four"), 4u);
   EXPECT_EQ(find_in_loaded_library("libc.so", "no_such_symbol_anywhere"), nullptr);
   EXPECT_EQ(find_in_loaded_library("libnosuchlibrary", "strlen"), nullptr);
+}
+
+// Issue 15: under LD_PRELOAD an allocation while a stream captures a CUDA
+// graph must become the graph's allocation node (the real cudaMallocAsync),
+// not a fragctl block that a later allocation could reuse under the graph.
+TEST_F(InterposerTest, AllocationsWhileAStreamCapturesGoToTheRealRuntime) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  runtime_.capturing_stream = stream_a;
+  runtime_.capture = true;
+  void* graph = nullptr;
+  ASSERT_EQ(layer.malloc_async(&graph, 1 << 20, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(graph, runtime_.graph_memory.data());
+  EXPECT_FALSE(layer.find(graph).has_value());
+  EXPECT_FALSE(built(0));  // fragctl was not asked
+  // Another stream, not capturing: fragctl's.
+  void* other = nullptr;
+  ASSERT_EQ(layer.malloc_async(&other, 1 << 20, stream_b, stream_mode::legacy), success);
+  EXPECT_TRUE(layer.find(other).has_value());
+  // The graph's pointer is freed by the runtime, as any pointer fragctl did not hand out.
+  EXPECT_EQ(layer.free_async(graph, stream_a, stream_mode::legacy), success);
+  ASSERT_EQ(runtime_.freed_async.size(), 1U);
+  EXPECT_EQ(runtime_.freed_async[0].first, graph);
+  EXPECT_EQ(layer.free_async(other, stream_b, stream_mode::legacy), success);
+}
+
+TEST_F(InterposerTest, FreeingAFragctlBlockInsideACaptureIsRefusedAndTheBlockStaysLive) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source());
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, stream_a, stream_mode::legacy), success);
+  runtime_.capturing_stream = stream_a;
+  runtime_.capture = true;
+  EXPECT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), error_stream_capture_unsupported);
+  EXPECT_TRUE(layer.find(p).has_value());
+  EXPECT_EQ(stats(0).requested.current, std::size_t{1} << 20);  // not handed back to the cache
+  runtime_.capture = false;  // capture ended: the free goes through
+  EXPECT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
+  EXPECT_EQ(stats(0).requested.current, 0U);
 }
 
 }  // namespace
