@@ -32,7 +32,8 @@ std::set<std::string> exported_metrics() {
   allocator_stats s;
   s.size_histogram[3] = 1;
   std::set<std::string> names;
-  for (const std::string_view line : util::split(to_prometheus(s), '\n')) {
+  const std::string text = to_prometheus(s);  // split returns views into it: it must outlive the loop
+  for (const std::string_view line : util::split(text, '\n')) {
     if (line.empty() || line.starts_with("#")) continue;
     names.emplace(line.substr(0, line.find('{')));
   }
