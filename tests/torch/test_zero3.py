@@ -72,12 +72,17 @@ def worker(rank, world, directory, mode, kind="mlp"):
                                 world_size=world, timeout=timeout)
         model = make_model(kind)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
+        if mode == "load_dtype":  # a bf16 model loads the fp32 state dict
+            model = model.to(torch.bfloat16)
         originals = list(model.parameters())
         sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
                               block_types=(torch.nn.TransformerEncoderLayer,))
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if mode == "timeout" and rank == world - 1:
             time.sleep(12)  # stops answering
+        elif mode == "load_dtype":
+            sharded.load_full_state_dict(initial)
+            out["reloaded"] = sharded.full_state_dict()
         else:
             opt = optimizer(sharded.parameters())
             offload = None
@@ -224,6 +229,16 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertNotIn("error", r, r.get("error"))
             for name, value in expected.items():
                 torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+    def test_load_full_state_dict_converts_to_the_parameters_dtype(self):
+        # Regression (review): fp32 bytes were copied raw into bf16 shards.
+        results = run_ranks(2, "load_dtype")
+        initial = make_model().state_dict()
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in initial.items():
+                self.assertEqual(r["reloaded"][name].dtype, torch.bfloat16, name)
+                self.assertTrue(torch.equal(r["reloaded"][name], value.to(torch.bfloat16)), name)
 
     def test_a_rank_that_stops_answering_times_out_on_the_others(self):
         results = run_ranks(2, "timeout", wait=60)

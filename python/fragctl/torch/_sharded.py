@@ -240,7 +240,8 @@ class ShardedModule:
         return blocks
 
     def _load(self, values: List[List[Any]]) -> None:
-        """Copies full parameter values (per block, per parameter) into this rank's shards."""
+        """Copies full parameter values (per block, per parameter) into this
+        rank's shards, converted to the parameter's dtype."""
         lib = self._lib
         for b, block_values in zip(self._blocks, values):
             for i, value in enumerate(block_values):
@@ -248,7 +249,8 @@ class ShardedModule:
                 self._check(lib.fragctl_zero3_shard_of(self._z, b.index, i, ctypes.byref(offset),
                                                        ctypes.byref(pointer), ctypes.byref(nbytes)))
                 if pointer.value:
-                    flat = value.detach().to(self.device).contiguous().reshape(-1).view(self._torch.uint8)
+                    flat = value.detach().to(device=self.device, dtype=b.params[i].dtype)
+                    flat = flat.contiguous().reshape(-1).view(self._torch.uint8)
                     self._wrap(pointer.value, nbytes.value).copy_(flat[offset.value:offset.value + nbytes.value])
 
     def _local_shards(self) -> List[Tuple[Any, Any]]:
@@ -458,7 +460,8 @@ class ShardedModule:
 
     def load_full_state_dict(self, state: Dict[str, Any]) -> None:
         """Loads whole parameter values by name (every parameter must be there)
-        into this rank's shards. Every rank calls it with the same values."""
+        into this rank's shards, converted to each parameter's dtype (an fp32
+        state dict into a bf16 model). Every rank calls it with the same values."""
         self._end_open_step()
         values = []
         for b in self._blocks:
