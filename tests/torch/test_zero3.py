@@ -37,8 +37,25 @@ class TwiceApplied(torch.nn.Module if torch is not None else object):
         return self.last(gelu(self.shared(gelu(self.shared(gelu(self.first(x)))))))
 
 
+class RaisesInForward(torch.nn.Module if torch is not None else object):
+    """Owns a weight (a block) and raises after using it while `fail` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(16, 4))
+        self.fail = True
+
+    def forward(self, x):
+        y = x @ self.weight
+        if self.fail:
+            raise KeyError("raised in forward")
+        return y
+
+
 def make_model(kind="mlp"):
     torch.manual_seed(0)
+    if kind == "raises":
+        return RaisesInForward()
     if kind == "twice":
         return TwiceApplied()
     if kind == "transformer":  # nn.MultiheadAttention reads out_proj.weight outside out_proj's forward
@@ -80,6 +97,12 @@ def worker(rank, world, directory, mode, kind="mlp"):
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if mode == "timeout" and rank == world - 1:
             time.sleep(12)  # stops answering
+        elif mode == "raise":
+            with contextlib.suppress(KeyError):
+                sharded(torch.ones(2, 16))
+            out["state"] = sharded.full_state_dict()  # ends the step: needs every block released
+            model.fail = False
+            out["output"] = sharded(torch.ones(2, 16)).detach()
         elif mode == "load_dtype":
             sharded.load_full_state_dict(initial)
             out["reloaded"] = sharded.full_state_dict()
@@ -229,6 +252,14 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertNotIn("error", r, r.get("error"))
             for name, value in expected.items():
                 torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+    def test_an_exception_in_forward_releases_the_blocks_it_held(self):
+        # Regression (review): the block stayed held and the hooks installed.
+        results = run_ranks(2, "raise", kind="raises")
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertTrue(torch.equal(r["state"]["weight"], torch.ones(16, 4)))
+            self.assertTrue(torch.equal(r["output"], torch.full((2, 4), 16.0)))
 
     def test_load_full_state_dict_converts_to_the_parameters_dtype(self):
         # Regression (review): fp32 bytes were copied raw into bf16 shards.

@@ -434,7 +434,21 @@ class ShardedModule:
     # --- the module's surface -------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+        try:
+            return self.module(*args, **kwargs)
+        except BaseException:
+            self._abort_forward()
+            raise
+
+    def _abort_forward(self) -> None:
+        """After an exception in forward: removes the saved-tensor hooks and
+        releases every block the forward still holds (their post-hooks did
+        not run)."""
+        self._root_post(None, None, None)
+        for b in self._blocks:
+            while b.forward_held > 0:
+                b.forward_held -= 1
+                self._release(b)
 
     def parameters(self) -> Iterator[Any]:
         """This rank's shards as Parameters, with ``.grad`` on their gradient
