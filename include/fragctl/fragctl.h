@@ -84,7 +84,9 @@ FRAGCTL_API fragctl_status fragctl_create_from_environment(int device, fragctl_a
 /** Destroys an allocator from fragctl_create*; its FRAGCTL_REPORT file, if
  * any, is written one last time. Every block must have been freed and no
  * queued work may use its memory. NULL is accepted. A process-default
- * allocator cannot be destroyed (INVALID_ARGUMENT). */
+ * allocator cannot be destroyed (INVALID_ARGUMENT); nor can one a checkpoint
+ * store (fragctl_checkpoint_create) still uses (STATE: destroy the store
+ * first; the allocator is left as it was). */
 FRAGCTL_API fragctl_status fragctl_destroy(fragctl_allocator* allocator);
 
 /** Allocates `bytes` usable by work on `stream` from now on; at least

@@ -86,10 +86,6 @@ fragctl_status status_of_current_exception() noexcept {
 using fragctl::capi::fail;
 using fragctl::capi::guarded;
 
-// Returns INVALID_ARGUMENT with `message` unless `condition` holds.
-#define FRAGCTL_REQUIRE(condition, message) \
-  if (!(condition)) return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, message)
-
 extern "C" {
 
 const char* fragctl_version(void) { return FRAGCTL_VERSION; }
@@ -168,6 +164,10 @@ fragctl_status fragctl_destroy(fragctl_allocator* allocator) {
   if (allocator == nullptr) return FRAGCTL_OK;
   FRAGCTL_REQUIRE(!allocator->process_default,
                   "fragctl_destroy: a process-default allocator lives until the process exits");
+  if (allocator->dependents.load() > 0) {
+    return fail(FRAGCTL_ERROR_STATE, "fragctl_destroy: a checkpoint store still uses this allocator; "
+                                     "destroy the store first");
+  }
   return guarded([&] {
     delete allocator;
     return FRAGCTL_OK;

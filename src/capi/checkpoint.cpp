@@ -8,7 +8,20 @@
 #include "capi/handle.hpp"
 #include "fragctl/checkpoint/store.hpp"
 
+/// A store and the allocator handle it counts itself a dependent of.
 struct fragctl_checkpoint_store {
+  fragctl_checkpoint_store(fragctl_allocator* a, std::unique_ptr<fragctl::checkpoint::store> s)
+      : allocator(a), store(std::move(s)), backend(a->stack->backend().name()) {
+    ++allocator->dependents;
+  }
+  ~fragctl_checkpoint_store() {
+    store.reset();
+    --allocator->dependents;
+  }
+  fragctl_checkpoint_store(const fragctl_checkpoint_store&) = delete;
+  fragctl_checkpoint_store& operator=(const fragctl_checkpoint_store&) = delete;
+
+  fragctl_allocator* allocator;
   std::unique_ptr<fragctl::checkpoint::store> store;
   std::string backend;
 };
@@ -17,9 +30,6 @@ namespace {
 
 using fragctl::capi::fail;
 using fragctl::capi::guarded;
-
-#define FRAGCTL_CHECKPOINT_REQUIRE(condition, message) \
-  if (!(condition)) return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, message)
 
 static_assert(FRAGCTL_CHECKPOINT_ABSENT == static_cast<int>(fragctl::checkpoint::residence::absent) &&
               FRAGCTL_CHECKPOINT_DEVICE == static_cast<int>(fragctl::checkpoint::residence::device) &&
@@ -31,7 +41,7 @@ extern "C" {
 
 fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocator, size_t device_budget, size_t prefetch_depth,
                                          int evict_ahead, fragctl_checkpoint_store** out) {
-  FRAGCTL_CHECKPOINT_REQUIRE(allocator != nullptr && out != nullptr,
+  FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr,
                              "fragctl_checkpoint_create: allocator or out is NULL");
   *out = nullptr;
   return guarded([&] {
@@ -39,10 +49,8 @@ fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocator, size_t de
     o.device_budget = device_budget;
     o.prefetch_depth = prefetch_depth;
     o.evict_ahead = evict_ahead != 0;
-    auto handle = std::make_unique<fragctl_checkpoint_store>();
-    handle->backend = std::string(allocator->stack->backend().name());
-    handle->store = std::make_unique<fragctl::checkpoint::store>(allocator->stack->allocator(), std::move(o));
-    *out = handle.release();
+    *out = new fragctl_checkpoint_store(
+        allocator, std::make_unique<fragctl::checkpoint::store>(allocator->stack->allocator(), std::move(o)));
     return FRAGCTL_OK;
   });
 }
@@ -51,7 +59,7 @@ void fragctl_checkpoint_destroy(fragctl_checkpoint_store* store) { delete store;
 
 fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* store, int layer, size_t bytes, void* stream,
                                       void** ptr) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_put: store or ptr is NULL");
+  FRAGCTL_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_put: store or ptr is NULL");
   *ptr = nullptr;
   return guarded([&] {
     *ptr = store->store->put(layer, bytes, stream);
@@ -60,7 +68,7 @@ fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* store, int layer
 }
 
 fragctl_status fragctl_checkpoint_get(fragctl_checkpoint_store* store, int layer, void* stream, void** ptr) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_get: store or ptr is NULL");
+  FRAGCTL_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_get: store or ptr is NULL");
   *ptr = nullptr;
   return guarded([&] {
     *ptr = store->store->get(layer, stream);
@@ -69,13 +77,13 @@ fragctl_status fragctl_checkpoint_get(fragctl_checkpoint_store* store, int layer
 }
 
 fragctl_status fragctl_checkpoint_drop(fragctl_checkpoint_store* store, int layer) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr, "fragctl_checkpoint_drop: store is NULL");
+  FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_drop: store is NULL");
   store->store->drop(layer);
   return FRAGCTL_OK;
 }
 
 fragctl_status fragctl_checkpoint_reset(fragctl_checkpoint_store* store) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr, "fragctl_checkpoint_reset: store is NULL");
+  FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_reset: store is NULL");
   return guarded([&] {
     store->store->reset();
     return FRAGCTL_OK;
@@ -83,7 +91,7 @@ fragctl_status fragctl_checkpoint_reset(fragctl_checkpoint_store* store) {
 }
 
 fragctl_status fragctl_checkpoint_synchronize(fragctl_checkpoint_store* store) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr, "fragctl_checkpoint_synchronize: store is NULL");
+  FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_synchronize: store is NULL");
   return guarded([&] {
     store->store->synchronize();
     return FRAGCTL_OK;
@@ -91,7 +99,7 @@ fragctl_status fragctl_checkpoint_synchronize(fragctl_checkpoint_store* store) {
 }
 
 fragctl_status fragctl_checkpoint_where(fragctl_checkpoint_store* store, int layer, int* where) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && where != nullptr, "fragctl_checkpoint_where: store or where is NULL");
+  FRAGCTL_REQUIRE(store != nullptr && where != nullptr, "fragctl_checkpoint_where: store or where is NULL");
   return guarded([&] {
     *where = static_cast<int>(store->store->where(layer));
     return FRAGCTL_OK;
@@ -99,7 +107,7 @@ fragctl_status fragctl_checkpoint_where(fragctl_checkpoint_store* store, int lay
 }
 
 fragctl_status fragctl_checkpoint_copy_stream(fragctl_checkpoint_store* store, void** stream) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && stream != nullptr,
+  FRAGCTL_REQUIRE(store != nullptr && stream != nullptr,
                              "fragctl_checkpoint_copy_stream: store or stream is NULL");
   *stream = store->store->copy_stream();
   return FRAGCTL_OK;
@@ -110,7 +118,7 @@ const char* fragctl_checkpoint_backend(const fragctl_checkpoint_store* store) {
 }
 
 fragctl_status fragctl_checkpoint_stats_json(fragctl_checkpoint_store* store, char** json) {
-  FRAGCTL_CHECKPOINT_REQUIRE(store != nullptr && json != nullptr,
+  FRAGCTL_REQUIRE(store != nullptr && json != nullptr,
                              "fragctl_checkpoint_stats_json: store or json is NULL");
   *json = nullptr;
   return guarded([&] {

@@ -2,6 +2,7 @@
 // status codes. Shared by the C API and the process-default registry.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -11,11 +12,18 @@
 #include "fragctl/policy.hpp"
 
 /// The C API's allocator handle: an allocator stack, owned by the handle.
-/// Process-default handles are never destroyed.
+/// Process-default handles are never destroyed; nor is a handle while
+/// `dependents` (checkpoint stores built on it) is not zero.
 struct fragctl_allocator {
   std::unique_ptr<fragctl::allocator_stack> stack;
   bool process_default = false;
+  std::atomic<int> dependents{0};
 };
+
+// Returns INVALID_ARGUMENT with `message` unless `condition` holds (inside
+// a C API function, where fragctl::capi::fail is visible).
+#define FRAGCTL_REQUIRE(condition, message) \
+  if (!(condition)) return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, message)
 
 namespace fragctl::capi {
 

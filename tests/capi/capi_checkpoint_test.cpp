@@ -102,6 +102,22 @@ TEST(CApiCheckpoint, MisuseBecomesAStatusWithAMessage) {
   fragctl_checkpoint_destroy(nullptr);
 }
 
+// Regression (review): destroying the allocator under a live store left the
+// store on a destroyed allocator.
+TEST(CApiCheckpoint, TheAllocatorCannotBeDestroyedWhileAStoreUsesIt) {
+  fixture f;
+  ASSERT_EQ(fragctl_checkpoint_create(f.allocator, MiB, 0, 0, &f.store), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(fragctl_destroy(f.allocator), FRAGCTL_ERROR_STATE);
+  EXPECT_NE(std::string(fragctl_last_error()).find("checkpoint store"), std::string::npos) << fragctl_last_error();
+  void* p = nullptr;  // the allocator and the store still work
+  EXPECT_EQ(fragctl_checkpoint_put(f.store, 0, 4096, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_NE(p, nullptr);
+  fragctl_checkpoint_destroy(f.store);
+  f.store = nullptr;
+  EXPECT_EQ(fragctl_destroy(f.allocator), FRAGCTL_OK) << fragctl_last_error();
+  f.allocator = nullptr;
+}
+
 TEST(CApiCheckpoint, ParseSizeAcceptsWhatTheOptionsAccept) {
   std::size_t bytes = 0;
   ASSERT_EQ(fragctl_parse_size("8GiB", &bytes), FRAGCTL_OK);

@@ -274,6 +274,23 @@ class OffloadTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "store was closed"):
             loss.backward()
 
+    def test_an_allocator_under_a_live_store_refuses_to_close(self):
+        # Regression (review): closing it left the store on a destroyed allocator.
+        allocator = fragctl.Allocator("caching", backend="sim", sim_backed=True, sim_capacity=64 * MiB)
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", allocator=allocator)
+        with offload:
+            loss = model(x).square().mean()
+        with self.assertRaisesRegex(fragctl.FragctlError, "checkpoint store still uses"):
+            allocator.close()
+        model.zero_grad(set_to_none=True)
+        loss.backward()  # the store still works
+        self.assert_same(expected, [p.grad.clone() for p in model.parameters()])
+        gc.collect()
+        offload.close()
+        allocator.close()
+
 
 if __name__ == "__main__":
     unittest.main()

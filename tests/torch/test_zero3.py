@@ -23,8 +23,41 @@ DS_CONFIG = {"train_batch_size": ROWS, "zero_optimization": {
     "stage3_max_live_parameters": 1e6, "overlap_comm": True}}
 
 
+class TwiceApplied(torch.nn.Module if torch is not None else object):
+    """Applies `shared` twice in one forward (a shared layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(16, 64)
+        self.shared = torch.nn.Linear(64, 64)
+        self.last = torch.nn.Linear(64, 4)
+
+    def forward(self, x):
+        gelu = torch.nn.functional.gelu
+        return self.last(gelu(self.shared(gelu(self.shared(gelu(self.first(x)))))))
+
+
+class RaisesInForward(torch.nn.Module if torch is not None else object):
+    """Owns a weight (a block) and raises after using it while `fail` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(16, 4))
+        self.fail = True
+
+    def forward(self, x):
+        y = x @ self.weight
+        if self.fail:
+            raise KeyError("raised in forward")
+        return y
+
+
 def make_model(kind="mlp"):
     torch.manual_seed(0)
+    if kind == "raises":
+        return RaisesInForward()
+    if kind == "twice":
+        return TwiceApplied()
     if kind == "transformer":  # nn.MultiheadAttention reads out_proj.weight outside out_proj's forward
         return torch.nn.Sequential(torch.nn.Linear(16, 32),
                                    torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
@@ -37,7 +70,7 @@ def make_model(kind="mlp"):
 
 def make_data(kind="mlp"):
     g = torch.Generator().manual_seed(1)
-    shape = (ROWS, 5, 16) if kind == "transformer" else (ROWS, 16)
+    shape = (ROWS, 5, 16) if kind == "transformer" else (ROWS, 16)  # "twice" as "mlp"
     return [torch.randn(*shape, generator=g) for _ in range(STEPS)]
 
 
@@ -56,12 +89,23 @@ def worker(rank, world, directory, mode, kind="mlp"):
                                 world_size=world, timeout=timeout)
         model = make_model(kind)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
+        if mode == "load_dtype":  # a bf16 model loads the fp32 state dict
+            model = model.to(torch.bfloat16)
         originals = list(model.parameters())
         sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
                               block_types=(torch.nn.TransformerEncoderLayer,))
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if mode == "timeout" and rank == world - 1:
             time.sleep(12)  # stops answering
+        elif mode == "raise":
+            with contextlib.suppress(KeyError):
+                sharded(torch.ones(2, 16))
+            out["state"] = sharded.full_state_dict()  # ends the step: needs every block released
+            model.fail = False
+            out["output"] = sharded(torch.ones(2, 16)).detach()
+        elif mode == "load_dtype":
+            sharded.load_full_state_dict(initial)
+            out["reloaded"] = sharded.full_state_dict()
         else:
             opt = optimizer(sharded.parameters())
             offload = None
@@ -70,8 +114,12 @@ def worker(rank, world, directory, mode, kind="mlp"):
                 offload = fragctl.torch.offload_activations(budget="8KiB", min_bytes=1, backend="sim")
             for x in make_data(kind):
                 with offload if offload is not None else contextlib.nullcontext():
-                    loss = sharded(x.chunk(world)[rank]).square().mean()
-                    loss.backward()
+                    if mode == "accumulate":  # two micro-batches, one step
+                        for part in x.chunk(world)[rank].chunk(2):
+                            sharded(part).square().mean().backward()
+                    else:
+                        loss = sharded(x.chunk(world)[rank]).square().mean()
+                        loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             if offload is not None:
@@ -113,11 +161,19 @@ def run_ranks(world, mode, wait=120, kind="mlp"):
     return results
 
 
-def reference_state(kind="mlp"):
+def reference_state(kind="mlp", world=2, micro_batches=1):
+    """The unsharded model trained as `world` ranks of `micro_batches` each
+    would: each step's gradient is the mean over ranks of the sum over the
+    rank's micro-batches."""
     model = make_model(kind)
     opt = optimizer([p for p in model.parameters() if p.requires_grad])
     for x in make_data(kind):
-        model(x).square().mean().backward()
+        if micro_batches == 1:
+            model(x).square().mean().backward()
+        else:
+            for rows in x.chunk(world):
+                for part in rows.chunk(micro_batches):
+                    (model(part).square().mean() / world).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return model.state_dict()
@@ -178,6 +234,42 @@ class Zero3ShardTest(unittest.TestCase):
             for name, value in expected.items():
                 torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
             self.assertEqual(r["stats"]["blocks"], 3)  # Linear, the whole encoder layer, Linear
+
+    def test_a_layer_applied_twice_gets_both_applications_gradients(self):
+        # Regression (review): the second application's gradient overwrote the first's.
+        results = run_ranks(2, "train", kind="twice")
+        expected = reference_state("twice")
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+    def test_gradients_accumulate_over_micro_batches_until_the_step(self):
+        # Regression (review): each backward overwrote the last one's gradient.
+        results = run_ranks(2, "accumulate")
+        expected = reference_state(world=2, micro_batches=2)
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+    def test_an_exception_in_forward_releases_the_blocks_it_held(self):
+        # Regression (review): the block stayed held and the hooks installed.
+        results = run_ranks(2, "raise", kind="raises")
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertTrue(torch.equal(r["state"]["weight"], torch.ones(16, 4)))
+            self.assertTrue(torch.equal(r["output"], torch.full((2, 4), 16.0)))
+
+    def test_load_full_state_dict_converts_to_the_parameters_dtype(self):
+        # Regression (review): fp32 bytes were copied raw into bf16 shards.
+        results = run_ranks(2, "load_dtype")
+        initial = make_model().state_dict()
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in initial.items():
+                self.assertEqual(r["reloaded"][name].dtype, torch.bfloat16, name)
+                self.assertTrue(torch.equal(r["reloaded"][name], value.to(torch.bfloat16)), name)
 
     def test_a_rank_that_stops_answering_times_out_on_the_others(self):
         results = run_ranks(2, "timeout", wait=60)

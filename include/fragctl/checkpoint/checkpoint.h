@@ -6,7 +6,8 @@
  * gives the message, as for the rest of the C API (fragctl.h).
  *
  * The store takes its device region from an allocator of fragctl_create
- * (any policy and backend); the allocator must outlive the store. One thread
+ * (any policy and backend); the allocator must outlive the store
+ * (fragctl_destroy refuses it with FRAGCTL_ERROR_STATE while the store lives). One thread
  * drives one store at a time.
  *
  *   fragctl_allocator* a = NULL;

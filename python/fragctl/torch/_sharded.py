@@ -13,11 +13,13 @@ keep only an empty tensor between uses.
   the memory itself, which the next gather may reuse.
 * Backward: unpacking such a tensor fetches its block again (held until the
   block's gradients are reduced, or until backward ends) and rebuilds the
-  view in the new buffer. A hook on each trainable parameter's
-  AccumulateGrad node copies the gradient, divided by the world size (a
-  mean over ranks, as DDP), into the block's reduce bucket and frees it;
-  when a block has all its gradients the bucket is reduce-scattered into
-  the gradient shard. When backward ends (an engine callback) the persistent
+  view in the new buffer. The gather function's backward gets one
+  application's gradient; once every application of the parameter in this
+  forward has reported, their sum, divided by the world size (a mean over
+  ranks, as DDP), goes into the block's reduce bucket; when a block has all
+  its gradients the bucket is reduce-scattered into the gradient shard. A
+  backward adds to gradient shards whose ``.grad`` is still set (torch's
+  accumulation). When backward ends (an engine callback) the persistent
   gradients are summed and every block still held is released.
 * Optimizer: ``parameters()`` are the local shards (each block's trainable
   slice, each persistent trainable parameter) with ``.grad`` pointing at
@@ -69,7 +71,7 @@ class _Param(ctypes.Structure):
 
 class _Block:
     __slots__ = ("index", "name", "module", "keys", "owners", "attrs", "params", "shapes", "trainable", "views",
-                 "forward_held", "backward_held", "bucket", "received")
+                 "forward_held", "backward_held", "bucket", "received", "uses", "partial")
 
     def __init__(self, index, name, module, owned):
         """`owned`: (state-dict key, owning module, attribute, Parameter) per parameter."""
@@ -87,6 +89,8 @@ class _Block:
         self.backward_held = False
         self.bucket: Optional[List[int]] = None  # gradient addresses while a bucket is held
         self.received: set = set()  # parameters whose gradient arrived this backward
+        self.uses = [0] * len(self.params)  # applications per parameter whose gradient is still due
+        self.partial: List[Any] = [None] * len(self.params)  # the sum of the gradients arrived so far
 
 
 def _gather_function(torch: Any) -> Any:
@@ -145,6 +149,7 @@ class ShardedModule:
         self._by_storage: Dict[int, Tuple[_Block, int]] = {}
         self._step_open = False
         self._backward_queued = False
+        self._carry: Optional[List[Any]] = None  # gradients a backward adds to (accumulation)
         self._saved_hooks = None
         self._outer = None  # the offload_activations block around this forward, if any
         self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
@@ -235,7 +240,8 @@ class ShardedModule:
         return blocks
 
     def _load(self, values: List[List[Any]]) -> None:
-        """Copies full parameter values (per block, per parameter) into this rank's shards."""
+        """Copies full parameter values (per block, per parameter) into this
+        rank's shards, converted to the parameter's dtype."""
         lib = self._lib
         for b, block_values in zip(self._blocks, values):
             for i, value in enumerate(block_values):
@@ -243,7 +249,8 @@ class ShardedModule:
                 self._check(lib.fragctl_zero3_shard_of(self._z, b.index, i, ctypes.byref(offset),
                                                        ctypes.byref(pointer), ctypes.byref(nbytes)))
                 if pointer.value:
-                    flat = value.detach().to(self.device).contiguous().reshape(-1).view(self._torch.uint8)
+                    flat = value.detach().to(device=self.device, dtype=b.params[i].dtype)
+                    flat = flat.contiguous().reshape(-1).view(self._torch.uint8)
                     self._wrap(pointer.value, nbytes.value).copy_(flat[offset.value:offset.value + nbytes.value])
 
     def _local_shards(self) -> List[Tuple[Any, Any]]:
@@ -286,8 +293,10 @@ class ShardedModule:
             grad = self._torch.is_grad_enabled()
             for i, (owner, attr) in enumerate(zip(b.owners, b.attrs)):
                 view = b.views[i]
-                owner.__dict__[attr] = (self._gather.apply(self._anchor, view, self, b, i) if grad and b.trainable[i]
-                                        else view)
+                if grad and b.trainable[i]:
+                    b.uses[i] += 1
+                    view = self._gather.apply(self._anchor, view, self, b, i)
+                owner.__dict__[attr] = view
 
     def _release(self, b: _Block) -> None:
         self._check(self._lib.fragctl_zero3_release(self._z, b.index, self._stream()))
@@ -351,10 +360,34 @@ class ShardedModule:
     # --- gradients ----------------------------------------------------------------
 
     def _on_gradient(self, b: _Block, i: int, grad: Any) -> None:
-        """The whole gradient of parameter `i` of `b` (from the gather function's backward)."""
+        """The gradient of one application of parameter `i` of `b` (from the
+        gather function's backward). A parameter applied several times in the
+        forward (a shared layer, a loop) reaches the bucket once, as the sum of
+        its applications' gradients."""
         if not self._backward_queued:
-            self._backward_queued = True
-            self._torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+            self._begin_backward()
+        b.uses[i] -= 1
+        if b.partial[i] is not None:
+            grad = b.partial[i] + grad
+        if b.uses[i] > 0:
+            b.partial[i] = grad
+            return
+        b.partial[i] = None
+        self._deliver(b, i, grad)
+
+    def _begin_backward(self) -> None:
+        """Queues the end of this backward. Gradients accumulate as torch's do:
+        a shard whose ``.grad`` is still set (no ``zero_grad(set_to_none=True)``
+        since the last backward) gets this backward's gradient added to it."""
+        self._backward_queued = True
+        self._torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+        self._carry = [shard.grad.detach().clone() if shard.grad is not None else None for shard, _ in self._shards]
+        for _, grad in self._shards:
+            grad.zero_()  # a block without gradients this backward contributes zero
+
+    def _deliver(self, b: _Block, i: int, grad: Any) -> None:
+        """Copies the whole gradient of parameter `i` of `b` into its bucket;
+        reduces the block once all its trainable parameters have one."""
         p = b.params[i]
         if b.bucket is None:
             n = len(b.params)
@@ -377,6 +410,11 @@ class ShardedModule:
     def _end_backward(self) -> None:
         self._backward_queued = False
         for b in self._blocks:
+            for i, partial in enumerate(b.partial):  # applications whose output got no gradient
+                if partial is not None:
+                    b.partial[i] = None
+                    self._deliver(b, i, partial)
+            b.uses = [0] * len(b.params)
             if b.bucket is not None:  # a trainable parameter got no gradient this step
                 for i, (p, t) in enumerate(zip(b.params, b.trainable)):
                     if t and i not in b.received:
@@ -386,14 +424,31 @@ class ShardedModule:
                 b.backward_held = False
                 self._release(b)
         self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
-        for shard, grad in self._shards:
+        carry, self._carry = self._carry or [None] * len(self._shards), None
+        for (shard, grad), earlier in zip(self._shards, carry):
+            if earlier is not None:
+                grad.add_(earlier)
             shard.grad = grad
         self._step_open = True
 
     # --- the module's surface -------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+        try:
+            return self.module(*args, **kwargs)
+        except BaseException:
+            self._abort_forward()
+            raise
+
+    def _abort_forward(self) -> None:
+        """After an exception in forward: removes the saved-tensor hooks and
+        releases every block the forward still holds (their post-hooks did
+        not run)."""
+        self._root_post(None, None, None)
+        for b in self._blocks:
+            while b.forward_held > 0:
+                b.forward_held -= 1
+                self._release(b)
 
     def parameters(self) -> Iterator[Any]:
         """This rank's shards as Parameters, with ``.grad`` on their gradient
@@ -419,7 +474,8 @@ class ShardedModule:
 
     def load_full_state_dict(self, state: Dict[str, Any]) -> None:
         """Loads whole parameter values by name (every parameter must be there)
-        into this rank's shards. Every rank calls it with the same values."""
+        into this rank's shards, converted to each parameter's dtype (an fp32
+        state dict into a bf16 model). Every rank calls it with the same values."""
         self._end_open_step()
         values = []
         for b in self._blocks:

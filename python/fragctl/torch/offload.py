@@ -220,8 +220,15 @@ class offload_activations:
                 self._own_allocator = Allocator("caching", backend=backend, device=device_index, **options)
                 allocator = self._own_allocator
         handle = ctypes.c_void_p()
-        _capi.check(_capi.library().fragctl_checkpoint_create(allocator._live(), self.budget, self.prefetch_depth,
-                                                              int(self.evict_ahead), ctypes.byref(handle)))
+        try:
+            _capi.check(_capi.library().fragctl_checkpoint_create(allocator._live(), self.budget,
+                                                                  self.prefetch_depth, int(self.evict_ahead),
+                                                                  ctypes.byref(handle)))
+        except BaseException:
+            if self._own_allocator is not None:  # no store: the private allocator goes too
+                self._own_allocator.close()
+                self._own_allocator = None
+            raise
         self._store = handle
         self._allocator = allocator
 
