@@ -159,7 +159,7 @@ class limiting_adaptor final : public forwarding_adaptor {
 /// (after expand_output_path: "%p" is the pid) share one file. Rows reach the
 /// file when the buffer fills, at destruction, and at every process flush
 /// (fragctl/process_hooks.hpp: exit, SIGTERM/SIGINT/SIGUSR1, fragctl_flush).
-class tracing_adaptor final : public device_allocator {
+class tracing_adaptor final : public forwarding_adaptor {
  public:
   /// Opens `path` for writing; throws fragctl::error if it cannot.
   tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path);
@@ -172,15 +172,7 @@ class tracing_adaptor final : public device_allocator {
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
-  std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
-  pool_state do_state() const override;
-  void do_release_cached() override;
-  device_backend& do_backend() const noexcept override;
-  std::string_view do_name() const noexcept override;
-  memory_snapshot do_memory_map() const override;
-  void do_record_stream(void* ptr, stream_t stream) override;
 
-  std::unique_ptr<device_allocator> upstream_;
   std::shared_ptr<sink> sink_;  // shared by the tracing adaptors of one path
 };
 

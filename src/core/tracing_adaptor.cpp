@@ -167,8 +167,7 @@ tracing_adaptor::sink::~sink() {
 }
 
 tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path)
-    : upstream_(std::move(upstream)) {
-  if (!upstream_) throw invalid_argument("tracing_adaptor: upstream is null");
+    : forwarding_adaptor(std::move(upstream), "tracing_adaptor") {
   open_sinks& all = sinks();
   add_process_client(all, process_layer_trace_files);  // once; later calls find it
   {
@@ -203,7 +202,7 @@ void tracing_adaptor::flush() { sink_->flush("request"); }
 void* tracing_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   void* ptr = nullptr;
   try {
-    ptr = upstream_->allocate(bytes, stream);
+    ptr = upstream().allocate(bytes, stream);
   } catch (const out_of_memory&) {
     sink_->row("oom", nullptr, bytes, stream);
     throw;
@@ -213,7 +212,7 @@ void* tracing_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
 }
 
 free_result tracing_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
-  const free_result result = upstream_->try_deallocate(ptr, bytes, stream);
+  const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   if (result.status == free_status::not_owned) return result;
   try {
     sink_->row("free_requested", ptr, result.status == free_status::ok ? bytes : result.bytes, stream);
@@ -222,15 +221,5 @@ free_result tracing_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_
   }
   return result;
 }
-
-std::size_t tracing_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
-  return upstream_->allocation_size(bytes);
-}
-pool_state tracing_adaptor::do_state() const { return upstream_->state(); }
-void tracing_adaptor::do_release_cached() { upstream_->release_cached(); }
-device_backend& tracing_adaptor::do_backend() const noexcept { return upstream_->backend(); }
-std::string_view tracing_adaptor::do_name() const noexcept { return upstream_->name(); }
-memory_snapshot tracing_adaptor::do_memory_map() const { return upstream_->memory_map(); }
-void tracing_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
 
 }  // namespace fragctl
