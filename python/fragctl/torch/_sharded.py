@@ -209,6 +209,9 @@ class ShardedModule:
     def _check(self, status: int) -> None:
         if status == ZERO3_OK:
             return
+        interrupt, self._collectives.interrupt = self._collectives.interrupt, None
+        if interrupt is not None:
+            raise interrupt
         message = self._lib.fragctl_zero3_last_error().decode(errors="replace")
         if status in (ZERO3_COLLECTIVE, ZERO3_TIMEOUT):
             collective, block, detail = self._collectives.failure or ("", "", "")
