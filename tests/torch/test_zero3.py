@@ -103,6 +103,22 @@ def worker(rank, world, directory, mode, kind="mlp"):
             out["state"] = sharded.full_state_dict()  # ends the step: needs every block released
             model.fail = False
             out["output"] = sharded(torch.ones(2, 16)).detach()
+        elif mode == "interrupt":  # Ctrl-C inside a collective callback
+            class Interrupting:
+                def __getattr__(self, name):
+                    return getattr(dist, name)
+
+                def all_gather(self, *args, **kwargs):
+                    raise KeyboardInterrupt()
+            sharded._collectives.dist = Interrupting()
+            try:
+                sharded(torch.ones(2, 16))
+                out["raised"] = None
+            except KeyboardInterrupt:
+                out["raised"] = "KeyboardInterrupt"
+        elif mode == "close":
+            sharded.close()
+            out["after_close"] = [p.numel() for p in sharded.parameters()]
         elif mode == "load_dtype":
             sharded.load_full_state_dict(initial)
             out["reloaded"] = sharded.full_state_dict()
@@ -260,6 +276,18 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertNotIn("error", r, r.get("error"))
             self.assertTrue(torch.equal(r["state"]["weight"], torch.ones(16, 4)))
             self.assertTrue(torch.equal(r["output"], torch.full((2, 4), 16.0)))
+
+    def test_a_keyboard_interrupt_in_a_collective_reaches_the_caller(self):
+        # Regression (review): the callback returned OK to C and forward went on.
+        for r in run_ranks(2, "interrupt"):
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertEqual(r["raised"], "KeyboardInterrupt")
+
+    def test_close_empties_the_shards(self):
+        # Regression (review): after close() the shards still pointed at freed memory.
+        for r in run_ranks(2, "close"):
+            self.assertNotIn("error", r, r.get("error"))
+            self.assertEqual(r["after_close"], [])
 
     def test_load_full_state_dict_converts_to_the_parameters_dtype(self):
         # Regression (review): fp32 bytes were copied raw into bf16 shards.

@@ -6,7 +6,9 @@ sim-backed memory; CUDA tensors through __cuda_array_interface__ on the
 manager's communication stream) and runs one torch.distributed collective on
 the given process group. A Python exception never crosses into C: it is
 recorded (``failure``) and the callback returns FRAGCTL_ZERO3_COLLECTIVE, or
-FRAGCTL_ZERO3_TIMEOUT when the group's timeout expired.
+FRAGCTL_ZERO3_TIMEOUT when the group's timeout expired. A BaseException that
+is not an Exception (KeyboardInterrupt, SystemExit) is kept in ``interrupt``
+for the caller to re-raise once the manager has returned.
 """
 import ctypes
 from typing import Any, Callable, Optional, Tuple
@@ -55,12 +57,15 @@ class TorchCollectives:
         self.stream = stream
         self.use_all_reduce = dist.get_backend(group) == "gloo"  # gloo has no reduce-scatter
         self.failure: Optional[Tuple[str, str, str]] = None  # (collective, tag, message)
+        self.interrupt: Optional[BaseException] = None  # a KeyboardInterrupt a callback caught
         # Keep the ctypes function objects alive as long as the manager.
         self._all_gather = ALL_GATHER(self._gather)
         self._reduce_scatter = REDUCE_SCATTER(self._scatter)
         self.struct = Collectives(self.rank, self.size, timeout_ms, None, self._all_gather, self._reduce_scatter)
 
     def _fail(self, collective: str, tag: bytes, error: BaseException) -> int:
+        if not isinstance(error, Exception):
+            self.interrupt = error
         self.failure = (collective, tag.decode(errors="replace") if tag else "", "%s: %s" % (type(error).__name__,
                                                                                            error))
         return TIMEOUT if _is_timeout(error) else COLLECTIVE
@@ -74,7 +79,7 @@ class TorchCollectives:
                     send = self.wrap(part.send, part.bytes).clone()
                     self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group)
             return OK
-        except Exception as e:  # noqa: BLE001 (nothing may cross into C)
+        except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("all_gather", tag, e)
 
     def _scatter(self, _context, parts, count, dtype, stream, tag) -> int:
@@ -97,5 +102,5 @@ class TorchCollectives:
                     else:  # torch 1.13
                         self.dist._reduce_scatter_base(recv, send.clone(), group=self.group)
             return OK
-        except Exception as e:  # noqa: BLE001 (nothing may cross into C)
+        except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("reduce_scatter", tag, e)

@@ -134,6 +134,16 @@ class ShardedModule:
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
             ctypes.byref(handle)))
         self._z = handle
+        self._shards: List[Tuple[Any, Any]] = []
+        self._hooks: List[Any] = []
+        try:
+            self._set_up(torch, module)
+        except BaseException:
+            self.close()  # the manager must not outlive a failed shard()
+            raise
+
+    def _set_up(self, torch: Any, module: Any) -> None:
+        """Registers the blocks, loads the values and installs the hooks."""
         for b in self._blocks:
             specs = (_Param * len(b.params))(*[
                 _Param(n.encode(), p.numel(), p.element_size(), int(p.requires_grad))
@@ -199,6 +209,9 @@ class ShardedModule:
     def _check(self, status: int) -> None:
         if status == ZERO3_OK:
             return
+        interrupt, self._collectives.interrupt = self._collectives.interrupt, None
+        if interrupt is not None:
+            raise interrupt
         message = self._lib.fragctl_zero3_last_error().decode(errors="replace")
         if status in (ZERO3_COLLECTIVE, ZERO3_TIMEOUT):
             collective, block, detail = self._collectives.failure or ("", "", "")
@@ -496,6 +509,9 @@ class ShardedModule:
         self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
         self._step_open = False
 
+    def __del__(self) -> None:
+        self.close()
+
     def stats(self) -> Dict[str, Any]:
         """The manager's statistics (docs/zero3.md, "Statistics")."""
         n = self._lib.fragctl_zero3_stats_json(self._z, None, 0)
@@ -504,10 +520,15 @@ class ShardedModule:
         return json.loads(buffer.value.decode())
 
     def close(self) -> None:
-        """Frees the manager; the module keeps empty parameters."""
-        for h in self._hooks:
+        """Frees the manager; the module keeps empty parameters and
+        ``parameters()`` is empty (the shards were the manager's memory)."""
+        for h in getattr(self, "_hooks", ()):
             h.remove()
         self._hooks = []
+        for shard, _ in getattr(self, "_shards", ()):
+            shard.grad = None
+            shard.data = self._torch.empty(0, dtype=shard.dtype)
+        self._shards = []
         if getattr(self, "_z", None):
             self._lib.fragctl_zero3_destroy(self._z)
             self._z = None
