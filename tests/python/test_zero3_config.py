@@ -61,6 +61,13 @@ class ParseConfigTest(unittest.TestCase):
             self.assertIn(part, message)
         self.assertIn("Accepted: stage (3), stage3_max_live_parameters", message)
 
+    def test_hugging_faces_stock_config_without_offload_is_taken(self):
+        stock = {"zero_optimization": {"stage": 3, "offload_param": {"device": "none", "pin_memory": True},
+                                       "offload_optimizer": {"device": "none"}}}
+        self.assertEqual(zero3.parse_config(stock), zero3.parse_config())
+        with self.assertRaisesRegex(ValueError, "offload_optimizer"):
+            zero3.parse_config({"stage": 3, "offload_optimizer": {"device": "nvme"}})
+
     def test_bad_values(self):
         with self.assertRaisesRegex(ValueError, "stage=2"):
             zero3.parse_config(stage=2)

@@ -36,6 +36,11 @@ _ALWAYS = {
     "stage3_gather_fp16_weights_on_model_save": (True, "state_dict() always gathers the full parameters"),
 }
 
+def _no_offload(value: Any) -> bool:
+    """Whether an offload_param / offload_optimizer block asks for no offload (device "none" or absent)."""
+    return isinstance(value, dict) and str(value.get("device", "none")).lower() == "none"
+
+
 # DeepSpeed keys fragctl refuses: key -> why.
 _UNSUPPORTED = {
     "offload_param": "parameters are not offloaded to CPU or NVMe (use fragctl.torch.offload_activations for "
@@ -150,6 +155,8 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
     block.update(options)
     problems = []
     for key in sorted(block):
+        if key in ("offload_param", "offload_optimizer") and _no_offload(block[key]):
+            continue  # Hugging Face's stock stage-3 config: {"device": "none"} means no offload
         if key in _UNSUPPORTED:
             problems.append("%s (unsupported: %s)" % (key, _UNSUPPORTED[key]))
         elif key in _ALWAYS and block[key] != _ALWAYS[key][0]:
