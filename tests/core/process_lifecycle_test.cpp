@@ -41,6 +41,7 @@
 // from those threads' stacks, which the child does not have: LeakSanitizer's
 // check at the child's exit would report it as leaked and fail the child.
 // A child that sets this flag skips that check (LSan asks this function).
+// Every child of this program is forked through fork_child(), which sets it.
 namespace {
 std::atomic<bool> skip_leak_check_at_exit{false};
 }  // namespace
@@ -72,6 +73,13 @@ config sim_config() {
 std::unique_ptr<allocator_stack> sim_stack(const config& cfg) {
   return std::make_unique<allocator_stack>(std::make_unique<sim_backend>(sim_options{.capacity = cfg.sim_capacity}),
                                            cfg);
+}
+
+// fork(), the child skipping LeakSanitizer's check at its exit.
+pid_t fork_child() {
+  const pid_t pid = ::fork();
+  if (pid == 0) skip_leak_check_at_exit = true;
+  return pid;
 }
 
 // Waits for `child` at most `bound`; a child still running then is killed and
@@ -124,7 +132,7 @@ TEST(process_lifecycle, fork_under_load_never_hangs_a_child) {
   int hung = 0;
   int failed = 0;
   for (int i = 0; i < 200; ++i) {
-    const pid_t child = ::fork();
+    const pid_t child = fork_child();
     ASSERT_GE(child, 0);
     if (child == 0) {
       // The inherited allocator is consistent and unlocked in the child.
@@ -156,7 +164,7 @@ TEST(process_lifecycle, forked_child_never_writes_its_parents_report) {
   device_allocator& a = stack->allocator();
   void* first = a.allocate(1 * MiB);
 
-  const pid_t child = ::fork();
+  const pid_t child = fork_child();
   ASSERT_GE(child, 0);
   if (child == 0) std::exit(0);
   ASSERT_NE(wait_bounded(child, std::chrono::seconds(20)), -1);
@@ -179,7 +187,7 @@ TEST(process_lifecycle, forked_child_reports_under_its_own_pid) {
   parent_cfg.report_path = (dir / "plain.json").string();
   auto parent_stack = sim_stack(parent_cfg);  // the parent has loaded and used the hooks
 
-  const pid_t child = ::fork();
+  const pid_t child = fork_child();
   ASSERT_GE(child, 0);
   if (child == 0) {
     config with_pid = sim_config();
@@ -290,7 +298,7 @@ struct ended_child : counted {
 };
 
 ended_child run_child(const fs::path& dir, std::size_t n, const std::function<void()>& end) {
-  const pid_t child = ::fork();
+  const pid_t child = fork_child();
   if (child == 0) {
     config cfg = sim_config();
     cfg.report_path = (dir / "report.%p.json").string();
@@ -458,10 +466,9 @@ TEST(process_lifecycle, fork_while_threads_log_and_open_traces_never_hangs_a_chi
   int failed = 0;
   std::vector<pid_t> children;
   for (int i = 0; i < 40 && hung == 0; ++i) {
-    const pid_t child = ::fork();
+    const pid_t child = fork_child();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      skip_leak_check_at_exit = true;
       logger().warn("child line");
       sim_backend backend;
       tracing_adaptor t(std::make_unique<fragctl::testing::passthrough_allocator>(backend),
@@ -489,7 +496,7 @@ TEST(process_lifecycle, fork_while_threads_log_and_open_traces_never_hangs_a_chi
 
 // Regression (issue 18): SIGUSR1 before the first allocator ended the process.
 TEST(process_lifecycle, sigusr1_before_any_allocator_is_harmless) {
-  const pid_t child = ::fork();
+  const pid_t child = fork_child();
   ASSERT_GE(child, 0);
   if (child == 0) {
     install_process_hooks();
