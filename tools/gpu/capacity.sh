@@ -14,10 +14,6 @@
 #   tools/gpu/capacity.sh [--quick] [capacity.py options, e.g. --models declm --setups native,arena]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-start=$(date +%s)
-out=${OUT:-gpu-results}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
 source tools/gpu/trainers_setup.sh capacity
 # Whatever the build took, stop bisecting so that the script ends within 10 minutes.
 budget=$(( 500 - ($(date +%s) - start) ))

@@ -18,10 +18,6 @@
 #   tools/gpu/trainers.sh --livebytes [--quick]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-start=$(date +%s)
-out=${OUT:-gpu-results}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
 source tools/gpu/trainers_setup.sh trainers
 
 # Whatever the build took, stop starting runs so that the whole script ends

@@ -1,11 +1,15 @@
 # Sourced by tools/gpu/trainers.sh and tools/gpu/capacity.sh, from the
-# repository root, after `out` (results folder) and `start` (epoch seconds)
-# are set: `source tools/gpu/trainers_setup.sh NAME`. Records the machine in
-# $out/NAME-machine.txt, builds libfragctl.so, libfragctl_preload.so and the fragctl CLI in
+# repository root, at their start: `source tools/gpu/trainers_setup.sh NAME`.
+# Sets `start` (epoch seconds) and `out` (the results folder ${OUT:-gpu-results},
+# created, absolute), records the machine in $out/NAME-machine.txt, builds libfragctl.so, libfragctl_preload.so and the fragctl CLI in
 # ${FRAGCTL_BUILD_DIR:-build-trainers} (exits on a failed build), installs the
 # Python package (or falls back to PYTHONPATH=python) and exports
 # FRAGCTL_LIBRARY. Sets `python` and `build`.
 setup_name=$1
+start=$(date +%s)
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 [ -f .devkit/devkit.sh ] && source .devkit/devkit.sh unpack
 python=${PYTHON:-python3}
 {
