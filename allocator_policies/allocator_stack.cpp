@@ -12,7 +12,7 @@
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/stats_export.hpp"
 
 namespace fragctl {
 
@@ -40,20 +40,20 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
                  cfg_.trace_path.empty() ? "" : ", tracing to " + cfg_.trace_path,
                  cfg_.thread_safe ? ", thread-safe" : "");
   if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) {
-    const report_outputs outputs{cfg_.report_path, cfg_.prometheus_path,
-                                 std::chrono::milliseconds(cfg_.report_interval_ms)};
+    const stats_export_outputs outputs{cfg_.report_path, cfg_.prometheus_path,
+                                       std::chrono::milliseconds(cfg_.report_interval_ms)};
     memory_map_source map;
     if (cfg_.report_map) map = [this] { return top_->memory_map(); };
     allocator_lock lock;
     if (const auto* safe = dynamic_cast<const thread_safe_adaptor*>(top_.get())) {
       lock = {[safe] { safe->lock(); }, [safe] { safe->unlock(); }};
     }
-    register_report_source(this, outputs, [this] { return stats(); }, std::move(map), std::move(lock));
+    register_stats_export(this, outputs, [this] { return stats(); }, std::move(map), std::move(lock));
   }
 }
 
 allocator_stack::~allocator_stack() {
-  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_report_source(this);
+  if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_stats_export(this);
 }
 
 void allocator_stack::set_limit(std::size_t bytes) noexcept { limiting_->set_limit(bytes != 0 ? bytes : SIZE_MAX); }
@@ -72,8 +72,8 @@ allocator_stats allocator_stack::stats() const {
   return s;
 }
 
-allocator_report allocator_stack::report() const {
-  allocator_report r{stats(), std::nullopt};
+stats_export_entry allocator_stack::export_entry() const {
+  stats_export_entry r{stats(), std::nullopt};
   if (cfg_.report_map) r.map = top_->memory_map();
   return r;
 }

@@ -1,5 +1,5 @@
 // libFuzzer target: statistics and report JSON (stats_from_json,
-// report_from_json) and their round trips (fuzz/harness/parsers.hpp).
+// stats_export_from_json) and their round trips (fuzz/harness/parsers.hpp).
 // The same harness runs over the committed corpus in
 // tests/reliability/fuzz_corpus_test.cpp.
 #include <cstddef>

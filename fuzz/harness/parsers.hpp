@@ -22,10 +22,10 @@
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
 #include "fragctl/run_report.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/trace.hpp"
 #include "fuzz/harness/alloc_sequence.hpp"
 #include "fuzz/harness/block_model.hpp"
@@ -188,7 +188,7 @@ inline void run_pickle(const std::uint8_t* data, std::size_t size) {
 }
 
 /// Statistics and report JSON: what is accepted must read back the same
-/// after to_json / report_to_json, and export to Prometheus text.
+/// after to_json / stats_export_to_json, and export to Prometheus text.
 inline void run_stats_json(const std::uint8_t* data, std::size_t size) {
   const std::string_view text = as_text(data, size);
   if (auto s = stats_from_json(text); s.ok()) {
@@ -200,9 +200,11 @@ inline void run_stats_json(const std::uint8_t* data, std::size_t size) {
           "statistics changed across to_json and stats_from_json");
     check(!to_prometheus(*s).empty(), "empty Prometheus text");
   }
-  if (auto r = report_from_json(text); r.ok()) {
-    auto back = report_from_json(report_to_json(*r, "request"));
-    check(back.ok() && back->size() == r->size(), "report_to_json output does not read back");
+  if (auto r = stats_export_from_json(text); r.ok()) {
+    std::vector<stats_export_entry> entries;
+    for (const allocator_stats& s : *r) entries.push_back({s, std::nullopt});
+    auto back = stats_export_from_json(stats_export_to_json(entries, "request"));
+    check(back.ok() && back->size() == r->size(), "stats_export_to_json output does not read back");
   }
 }
 

@@ -16,7 +16,7 @@ namespace fragctl {
 
 class statistics_adaptor;
 class limiting_adaptor;
-struct allocator_report;  // fragctl/report.hpp
+struct stats_export_entry;  // fragctl/stats_export.hpp
 
 /// The backend it owns, the policy chain, and the adaptors the configuration
 /// asks for, from the outside in: thread_safe (if cfg.thread_safe) > tracing
@@ -26,7 +26,7 @@ struct allocator_report;  // fragctl/report.hpp
 /// Construction applies cfg.log_level (set_log_level) and throws
 /// invalid_argument for an unknown level or a bad policy expression. With
 /// cfg.report_path or cfg.prometheus_path set, the stack joins the
-/// FRAGCTL_REPORT registry (fragctl/report.hpp): its statistics (and, with
+/// FRAGCTL_REPORT registry (fragctl/stats_export.hpp): its statistics (and, with
 /// cfg.report_map, its memory map) are written there on SIGUSR1, at exit,
 /// when it is destroyed, and every cfg.report_interval_ms.
 class allocator_stack {
@@ -51,8 +51,9 @@ class allocator_stack {
   /// Callable from any thread (the pool state is read through the lock).
   [[nodiscard]] allocator_stats stats() const;
   /// Statistics and, with configuration().report_map, the memory map: what
-  /// the stack's JSON report carries for it (include fragctl/report.hpp).
-  [[nodiscard]] allocator_report report() const;
+  /// the stack's FRAGCTL_REPORT document carries for it (include
+  /// fragctl/stats_export.hpp).
+  [[nodiscard]] stats_export_entry export_entry() const;
 
  private:
   config cfg_;

@@ -1,5 +1,5 @@
-// The process lifecycle that reports (fragctl/report.hpp) and traces
-// (tracing_adaptor) share (docs/reliability.md, "Process lifecycle"): one
+// The process lifecycle that the stats export (fragctl/stats_export.hpp) and
+// traces (tracing_adaptor) share (docs/reliability.md, "Process lifecycle"): one
 // mechanism writes every output on exit(), on SIGTERM / SIGINT / SIGUSR1 and
 // on an explicit flush, and keeps them sane across fork().
 //
@@ -47,11 +47,11 @@ class process_client {
   virtual void fork_child() noexcept {}
 };
 
-/// Lock order between clients: a report registry (whose lock is taken
+/// Lock order between clients: the stats export registry (whose lock is taken
 /// before the allocators' locks) comes before the trace sinks (whose locks an
 /// allocator takes while holding its own), and the table of open trace files
 /// (which takes no client's lock inside its own) after them.
-inline constexpr int process_layer_reports = 0;
+inline constexpr int process_layer_stats_export = 0;
 inline constexpr int process_layer_traces = 1;
 inline constexpr int process_layer_trace_files = 2;
 

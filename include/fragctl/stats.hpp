@@ -102,10 +102,11 @@ struct allocator_stats {
 /// with allocator, backend and device.
 [[nodiscard]] std::string to_prometheus(const allocator_stats& s);
 
-/// Reads statistics back from to_json's output, or from a report
-/// (fragctl/report.hpp) holding exactly one allocator. Fields missing from the
-/// document stay zero (older writers); a wrong type, a schema_version newer
-/// than stats_schema_version, or a report of several allocators is an error.
+/// Reads statistics back from to_json's output, or from a FRAGCTL_REPORT
+/// document (fragctl/stats_export.hpp) holding exactly one allocator. Fields
+/// missing from the document stay zero (older writers); a wrong type, a
+/// schema_version newer than stats_schema_version, or a document of several
+/// allocators is an error.
 [[nodiscard]] absl::StatusOr<allocator_stats> stats_from_json(std::string_view json);
 
 }  // namespace fragctl

@@ -15,8 +15,8 @@
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/process_hooks.hpp"
-#include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/version.hpp"
 #include "util/error_class.hpp"
 #include "util/strings.hpp"
@@ -318,8 +318,8 @@ void fragctl_string_free(char* text) { std::free(text); }
 fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path) {
   FRAGCTL_REQUIRE(allocator != nullptr && path != nullptr, "fragctl_write_report: allocator or path is NULL");
   return guarded([&] {
-    const std::vector<fragctl::allocator_report> one{allocator->stack->report()};
-    return fragctl::capi::from_status(fragctl::write_report_file(path, one, "request"));
+    const std::vector<fragctl::stats_export_entry> one{allocator->stack->export_entry()};
+    return fragctl::capi::from_status(fragctl::write_stats_export_file(path, one, "request"));
   });
 }
 
@@ -375,9 +375,9 @@ fragctl_status fragctl_default_allocator(int device, int create, fragctl_allocat
 fragctl_status fragctl_write_default_report(const char* path) {
   FRAGCTL_REQUIRE(path != nullptr, "fragctl_write_default_report: path is NULL");
   return guarded([&] {
-    std::vector<fragctl::allocator_report> all;
-    for (fragctl_allocator* a : fragctl::capi::default_allocators()) all.push_back(a->stack->report());
-    return fragctl::capi::from_status(fragctl::write_report_file(path, all, "request"));
+    std::vector<fragctl::stats_export_entry> all;
+    for (fragctl_allocator* a : fragctl::capi::default_allocators()) all.push_back(a->stack->export_entry());
+    return fragctl::capi::from_status(fragctl::write_stats_export_file(path, all, "request"));
   });
 }
 

@@ -6,7 +6,7 @@
 // Why never destroyed: frees arrive during process exit (PyTorch's and the
 // CUDA runtime's static destructors free what they hold), after any static
 // allocator would be gone. The FRAGCTL_REPORT registry writes their report at
-// exit (fragctl/report.hpp), which needs no device call.
+// exit (fragctl/stats_export.hpp), which needs no device call.
 #pragma once
 
 #include <optional>

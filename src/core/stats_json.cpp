@@ -257,7 +257,7 @@ absl::StatusOr<allocator_stats> stats_from_json(std::string_view text) {
     if (!list.is_array()) return absl::InvalidArgumentError("report JSON: \"allocators\" is not an array");
     if (list.size() != 1) {
       return absl::InvalidArgumentError(fmt::format(
-          "report JSON: holds {} allocators, expected exactly one (read it with report_from_json)", list.size()));
+          "report JSON: holds {} allocators, expected exactly one (read it with stats_export_from_json)", list.size()));
     }
     return detail::stats_from_json_value(list[0], "report JSON: allocators[0]");
   }

@@ -1,5 +1,6 @@
 // The JSON form of allocator_stats as an nlohmann::json value, shared by
-// stats.cpp (to_json, stats_from_json) and report.cpp (the report document).
+// stats_json.cpp (to_json, stats_from_json) and stats_export.cpp (the
+// FRAGCTL_REPORT document).
 // Key names are the stable schema of docs/statistics.md.
 #pragma once
 

@@ -1,6 +1,6 @@
 // allocator_stats as Prometheus text: one allocator (to_prometheus,
 // fragctl/stats.hpp) and several merged into one exposition
-// (prometheus_text, fragctl/report.hpp). Metric names are the public schema
+// (prometheus_text, fragctl/stats_export.hpp). Metric names are the public schema
 // of docs/statistics.md.
 #include <iterator>
 #include <map>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "fmt/format.h"
-#include "fragctl/report.hpp"
 #include "fragctl/stats.hpp"
+#include "fragctl/stats_export.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {

@@ -14,8 +14,6 @@
 
 namespace fragctl::util {
 
-/// std::string_view -> absl::string_view, for the Abseil calls that need one.
-[[nodiscard]] inline absl::string_view to_absl(std::string_view s) noexcept { return {s.data(), s.size()}; }
 /// absl::string_view -> std::string_view.
 [[nodiscard]] inline std::string_view to_std(absl::string_view s) noexcept { return {s.data(), s.size()}; }
 

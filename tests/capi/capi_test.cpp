@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "fragctl/error.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/stats.hpp"
 #include "support/test_support.hpp"
 
@@ -181,7 +181,7 @@ TEST(CApi, WriteReportWritesAReadableDocument) {
   ASSERT_EQ(fragctl_malloc(a, &p, 1000, nullptr), FRAGCTL_OK);
   const std::string path = temp_path("capi_report.json");
   ASSERT_EQ(fragctl_write_report(a, path.c_str()), FRAGCTL_OK) << fragctl_last_error();
-  auto report = fragctl::report_from_json(read_file(path));
+  auto report = fragctl::stats_export_from_json(read_file(path));
   ASSERT_TRUE(report.ok());
   ASSERT_EQ(report->size(), 1u);
   EXPECT_EQ(report->front().allocator, "buckets:caching");
@@ -294,7 +294,7 @@ TEST(CApiDefaultsDeathTest, DefaultReportHoldsEveryDevice) {
     ASSERT_EQ(fragctl_default_allocator(3, 1, &d), FRAGCTL_OK);
     const std::string path = temp_path("capi_default_report.json");
     ASSERT_EQ(fragctl_write_default_report(path.c_str()), FRAGCTL_OK) << fragctl_last_error();
-    auto report = fragctl::report_from_json(read_file(path));
+    auto report = fragctl::stats_export_from_json(read_file(path));
     ASSERT_TRUE(report.ok());
     ASSERT_EQ(report->size(), 2u);
     EXPECT_EQ((*report)[0].device, 0);

@@ -29,12 +29,13 @@
 #include "fragctl/log.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/process_hooks.hpp"
-#include "fragctl/report.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/trace.hpp"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/log_capture.hpp"
+#include "support/stats_export_support.hpp"
 #include "support/test_support.hpp"
 
 // Children forked while other threads run inherit memory reachable only
@@ -51,6 +52,7 @@ namespace fragctl {
 namespace {
 
 namespace fs = std::filesystem;
+using fragctl::testing::export_entries;
 using fragctl::testing::occurrences;
 using fragctl::testing::read_file;
 using fragctl::testing::scoped_environment;
@@ -98,7 +100,7 @@ int wait_bounded(pid_t child, std::chrono::seconds bound) {
 }
 
 std::size_t allocations_in_report(const fs::path& path) {
-  auto report = report_from_json(read_file(path));
+  auto report = stats_export_from_json(read_file(path));
   if (!report.ok() || report->empty()) return 0;
   std::size_t n = 0;
   for (const allocator_stats& s : *report) n += s.allocations;
@@ -223,7 +225,7 @@ TEST(process_lifecycle, report_write_never_follows_a_planted_symlink) {
   allocator_stats s;
   s.allocator = "caching";
   s.allocations = 7;
-  ASSERT_TRUE(write_report_file(target.string(), std::vector<allocator_stats>{s}, "request").ok());
+  ASSERT_TRUE(write_stats_export_file(target.string(), export_entries({s}), "request").ok());
   EXPECT_EQ(read_file(victim), "keep");
   EXPECT_EQ(allocations_in_report(target), 7u);
   std::size_t entries = 0;
@@ -248,7 +250,7 @@ TEST(process_lifecycle, empty_output_path_is_dropped) {
   EXPECT_EQ(output_failures(), failures);
   EXPECT_EQ(allocations_in_report(dir / "report.json"), 0u);
   EXPECT_TRUE(fs::exists(dir / "report.json"));
-  EXPECT_FALSE(write_report_file("", std::vector<allocator_stats>{}, "request").ok());
+  EXPECT_FALSE(write_stats_export_file("", {}, "request").ok());
 }
 
 // Regression (issue 18): the registry kept every destroyed allocator, and
@@ -257,10 +259,10 @@ TEST(process_lifecycle, registry_forgets_old_destroyed_allocators) {
   const fs::path dir = fresh_dir("forget");
   config cfg = sim_config();
   cfg.report_path = (dir / "report.json").string();
-  for (std::size_t i = 0; i < 3 * report_retired_kept; ++i) sim_stack(cfg).reset();
-  auto report = report_from_json(read_file(dir / "report.json"));
+  for (std::size_t i = 0; i < 3 * stats_export_retired_kept; ++i) sim_stack(cfg).reset();
+  auto report = stats_export_from_json(read_file(dir / "report.json"));
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->size(), report_retired_kept);
+  EXPECT_EQ(report->size(), stats_export_retired_kept);
 }
 
 // The allocations and frees a report counts and those its trace recorded.
@@ -277,7 +279,7 @@ struct counted {
 };
 
 void count_report(const fs::path& path, counted& c) {
-  auto report = report_from_json(read_file(path));
+  auto report = stats_export_from_json(read_file(path));
   if (!report.ok()) return;
   for (const allocator_stats& s : *report) {
     c.report_allocations += s.allocations;

@@ -19,19 +19,21 @@
 #include "fragctl/fragctl.h"
 #include "fragctl/log.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/trace.hpp"
 #include "fuzz/harness/block_model.hpp"
 #include "fuzz/harness/policy_cases.hpp"
 #include "support/log_capture.hpp"
+#include "support/stats_export_support.hpp"
 #include "support/test_support.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl::fuzz {
 namespace {
 
+using fragctl::testing::export_entries;
 using fragctl::testing::log_capture;
 using fragctl::testing::read_file;
 using fragctl::testing::test_data;
@@ -399,8 +401,8 @@ TEST(bad_input_files, truncated_or_malformed_report_is_an_error_naming_the_field
   allocator_stats s;
   s.allocator = "caching";
   s.requested = {1, 2};
-  const std::string report = report_to_json({s}, "exit");
-  const auto truncated = report_from_json(report.substr(0, report.size() / 2));
+  const std::string report = stats_export_to_json(export_entries({s}), "exit");
+  const auto truncated = stats_export_from_json(report.substr(0, report.size() / 2));
   ASSERT_FALSE(truncated.ok());
   EXPECT_NE(std::string(truncated.status().message()).find("not valid JSON"), std::string::npos);
   EXPECT_FALSE(stats_from_json(to_json(s).substr(0, 40)).ok());
@@ -416,7 +418,8 @@ TEST(bad_input_files, truncated_or_malformed_report_is_an_error_naming_the_field
 }
 
 TEST(bad_input_files, truncated_warmup_profile_stops_the_warmup_policy_with_its_path) {
-  const std::string path = scratch("truncated_report.json", report_to_json({allocator_stats{}}, "exit").substr(0, 30));
+  const std::string path =
+      scratch("truncated_report.json", stats_export_to_json(export_entries({allocator_stats{}}), "exit").substr(0, 30));
   auto cfg = parse_config("warmup_profile:" + path);
   ASSERT_TRUE(cfg.ok());
   sim_backend sim;

@@ -16,8 +16,8 @@
 #include "fmt/format.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
 #include "fragctl/run_report.hpp"
+#include "fragctl/stats_export.hpp"
 #include "nlohmann/json.hpp"
 #include "support/test_support.hpp"
 
@@ -110,8 +110,13 @@ TEST(live_export, interval_rewrites_report_and_prometheus_file) {
   auto stack = make_allocator(cfg);
   void* p = stack->allocator().allocate(3 * MiB);
 
-  const std::uint64_t before = reports_written();
-  ASSERT_TRUE(eventually([&] { return reports_written() >= before + 4; }));  // two ticks, two files each
+  // A tick after the allocation has rewritten both files (the JSON document
+  // is written first, so the Prometheus text is the one to wait for).
+  const std::string live_sample =
+      "fragctl_requested_bytes{allocator=\"caching\",backend=\"sim\",device=\"0\"} 3145728\n";
+  ASSERT_TRUE(eventually([&] {
+    return fs::exists(dir / "job.prom") && read_file(dir / "job.prom").find(live_sample) != std::string::npos;
+  }));
   const auto doc = nlohmann::json::parse(read_file(dir / "job.json"));
   EXPECT_EQ(doc["reason"], "interval");
   ASSERT_EQ(doc["allocators"].size(), 1u);

@@ -23,7 +23,7 @@
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/process_hooks.hpp"
 
 namespace fragctl {
 namespace {
@@ -124,7 +124,7 @@ TEST_F(oom_cuda, prometheus_file_has_cuda_labels) {
   cfg.report_path = (dir / "gpu.json").string();
   auto stack = make_allocator(cfg);
   void* p = stack->allocator().allocate(64 * MiB);
-  ASSERT_EQ(write_reports("request"), 2u);
+  ASSERT_EQ(flush_process_outputs("request"), 2u);
   std::ifstream in(dir / "gpu.prom");
   std::ostringstream text;
   text << in.rdbuf();

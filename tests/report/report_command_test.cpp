@@ -15,7 +15,7 @@
 #include "fmt/format.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/process_hooks.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
@@ -54,7 +54,7 @@ class report_command : public ::testing::Test {
     cfg.report_path = (dir_ / name).string();
     auto stack = make_allocator(cfg);
     void* p = stack->allocator().allocate(live);
-    EXPECT_EQ(write_reports("request"), 1u);
+    EXPECT_EQ(flush_process_outputs("request"), 1u);
     stack->allocator().deallocate(p, live);
     return (dir_ / name).string();
   }

@@ -8,15 +8,17 @@
 #include <vector>
 
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/version.hpp"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/stats_export_support.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::export_entries;
 using fragctl::testing::fragctl_binary;
 using fragctl::testing::run_fragctl;
 using fragctl::testing::run_result;
@@ -63,7 +65,7 @@ std::string two_device_report() {
   }
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("fragctl_two_devices_" + std::to_string(::getpid()) + ".json")).string();
-  EXPECT_TRUE(write_report_file(path, devices, "test").ok());
+  EXPECT_TRUE(write_stats_export_file(path, export_entries(devices), "test").ok());
   return path;
 }
 
@@ -80,7 +82,7 @@ TEST_F(FragctlCliConventions, ReportOfSeveralDevicesIsSummarizedPerDevice) {
   const std::string one = path + ".one.json";
   std::vector<allocator_stats> single(1);
   single[0].allocator = "caching";
-  ASSERT_TRUE(write_report_file(one, single, "test").ok());
+  ASSERT_TRUE(write_stats_export_file(one, export_entries(single), "test").ok());
   const run_result compared = run_fragctl("report '" + path + "' '" + one + "'");
   EXPECT_EQ(compared.status, 0) << compared.out;
   EXPECT_EQ(compared.out.find("== device"), std::string::npos) << compared.out;

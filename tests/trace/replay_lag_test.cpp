@@ -11,20 +11,14 @@
 #include "fragctl/trace.hpp"
 #include "gtest/gtest.h"
 #include "support/test_support.hpp"
+#include "support/trace_support.hpp"
 #include "trace/gpu_lag.hpp"
 
 namespace fragctl {
 namespace {
 
 using action = trace_event::action;
-
-trace make_trace(std::vector<trace_event> events) {
-  trace t;
-  t.name = "hand-made";
-  t.format = "fragctl-csv";
-  t.events = std::move(events);
-  return t;
-}
+using fragctl::testing::hand_made_trace;
 
 trace shared_trace(const std::string& file) {
   auto t = read_trace(testing::test_data(file));
@@ -106,7 +100,7 @@ TEST(GpuLag, WorkCompletesOnceTheReplayPassesItsTimePlusTheLag) {
 // unmap that span: without waiting it creates all 48 MiB, with
 // wait_before_growing (issue 16) it waits for the free and re-stitches.
 trace freed_span_then_larger_block() {
-  return make_trace({
+  return hand_made_trace({
       {action::alloc, 0xa000, 32 * MiB, 0, 0},
       {action::alloc, 0xb000, 1 * MiB, 0, 10},
       {action::free, 0xa000, 32 * MiB, 0, 20},

@@ -10,19 +10,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/trace_support.hpp"
 
 namespace fragctl {
 namespace {
 
 using action = trace_event::action;
-
-trace make_trace(std::vector<trace_event> events) {
-  trace t;
-  t.name = "hand-made";
-  t.format = "fragctl-csv";
-  t.events = std::move(events);
-  return t;
-}
+using fragctl::testing::hand_made_trace;
 
 replay_options sim_options(std::size_t capacity = 80 * GiB) {
   replay_options o;
@@ -33,7 +27,7 @@ replay_options sim_options(std::size_t capacity = 80 * GiB) {
 }
 
 TEST(Replay, PeaksAndCounts) {
-  const trace t = make_trace({
+  const trace t = hand_made_trace({
       {action::alloc, 0x1000, 1 * MiB, 0, 1},
       {action::alloc, 0x2000, 2 * MiB, 0, 2},
       {action::free, 0x1000, 1 * MiB, 0, 3},
@@ -69,7 +63,7 @@ TEST(Replay, PeaksAndCounts) {
 }
 
 TEST(Replay, OomSkipsTheFreeOfTheFailedBlock) {
-  const trace t = make_trace({
+  const trace t = hand_made_trace({
       {action::alloc, 0x1000, 16 * MiB, 0, 1},
       {action::alloc, 0x2000, 1 * GiB, 0, 2},  // does not fit in 64 MiB
       {action::free, 0x2000, 1 * GiB, 0, 3},
@@ -85,7 +79,7 @@ TEST(Replay, OomSkipsTheFreeOfTheFailedBlock) {
 }
 
 TEST(Replay, AllocOverALiveAddressFreesTheOldBlockFirst) {
-  const trace t = make_trace({
+  const trace t = hand_made_trace({
       {action::alloc, 0x1000, 1 * MiB, 0, 1},
       {action::alloc, 0x1000, 2 * MiB, 0, 2},  // the trace lost the free of the first block
       {action::free, 0x1000, 2 * MiB, 0, 3},
@@ -98,7 +92,7 @@ TEST(Replay, AllocOverALiveAddressFreesTheOldBlockFirst) {
 }
 
 TEST(Replay, BlocksLiveAtTheEndAreInTheStatsAndThenFreed) {
-  const trace t = make_trace({
+  const trace t = hand_made_trace({
       {action::alloc, 0x1000, 3 * MiB, 0, 1},
       {action::alloc, 0x2000, 1 * MiB, 0, 2},
       {action::free, 0x2000, 1 * MiB, 0, 3},
@@ -110,7 +104,7 @@ TEST(Replay, BlocksLiveAtTheEndAreInTheStatsAndThenFreed) {
 }
 
 TEST(Replay, EachNonZeroStreamIdGetsItsOwnStream) {
-  const trace t = make_trace({
+  const trace t = hand_made_trace({
       {action::alloc, 0x1000, 1 * MiB, 0, 1},
       {action::alloc, 0x2000, 1 * MiB, 77, 2},
       {action::alloc, 0x3000, 1 * MiB, 78, 3},
@@ -123,7 +117,7 @@ TEST(Replay, EachNonZeroStreamIdGetsItsOwnStream) {
 }
 
 TEST(Replay, EmptyTrace) {
-  const replay_result r = replay(make_trace({}), sim_options());
+  const replay_result r = replay(hand_made_trace({}), sim_options());
   EXPECT_EQ(r.operations, 0u);
   EXPECT_EQ(r.peak_requested, 0u);
   EXPECT_EQ(r.median_ns, 0.0);
@@ -133,7 +127,7 @@ TEST(Replay, EmptyTrace) {
 TEST(Replay, BadPolicyThrowsInvalidArgument) {
   replay_options o = sim_options();
   o.policy = "no-such-policy";
-  EXPECT_THROW((void)replay(make_trace({}), o), invalid_argument);
+  EXPECT_THROW((void)replay(hand_made_trace({}), o), invalid_argument);
 }
 
 TEST(Replay, PolicySetCoversEveryRegisteredPolicyInADocumentedComposition) {
@@ -152,7 +146,7 @@ TEST(Replay, PolicySetCoversEveryRegisteredPolicyInADocumentedComposition) {
 // Issue 18: one row over 2^62 bytes (invalid_argument) aborted the policy's
 // whole replay; it is counted as refused and the rest replays.
 TEST(Replay, OversizedRowIsRefusedAndTheReplayGoesOn) {
-  const trace t = make_trace({
+  const trace t = hand_made_trace({
       {action::alloc, 0x1000, 1 * MiB, 0, 1},
       {action::alloc, 0x2000, SIZE_MAX, 0, 2},
       {action::alloc, 0x3000, 2 * MiB, 0, 3},
@@ -174,7 +168,7 @@ TEST(Replay, OversizedRowIsRefusedAndTheReplayGoesOn) {
 }
 
 TEST(Replay, JsonHasEveryField) {
-  const replay_result r = replay(make_trace({{action::alloc, 0x1000, 4096, 0, 1}}), sim_options());
+  const replay_result r = replay(hand_made_trace({{action::alloc, 0x1000, 4096, 0, 1}}), sim_options());
   const auto j = nlohmann::json::parse(to_json(std::vector<replay_result>{r, r}));
   ASSERT_TRUE(j.is_array());
   ASSERT_EQ(j.size(), 2u);

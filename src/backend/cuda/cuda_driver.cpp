@@ -1,13 +1,14 @@
 #include "backend/cuda/cuda_driver.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
+#include "util/shared_library.hpp"
 
 namespace fragctl::cuda {
 
@@ -37,17 +38,13 @@ std::string version_text(int version) {
   return fmt::format("{}.{}", version / 1000, (version % 1000) / 10);
 }
 
-template <class F>
-F plain_symbol(void* library, const char* name) {
-  return reinterpret_cast<F>(dlsym(library, name));
-}
-
 /// Resolves entries for one ABI version each: through cuGetProcAddress_v2
-/// where the driver has it, else by the exported, versioned symbol name.
+/// where the driver has it, else by the exported, versioned symbol name;
+/// remembers the first one missing.
 class resolver {
  public:
-  resolver(void* library, PFN_cuGetProcAddress_v12000 get_proc_address)
-      : library_(library), get_proc_address_(get_proc_address) {}
+  resolver(const util::shared_library& library, PFN_cuGetProcAddress_v12000 get_proc_address)
+      : binder_(library), get_proc_address_(get_proc_address) {}
 
   template <class F>
   void operator()(F& slot, const char* name, int abi_version, const char* exported) {
@@ -58,27 +55,25 @@ class resolver {
           get_proc_address_(name, &fn, abi_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
       if (rc != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) fn = nullptr;
     } else {
-      fn = dlsym(library_, exported);
+      fn = binder_.library().symbol(exported);
     }
-    slot = reinterpret_cast<F>(fn);
-    if (fn == nullptr && first_missing_ == nullptr) first_missing_ = name;
+    binder_.set(slot, fn, name);
   }
 
   /// Name of the first entry not found since the last call, or nullptr.
-  const char* take_missing() noexcept { return std::exchange(first_missing_, nullptr); }
+  const char* take_missing() noexcept { return binder_.take_missing(); }
 
  private:
-  void* library_;
+  util::symbol_binder binder_;
   PFN_cuGetProcAddress_v12000 get_proc_address_;
-  const char* first_missing_ = nullptr;
 };
 
 load_result load() {
-  void* library = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
-  if (library == nullptr) {
-    const char* why = dlerror();
-    const std::string_view text = why != nullptr ? why : "";
-    if (text.empty() || text.find("No such file") != std::string_view::npos) {
+  std::vector<util::shared_library::attempt> failed;
+  const std::optional<util::shared_library> library = util::shared_library::open({library_name}, failed);
+  if (!library) {
+    const std::string_view text = failed.front().error;
+    if (failed.front().not_found()) {
       return failure(fmt::format("cuda backend: {} not found (no NVIDIA driver on this machine)", library_name),
                      load_error_code, "not_found");
     }
@@ -89,10 +84,10 @@ load_result load() {
   load_result r;
   driver_api& api = r.api;
   // Stable, unversioned exports: needed before cuInit and to report errors.
-  api.init = plain_symbol<PFN_cuInit_v2000>(library, "cuInit");
-  api.driver_get_version = plain_symbol<PFN_cuDriverGetVersion_v2020>(library, "cuDriverGetVersion");
-  api.get_error_name = plain_symbol<PFN_cuGetErrorName_v6000>(library, "cuGetErrorName");
-  api.get_error_string = plain_symbol<PFN_cuGetErrorString_v6000>(library, "cuGetErrorString");
+  api.init = library->function<PFN_cuInit_v2000>("cuInit");
+  api.driver_get_version = library->function<PFN_cuDriverGetVersion_v2020>("cuDriverGetVersion");
+  api.get_error_name = library->function<PFN_cuGetErrorName_v6000>("cuGetErrorName");
+  api.get_error_string = library->function<PFN_cuGetErrorString_v6000>("cuGetErrorString");
   if (api.init == nullptr || api.driver_get_version == nullptr || api.get_error_name == nullptr ||
       api.get_error_string == nullptr) {
     return failure(fmt::format("cuda backend: {} has no cuInit/cuGetErrorName (not a CUDA driver?)", library_name),
@@ -114,9 +109,9 @@ load_result load() {
 
   PFN_cuGetProcAddress_v12000 get_proc_address = nullptr;
   if (api.version >= 12000) {
-    get_proc_address = plain_symbol<PFN_cuGetProcAddress_v12000>(library, "cuGetProcAddress_v2");
+    get_proc_address = library->function<PFN_cuGetProcAddress_v12000>("cuGetProcAddress_v2");
   }
-  resolver get(library, get_proc_address);
+  resolver get(*library, get_proc_address);
   get(api.device_get_count, "cuDeviceGetCount", 2000, "cuDeviceGetCount");
   get(api.device_get, "cuDeviceGet", 2000, "cuDeviceGet");
   get(api.device_get_attribute, "cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute");

@@ -1,14 +1,15 @@
 #include "backend/hip/hip_runtime.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <array>
-#include <string_view>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
+#include "util/shared_library.hpp"
 
 namespace fragctl::hip {
 
@@ -46,42 +47,18 @@ std::string version_text(int version) {
   return fmt::format("{}.{}.{}", version / 10000000, (version / 100000) % 100, version % 100000);
 }
 
-/// Resolves entries by name; remembers the first one missing.
-class resolver {
- public:
-  explicit resolver(void* library) : library_(library) {}
-
-  template <class F>
-  void operator()(F& slot, const char* name) {
-    void* fn = dlsym(library_, name);
-    slot = reinterpret_cast<F>(fn);
-    if (fn == nullptr && first_missing_ == nullptr) first_missing_ = name;
-  }
-
-  /// Name of the first entry not found since the last call, or nullptr.
-  const char* take_missing() noexcept { return std::exchange(first_missing_, nullptr); }
-
- private:
-  void* library_;
-  const char* first_missing_ = nullptr;
-};
-
 load_result load() {
-  void* library = nullptr;
-  const char* loaded_name = nullptr;
-  std::string first_error;
-  for (const char* name : library_names) {
-    library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (library != nullptr) {
-      loaded_name = name;
-      break;
+  std::vector<util::shared_library::attempt> failed;
+  const std::optional<util::shared_library> library =
+      util::shared_library::open(std::vector<std::string>(library_names.begin(), library_names.end()), failed);
+  if (!library) {
+    std::string first_error;  // the first present but not loadable: worth saying
+    for (const util::shared_library::attempt& a : failed) {
+      if (!a.not_found()) {
+        first_error = a.error;
+        break;
+      }
     }
-    const char* why = dlerror();
-    if (first_error.empty() && why != nullptr && std::string_view(why).find("No such file") == std::string_view::npos) {
-      first_error = why;  // present but not loadable: worth saying
-    }
-  }
-  if (library == nullptr) {
     if (first_error.empty()) {
       return failure("hip backend: libamdhip64.so not found (no ROCm HIP runtime on this machine)", load_error_code,
                      "not_found");
@@ -92,8 +69,9 @@ load_result load() {
 
   load_result r;
   runtime_api& api = r.api;
-  api.library = loaded_name;
-  resolver get(library);
+  api.library = library->name();
+  const std::string& loaded_name = api.library;
+  util::symbol_binder get(*library);
   get(api.init, "hipInit");
   get(api.runtime_get_version, "hipRuntimeGetVersion");
   get(api.get_error_name, "hipGetErrorName");

@@ -78,7 +78,7 @@ struct runtime_api {
 #endif
 
   int version = 0;              ///< hipRuntimeGetVersion: major * 10^7 + minor * 10^5 + patch
-  const char* library = "";     ///< the name dlopen succeeded with
+  std::string library;          ///< the name dlopen succeeded with
 
   /// Whether the virtual memory path is compiled in, every entry point was
   /// found, and the runtime's major version equals the headers'.

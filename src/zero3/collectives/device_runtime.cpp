@@ -1,27 +1,29 @@
 // device_runtime for CUDA (driver API) and HIP, loaded with dlopen.
 #include "zero3/collectives/device_runtime.hpp"
 
-#include <dlfcn.h>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
+#include "util/shared_library.hpp"
 
 namespace fragctl::zero3 {
 
 namespace {
 
-void* open_library(const char* const* names, const char* what) {
-  for (const char* const* n = names; *n != nullptr; ++n) {
-    if (void* h = dlopen(*n, RTLD_NOW | RTLD_LOCAL); h != nullptr) return h;
-  }
-  throw backend_error(fmt::format("{} not found (needed by the {} communicator)", names[0], what), 0,
+util::shared_library open_library(std::initializer_list<const char*> names, const char* what) {
+  std::vector<util::shared_library::attempt> failed;
+  if (auto library = util::shared_library::open(names, failed)) return *std::move(library);
+  throw backend_error(fmt::format("{} not found (needed by the {} communicator)", *names.begin(), what), 0,
                       "library_not_found");
 }
 
 template <class F>
-F symbol(void* library, const char* first, const char* second = nullptr) {
-  void* fn = dlsym(library, first);
-  if (fn == nullptr && second != nullptr) fn = dlsym(library, second);
+F symbol(const util::shared_library& library, const char* first, const char* second = nullptr) {
+  void* fn = library.symbol(first);
+  if (fn == nullptr && second != nullptr) fn = library.symbol(second);
   if (fn == nullptr) throw backend_error(fmt::format("symbol {} not found", first), 0, "symbol_not_found");
   return reinterpret_cast<F>(fn);
 }
@@ -31,8 +33,7 @@ F symbol(void* library, const char* first, const char* second = nullptr) {
 class cuda_runtime final : public device_runtime {
  public:
   explicit cuda_runtime(int device) : device_(device) {
-    static const char* const names[] = {"libcuda.so.1", "libcuda.so", nullptr};
-    void* lib = open_library(names, "nccl");
+    const util::shared_library lib = open_library({"libcuda.so.1", "libcuda.so"}, "nccl");
     device_get_ = symbol<int (*)(int*, int)>(lib, "cuDeviceGet");
     retain_ = symbol<int (*)(void**, int)>(lib, "cuDevicePrimaryCtxRetain");
     release_ = symbol<int (*)(int)>(lib, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
@@ -79,8 +80,7 @@ class cuda_runtime final : public device_runtime {
 class hip_runtime final : public device_runtime {
  public:
   explicit hip_runtime(int device) : device_(device) {
-    static const char* const names[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5", nullptr};
-    void* lib = open_library(names, "rccl");
+    const util::shared_library lib = open_library({"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"}, "rccl");
     get_device_ = symbol<int (*)(int*)>(lib, "hipGetDevice");
     set_device_ = symbol<int (*)(int)>(lib, "hipSetDevice");
   }

@@ -1,16 +1,17 @@
 // dlopen of NCCL / RCCL and the table of its entry points.
 #include "zero3/collectives/nccl_library.hpp"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
+#include "util/shared_library.hpp"
 
 namespace fragctl::zero3::nccl {
 
@@ -34,15 +35,6 @@ std::string library::describe(result_t r, comm_t comm) const {
 
 namespace {
 
-template <class F>
-void bind(const library& lib, F& fn, const char* symbol, bool required) {
-  fn = reinterpret_cast<F>(dlsym(lib.handle, symbol));
-  if (fn == nullptr && required) {
-    throw backend_error(fmt::format("{}: symbol {} not found in {}", lib.name, symbol, lib.path), 0,
-                        "symbol_not_found");
-  }
-}
-
 std::vector<std::string> candidates(const nccl_options& options) {
   if (!options.library_path.empty()) return {options.library_path};
   if (const char* env = std::getenv("FRAGCTL_NCCL_LIBRARY"); env != nullptr && env[0] != '\0') return {env};
@@ -62,34 +54,37 @@ const library& load(const nccl_options& options) {
   }
   auto lib = std::make_unique<library>();
   lib->name = options.library == collective_library::rccl ? "rccl" : "nccl";
-  std::string errors;
-  for (const std::string& path : paths) {
-    lib->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib->handle != nullptr) {
-      lib->path = path;
-      break;
+  std::vector<util::shared_library::attempt> failed;
+  const std::optional<util::shared_library> so = util::shared_library::open(paths, failed);
+  if (!so) {
+    std::string errors;
+    for (const util::shared_library::attempt& a : failed) {
+      errors += fmt::format("{}{}", errors.empty() ? "" : "; ", a.error.empty() ? a.name : a.error);
     }
-    const char* e = dlerror();
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e != nullptr ? e : path);
-  }
-  if (lib->handle == nullptr) {
     throw backend_error(
         fmt::format("{} not found ({}); set FRAGCTL_NCCL_LIBRARY to its path", lib->name, errors), 0,
         "library_not_found");
   }
-  bind(*lib, lib->get_version, "ncclGetVersion", true);
-  bind(*lib, lib->get_unique_id, "ncclGetUniqueId", true);
-  bind(*lib, lib->comm_init_rank_config, "ncclCommInitRankConfig", true);
-  bind(*lib, lib->all_gather, "ncclAllGather", true);
-  bind(*lib, lib->reduce_scatter, "ncclReduceScatter", true);
-  bind(*lib, lib->comm_abort, "ncclCommAbort", true);
-  bind(*lib, lib->comm_destroy, "ncclCommDestroy", true);
-  bind(*lib, lib->comm_finalize, "ncclCommFinalize", false);
-  bind(*lib, lib->comm_get_async_error, "ncclCommGetAsyncError", true);
-  bind(*lib, lib->group_start, "ncclGroupStart", true);
-  bind(*lib, lib->group_end, "ncclGroupEnd", true);
-  bind(*lib, lib->get_error_string, "ncclGetErrorString", true);
-  bind(*lib, lib->get_last_error, "ncclGetLastError", false);
+  lib->path = so->name();
+  const auto required = [&](auto& fn, const char* symbol) {
+    fn = so->required_function<std::remove_reference_t<decltype(fn)>>(symbol, lib->name);
+  };
+  const auto optional = [&](auto& fn, const char* symbol) {
+    fn = so->function<std::remove_reference_t<decltype(fn)>>(symbol);
+  };
+  required(lib->get_version, "ncclGetVersion");
+  required(lib->get_unique_id, "ncclGetUniqueId");
+  required(lib->comm_init_rank_config, "ncclCommInitRankConfig");
+  required(lib->all_gather, "ncclAllGather");
+  required(lib->reduce_scatter, "ncclReduceScatter");
+  required(lib->comm_abort, "ncclCommAbort");
+  required(lib->comm_destroy, "ncclCommDestroy");
+  optional(lib->comm_finalize, "ncclCommFinalize");
+  required(lib->comm_get_async_error, "ncclCommGetAsyncError");
+  required(lib->group_start, "ncclGroupStart");
+  required(lib->group_end, "ncclGroupEnd");
+  required(lib->get_error_string, "ncclGetErrorString");
+  optional(lib->get_last_error, "ncclGetLastError");
   (void)lib->get_version(&lib->version);
   const std::string key = lib->path;
   return *loaded.emplace(key, std::move(lib)).first->second;

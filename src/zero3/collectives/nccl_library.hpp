@@ -46,7 +46,6 @@ struct config_v21700 {
 using comm_t = void*;
 
 struct library {
-  void* handle = nullptr;
   std::string path;
   std::string name;  // "nccl" or "rccl"
   int version = 0;

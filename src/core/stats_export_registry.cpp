@@ -1,49 +1,49 @@
-// The report registry (fragctl/report.hpp): which allocators write which
-// report files, and when.
+// The stats export registry (fragctl/stats_export.hpp): which allocators
+// write which files, and when.
 //
 // The registry is created on first use and never destroyed, so the exit hook,
 // the signal writer thread and late destructors of static allocators never
 // meet a destroyed registry. One mutex guards the entries and is held while a
-// report is written; sources are called under it, which is what lets
-// retire_report_source promise that a source is never called after it
+// file is written; sources are called under it, which is what lets
+// retire_stats_export promise that a source is never called after it
 // returns. Lock order: the process hooks' lock, this mutex, the allocators'
-// locks (fork_prepare takes them in that order, as a report write does).
+// locks (fork_prepare takes them in that order, as a write does).
 #include <algorithm>
-#include <atomic>
 #include <exception>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "core/atomic_file.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/process_hooks.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/stats_export.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl {
 namespace {
 
-struct report_entry {
+struct registration {
   const void* owner = nullptr;
-  report_outputs outputs;
-  stats_source source;                   // empty once retired
-  memory_map_source map_source;          // empty once retired, or never given
-  allocator_lock lock;                   // empty once retired, or never given
-  std::optional<allocator_report> final;  // set once retired
+  stats_export_outputs outputs;
+  stats_source source;                      // empty once retired
+  memory_map_source map_source;             // empty once retired, or never given
+  allocator_lock lock;                      // empty once retired, or never given
+  std::optional<stats_export_entry> final;  // set once retired
 };
 
-class report_registry final : public process_client {
+class stats_export_registry final : public process_client {
  public:
-  static report_registry& instance() {
-    static report_registry* const registry = new report_registry();  // never destroyed, see top
+  static stats_export_registry& instance() {
+    static stats_export_registry* const registry = new stats_export_registry();  // never destroyed, see top
     return *registry;
   }
 
-  void add(const void* owner, report_outputs outputs, stats_source source, memory_map_source map_source,
+  void add(const void* owner, stats_export_outputs outputs, stats_source source, memory_map_source map_source,
            allocator_lock lock) {
     if (outputs.json_path.empty() && outputs.prometheus_path.empty()) return;
-    add_process_client(*this, process_layer_reports);
+    add_process_client(*this, process_layer_stats_export);
     if (!outputs.prometheus_path.empty() && outputs.interval.count() == 0) {
       outputs.interval = default_prometheus_interval;
     }
@@ -64,14 +64,14 @@ class report_registry final : public process_client {
         std::thread([] { instance().run_intervals(); }).detach();
       }
     }
-    entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::move(lock),
-                        std::nullopt});
+    entries_.push_back(
+        {owner, std::move(outputs), std::move(source), std::move(map_source), std::move(lock), std::nullopt});
   }
 
   void retire(const void* owner) noexcept {
     const std::lock_guard guard(mutex_);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      report_entry& e = *it;
+      registration& e = *it;
       if (e.owner != owner || !e.source) continue;
       e.final = item_of(e, /*with_map=*/true);
       e.source = nullptr;
@@ -94,7 +94,7 @@ class report_registry final : public process_client {
     const std::lock_guard guard(mutex_);
     paths json;
     paths prometheus;
-    for (const report_entry& e : entries_) {
+    for (const registration& e : entries_) {
       if (!e.source) continue;
       add_unique(json, e.outputs.json_path);
       add_unique(prometheus, e.outputs.prometheus_path);
@@ -102,13 +102,11 @@ class report_registry final : public process_client {
     return write_locked(json, prometheus, reason);
   }
 
-  [[nodiscard]] std::uint64_t written() const noexcept { return written_.load(std::memory_order_acquire); }
-
   std::size_t flush(std::string_view reason) noexcept override { return write_all(reason); }
 
   void fork_prepare() noexcept override {
     mutex_.lock();
-    for (const report_entry& e : entries_)
+    for (const registration& e : entries_)
       if (e.lock.lock) e.lock.lock();
   }
 
@@ -131,7 +129,7 @@ class report_registry final : public process_client {
  private:
   using paths = std::vector<std::string>;
 
-  report_registry() = default;
+  stats_export_registry() = default;
 
   static void add_unique(paths& list, const std::string& path) {
     if (!path.empty() && std::find(list.begin(), list.end(), path) == list.end()) list.push_back(path);
@@ -142,24 +140,23 @@ class report_registry final : public process_client {
       if (it->lock.unlock) it->lock.unlock();
   }
 
-  // Keeps the final statistics of the newest report_retired_kept retired
+  // Keeps the final statistics of the newest stats_export_retired_kept retired
   // allocators of `outputs`' files; older ones are dropped.
-  void forget_old_retired(const report_outputs outputs) noexcept {
+  void forget_old_retired(const stats_export_outputs outputs) noexcept {
     std::size_t kept = 0;
     for (std::size_t i = entries_.size(); i-- > 0;) {
-      const report_entry& e = entries_[i];
-      if (e.source || e.outputs.json_path != outputs.json_path ||
-          e.outputs.prometheus_path != outputs.prometheus_path)
+      const registration& e = entries_[i];
+      if (e.source || e.outputs.json_path != outputs.json_path || e.outputs.prometheus_path != outputs.prometheus_path)
         continue;
-      if (++kept > report_retired_kept) entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (++kept > stats_export_retired_kept) entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
 
-  static std::optional<allocator_report> item_of(const report_entry& e, bool with_map) noexcept {
+  static std::optional<stats_export_entry> item_of(const registration& e, bool with_map) noexcept {
     if (!e.source) return e.final;
     const std::string& name = e.outputs.json_path.empty() ? e.outputs.prometheus_path : e.outputs.json_path;
     try {
-      allocator_report item{e.source(), std::nullopt};
+      stats_export_entry item{e.source(), std::nullopt};
       if (with_map && e.map_source) item.map = e.map_source();
       return item;
     } catch (const std::exception& ex) {
@@ -179,23 +176,23 @@ class report_registry final : public process_client {
       const auto wanted = [](const paths& list, const std::string& p) {
         return !p.empty() && std::find(list.begin(), list.end(), p) != list.end();
       };
-      std::vector<std::optional<allocator_report>> items(entries_.size());
+      std::vector<std::optional<stats_export_entry>> items(entries_.size());
       for (std::size_t i = 0; i < entries_.size(); ++i) {
-        const report_entry& e = entries_[i];
+        const registration& e = entries_[i];
         const bool for_json = wanted(json, e.outputs.json_path);
         if (for_json || wanted(prometheus, e.outputs.prometheus_path)) items[i] = item_of(e, for_json);
       }
       for (const std::string& path : json) {
-        std::vector<allocator_report> document;
+        std::vector<stats_export_entry> document;
         for (std::size_t i = 0; i < entries_.size(); ++i)
           if (entries_[i].outputs.json_path == path && items[i]) document.push_back(*items[i]);
-        files += finish(write_report_file(expand_output_path(path), document, reason));
+        files += finish(write_stats_export_file(expand_output_path(path), document, reason));
       }
       for (const std::string& path : prometheus) {
         std::vector<allocator_stats> stats;
         for (std::size_t i = 0; i < entries_.size(); ++i)
           if (entries_[i].outputs.prometheus_path == path && items[i]) stats.push_back(items[i]->stats);
-        files += finish(write_prometheus_file(expand_output_path(path), stats));
+        files += finish(detail::write_file_atomically(expand_output_path(path), prometheus_text(stats), "prometheus"));
       }
     } catch (const std::exception& ex) {
       logger().error("report: {}", ex.what());
@@ -209,7 +206,6 @@ class report_registry final : public process_client {
       note_output_failure();
       return 0;
     }
-    written_.fetch_add(1, std::memory_order_release);
     return 1;
   }
 
@@ -228,25 +224,18 @@ class report_registry final : public process_client {
   }
 
   std::mutex mutex_;
-  std::vector<report_entry> entries_;
+  std::vector<registration> entries_;
   std::chrono::milliseconds interval_{0};
   bool interval_thread_started_ = false;
-  std::atomic<std::uint64_t> written_{0};
 };
 
 }  // namespace
 
-void register_report_source(const void* owner, const report_outputs& outputs, stats_source source,
-                            memory_map_source map_source, allocator_lock lock) {
-  report_registry::instance().add(owner, outputs, std::move(source), std::move(map_source), std::move(lock));
+void register_stats_export(const void* owner, const stats_export_outputs& outputs, stats_source source,
+                           memory_map_source map_source, allocator_lock lock) {
+  stats_export_registry::instance().add(owner, outputs, std::move(source), std::move(map_source), std::move(lock));
 }
 
-void retire_report_source(const void* owner) noexcept { report_registry::instance().retire(owner); }
-
-std::size_t write_reports(std::string_view reason) noexcept {
-  return report_registry::instance().write_all(reason);
-}
-
-std::uint64_t reports_written() noexcept { return report_registry::instance().written(); }
+void retire_stats_export(const void* owner) noexcept { stats_export_registry::instance().retire(owner); }
 
 }  // namespace fragctl

@@ -1,4 +1,4 @@
-// FRAGCTL_REPORT: the report file written when a stack is destroyed, on
+// FRAGCTL_REPORT (fragctl/stats_export.hpp): the report file written when a stack is destroyed, on
 // SIGUSR1 and on request, and the report document format.
 #include <unistd.h>
 
@@ -15,15 +15,18 @@
 #include "fmt/format.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
-#include "fragctl/report.hpp"
+#include "fragctl/process_hooks.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "fragctl/stats_export.hpp"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/stats_export_support.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
+using fragctl::testing::export_entries;
 using fragctl::testing::read_file;
 
 std::string temp_path(std::string_view name) {
@@ -43,7 +46,7 @@ std::unique_ptr<allocator_stack> sim_stack(const config& cfg) {
                                            cfg);
 }
 
-TEST(report, written_when_the_stack_is_destroyed) {
+TEST(stats_export, written_when_the_stack_is_destroyed) {
   const std::string path = temp_path("destroy.json");
   std::remove(path.c_str());
   auto stack = sim_stack(report_config(path));
@@ -60,7 +63,7 @@ TEST(report, written_when_the_stack_is_destroyed) {
   EXPECT_EQ(doc["schema_version"], stats_schema_version);
   EXPECT_EQ(doc["reason"], "destroy");
   EXPECT_EQ(doc["pid"], ::getpid());
-  auto report = report_from_json(text);
+  auto report = stats_export_from_json(text);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->size(), 1u);
   const allocator_stats& s = report->front();
@@ -75,24 +78,25 @@ TEST(report, written_when_the_stack_is_destroyed) {
   std::remove(path.c_str());
 }
 
-TEST(report, sigusr1_writes_the_report_of_live_stacks) {
+TEST(stats_export, sigusr1_writes_the_report_of_live_stacks) {
   const std::string path = temp_path("signal.json");
   std::remove(path.c_str());
   auto stack = sim_stack(report_config(path));
   void* p = stack->allocator().allocate(5 * MiB);
-  const std::uint64_t before = reports_written();
+  ASSERT_FALSE(std::filesystem::exists(path));
 
   ASSERT_EQ(std::raise(SIGUSR1), 0);
-  // The writer thread wakes on the signal's pipe; wait for it (bounded).
+  // The writer thread wakes on the signal's pipe; wait for the file (bounded).
+  // It appears whole or not at all (written beside it, then renamed).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (reports_written() == before && std::chrono::steady_clock::now() < give_up) {
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_GT(reports_written(), before) << "no report was written after SIGUSR1";
+  ASSERT_TRUE(std::filesystem::exists(path)) << "no report was written after SIGUSR1";
 
   const std::string text = read_file(path);
   EXPECT_EQ(nlohmann::json::parse(text)["reason"], "signal");
-  auto report = report_from_json(text);
+  auto report = stats_export_from_json(text);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->size(), 1u);
   EXPECT_EQ(report->front().requested.current, 5 * MiB);
@@ -103,7 +107,7 @@ TEST(report, sigusr1_writes_the_report_of_live_stacks) {
   std::remove(path.c_str());
 }
 
-TEST(report, keeps_destroyed_stacks_and_lists_live_ones) {
+TEST(stats_export, keeps_destroyed_stacks_and_lists_live_ones) {
   const std::string path = temp_path("two.json");
   auto first = sim_stack(report_config(path));
   auto second = sim_stack(report_config(path));
@@ -111,8 +115,8 @@ TEST(report, keeps_destroyed_stacks_and_lists_live_ones) {
   void* p = second->allocator().allocate(2 * MiB);
   first.reset();
 
-  EXPECT_GE(write_reports(), 1u);
-  auto report = report_from_json(read_file(path));
+  EXPECT_GE(flush_process_outputs(), 1u);
+  auto report = stats_export_from_json(read_file(path));
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->size(), 2u);
   EXPECT_EQ((*report)[0].requested.peak, 1 * MiB);
@@ -124,27 +128,28 @@ TEST(report, keeps_destroyed_stacks_and_lists_live_ones) {
   std::remove(path.c_str());
 }
 
-TEST(report, document_round_trips_and_rejects_bad_entries) {
+TEST(stats_export, document_round_trips_and_rejects_bad_entries) {
   allocator_stats a;
   a.allocator = "caching";
   a.allocations = 3;
   allocator_stats b;
   b.allocator = "buckets:caching";
   b.device = 1;
-  auto back = report_from_json(report_to_json({a, b}, "request"));
+  auto back = stats_export_from_json(stats_export_to_json(export_entries({a, b}), "request"));
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->size(), 2u);
   EXPECT_EQ((*back)[0].allocations, 3u);
   EXPECT_EQ((*back)[1].allocator, "buckets:caching");
   EXPECT_EQ((*back)[1].device, 1);
 
-  const auto bad = report_from_json(R"({"allocators": [{"schema_version": 1}, {"schema_version": 1, "ooms": -2}]})");
+  const auto bad =
+      stats_export_from_json(R"({"allocators": [{"schema_version": 1}, {"schema_version": 1, "ooms": -2}]})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("allocators[1]"), std::string::npos) << bad.status();
 }
 
-TEST(report, unwritable_path_reports_an_error) {
-  const absl::Status st = write_report_file("/nonexistent/dir/report.json", std::vector<allocator_stats>{}, "request");
+TEST(stats_export, unwritable_path_reports_an_error) {
+  const absl::Status st = write_stats_export_file("/nonexistent/dir/report.json", {}, "request");
   EXPECT_FALSE(st.ok());
   EXPECT_NE(std::string(st.message()).find("/nonexistent/dir"), std::string::npos);
 }
