@@ -78,6 +78,16 @@ def optimizer(parameters):
     return torch.optim.SGD(parameters, lr=0.05, momentum=0.9)
 
 
+def shard_error(zero3, kind, reduce_bucket_size):
+    """The ValueError's message when shard() refuses `reduce_bucket_size` (None when it takes it)."""
+    config = {"zero_optimization": dict(DS_CONFIG["zero_optimization"], reduce_bucket_size=reduce_bucket_size)}
+    try:
+        zero3.shard(make_model(kind), config=config, block_types=(torch.nn.TransformerEncoderLayer,)).close()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def worker(rank, world, directory, mode, kind="mlp"):
     """One rank (a spawned process): writes rank-<r>.pkl with what it saw."""
     import torch.distributed as dist
@@ -87,6 +97,8 @@ def worker(rank, world, directory, mode, kind="mlp"):
         timeout = datetime.timedelta(seconds=3 if mode == "timeout" else 60)
         dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
                                 world_size=world, timeout=timeout)
+        if mode == "bucket":
+            out["bucket"] = {size: shard_error(zero3, kind, size) for size in (8191, 8192)}
         model = make_model(kind)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
         if mode == "load_dtype":  # a bf16 model loads the fp32 state dict
@@ -116,6 +128,8 @@ def worker(rank, world, directory, mode, kind="mlp"):
                 out["raised"] = None
             except KeyboardInterrupt:
                 out["raised"] = "KeyboardInterrupt"
+        elif mode == "bucket":
+            sharded.close()
         elif mode == "close":
             sharded.close()
             out["after_close"] = [p.numel() for p in sharded.parameters()]
@@ -298,6 +312,15 @@ class Zero3ShardTest(unittest.TestCase):
             for name, value in initial.items():
                 self.assertEqual(r["reloaded"][name].dtype, torch.bfloat16, name)
                 self.assertTrue(torch.equal(r["reloaded"][name], value.to(torch.bfloat16)), name)
+
+    def test_reduce_bucket_size_counts_a_block_types_whole_layer(self):
+        # Regression (review): the check summed each module's own parameters,
+        # so an encoder layer (a block_types block) reducing 8192 elements
+        # passed a bucket of 8191 (its largest submodule reduces 3072).
+        [r] = run_ranks(1, "bucket", kind="transformer")
+        self.assertNotIn("error", r, r.get("error"))
+        self.assertIsNone(r["bucket"][8192])
+        self.assertIn("block 1 has 8192 trainable elements to reduce-scatter", r["bucket"][8191] or "")
 
     def test_a_rank_that_stops_answering_times_out_on_the_others(self):
         results = run_ranks(2, "timeout", wait=60)

@@ -93,6 +93,33 @@ class _Block:
         self.partial: List[Any] = [None] * len(self.params)  # the sum of the gradients arrived so far
 
 
+def find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[_Block]:
+    """Blocks in module order: each module of `block_types` with every
+    parameter of its subtree, and every other module that owns
+    parameters directly, outside those subtrees."""
+    blocks, seen, inside = [], set(), set()
+    for name, m in module.named_modules():
+        if id(m) in inside:
+            continue
+        if block_types and isinstance(m, block_types):
+            members = list(m.named_modules(prefix=name))
+            inside.update(id(sub) for _, sub in members)
+        else:
+            members = [(name, m)]
+        owned = []
+        for prefix, owner in members:
+            for attr, p in owner.named_parameters(recurse=False):
+                key = "%s.%s" % (prefix, attr) if prefix else attr
+                if id(p) in seen:
+                    raise ValueError("fragctl.torch.zero3.shard: parameter %s is shared with another module; "
+                                     "shared (tied) parameters are not supported" % key)
+                seen.add(id(p))
+                owned.append((key, owner, attr, p))
+        if owned:
+            blocks.append(_Block(len(blocks), name or "<root>", m, owned))
+    return blocks
+
+
 def _gather_function(torch: Any) -> Any:
     """The autograd function whose output is a gathered parameter: its
     backward receives the parameter's whole gradient (all uses summed)."""
@@ -128,7 +155,7 @@ class ShardedModule:
         self._collectives = _collectives.TorchCollectives(torch, group, timeout_ms, self._wrap, self._stream_context)
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
-        self._blocks = self._find_blocks(module, block_types)
+        self._blocks = find_blocks(module, block_types)
         handle = ctypes.c_void_p()
         self._check(self._lib.fragctl_zero3_create_with_collectives(
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
@@ -224,33 +251,6 @@ class ShardedModule:
         if status == ZERO3_OOM:
             raise _capi.OutOfMemoryError("fragctl.torch.zero3: " + message, "FRAGCTL_ERROR_OUT_OF_MEMORY")
         raise Zero3Error("fragctl.torch.zero3: " + message, status)
-
-    @staticmethod
-    def _find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[_Block]:
-        """Blocks in module order: each module of `block_types` with every
-        parameter of its subtree, and every other module that owns
-        parameters directly, outside those subtrees."""
-        blocks, seen, inside = [], set(), set()
-        for name, m in module.named_modules():
-            if id(m) in inside:
-                continue
-            if block_types and isinstance(m, block_types):
-                members = list(m.named_modules(prefix=name))
-                inside.update(id(sub) for _, sub in members)
-            else:
-                members = [(name, m)]
-            owned = []
-            for prefix, owner in members:
-                for attr, p in owner.named_parameters(recurse=False):
-                    key = "%s.%s" % (prefix, attr) if prefix else attr
-                    if id(p) in seen:
-                        raise ValueError("fragctl.torch.zero3.shard: parameter %s is shared with another module; "
-                                         "shared (tied) parameters are not supported" % key)
-                    seen.add(id(p))
-                    owned.append((key, owner, attr, p))
-            if owned:
-                blocks.append(_Block(len(blocks), name or "<root>", m, owned))
-        return blocks
 
     def _load(self, values: List[List[Any]]) -> None:
         """Copies full parameter values (per block, per parameter) into this
