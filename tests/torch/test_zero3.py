@@ -88,6 +88,25 @@ def shard_error(zero3, kind, reduce_bucket_size):
     return None
 
 
+def shard_padding(sharded):
+    """The parameter and gradient values of this rank's block shards that no
+    parameter holds (the padding), given no persistent parameters."""
+    import ctypes
+    lib, values = sharded._lib, []
+    for b, (shard, grad) in zip([b for b in sharded._blocks if any(b.trainable)], sharded._shards):
+        held = torch.zeros(shard.numel(), dtype=torch.bool)
+        base, width = shard.data_ptr(), shard.element_size()
+        for i, trainable in enumerate(b.trainable):
+            offset, pointer, nbytes = ctypes.c_size_t(), ctypes.c_void_p(), ctypes.c_size_t()
+            lib.fragctl_zero3_shard_of(sharded._z, b.index, i, ctypes.byref(offset), ctypes.byref(pointer),
+                                       ctypes.byref(nbytes))
+            if trainable and pointer.value:
+                first = (pointer.value - base) // width
+                held[first:first + nbytes.value // width] = True
+        values += shard.detach()[~held].tolist() + grad[~held].tolist()
+    return values
+
+
 def worker(rank, world, directory, mode, kind="mlp"):
     """One rank (a spawned process): writes rank-<r>.pkl with what it saw."""
     import torch.distributed as dist
@@ -104,7 +123,10 @@ def worker(rank, world, directory, mode, kind="mlp"):
         if mode == "load_dtype":  # a bf16 model loads the fp32 state dict
             model = model.to(torch.bfloat16)
         originals = list(model.parameters())
-        sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
+        config = DS_CONFIG
+        if mode == "norm":  # every parameter partitioned: the norm over shards is the whole norm
+            config = {"zero_optimization": dict(DS_CONFIG["zero_optimization"], stage3_param_persistence_threshold=0)}
+        sharded = zero3.shard(model, config=config, timeout=timeout.total_seconds(),
                               block_types=(torch.nn.TransformerEncoderLayer,))
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if mode == "timeout" and rank == world - 1:
@@ -150,6 +172,11 @@ def worker(rank, world, directory, mode, kind="mlp"):
                     else:
                         loss = sharded(x.chunk(world)[rank]).square().mean()
                         loss.backward()
+                if mode == "norm":
+                    square = torch.stack([grad.square().sum() for _, grad in sharded._shards]).sum()
+                    dist.all_reduce(square)
+                    out.setdefault("norms", []).append(square.sqrt().item())
+                    out.setdefault("padding", []).extend(shard_padding(sharded))
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             if offload is not None:
@@ -191,10 +218,10 @@ def run_ranks(world, mode, wait=120, kind="mlp"):
     return results
 
 
-def reference_state(kind="mlp", world=2, micro_batches=1):
+def reference_state(kind="mlp", world=2, micro_batches=1, norms=None):
     """The unsharded model trained as `world` ranks of `micro_batches` each
     would: each step's gradient is the mean over ranks of the sum over the
-    rank's micro-batches."""
+    rank's micro-batches. Appends each step's gradient norm to `norms`."""
     model = make_model(kind)
     opt = optimizer([p for p in model.parameters() if p.requires_grad])
     for x in make_data(kind):
@@ -204,6 +231,9 @@ def reference_state(kind="mlp", world=2, micro_batches=1):
             for rows in x.chunk(world):
                 for part in rows.chunk(micro_batches):
                     (model(part).square().mean() / world).backward()
+        if norms is not None:
+            norms.append(torch.stack([p.grad.square().sum() for p in model.parameters() if p.requires_grad])
+                         .sum().sqrt().item())
         opt.step()
         opt.zero_grad(set_to_none=True)
     return model.state_dict()
@@ -254,6 +284,20 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertGreater(moved["tensors_moved"], 0)
             self.assertGreater(moved["copies"]["bytes_to_host"], 0)
             self.assertEqual(moved["saved_alive"], 0)
+
+    def test_shard_padding_stays_zero_and_the_norm_over_shards_is_the_models(self):
+        # Regression (review): a reduce bucket's padding kept another block's
+        # gradients, which the reduce-scatter summed into the gradient shards.
+        results = run_ranks(2, "norm")
+        expected_norms = []
+        expected = reference_state(norms=expected_norms)
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assertGreater(len(r["padding"]), 0)  # the layout pads (2 ranks x 512 bytes)
+            self.assertEqual(set(r["padding"]), {0.0})
+            torch.testing.assert_close(torch.tensor(r["norms"]), torch.tensor(expected_norms), rtol=1e-5, atol=0)
 
     def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
         results = run_ranks(2, "train", kind="transformer")
