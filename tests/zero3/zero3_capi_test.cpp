@@ -8,21 +8,12 @@
 #include "fragctl/zero3/zero3.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 class zero3_capi : public ::testing::Test {
- protected:
-  void SetUp() override {
-    setenv("FRAGCTL_BACKEND", "sim", 1);
-    setenv("FRAGCTL_POLICY", "arena", 1);
-    setenv("FRAGCTL_CONF", "sim_backed:true,sim_capacity:256MiB,arena_size:64MiB", 1);
-  }
-  void TearDown() override {
-    unsetenv("FRAGCTL_BACKEND");
-    unsetenv("FRAGCTL_POLICY");
-    unsetenv("FRAGCTL_CONF");
-  }
+  fragctl::testing::sim_environment env_{"arena", "sim_backed:true,sim_capacity:256MiB,arena_size:64MiB"};
 };
 
 TEST_F(zero3_capi, one_step_through_the_c_api) {
