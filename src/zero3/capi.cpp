@@ -303,6 +303,20 @@ size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity)
 
 const char* fragctl_zero3_last_error(void) { return last_error.c_str(); }
 
+const char* fragctl_zero3_status_string(fragctl_zero3_status status) {
+  switch (status) {
+    case FRAGCTL_ZERO3_OK: return "FRAGCTL_ZERO3_OK";
+    case FRAGCTL_ZERO3_INVALID_ARGUMENT: return "FRAGCTL_ZERO3_INVALID_ARGUMENT";
+    case FRAGCTL_ZERO3_OUT_OF_MEMORY: return "FRAGCTL_ZERO3_OUT_OF_MEMORY";
+    case FRAGCTL_ZERO3_BUDGET: return "FRAGCTL_ZERO3_BUDGET";
+    case FRAGCTL_ZERO3_COLLECTIVE: return "FRAGCTL_ZERO3_COLLECTIVE";
+    case FRAGCTL_ZERO3_TIMEOUT: return "FRAGCTL_ZERO3_TIMEOUT";
+    case FRAGCTL_ZERO3_BACKEND: return "FRAGCTL_ZERO3_BACKEND";
+    case FRAGCTL_ZERO3_ERROR: return "FRAGCTL_ZERO3_ERROR";
+  }
+  return "FRAGCTL_ZERO3_UNKNOWN";
+}
+
 void fragctl_zero3_destroy(fragctl_zero3* z) {
   if (z == nullptr) return;
   (void)guarded([&] {

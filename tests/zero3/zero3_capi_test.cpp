@@ -82,4 +82,11 @@ TEST_F(zero3_capi, bad_options_and_communicators_are_reported) {
   fragctl_zero3_destroy(nullptr);
 }
 
+TEST(zero3_capi_status, every_status_has_its_name) {
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_OK), "FRAGCTL_ZERO3_OK");
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_BUDGET), "FRAGCTL_ZERO3_BUDGET");
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_TIMEOUT), "FRAGCTL_ZERO3_TIMEOUT");
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_ERROR), "FRAGCTL_ZERO3_ERROR");
+}
+
 }  // namespace

@@ -16,7 +16,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Tuple, Union
 
-from ._sharded import CollectiveError, CollectiveTimeoutError, ShardedModule, Zero3Error, find_blocks
+from ._blocks import find_blocks
+from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
+from ._sharded import ShardedModule
 
 ConfigSource = Union[None, str, "os.PathLike[str]", Mapping[str, Any]]
 
