@@ -323,9 +323,6 @@ std::optional<std::size_t> block_manager::find_block(std::string_view name) cons
 }
 
 view block_manager::shard_buffer() const noexcept { return {impl_->shards, impl_->layout.shard_bytes}; }
-view block_manager::gradient_shard_buffer() const noexcept {
-  return {impl_->gradient_shards, impl_->layout.gradient_shard_bytes};
-}
 
 block_manager::parameter_part block_manager::shard_of(std::size_t block, std::size_t param) const {
   impl_->check_block(block, "shard_of");

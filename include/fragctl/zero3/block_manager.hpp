@@ -173,8 +173,6 @@ class block_manager {
 
   /// This rank's slice of every block, one buffer (model_layout::shard_bytes).
   [[nodiscard]] view shard_buffer() const noexcept;
-  /// This rank's gradient slices, one buffer, in gradient_type elements.
-  [[nodiscard]] view gradient_shard_buffer() const noexcept;
   /// Where parameter `param` of `block` has bytes in this rank's shard (for
   /// loading a checkpoint); data is nullptr when the rank holds none of it.
   /// Persistent parameters: the whole parameter. Throws invalid_argument.
