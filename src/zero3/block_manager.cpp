@@ -123,8 +123,8 @@ void block_manager::impl::zero_long_lived() {
     bucket_padding.push_back(zero3::bucket_padding(layout, b));
     for (const byte_range& r : bucket_padding.back()) longest = std::max(longest, r.bytes);
   }
-  const std::size_t largest = std::max({layout.shard_bytes, layout.gradient_shard_bytes, layout.persistent_bytes,
-                                        layout.persistent_gradient_bytes});
+  const std::size_t largest = std::max(
+      {layout.shard_bytes, layout.gradient_shard_bytes, layout.persistent_bytes, layout.persistent_gradient_bytes});
   zeros_bytes = std::max(longest, std::min(largest, zero_chunk_bytes));
   if (zeros_bytes == 0) return;
   zeros = backend.allocate_host(zeros_bytes);

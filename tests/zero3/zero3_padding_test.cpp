@@ -63,7 +63,8 @@ TEST_P(padding_ranks, shards_gathered_blocks_and_gradient_shards_hold_zero_paddi
         if (layout.blocks[b].parameters[p].persistent) continue;
         const block_manager::parameter_part part = m.shard_of(b, p);
         if (part.data.data != nullptr) {
-          held.push_back({static_cast<std::size_t>(static_cast<const unsigned char*>(part.data.data) - shards), part.data.bytes});
+          held.push_back(
+              {static_cast<std::size_t>(static_cast<const unsigned char*>(part.data.data) - shards), part.data.bytes});
         }
       }
     }
@@ -80,7 +81,8 @@ TEST_P(padding_ranks, shards_gathered_blocks_and_gradient_shards_hold_zero_paddi
         }
         const auto* gathered = [&] {
           for (std::size_t p = 0; p < l.parameters.size(); ++p) {
-            if (!l.parameters[p].persistent) return static_cast<const unsigned char*>(params[p].data) - l.parameters[p].offset;
+            if (!l.parameters[p].persistent)
+              return static_cast<const unsigned char*>(params[p].data) - l.parameters[p].offset;
           }
           return static_cast<const unsigned char*>(nullptr);
         }();

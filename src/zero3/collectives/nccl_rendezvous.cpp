@@ -5,6 +5,7 @@
 // launcher that hands the id out itself.
 #include "zero3/collectives/nccl_rendezvous.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
@@ -44,7 +44,8 @@ nccl::unique_id_t obtain_unique_id(const nccl::library& lib, const nccl_options&
   const auto from_hex = [&](const std::string& hex, const std::string& where) {
     auto id = unique_id_from_hex(hex);
     if (!id.ok()) {
-      throw invalid_argument(fmt::format("zero3 rank {}: unique id in {}: {}", o.rank, where, util::to_std(id.status().message())));
+      throw invalid_argument(
+          fmt::format("zero3 rank {}: unique id in {}: {}", o.rank, where, util::to_std(id.status().message())));
     }
     std::copy(id->begin(), id->end(), reinterpret_cast<unsigned char*>(raw.internal));
   };
@@ -60,8 +61,8 @@ nccl::unique_id_t obtain_unique_id(const nccl::library& lib, const nccl_options&
       }
       return raw;
     }
-    throw invalid_argument(fmt::format("zero3 rank {}: no unique id: set {} or nccl_options::unique_id_file",
-                                       o.rank, o.unique_id_env));
+    throw invalid_argument(
+        fmt::format("zero3 rank {}: no unique id: set {} or nccl_options::unique_id_file", o.rank, o.unique_id_env));
   }
   if (o.rank == 0) {
     if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
