@@ -149,6 +149,7 @@ def _declare(lib):
         "fragctl_zero3_synchronize": (status, [p]),
         "fragctl_zero3_stats_json": (c.c_size_t, [p, c.c_char_p, c.c_size_t]),
         "fragctl_zero3_last_error": (char_p, []),
+        "fragctl_zero3_status_string": (char_p, [status]),
         "fragctl_zero3_destroy": (None, [p]),
     }
     for name, (restype, argtypes) in signatures.items():

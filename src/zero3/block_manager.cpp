@@ -3,6 +3,7 @@
 // fragctl/zero3/block_manager.hpp; the gradient half is in gradients.cpp.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "fmt/format.h"
@@ -55,6 +56,7 @@ block_manager::impl::impl(std::span<const block_spec> specs, const options& o, c
     }
     blocks.resize(layout.blocks.size());
     for (block_runtime& rt : blocks) rt.gathered = backend.create_event();
+    zero_long_lived();
   } catch (...) {
     teardown();
     throw;
@@ -95,6 +97,8 @@ void block_manager::impl::teardown() noexcept {
   free_long_lived(persistent_parameters, layout.persistent_bytes);
   free_long_lived(persistent_gradients, layout.persistent_gradient_bytes);
   for (bucket& b : buckets) free_long_lived(b.data, layout.max_bucket_bytes);
+  if (zeros != nullptr) backend.free_host(zeros, zeros_bytes);
+  zeros = nullptr;
   try {
     for (block_runtime& rt : blocks) {
       if (rt.gathered != nullptr) backend.destroy_event(rt.gathered);
@@ -110,6 +114,34 @@ void block_manager::impl::teardown() noexcept {
     comm_stream = nullptr;
   } catch (const std::exception& e) {
     logger().warn("zero3: releasing events and streams: {}", e.what());
+  }
+}
+
+void block_manager::impl::zero_long_lived() {
+  std::size_t longest = 0;
+  for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
+    bucket_padding.push_back(zero3::bucket_padding(layout, b));
+    for (const byte_range& r : bucket_padding.back()) longest = std::max(longest, r.bytes);
+  }
+  const std::size_t largest = std::max(
+      {layout.shard_bytes, layout.gradient_shard_bytes, layout.persistent_bytes, layout.persistent_gradient_bytes});
+  zeros_bytes = std::max(longest, std::min(largest, zero_chunk_bytes));
+  if (zeros_bytes == 0) return;
+  zeros = backend.allocate_host(zeros_bytes);
+  if (zeros == nullptr) throw out_of_memory(oom_details{.requested = zeros_bytes}, "zero3 pinned host zeros");
+  std::memset(zeros, 0, zeros_bytes);
+  zero(shards, {0, layout.shard_bytes}, comm_stream);
+  zero(gradient_shards, {0, layout.gradient_shard_bytes}, comm_stream);
+  zero(persistent_parameters, {0, layout.persistent_bytes}, comm_stream);
+  zero(persistent_gradients, {0, layout.persistent_gradient_bytes}, comm_stream);
+  // The caller writes parameters into the shards on its own streams next.
+  backend.synchronize_stream(comm_stream);
+}
+
+void block_manager::impl::zero(void* buffer, byte_range range, stream_t stream) {
+  auto* base = static_cast<unsigned char*>(buffer) + range.offset;
+  for (std::size_t done = 0; done < range.bytes; done += zeros_bytes) {
+    backend.memcpy_async(base + done, zeros, std::min(zeros_bytes, range.bytes - done), stream);
   }
 }
 
@@ -291,9 +323,6 @@ std::optional<std::size_t> block_manager::find_block(std::string_view name) cons
 }
 
 view block_manager::shard_buffer() const noexcept { return {impl_->shards, impl_->layout.shard_bytes}; }
-view block_manager::gradient_shard_buffer() const noexcept {
-  return {impl_->gradient_shards, impl_->layout.gradient_shard_bytes};
-}
 
 block_manager::parameter_part block_manager::shard_of(std::size_t block, std::size_t param) const {
   impl_->check_block(block, "shard_of");

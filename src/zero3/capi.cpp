@@ -149,6 +149,23 @@ static_assert(FRAGCTL_ZERO3_UINT8 == static_cast<int>(data_type::uint8) &&
               FRAGCTL_ZERO3_BFLOAT16 == static_cast<int>(data_type::bfloat16) &&
               FRAGCTL_ZERO3_FLOAT32 == static_cast<int>(data_type::float32));
 
+/// A manager without its communicator: the configuration read from the
+/// environment (FRAGCTL_POLICY, FRAGCTL_CONF, FRAGCTL_BACKEND), `options_text`
+/// parsed, the backend and the two allocators (persistent, transient) made.
+std::unique_ptr<fragctl_zero3> make_unstarted(const char* options_text) {
+  auto z = std::make_unique<fragctl_zero3>();
+  auto cfg = config_from_environment();
+  if (!cfg.ok()) throw fragctl::invalid_argument(std::string(cfg.status().message()));
+  z->cfg = *cfg;
+  auto opts = parse_options(options_text != nullptr ? options_text : "");
+  if (!opts.ok()) throw fragctl::invalid_argument(std::string(opts.status().message()));
+  z->opts = *opts;
+  z->backend = make_backend(z->cfg);
+  z->persistent = make_policy(z->cfg.policy, z->cfg, *z->backend);
+  z->transient = make_policy(z->cfg.policy, z->cfg, *z->backend);
+  return z;
+}
+
 }  // namespace
 
 extern "C" {
@@ -158,16 +175,7 @@ fragctl_zero3_status fragctl_zero3_create(const char* options_text, const char* 
   return guarded([&] {
     need(out, "out");
     *out = nullptr;
-    auto z = std::make_unique<fragctl_zero3>();
-    auto cfg = config_from_environment();
-    if (!cfg.ok()) throw fragctl::invalid_argument(std::string(cfg.status().message()));
-    z->cfg = *cfg;
-    auto opts = parse_options(options_text != nullptr ? options_text : "");
-    if (!opts.ok()) throw fragctl::invalid_argument(std::string(opts.status().message()));
-    z->opts = *opts;
-    z->backend = make_backend(z->cfg);
-    z->persistent = make_policy(z->cfg.policy, z->cfg, *z->backend);
-    z->transient = make_policy(z->cfg.policy, z->cfg, *z->backend);
+    auto z = make_unstarted(options_text);
     z->comm = make_communicator(communicator_spec != nullptr ? communicator_spec : "local", *z->backend);
     *out = z.release();
   });
@@ -179,16 +187,7 @@ fragctl_zero3_status fragctl_zero3_create_with_collectives(const char* options_t
     need(out, "out");
     *out = nullptr;
     need(c, "the collectives");
-    auto z = std::make_unique<fragctl_zero3>();
-    auto cfg = config_from_environment();
-    if (!cfg.ok()) throw fragctl::invalid_argument(std::string(cfg.status().message()));
-    z->cfg = *cfg;
-    auto opts = parse_options(options_text != nullptr ? options_text : "");
-    if (!opts.ok()) throw fragctl::invalid_argument(std::string(opts.status().message()));
-    z->opts = *opts;
-    z->backend = make_backend(z->cfg);
-    z->persistent = make_policy(z->cfg.policy, z->cfg, *z->backend);
-    z->transient = make_policy(z->cfg.policy, z->cfg, *z->backend);
+    auto z = make_unstarted(options_text);
     z->comm = make_communicator(*c);
     *out = z.release();
   });
@@ -303,6 +302,20 @@ size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity)
 }
 
 const char* fragctl_zero3_last_error(void) { return last_error.c_str(); }
+
+const char* fragctl_zero3_status_string(fragctl_zero3_status status) {
+  switch (status) {
+    case FRAGCTL_ZERO3_OK: return "FRAGCTL_ZERO3_OK";
+    case FRAGCTL_ZERO3_INVALID_ARGUMENT: return "FRAGCTL_ZERO3_INVALID_ARGUMENT";
+    case FRAGCTL_ZERO3_OUT_OF_MEMORY: return "FRAGCTL_ZERO3_OUT_OF_MEMORY";
+    case FRAGCTL_ZERO3_BUDGET: return "FRAGCTL_ZERO3_BUDGET";
+    case FRAGCTL_ZERO3_COLLECTIVE: return "FRAGCTL_ZERO3_COLLECTIVE";
+    case FRAGCTL_ZERO3_TIMEOUT: return "FRAGCTL_ZERO3_TIMEOUT";
+    case FRAGCTL_ZERO3_BACKEND: return "FRAGCTL_ZERO3_BACKEND";
+    case FRAGCTL_ZERO3_ERROR: return "FRAGCTL_ZERO3_ERROR";
+  }
+  return "FRAGCTL_ZERO3_UNKNOWN";
+}
 
 void fragctl_zero3_destroy(fragctl_zero3* z) {
   if (z == nullptr) return;

@@ -30,6 +30,7 @@ std::span<const view> block_manager::begin_gradients(std::size_t block, stream_t
   }
   const block_layout& l = m.layout.blocks[block];
   if (l.bucket_bytes > 0) m.backend.wait_event(stream, bucket.reduced);
+  for (const byte_range& r : m.bucket_padding[block]) m.zero(bucket.data, r, stream);
   bucket.holder = static_cast<int>(block);
   rt.bucket = k;
   m.next_bucket = 1 - k;

@@ -137,6 +137,25 @@ model_layout make_layout(std::span<const block_spec> blocks, int ranks, std::siz
   return m;
 }
 
+std::vector<byte_range> bucket_padding(const model_layout& layout, std::size_t block) {
+  if (block >= layout.blocks.size()) {
+    throw invalid_argument(fmt::format("zero3: block {} out of range ({} blocks)", block, layout.blocks.size()));
+  }
+  const block_layout& b = layout.blocks[block];
+  std::vector<byte_range> out;
+  std::size_t cursor = 0;  // end of the last gradient placed; place_group placed them in increasing order
+  auto gap_to = [&](std::size_t end) {
+    if (end > cursor) out.push_back({cursor, end - cursor});
+  };
+  for (const parameter_layout& p : b.parameters) {
+    if (p.persistent || !p.trainable) continue;
+    gap_to(p.gradient_offset);
+    cursor = p.gradient_offset + p.elements * layout.gradient_element_bytes;
+  }
+  gap_to(b.bucket_bytes);
+  return out;
+}
+
 parameter_slice slice_of(const model_layout& layout, std::size_t block, std::size_t param, int rank) {
   if (block >= layout.blocks.size()) {
     throw invalid_argument(fmt::format("zero3: block {} out of range ({} blocks)", block, layout.blocks.size()));

@@ -41,8 +41,14 @@ struct block_manager::impl {
   };
 
   // Long-lived allocation helpers.
+  /// Allocates `zeros` and zeroes every long-lived buffer (construction);
+  /// fills bucket_padding.
+  void zero_long_lived();
   void* allocate_long_lived(std::size_t bytes);
   void free_long_lived(void*& ptr, std::size_t bytes) noexcept;
+  /// Queues zeroing bytes [offset, offset + bytes) of `buffer` on `stream`
+  /// (copies from `zeros`).
+  void zero(void* buffer, byte_range range, stream_t stream);
 
   void check_block(std::size_t block, const char* call) const;
   [[nodiscard]] std::string tag(std::size_t block) const;
@@ -71,6 +77,10 @@ struct block_manager::impl {
   void* persistent_parameters = nullptr;
   void* persistent_gradients = nullptr;
   std::array<bucket, 2> buckets{};
+  std::vector<std::vector<byte_range>> bucket_padding;  // per block: bucket bytes holding no gradient
+  void* zeros = nullptr;  // pinned host memory, all zero, never written after construction
+  std::size_t zeros_bytes = 0;
+  static constexpr std::size_t zero_chunk_bytes = std::size_t{1} << 20;  // bytes zeroed per copy, at most
   int next_bucket = 0;
   std::vector<block_runtime> blocks;
 

@@ -93,5 +93,14 @@ class ParseConfigTest(unittest.TestCase):
                 zero3.parse_config(bad)
 
 
+class StatusTest(unittest.TestCase):
+    def test_status_constants_are_the_librarys(self):
+        # The numbers are the C enum's (the ABI); the names come from the library.
+        from fragctl.torch import _interop
+        for name in ("OK", "INVALID_ARGUMENT", "OUT_OF_MEMORY", "BUDGET", "COLLECTIVE", "TIMEOUT", "BACKEND", "ERROR"):
+            self.assertEqual(_interop.zero3_status_name(getattr(_interop, "ZERO3_" + name)), "FRAGCTL_ZERO3_" + name)
+        self.assertEqual(_interop.zero3_status_name(99), "FRAGCTL_ZERO3_UNKNOWN")
+
+
 if __name__ == "__main__":
     unittest.main()

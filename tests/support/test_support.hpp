@@ -125,4 +125,19 @@ class scoped_environment {
   std::vector<saved> saved_;
 };
 
+/// The sim backend (FRAGCTL_BACKEND=sim) with `policy` and `conf` for its
+/// lifetime, as the C API reads them when it creates an allocator; a member
+/// of a test fixture scopes them to each test. Not thread-safe (setenv).
+class sim_environment {
+ public:
+  sim_environment(const char* policy, const char* conf) {
+    env_.set("FRAGCTL_BACKEND", "sim");
+    env_.set("FRAGCTL_POLICY", policy);
+    env_.set("FRAGCTL_CONF", conf);
+  }
+
+ private:
+  scoped_environment env_;
+};
+
 }  // namespace fragctl::testing

@@ -78,6 +78,35 @@ def optimizer(parameters):
     return torch.optim.SGD(parameters, lr=0.05, momentum=0.9)
 
 
+def shard_error(zero3, kind, reduce_bucket_size):
+    """The ValueError's message when shard() refuses `reduce_bucket_size` (None when it takes it)."""
+    config = {"zero_optimization": dict(DS_CONFIG["zero_optimization"], reduce_bucket_size=reduce_bucket_size)}
+    try:
+        zero3.shard(make_model(kind), config=config, block_types=(torch.nn.TransformerEncoderLayer,)).close()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def shard_padding(sharded):
+    """The parameter and gradient values of this rank's block shards that no
+    parameter holds (the padding), given no persistent parameters."""
+    import ctypes
+    lib, values = sharded._lib, []
+    for b, (shard, grad) in zip([b for b in sharded._blocks if any(b.trainable)], sharded._shards):
+        held = torch.zeros(shard.numel(), dtype=torch.bool)
+        base, width = shard.data_ptr(), shard.element_size()
+        for i, trainable in enumerate(b.trainable):
+            offset, pointer, nbytes = ctypes.c_size_t(), ctypes.c_void_p(), ctypes.c_size_t()
+            lib.fragctl_zero3_shard_of(sharded._z, b.index, i, ctypes.byref(offset), ctypes.byref(pointer),
+                                       ctypes.byref(nbytes))
+            if trainable and pointer.value:
+                first = (pointer.value - base) // width
+                held[first:first + nbytes.value // width] = True
+        values += shard.detach()[~held].tolist() + grad[~held].tolist()
+    return values
+
+
 def worker(rank, world, directory, mode, kind="mlp"):
     """One rank (a spawned process): writes rank-<r>.pkl with what it saw."""
     import torch.distributed as dist
@@ -87,12 +116,17 @@ def worker(rank, world, directory, mode, kind="mlp"):
         timeout = datetime.timedelta(seconds=3 if mode == "timeout" else 60)
         dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
                                 world_size=world, timeout=timeout)
+        if mode == "bucket":
+            out["bucket"] = {size: shard_error(zero3, kind, size) for size in (8191, 8192)}
         model = make_model(kind)
         initial = {k: v.clone() for k, v in model.state_dict().items()}
         if mode == "load_dtype":  # a bf16 model loads the fp32 state dict
             model = model.to(torch.bfloat16)
         originals = list(model.parameters())
-        sharded = zero3.shard(model, config=DS_CONFIG, timeout=timeout.total_seconds(),
+        config = DS_CONFIG
+        if mode == "norm":  # every parameter partitioned: the norm over shards is the whole norm
+            config = {"zero_optimization": dict(DS_CONFIG["zero_optimization"], stage3_param_persistence_threshold=0)}
+        sharded = zero3.shard(model, config=config, timeout=timeout.total_seconds(),
                               block_types=(torch.nn.TransformerEncoderLayer,))
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if mode == "timeout" and rank == world - 1:
@@ -116,6 +150,8 @@ def worker(rank, world, directory, mode, kind="mlp"):
                 out["raised"] = None
             except KeyboardInterrupt:
                 out["raised"] = "KeyboardInterrupt"
+        elif mode == "bucket":
+            sharded.close()
         elif mode == "close":
             sharded.close()
             out["after_close"] = [p.numel() for p in sharded.parameters()]
@@ -136,6 +172,11 @@ def worker(rank, world, directory, mode, kind="mlp"):
                     else:
                         loss = sharded(x.chunk(world)[rank]).square().mean()
                         loss.backward()
+                if mode == "norm":
+                    square = torch.stack([grad.square().sum() for _, grad in sharded._shards]).sum()
+                    dist.all_reduce(square)
+                    out.setdefault("norms", []).append(square.sqrt().item())
+                    out.setdefault("padding", []).extend(shard_padding(sharded))
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             if offload is not None:
@@ -177,10 +218,10 @@ def run_ranks(world, mode, wait=120, kind="mlp"):
     return results
 
 
-def reference_state(kind="mlp", world=2, micro_batches=1):
+def reference_state(kind="mlp", world=2, micro_batches=1, norms=None):
     """The unsharded model trained as `world` ranks of `micro_batches` each
     would: each step's gradient is the mean over ranks of the sum over the
-    rank's micro-batches."""
+    rank's micro-batches. Appends each step's gradient norm to `norms`."""
     model = make_model(kind)
     opt = optimizer([p for p in model.parameters() if p.requires_grad])
     for x in make_data(kind):
@@ -190,6 +231,9 @@ def reference_state(kind="mlp", world=2, micro_batches=1):
             for rows in x.chunk(world):
                 for part in rows.chunk(micro_batches):
                     (model(part).square().mean() / world).backward()
+        if norms is not None:
+            norms.append(torch.stack([p.grad.square().sum() for p in model.parameters() if p.requires_grad])
+                         .sum().sqrt().item())
         opt.step()
         opt.zero_grad(set_to_none=True)
     return model.state_dict()
@@ -240,6 +284,20 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertGreater(moved["tensors_moved"], 0)
             self.assertGreater(moved["copies"]["bytes_to_host"], 0)
             self.assertEqual(moved["saved_alive"], 0)
+
+    def test_shard_padding_stays_zero_and_the_norm_over_shards_is_the_models(self):
+        # Regression (review): a reduce bucket's padding kept another block's
+        # gradients, which the reduce-scatter summed into the gradient shards.
+        results = run_ranks(2, "norm")
+        expected_norms = []
+        expected = reference_state(norms=expected_norms)
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assertGreater(len(r["padding"]), 0)  # the layout pads (2 ranks x 512 bytes)
+            self.assertEqual(set(r["padding"]), {0.0})
+            torch.testing.assert_close(torch.tensor(r["norms"]), torch.tensor(expected_norms), rtol=1e-5, atol=0)
 
     def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
         results = run_ranks(2, "train", kind="transformer")
@@ -298,6 +356,15 @@ class Zero3ShardTest(unittest.TestCase):
             for name, value in initial.items():
                 self.assertEqual(r["reloaded"][name].dtype, torch.bfloat16, name)
                 self.assertTrue(torch.equal(r["reloaded"][name], value.to(torch.bfloat16)), name)
+
+    def test_reduce_bucket_size_counts_a_block_types_whole_layer(self):
+        # Regression (review): the check summed each module's own parameters,
+        # so an encoder layer (a block_types block) reducing 8192 elements
+        # passed a bucket of 8191 (its largest submodule reduces 3072).
+        [r] = run_ranks(1, "bucket", kind="transformer")
+        self.assertNotIn("error", r, r.get("error"))
+        self.assertIsNone(r["bucket"][8192])
+        self.assertIn("block 1 has 8192 trainable elements to reduce-scatter", r["bucket"][8191] or "")
 
     def test_a_rank_that_stops_answering_times_out_on_the_others(self):
         results = run_ranks(2, "timeout", wait=60)

@@ -3,24 +3,64 @@
 // exchange through host memory (sim backed), the trainable and persistent
 // buffers an optimizer steps, and a collective that times out becoming
 // FRAGCTL_ZERO3_TIMEOUT with a message naming rank, operation and block.
-#include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fragctl/zero3/zero3.h"
 #include "gtest/gtest.h"
+#include "support/test_support.hpp"
 
 namespace {
 
 constexpr int ranks = 2;
 
+// Where the ranks meet. A rank that leaves (its thread is done, or gave up
+// after a failed check) makes every meeting it will not join fail at once
+// instead of waiting for it; a meeting also fails after `deadline`. So a rank
+// that fails early fails the others' collectives rather than hanging them.
+class rendezvous {
+ public:
+  static constexpr std::chrono::seconds deadline{30};
+
+  /// True once every rank has arrived; false when one left or at the deadline.
+  bool arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t phase = phase_;
+    if (++arrived_ == ranks) {
+      arrived_ = 0;
+      ++phase_;
+      met_.notify_all();
+      return true;
+    }
+    met_.wait_for(lock, deadline, [&] { return phase_ != phase || left_; });
+    return phase_ != phase;
+  }
+  /// Called once by each rank when it is done, whether it passed or failed.
+  void leave() {
+    const std::lock_guard lock(mutex_);
+    left_ = true;
+    met_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable met_;
+  int arrived_ = 0;
+  std::uint64_t phase_ = 0;
+  bool left_ = false;
+};
+
 // Two ranks' collectives over shared host memory: each rank posts its
 // parts, both wait, each copies what it receives, both wait again.
 struct exchange {
-  std::barrier<> sync{ranks};
+  rendezvous sync;
   const void* gather_send[ranks][4] = {};
   const float* scatter_send[ranks][4] = {};
   bool fail_reduce = false;
@@ -34,14 +74,14 @@ struct rank_context {
 int all_gather(void* context, const fragctl_zero3_gather_part* parts, size_t count, void*, const char*) {
   auto& c = *static_cast<rank_context*>(context);
   for (size_t i = 0; i < count; ++i) c.x->gather_send[c.rank][i] = parts[i].send;
-  c.x->sync.arrive_and_wait();
+  if (!c.x->sync.arrive_and_wait()) return FRAGCTL_ZERO3_COLLECTIVE;
   for (size_t i = 0; i < count; ++i) {
     for (int r = 0; r < ranks; ++r) {
       auto* dst = static_cast<unsigned char*>(parts[i].recv) + r * parts[i].bytes;
       if (dst != c.x->gather_send[r][i]) std::memcpy(dst, c.x->gather_send[r][i], parts[i].bytes);
     }
   }
-  c.x->sync.arrive_and_wait();
+  if (!c.x->sync.arrive_and_wait()) return FRAGCTL_ZERO3_COLLECTIVE;
   return FRAGCTL_ZERO3_OK;
 }
 
@@ -52,30 +92,21 @@ int reduce_scatter(void* context, const fragctl_zero3_scatter_part* parts, size_
   if (type != FRAGCTL_ZERO3_FLOAT32) return FRAGCTL_ZERO3_COLLECTIVE;
   std::vector<std::vector<float>> sums(count);
   for (size_t i = 0; i < count; ++i) c.x->scatter_send[c.rank][i] = static_cast<const float*>(parts[i].send);
-  c.x->sync.arrive_and_wait();
+  if (!c.x->sync.arrive_and_wait()) return FRAGCTL_ZERO3_COLLECTIVE;
   for (size_t i = 0; i < count; ++i) {
     sums[i].assign(parts[i].elements, 0.0f);
     for (int r = 0; r < ranks; ++r) {
       for (size_t e = 0; e < parts[i].elements; ++e) sums[i][e] += c.x->scatter_send[r][i][c.rank * parts[i].elements + e];
     }
   }
-  c.x->sync.arrive_and_wait();  // every rank has read every send before any recv is written
+  // Every rank has read every send before any recv is written.
+  if (!c.x->sync.arrive_and_wait()) return FRAGCTL_ZERO3_COLLECTIVE;
   for (size_t i = 0; i < count; ++i) std::memcpy(parts[i].recv, sums[i].data(), sums[i].size() * sizeof(float));
   return FRAGCTL_ZERO3_OK;
 }
 
 class zero3_callback : public ::testing::Test {
- protected:
-  void SetUp() override {
-    setenv("FRAGCTL_BACKEND", "sim", 1);
-    setenv("FRAGCTL_POLICY", "caching", 1);
-    setenv("FRAGCTL_CONF", "sim_backed:true,sim_capacity:256MiB", 1);
-  }
-  void TearDown() override {
-    unsetenv("FRAGCTL_BACKEND");
-    unsetenv("FRAGCTL_POLICY");
-    unsetenv("FRAGCTL_CONF");
-  }
+  fragctl::testing::sim_environment env_{"caching", "sim_backed:true,sim_capacity:256MiB"};
 };
 
 // One rank's step: load "w" (rank-dependent shard contents), gather it, write
@@ -116,7 +147,13 @@ step_result run_rank(exchange& x, int rank) {
 
   void* views[2] = {};
   size_t sizes[2] = {};
-  EXPECT_EQ(fragctl_zero3_fetch(z, 0, nullptr, views, sizes, 2), FRAGCTL_ZERO3_OK) << fragctl_zero3_last_error();
+  out.status = fragctl_zero3_fetch(z, 0, nullptr, views, sizes, 2);
+  if (out.status != FRAGCTL_ZERO3_OK) {  // the other rank failed: no gathered block to read
+    out.error = fragctl_zero3_last_error();
+    ADD_FAILURE() << "rank " << rank << ": " << out.error;
+    fragctl_zero3_destroy(z);
+    return out;
+  }
   const auto* w = static_cast<const float*>(views[1]);
   out.gathered.assign(w, w + 1024);
   void* grads[2] = {};
@@ -139,11 +176,19 @@ step_result run_rank(exchange& x, int rank) {
   return out;
 }
 
+// run_rank, then leaves the rendezvous (the other rank's waits then fail
+// rather than hang if this one stopped early).
+step_result run_rank_and_leave(exchange& x, int rank) {
+  step_result out = run_rank(x, rank);
+  x.sync.leave();
+  return out;
+}
+
 TEST_F(zero3_callback, two_ranks_gather_and_reduce_through_the_callers_collectives) {
   exchange x;
   step_result results[ranks];
   std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { results[r] = run_rank(x, r); });
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { results[r] = run_rank_and_leave(x, r); });
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < ranks; ++r) {
     SCOPED_TRACE(r);
@@ -165,7 +210,7 @@ TEST_F(zero3_callback, a_collective_past_its_deadline_is_a_timeout_naming_rank_o
   x.fail_reduce = true;
   step_result results[ranks];
   std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { results[r] = run_rank(x, r); });
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { results[r] = run_rank_and_leave(x, r); });
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < ranks; ++r) {
     EXPECT_EQ(results[r].status, FRAGCTL_ZERO3_TIMEOUT);

@@ -8,21 +8,12 @@
 #include "fragctl/zero3/zero3.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 class zero3_capi : public ::testing::Test {
- protected:
-  void SetUp() override {
-    setenv("FRAGCTL_BACKEND", "sim", 1);
-    setenv("FRAGCTL_POLICY", "arena", 1);
-    setenv("FRAGCTL_CONF", "sim_backed:true,sim_capacity:256MiB,arena_size:64MiB", 1);
-  }
-  void TearDown() override {
-    unsetenv("FRAGCTL_BACKEND");
-    unsetenv("FRAGCTL_POLICY");
-    unsetenv("FRAGCTL_CONF");
-  }
+  fragctl::testing::sim_environment env_{"arena", "sim_backed:true,sim_capacity:256MiB,arena_size:64MiB"};
 };
 
 TEST_F(zero3_capi, one_step_through_the_c_api) {
@@ -89,6 +80,13 @@ TEST_F(zero3_capi, bad_options_and_communicators_are_reported) {
   EXPECT_EQ(fragctl_zero3_create("", "nccl:rank=0,size=2", &z), FRAGCTL_ZERO3_INVALID_ARGUMENT);  // sim backend
   EXPECT_EQ(fragctl_zero3_start(nullptr), FRAGCTL_ZERO3_INVALID_ARGUMENT);
   fragctl_zero3_destroy(nullptr);
+}
+
+TEST(zero3_capi_status, every_status_has_its_name) {
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_OK), "FRAGCTL_ZERO3_OK");
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_BUDGET), "FRAGCTL_ZERO3_BUDGET");
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_TIMEOUT), "FRAGCTL_ZERO3_TIMEOUT");
+  EXPECT_STREQ(fragctl_zero3_status_string(FRAGCTL_ZERO3_ERROR), "FRAGCTL_ZERO3_ERROR");
 }
 
 }  // namespace

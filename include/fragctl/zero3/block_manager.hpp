@@ -7,7 +7,11 @@
 // gradients, and two reduce buckets. Short-lived memory, the gathered blocks,
 // comes from the `transient` allocator. Keeping the two apart is the cheapest
 // defragmentation there is: gathered blocks of a few sizes come and go in a
-// pool of their own, never splitting the long-lived region.
+// pool of their own, never splitting the long-lived region. Padding (the
+// alignment gaps and tails of docs/zero3.md's layout) is zero: the
+// long-lived buffers are zeroed once at construction, and the padding of a
+// reduce bucket each time begin_gradients hands it out, so no stale byte is
+// summed into a gradient shard, gathered, or counted by a norm over shards.
 //
 // Block lifecycle (per block, the same on every rank):
 //
@@ -169,8 +173,6 @@ class block_manager {
 
   /// This rank's slice of every block, one buffer (model_layout::shard_bytes).
   [[nodiscard]] view shard_buffer() const noexcept;
-  /// This rank's gradient slices, one buffer, in gradient_type elements.
-  [[nodiscard]] view gradient_shard_buffer() const noexcept;
   /// Where parameter `param` of `block` has bytes in this rank's shard (for
   /// loading a checkpoint); data is nullptr when the rank holds none of it.
   /// Persistent parameters: the whole parameter. Throws invalid_argument.

@@ -124,6 +124,19 @@ struct model_layout {
                                        std::size_t persistence_threshold, std::size_t alignment,
                                        std::size_t gradient_element_bytes);
 
+/// Bytes [offset, offset + bytes) of a buffer.
+struct byte_range {
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+
+/// The bytes of block `block`'s reduce bucket (its first bucket_bytes) that
+/// hold no gradient: the alignment gaps between its trainable partitioned
+/// parameters and the tail padding, in increasing order.
+/// A reduce-scatter sums these bytes into the gradient shard's padding, so
+/// they must be zero. Throws invalid_argument for a block out of range.
+[[nodiscard]] std::vector<byte_range> bucket_padding(const model_layout& layout, std::size_t block);
+
 /// The part of one partitioned parameter a rank holds in its shard.
 struct parameter_slice {
   std::size_t parameter_offset = 0;  ///< first byte of the parameter in this slice

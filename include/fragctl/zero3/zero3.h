@@ -129,6 +129,9 @@ fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z);
 size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity);
 /* The message of the last failure on this thread ("" when none). */
 const char* fragctl_zero3_last_error(void);
+/* The name of a status as spelled in this header ("FRAGCTL_ZERO3_TIMEOUT");
+ * "FRAGCTL_ZERO3_UNKNOWN" for any other value. A static string. */
+const char* fragctl_zero3_status_string(fragctl_zero3_status status);
 void fragctl_zero3_destroy(fragctl_zero3* z);
 
 #ifdef __cplusplus

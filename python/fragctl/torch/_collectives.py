@@ -11,9 +11,9 @@ is not an Exception (KeyboardInterrupt, SystemExit) is kept in ``interrupt``
 for the caller to re-raise once the manager has returned.
 """
 import ctypes
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Optional, Tuple
 
-OK, COLLECTIVE, TIMEOUT = 0, 4, 5
+from ._interop import ZERO3_COLLECTIVE, ZERO3_OK, ZERO3_TIMEOUT, stream_context, wrap
 
 
 class GatherPart(ctypes.Structure):
@@ -41,20 +41,16 @@ def _is_timeout(error: BaseException) -> bool:
 
 
 class TorchCollectives:
-    """Callbacks over `group`. `wrap(pointer, nbytes)` turns manager memory
-    into a uint8 tensor; `stream(handle)` gives a context that makes the
-    manager's stream current (a null context on CPU)."""
+    """Callbacks over `group` for a manager whose memory is on `device`."""
 
-    def __init__(self, torch: Any, group: Any, timeout_ms: int, wrap: Callable[[int, int], Any],
-                 stream: Callable[[Optional[int]], Any]) -> None:
+    def __init__(self, torch: Any, group: Any, timeout_ms: int, device: Any) -> None:
         import torch.distributed as dist
         self.torch = torch
         self.dist = dist
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
-        self.wrap = wrap
-        self.stream = stream
+        self.device = device
         self.use_all_reduce = dist.get_backend(group) == "gloo"  # gloo has no reduce-scatter
         self.failure: Optional[Tuple[str, str, str]] = None  # (collective, tag, message)
         self.interrupt: Optional[BaseException] = None  # a KeyboardInterrupt a callback caught
@@ -68,17 +64,17 @@ class TorchCollectives:
             self.interrupt = error
         self.failure = (collective, tag.decode(errors="replace") if tag else "", "%s: %s" % (type(error).__name__,
                                                                                            error))
-        return TIMEOUT if _is_timeout(error) else COLLECTIVE
+        return ZERO3_TIMEOUT if _is_timeout(error) else ZERO3_COLLECTIVE
 
     def _gather(self, _context, parts, count, stream, tag) -> int:
         try:
-            with self.stream(stream):
+            with stream_context(self.torch, self.device, stream):
                 for i in range(count):
                     part = parts[i]
-                    recv = self.wrap(part.recv, part.bytes * self.size)
-                    send = self.wrap(part.send, part.bytes).clone()
+                    recv = wrap(self.torch, self.device, part.recv, part.bytes * self.size)
+                    send = wrap(self.torch, self.device, part.send, part.bytes).clone()
                     self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group)
-            return OK
+            return ZERO3_OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("all_gather", tag, e)
 
@@ -87,12 +83,12 @@ class TorchCollectives:
         try:
             element = {0: torch.uint8, 1: torch.float16, 2: torch.bfloat16, 3: torch.float32}[dtype]
             width = torch.tensor([], dtype=element).element_size()
-            with self.stream(stream):
+            with stream_context(self.torch, self.device, stream):
                 for i in range(count):
                     part = parts[i]
                     n = part.elements
-                    send = self.wrap(part.send, n * width * self.size).view(element)
-                    recv = self.wrap(part.recv, n * width).view(element)
+                    send = wrap(self.torch, self.device, part.send, n * width * self.size).view(element)
+                    recv = wrap(self.torch, self.device, part.recv, n * width).view(element)
                     if self.use_all_reduce:
                         total = send.clone()
                         self.dist.all_reduce(total, group=self.group)
@@ -101,6 +97,6 @@ class TorchCollectives:
                         self.dist.reduce_scatter_tensor(recv, send.clone(), group=self.group)
                     else:  # torch 1.13
                         self.dist._reduce_scatter_base(recv, send.clone(), group=self.group)
-            return OK
+            return ZERO3_OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("reduce_scatter", tag, e)

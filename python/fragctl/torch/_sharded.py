@@ -29,89 +29,23 @@ keep only an empty tensor between uses.
 Frozen parameters are gathered with their block and get no gradient buffer.
 Streams: all work is on the current stream (None on CPU); the manager orders
 its communication stream with events.
+
+Files: this one holds the module (set-up, gather and release, saved-tensor
+hooks, state dict); _blocks.py which parameters form a block; _gradients.py
+the gradient path; _errors.py the exceptions; _collectives.py the
+torch.distributed collectives; _interop.py memory as tensors and streams.
 """
 import ctypes
 import json
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import _capi
-from . import _collectives
-
-ZERO3_OK, ZERO3_INVALID, ZERO3_OOM, ZERO3_BUDGET, ZERO3_COLLECTIVE, ZERO3_TIMEOUT = 0, 1, 2, 3, 4, 5
-
-
-class Zero3Error(RuntimeError):
-    """A block-manager call failed; ``status`` is the fragctl_zero3_status value."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
+from . import _collectives, _errors, _interop
+from ._blocks import Block, ParamSpec, find_blocks, gather_function
+from ._gradients import GradientFlow
 
 
-class CollectiveError(Zero3Error):
-    """A collective failed or timed out: ``rank``, ``collective`` ("all_gather",
-    "reduce_scatter") and ``block`` (the block's name) say which."""
-
-    def __init__(self, message: str, status: int, rank: int, collective: str, block: str) -> None:
-        super().__init__(message, status)
-        self.rank = rank
-        self.collective = collective
-        self.block = block
-
-
-class CollectiveTimeoutError(CollectiveError, TimeoutError):
-    """A collective did not complete within the process group's timeout (a
-    rank stopped answering)."""
-
-
-class _Param(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("elements", ctypes.c_size_t), ("element_bytes", ctypes.c_size_t),
-                ("trainable", ctypes.c_int)]
-
-
-class _Block:
-    __slots__ = ("index", "name", "module", "keys", "owners", "attrs", "params", "shapes", "trainable", "views",
-                 "forward_held", "backward_held", "bucket", "received", "uses", "partial")
-
-    def __init__(self, index, name, module, owned):
-        """`owned`: (state-dict key, owning module, attribute, Parameter) per parameter."""
-        self.index = index
-        self.name = name
-        self.module = module  # whose forward gathers and releases the block
-        self.keys = [k for k, _, _, _ in owned]
-        self.owners = [m for _, m, _, _ in owned]
-        self.attrs = [a for _, _, a, _ in owned]
-        self.params = [p for _, _, _, p in owned]
-        self.shapes = [p.shape for p in self.params]
-        self.trainable = [p.requires_grad for p in self.params]
-        self.views: Optional[List[Any]] = None  # the gathered parameters while gathered
-        self.forward_held = 0
-        self.backward_held = False
-        self.bucket: Optional[List[int]] = None  # gradient addresses while a bucket is held
-        self.received: set = set()  # parameters whose gradient arrived this backward
-        self.uses = [0] * len(self.params)  # applications per parameter whose gradient is still due
-        self.partial: List[Any] = [None] * len(self.params)  # the sum of the gradients arrived so far
-
-
-def _gather_function(torch: Any) -> Any:
-    """The autograd function whose output is a gathered parameter: its
-    backward receives the parameter's whole gradient (all uses summed)."""
-
-    class GatheredParameter(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, anchor, view, owner, block, index):  # noqa: ARG004 (anchor makes the output require grad)
-            ctx.owner, ctx.block, ctx.index = owner, block, index
-            return view.view_as(view)
-
-        @staticmethod
-        def backward(ctx, grad):
-            ctx.owner._on_gradient(ctx.block, ctx.index, grad)
-            return None, None, None, None, None
-
-    return GatheredParameter
-
-
-class ShardedModule:
+class ShardedModule(GradientFlow):
     """What fragctl.torch.zero3.shard returns: call it as the module, give
     ``parameters()`` to a torch.optim optimizer. Not thread-safe."""
 
@@ -125,10 +59,10 @@ class ShardedModule:
             raise ValueError("fragctl.torch.zero3.shard: the model has no parameters")
         self.device = first.device
         self.dtype = first.dtype
-        self._collectives = _collectives.TorchCollectives(torch, group, timeout_ms, self._wrap, self._stream_context)
+        self._collectives = _collectives.TorchCollectives(torch, group, timeout_ms, self.device)
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
-        self._blocks = self._find_blocks(module, block_types)
+        self._blocks = find_blocks(module, block_types)
         handle = ctypes.c_void_p()
         self._check(self._lib.fragctl_zero3_create_with_collectives(
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
@@ -145,8 +79,8 @@ class ShardedModule:
     def _set_up(self, torch: Any, module: Any) -> None:
         """Registers the blocks, loads the values and installs the hooks."""
         for b in self._blocks:
-            specs = (_Param * len(b.params))(*[
-                _Param(n.encode(), p.numel(), p.element_size(), int(p.requires_grad))
+            specs = (ParamSpec * len(b.params))(*[
+                ParamSpec(n.encode(), p.numel(), p.element_size(), int(p.requires_grad))
                 for n, p in zip(b.keys, b.params)])
             self._check(self._lib.fragctl_zero3_add_block(self._z, b.name.encode(), ctypes.cast(specs, ctypes.c_void_p),
                                                           len(b.params)))
@@ -156,14 +90,14 @@ class ShardedModule:
             for p in b.params:  # the manager holds the values now: free the whole-model copy
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
         self._shards = self._local_shards()
-        self._by_storage: Dict[int, Tuple[_Block, int]] = {}
+        self._by_storage: Dict[int, Tuple[Block, int]] = {}
         self._step_open = False
         self._backward_queued = False
         self._carry: Optional[List[Any]] = None  # gradients a backward adds to (accumulation)
         self._saved_hooks = None
         self._outer = None  # the offload_activations block around this forward, if any
         self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
-        self._gather = _gather_function(torch)
+        self._gather = gather_function(torch)
         for b in self._blocks:
             for owner, attr in zip(b.owners, b.attrs):
                 del owner._parameters[attr]  # the owner reads a gathered tensor while in use
@@ -179,78 +113,17 @@ class ShardedModule:
     # --- memory ----------------------------------------------------------------
 
     def _wrap(self, pointer: int, nbytes: int) -> Any:
-        torch = self._torch
-        if nbytes == 0:
-            return torch.empty(0, dtype=torch.uint8, device=self.device)
-        if self.device.type == "cpu":
-            return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(pointer), dtype=torch.uint8)
-        from .offload import _DeviceView
-        return torch.as_tensor(_DeviceView(pointer, nbytes), device=self.device)
+        return _interop.wrap(self._torch, self.device, pointer, nbytes)
 
     def _typed(self, pointer: int, shape: Any, dtype: Any) -> Any:
-        numel = 1
-        for d in shape:
-            numel *= d
-        width = self._torch.tensor([], dtype=dtype).element_size()
-        return self._wrap(pointer, numel * width).view(dtype).view(shape)
+        return _interop.typed(self._torch, self.device, pointer, shape, dtype)
 
     def _stream(self) -> Optional[int]:
-        if self.device.type == "cuda":
-            return self._torch.cuda.current_stream(self.device).cuda_stream or None
-        return None
-
-    def _stream_context(self, handle: Optional[int]) -> Any:
-        import contextlib
-        if self.device.type != "cuda":
-            return contextlib.nullcontext()
-        torch = self._torch
-        return torch.cuda.stream(torch.cuda.ExternalStream(handle or 0, device=self.device))
+        return _interop.current_stream(self._torch, self.device)
 
     def _check(self, status: int) -> None:
-        if status == ZERO3_OK:
-            return
-        interrupt, self._collectives.interrupt = self._collectives.interrupt, None
-        if interrupt is not None:
-            raise interrupt
-        message = self._lib.fragctl_zero3_last_error().decode(errors="replace")
-        if status in (ZERO3_COLLECTIVE, ZERO3_TIMEOUT):
-            collective, block, detail = self._collectives.failure or ("", "", "")
-            if detail:
-                message = "%s (%s)" % (message, detail)
-            cls = CollectiveTimeoutError if status == ZERO3_TIMEOUT else CollectiveError
-            raise cls(message, status, self.rank, collective, block)
-        if status == ZERO3_INVALID:
-            raise ValueError("fragctl.torch.zero3: " + message)
-        if status == ZERO3_OOM:
-            raise _capi.OutOfMemoryError("fragctl.torch.zero3: " + message, "FRAGCTL_ERROR_OUT_OF_MEMORY")
-        raise Zero3Error("fragctl.torch.zero3: " + message, status)
-
-    @staticmethod
-    def _find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[_Block]:
-        """Blocks in module order: each module of `block_types` with every
-        parameter of its subtree, and every other module that owns
-        parameters directly, outside those subtrees."""
-        blocks, seen, inside = [], set(), set()
-        for name, m in module.named_modules():
-            if id(m) in inside:
-                continue
-            if block_types and isinstance(m, block_types):
-                members = list(m.named_modules(prefix=name))
-                inside.update(id(sub) for _, sub in members)
-            else:
-                members = [(name, m)]
-            owned = []
-            for prefix, owner in members:
-                for attr, p in owner.named_parameters(recurse=False):
-                    key = "%s.%s" % (prefix, attr) if prefix else attr
-                    if id(p) in seen:
-                        raise ValueError("fragctl.torch.zero3.shard: parameter %s is shared with another module; "
-                                         "shared (tied) parameters are not supported" % key)
-                    seen.add(id(p))
-                    owned.append((key, owner, attr, p))
-            if owned:
-                blocks.append(_Block(len(blocks), name or "<root>", m, owned))
-        return blocks
+        if status != _interop.ZERO3_OK:
+            _errors.raise_for_status(status, self._lib, self._collectives, self.rank)
 
     def _load(self, values: List[List[Any]]) -> None:
         """Copies full parameter values (per block, per parameter) into this
@@ -286,10 +159,10 @@ class ShardedModule:
 
     # --- gather and release -----------------------------------------------------
 
-    def _placeholder(self, b: _Block) -> Any:
+    def _placeholder(self, b: Block) -> Any:
         return self._torch.empty(0, dtype=b.params[0].dtype, device=self.device)
 
-    def _fetch(self, b: _Block, for_module: bool) -> None:
+    def _fetch(self, b: Block, for_module: bool) -> None:
         """Adds a consumer of `b`, gathering it if needed; `for_module` also
         sets the module's attributes to the gathered parameters (forward)."""
         if b.views is None:
@@ -311,7 +184,7 @@ class ShardedModule:
                     view = self._gather.apply(self._anchor, view, self, b, i)
                 owner.__dict__[attr] = view
 
-    def _release(self, b: _Block) -> None:
+    def _release(self, b: Block) -> None:
         self._check(self._lib.fragctl_zero3_release(self._z, b.index, self._stream()))
         if b.forward_held == 0:
             for owner, attr in zip(b.owners, b.attrs):
@@ -325,13 +198,13 @@ class ShardedModule:
         storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
         return storage.data_ptr()
 
-    def _make_pre(self, b: _Block):
+    def _make_pre(self, b: Block):
         def pre(_module, _inputs):
             self._fetch(b, for_module=True)
             b.forward_held += 1
         return pre
 
-    def _make_post(self, b: _Block):
+    def _make_post(self, b: Block):
         def post(_module, _inputs, _output):
             b.forward_held -= 1
             self._release(b)
@@ -370,79 +243,6 @@ class ShardedModule:
             b.backward_held = True
         return b.views[i].as_strided(size, stride, offset)
 
-    # --- gradients ----------------------------------------------------------------
-
-    def _on_gradient(self, b: _Block, i: int, grad: Any) -> None:
-        """The gradient of one application of parameter `i` of `b` (from the
-        gather function's backward). A parameter applied several times in the
-        forward (a shared layer, a loop) reaches the bucket once, as the sum of
-        its applications' gradients."""
-        if not self._backward_queued:
-            self._begin_backward()
-        b.uses[i] -= 1
-        if b.partial[i] is not None:
-            grad = b.partial[i] + grad
-        if b.uses[i] > 0:
-            b.partial[i] = grad
-            return
-        b.partial[i] = None
-        self._deliver(b, i, grad)
-
-    def _begin_backward(self) -> None:
-        """Queues the end of this backward. Gradients accumulate as torch's do:
-        a shard whose ``.grad`` is still set (no ``zero_grad(set_to_none=True)``
-        since the last backward) gets this backward's gradient added to it."""
-        self._backward_queued = True
-        self._torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
-        self._carry = [shard.grad.detach().clone() if shard.grad is not None else None for shard, _ in self._shards]
-        for _, grad in self._shards:
-            grad.zero_()  # a block without gradients this backward contributes zero
-
-    def _deliver(self, b: _Block, i: int, grad: Any) -> None:
-        """Copies the whole gradient of parameter `i` of `b` into its bucket;
-        reduces the block once all its trainable parameters have one."""
-        p = b.params[i]
-        if b.bucket is None:
-            n = len(b.params)
-            pointers, sizes = (ctypes.c_void_p * n)(), (ctypes.c_size_t * n)()
-            self._check(self._lib.fragctl_zero3_begin_gradients(self._z, b.index, self._stream(), pointers, sizes, n))
-            b.bucket = [pointers[k] for k in range(n)]
-            b.received = set()
-        self._typed(b.bucket[i], b.shapes[i], p.dtype).copy_(grad).div_(self.world_size)
-        b.received.add(i)
-        if len(b.received) == sum(b.trainable):
-            self._reduce(b)
-
-    def _reduce(self, b: _Block) -> None:
-        self._check(self._lib.fragctl_zero3_reduce_gradients(self._z, b.index, self._stream()))
-        b.bucket = None
-        if b.backward_held:
-            b.backward_held = False
-            self._release(b)
-
-    def _end_backward(self) -> None:
-        self._backward_queued = False
-        for b in self._blocks:
-            for i, partial in enumerate(b.partial):  # applications whose output got no gradient
-                if partial is not None:
-                    b.partial[i] = None
-                    self._deliver(b, i, partial)
-            b.uses = [0] * len(b.params)
-            if b.bucket is not None:  # a trainable parameter got no gradient this step
-                for i, (p, t) in enumerate(zip(b.params, b.trainable)):
-                    if t and i not in b.received:
-                        self._typed(b.bucket[i], b.shapes[i], p.dtype).zero_()
-                self._reduce(b)
-            if b.backward_held:
-                b.backward_held = False
-                self._release(b)
-        self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
-        carry, self._carry = self._carry or [None] * len(self._shards), None
-        for (shard, grad), earlier in zip(self._shards, carry):
-            if earlier is not None:
-                grad.add_(earlier)
-            shard.grad = grad
-        self._step_open = True
 
     # --- the module's surface -------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
+from ._interop import current_stream, wrap
 
 Size = Union[int, str]
 
@@ -307,17 +308,11 @@ class offload_activations:
         return not (isinstance(base, torch.nn.Parameter) or (base.is_leaf and base.requires_grad))
 
     def _stream(self) -> Optional[int]:
-        if self._device.type == "cuda":
-            return self._torch.cuda.current_stream(self._device).cuda_stream or None
-        return None
+        return current_stream(self._torch, self._device)
 
     def _wrap(self, pointer: int, nbytes: int) -> Any:
         """A uint8 tensor over `nbytes` of store memory at `pointer` (no copy)."""
-        torch = self._torch
-        if self._device.type == "cpu":
-            return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(pointer), dtype=torch.uint8)
-        view = _DeviceView(pointer, nbytes)
-        return torch.as_tensor(view, device=self._device)
+        return wrap(self._torch, self._device, pointer, nbytes)
 
     def _pack(self, tensor: Any) -> Any:
         if not self._movable(tensor):
@@ -424,11 +419,3 @@ class offload_activations:
         return "fragctl.torch.offload_activations(budget=%d, min_bytes=%d, device=%s)" % (
             self.budget, self.min_bytes, self._device)
 
-
-class _DeviceView:
-    """Device memory described by __cuda_array_interface__ (version 2: no
-    stream, so torch.as_tensor adds no synchronization)."""
-
-    def __init__(self, pointer: int, nbytes: int) -> None:
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False),
-                                         "strides": None, "version": 2}

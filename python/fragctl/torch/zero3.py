@@ -16,7 +16,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Tuple, Union
 
-from ._sharded import CollectiveError, CollectiveTimeoutError, ShardedModule, Zero3Error
+from ._blocks import find_blocks
+from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
+from ._sharded import ShardedModule
 
 ConfigSource = Union[None, str, "os.PathLike[str]", Mapping[str, Any]]
 
@@ -82,8 +84,9 @@ class Zero3Config:
     stage3_prefetch_bucket_size: int = _DEFAULT_PREFETCH
     stage3_param_persistence_threshold: int = _DEFAULT_PERSISTENCE
     #: Elements reduced at once. The manager's two reduce buckets each hold
-    #: one block's gradients, so a block may not have more trainable elements
-    #: than this (checked when the model is laid out).
+    #: one block's gradients, so a block (a module of ``block_types`` with its
+    #: whole subtree) may not have more trainable elements above the
+    #: persistence threshold than this (checked by ``shard``).
     reduce_bucket_size: int = _DEFAULT_REDUCE_BUCKET
 
     def options_string(self, element_bytes: int = 2, gradient_type: str = "bf16") -> str:
@@ -174,6 +177,19 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
     return Zero3Config(**counts)
 
 
+def _check_reduce_bucket(blocks: Any, cfg: Zero3Config) -> None:
+    """Raises ValueError for a block (a module of ``block_types`` counts with
+    its whole subtree) whose reduce-scattered gradients, its trainable
+    parameters above the persistence threshold, have more elements than
+    ``reduce_bucket_size``: one block's gradients fill one reduce bucket."""
+    for b in blocks:
+        reduced = sum(p.numel() for p in b.params
+                      if p.requires_grad and p.numel() >= cfg.stage3_param_persistence_threshold)
+        if reduced > cfg.reduce_bucket_size:
+            raise ValueError("fragctl.torch.zero3.shard: block %s has %d trainable elements to reduce-scatter, more "
+                             "than reduce_bucket_size=%d" % (b.name, reduced, cfg.reduce_bucket_size))
+
+
 _GRADIENT_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -206,8 +222,9 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     backend of FRAGCTL_BACKEND (default: the first that finds a device).
 
     Raises RuntimeError when torch.distributed is not initialized,
-    ValueError for bad options, shared parameters, mixed dtypes, a block with
-    more trainable elements than ``reduce_bucket_size``.
+    ValueError for bad options, shared parameters, mixed dtypes, a block (with
+    ``block_types``, a whole layer) with more trainable elements above the
+    persistence threshold than ``reduce_bucket_size``.
     """
     from . import _torch
     torch = _torch()
@@ -223,11 +240,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     if len(dtypes) != 1 or str(parameters[0].dtype).replace("torch.", "") not in _GRADIENT_TYPES:
         raise ValueError("fragctl.torch.zero3.shard: parameters must share one of float32, bfloat16, float16; "
                          "found %s" % sorted(str(d) for d in dtypes))
-    for name, module in model.named_modules():
-        trainable = sum(p.numel() for p in module.parameters(recurse=False) if p.requires_grad)
-        if trainable > cfg.reduce_bucket_size:
-            raise ValueError("fragctl.torch.zero3.shard: module %s has %d trainable elements, more than "
-                             "reduce_bucket_size=%d" % (name or "<root>", trainable, cfg.reduce_bucket_size))
+    _check_reduce_bucket(find_blocks(model, tuple(block_types)), cfg)
     first = parameters[0]
     text = cfg.options_string(first.element_size(), _GRADIENT_TYPES[str(first.dtype).replace("torch.", "")])
     group = process_group if process_group is not None else dist.group.WORLD

@@ -11,26 +11,22 @@
 // its kernels, so a thread blocked in a stream synchronization returns) and
 // is raised by the next call as collective_error naming rank, operation and
 // tag. One mutex orders the NCCL calls of the driving thread and the
-// watchdog, so the abort never races a call on the same communicator.
+// watchdog, so the abort never races a call on the same communicator. The
+// unique id comes from nccl_rendezvous.hpp.
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/log.hpp"
 #include "zero3/collectives/device_runtime.hpp"
-#include "util/strings.hpp"
 #include "zero3/collectives/nccl_library.hpp"
+#include "zero3/collectives/nccl_rendezvous.hpp"
 
 namespace fragctl::zero3 {
 
@@ -57,80 +53,12 @@ struct pending_op {
   std::string tag;
 };
 
-std::optional<std::string> read_id_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  if (text.size() != 256) return std::nullopt;  // still being written (rename makes that rare)
-  return text;
-}
-
-nccl::unique_id_t obtain_id(const nccl::library& lib, const nccl_options& o) {
-  nccl::unique_id_t raw{};
-  const auto from_hex = [&](const std::string& hex, const std::string& where) {
-    auto id = unique_id_from_hex(hex);
-    if (!id.ok()) {
-      throw invalid_argument(fmt::format("zero3 rank {}: unique id in {}: {}", o.rank, where, util::to_std(id.status().message())));
-    }
-    std::copy(id->begin(), id->end(), reinterpret_cast<unsigned char*>(raw.internal));
-  };
-  if (const char* env = o.unique_id_env.empty() ? nullptr : std::getenv(o.unique_id_env.c_str());
-      env != nullptr && env[0] != '\0') {
-    from_hex(env, o.unique_id_env);
-    return raw;
-  }
-  if (o.unique_id_file.empty()) {
-    if (o.size == 1) {
-      if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
-        throw backend_error(fmt::format("ncclGetUniqueId: {}", lib.describe(r, nullptr)), r, "ncclResult_t");
-      }
-      return raw;
-    }
-    throw invalid_argument(fmt::format("zero3 rank {}: no unique id: set {} or nccl_options::unique_id_file",
-                                       o.rank, o.unique_id_env));
-  }
-  if (o.rank == 0) {
-    if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
-      throw backend_error(fmt::format("ncclGetUniqueId: {}", lib.describe(r, nullptr)), r, "ncclResult_t");
-    }
-    unique_id id{};
-    std::copy(raw.internal, raw.internal + 128, reinterpret_cast<char*>(id.data()));
-    const std::string tmp = fmt::format("{}.tmp.{}", o.unique_id_file, getpid());
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << to_hex(id) << "\n";
-      if (!out) throw invalid_argument(fmt::format("zero3 rank 0: cannot write the unique id to {}", tmp));
-    }
-    if (std::rename(tmp.c_str(), o.unique_id_file.c_str()) != 0) {
-      throw invalid_argument(fmt::format("zero3 rank 0: cannot rename {} to {}", tmp, o.unique_id_file));
-    }
-    return raw;
-  }
-  const auto deadline = clock::now() + o.timeout;
-  while (true) {
-    if (auto text = read_id_file(o.unique_id_file)) {
-      from_hex(*text, o.unique_id_file);
-      return raw;
-    }
-    if (clock::now() > deadline) {
-      throw collective_error(fmt::format("zero3 rank {}: init: the unique id file {} did not appear within {} ms "
-                                         "(is rank 0 running?)",
-                                         o.rank, o.unique_id_file, o.timeout.count()),
-                             o.rank, "init", o.unique_id_file, true);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 class nccl_communicator final : public communicator {
  public:
   nccl_communicator(device_backend& backend, const nccl_options& options)
       : lib_(nccl::load(options)), backend_(backend), options_(options),
         runtime_(make_device_runtime(options.library, backend.device())) {
-    const nccl::unique_id_t id = obtain_id(lib_, options_);
+    const nccl::unique_id_t id = obtain_unique_id(lib_, options_);
     const auto started = clock::now();
     {
       auto bound = runtime_->bind();
@@ -417,17 +345,6 @@ std::unique_ptr<communicator> make_nccl_communicator(device_backend& backend, co
                                        backend.name()));
   }
   return std::make_unique<nccl_communicator>(backend, options);
-}
-
-unique_id make_unique_id(const nccl_options& options) {
-  const nccl::library& lib = nccl::load(options);
-  nccl::unique_id_t raw{};
-  if (const nccl::result_t r = lib.get_unique_id(&raw); r != nccl::success) {
-    throw backend_error(fmt::format("ncclGetUniqueId: {}", lib.describe(r, nullptr)), r, "ncclResult_t");
-  }
-  unique_id id{};
-  std::copy(raw.internal, raw.internal + 128, reinterpret_cast<char*>(id.data()));
-  return id;
 }
 
 }  // namespace fragctl::zero3

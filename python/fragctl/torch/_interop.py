@@ -1,0 +1,69 @@
+"""What fragctl.torch's services share to work on the library's memory:
+native memory as tensors without a copy, the current stream as a handle,
+and the ZeRO-3 status codes.
+
+Memory: on CPU devices (fragctl's sim backend in backed mode) a tensor over
+host memory; on CUDA a tensor over ``__cuda_array_interface__`` (version 2,
+no stream, so torch adds no synchronization). The tensor does not own the
+memory: its owner (the checkpoint store, the block manager) must outlive it.
+"""
+import contextlib
+import ctypes
+from typing import Any, Optional
+
+from .. import _capi
+
+# fragctl_zero3_status values (stable, part of the ABI: fragctl/zero3/zero3.h);
+# their names come from the library (zero3_status_name).
+ZERO3_OK = 0
+(ZERO3_INVALID_ARGUMENT, ZERO3_OUT_OF_MEMORY, ZERO3_BUDGET, ZERO3_COLLECTIVE, ZERO3_TIMEOUT, ZERO3_BACKEND,
+ ZERO3_ERROR) = range(1, 8)
+
+
+def zero3_status_name(status: int) -> str:
+    """The fragctl_zero3_status name of a code ("FRAGCTL_ZERO3_TIMEOUT"), as
+    the library spells it; "FRAGCTL_ZERO3_UNKNOWN" for a code it lacks."""
+    return _capi.library().fragctl_zero3_status_string(status).decode()
+
+
+class DeviceView:
+    """Device memory described by __cuda_array_interface__ (version 2: no
+    stream, so torch.as_tensor adds no synchronization)."""
+
+    def __init__(self, pointer: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False),
+                                         "strides": None, "version": 2}
+
+
+def wrap(torch: Any, device: Any, pointer: int, nbytes: int) -> Any:
+    """A uint8 tensor on `device` over `nbytes` of memory at `pointer` (no copy)."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8, device=device)
+    if device.type == "cpu":
+        return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(pointer), dtype=torch.uint8)
+    return torch.as_tensor(DeviceView(pointer, nbytes), device=device)
+
+
+def typed(torch: Any, device: Any, pointer: int, shape: Any, dtype: Any) -> Any:
+    """A tensor of `shape` and `dtype` on `device` over the memory at `pointer` (no copy)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    width = torch.tensor([], dtype=dtype).element_size()
+    return wrap(torch, device, pointer, numel * width).view(dtype).view(shape)
+
+
+def current_stream(torch: Any, device: Any) -> Optional[int]:
+    """The handle of `device`'s current stream for the C API: None for the
+    default stream and on CPU devices."""
+    if device.type == "cuda":
+        return torch.cuda.current_stream(device).cuda_stream or None
+    return None
+
+
+def stream_context(torch: Any, device: Any, handle: Optional[int]) -> Any:
+    """A context in which the stream `handle` (None: the default stream) is
+    current on `device`; a null context on CPU devices."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.ExternalStream(handle or 0, device=device))
