@@ -3,13 +3,13 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "fmt/format.h"
+#include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 
 namespace fragctl::zero3::nccl {
@@ -45,7 +45,7 @@ void bind(const library& lib, F& fn, const char* symbol, bool required) {
 
 std::vector<std::string> candidates(const nccl_options& options) {
   if (!options.library_path.empty()) return {options.library_path};
-  if (const char* env = std::getenv("FRAGCTL_NCCL_LIBRARY"); env != nullptr && env[0] != '\0') return {env};
+  if (const auto env = environment_value("FRAGCTL_NCCL_LIBRARY"); env && !env->empty()) return {std::string(*env)};
   if (options.library == collective_library::rccl) return {"librccl.so.1", "librccl.so"};
   return {"libnccl.so.2", "libnccl.so"};
 }
