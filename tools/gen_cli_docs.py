@@ -21,15 +21,31 @@ def run(binary, *args):
     return done.stdout
 
 
+def listed(text, heading):
+    """(name, description) pairs of the two-column block under the line that
+    starts with `heading` and ends with ":" (up to the next blank line)."""
+    found, inside = [], False
+    for line in text.splitlines():
+        if not inside:
+            inside = line.startswith(heading) and line.endswith(":")
+        elif not line:
+            break
+        else:
+            match = re.match(r"^  (\S+)\s+(.*)$", line)
+            if match:
+                found.append((match.group(1), match.group(2)))
+    return found
+
+
 def commands(main_help):
     """(name, summary) pairs of the "Commands:" block of `fragctl --help`."""
-    block = main_help.split("Commands:\n", 1)[1].split("\n\n", 1)[0]
-    found = []
-    for line in block.splitlines():
-        match = re.match(r"^  (\S+)\s+(.*)$", line)
-        if match:
-            found.append((match.group(1), match.group(2)))
-    return found
+    return listed(main_help, "Commands")
+
+
+def environment(main_help):
+    """(name, help) pairs of the "Environment" block of `fragctl --help`: the
+    library's table of environment variables (fragctl::environment_variables)."""
+    return listed(main_help, "Environment")
 
 
 def options(command_help):
@@ -76,8 +92,10 @@ def man_page(version, main_help, helps):
         if len(tail) > 1:
             out += [".PP", ".nf", roff("\n\n".join(tail[1:]).rstrip()), ".fi"]
     out += [".SH EXIT STATUS", "0 success, 1 failure (unreadable input, backend error), 2 usage error.",
-            ".SH ENVIRONMENT",
-            "FRAGCTL_POLICY, FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_LOG_LEVEL: see docs/configuration.md.",
+            ".SH ENVIRONMENT"]
+    for name, help_ in environment(main_help):
+        out += [".TP", "\\fB%s\\fR" % roff(name), roff(help_)]
+    out += [".PP", "Each is described in docs/configuration.md.",
             ".SH SEE ALSO", "The docs/ folder of fragctl: reports.md, replay.md, traces.md, configuration.md."]
     return "\n".join(out) + "\n"
 

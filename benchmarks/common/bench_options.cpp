@@ -33,16 +33,6 @@ absl::StatusOr<std::vector<std::string>> policy_list(std::string_view given,
 
 }  // namespace
 
-std::string_view backend_flag_name(backend_kind kind) noexcept {
-  switch (kind) {
-    case backend_kind::cuda: return "cuda";
-    case backend_kind::hip: return "hip";
-    case backend_kind::sim: return "sim";
-    case backend_kind::automatic: break;
-  }
-  return "auto";
-}
-
 absl::StatusOr<bench_options> parse_bench_options(int argc, char** argv,
                                                   const std::set<std::string, std::less<>>& extra_flags,
                                                   const std::vector<std::string>& pseudo_policies,

@@ -44,7 +44,4 @@ struct bench_options {
 /// The value of the program's own flag `name`, or `fallback` when absent.
 [[nodiscard]] std::string extra_flag(const bench_options& o, std::string_view name, std::string fallback);
 
-/// Name of a backend kind as --backend spells it.
-[[nodiscard]] std::string_view backend_flag_name(backend_kind kind) noexcept;
-
 }  // namespace fragctl::bench

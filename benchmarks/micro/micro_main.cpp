@@ -225,7 +225,7 @@ int micro_main(int argc, char** argv) {
     const std::string missing = cuda_runtime_unavailable_reason();
     if (!missing.empty()) std::fprintf(stderr, "bench_micro: cudaMalloc and cudaMallocAsync are skipped: %s\n", missing.c_str());
   }
-  benchmark::AddCustomContext("fragctl_backend", std::string(backend_flag_name(options->cfg.backend)));
+  benchmark::AddCustomContext("fragctl_backend", std::string(backend_kind_name(options->cfg.backend)));
   register_benchmarks(*options);
   benchmark::RunSpecifiedBenchmarks();
   release_subject();

@@ -122,7 +122,7 @@ std::string largest_json(const stress_options& o, const std::string& scenario, c
   return nlohmann::ordered_json{
       {"scenario", scenario},
       {"allocator", policy},
-      {"backend", backend_flag_name(o.common.cfg.backend)},
+      {"backend", backend_kind_name(o.common.cfg.backend)},
       {"cap", o.cap},
       {"found", found.found},
       {"largest_scale", json_number(found.scale)},
@@ -164,7 +164,7 @@ std::string smallest_json(const stress_options& o, const std::string& scenario, 
   return nlohmann::ordered_json{
       {"scenario", scenario},
       {"allocator", policy},
-      {"backend", backend_flag_name(o.common.cfg.backend)},
+      {"backend", backend_kind_name(o.common.cfg.backend)},
       {"scale", json_number(o.scale)},
       {"peak_live", uncapped.peak_live},
       {"found", found.found},

@@ -2,6 +2,11 @@
 // into one typed struct (DESIGN.md, "Configuration"; docs/configuration.md
 // has a row per option). Policies take this struct and never call getenv.
 //
+// Two tables hold every option once: config_options() (the FRAGCTL_CONF
+// keys) and environment_variables() (every variable fragctl reads). Each
+// default lives only in the struct below; the tables show it by formatting a
+// default-constructed config.
+//
 // FRAGCTL_CONF is "key:value,key:value". Sizes accept a plain byte count or a
 // number with a unit: B, KiB, MiB, GiB, TiB (also KB/MB/GB/TB as powers of
 // 1000, and k/K, m/M, g/G shorthands as powers of 1024). Booleans accept
@@ -11,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,7 +52,10 @@ struct config {
   // arena policy.
   std::size_t arena_size = 0;                 ///< virtual range to reserve; 0 = device total
   std::size_t release_threshold = 0;          ///< free mapped bytes kept instead of unmapped
-  std::size_t release_delay = std::size_t{1} << 20;  ///< allocator calls a free span beyond the threshold stays mapped
+  /// Allocator calls (allocations plus frees: a count, not a time) a free span
+  /// beyond the threshold stays mapped; FRAGCTL_CONF key release_delay or
+  /// release_delay_calls.
+  std::size_t release_delay = std::size_t{1} << 20;
   std::size_t map_chunk = 32 * MiB;           ///< largest physical handle (span) the arena maps
   bool wait_before_growing = true;            ///< wait for pending frees and re-stitch before creating memory
   std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free
@@ -77,18 +86,47 @@ struct config {
   /// The FRAGCTL_CONF keys parse_config set, in order: an allocator stack
   /// warns about each that does not apply to the policy it builds.
   std::vector<std::string> options_set;
+
+  bool operator==(const config&) const = default;
 };
 
-/// One documented option of FRAGCTL_CONF.
+/// One documented option: a FRAGCTL_CONF key (and the same shape for the
+/// ZeRO-3 options, zero3::option_row).
 struct option_info {
   std::string_view key;
-  std::string_view type;     ///< "size", "bool", "int", "string" or "enum: a|b"
-  std::string_view default_value;
+  std::string_view type;      ///< "size", "bool", "int", "string", "duration" or "enum: a|b"
+  std::string default_value;  ///< the default-constructed struct's value as the parser reads it,
+                              ///< then what 0 means where it is special: "0 (device total)"
   std::string_view help;
 };
 
-/// Every FRAGCTL_CONF key, in documentation order.
+/// Every FRAGCTL_CONF key, in documentation order. Thread-safe.
 [[nodiscard]] const std::vector<option_info>& config_options();
+
+/// The value of option `key` in `c`, written as parse_config reads it back
+/// ("32MiB", "true", "unlimited"). Throws invalid_argument for an unknown key.
+[[nodiscard]] std::string option_value(const config& c, std::string_view key);
+
+/// One environment variable fragctl reads (docs/configuration.md has a row
+/// per variable, `fragctl --help` lists them).
+struct environment_variable {
+  std::string_view name;
+  std::string_view value;     ///< what it takes: "file path", "duration"
+  std::string default_value;  ///< the default config's value (empty where unset means "none")
+  std::string_view help;
+  std::string_view read_by;  ///< "config_from_environment", or the reader outside it
+};
+
+/// Every environment variable of the library, the zero3 service and the
+/// Python package, config_from_environment's in the order it applies them.
+/// Thread-safe.
+[[nodiscard]] const std::vector<environment_variable>& environment_variables();
+
+/// The value of `name` in the environment, nullopt when it is unset. Every
+/// getenv of fragctl goes through here, so each variable read is a row of
+/// environment_variables(); throws invalid_argument for a name that is not.
+/// Logs nothing (the logger reads FRAGCTL_LOG_LEVEL through it).
+[[nodiscard]] std::optional<std::string_view> environment_value(std::string_view name);
 
 /// Applies "key:value,key:value" on top of `base`. Errors name the key and
 /// what it accepts; `base` is untouched on error. PyTorch's allocator keys
@@ -105,15 +143,24 @@ struct option_info {
 /// error (it would round to 0, which means off).
 [[nodiscard]] absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text);
 
+/// Writes a size exactly, as parse_size reads it back: the shortest of a
+/// plain byte count, a binary unit and a decimal one ("80GiB", "100MB", "512").
+[[nodiscard]] std::string format_size(std::size_t bytes);
+
 /// Parses "cuda", "hip", "sim" or "auto".
 [[nodiscard]] absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text);
 
-/// Reads FRAGCTL_POLICY, FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_REPORT,
-/// FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL, FRAGCTL_REPORT_INTERVAL and
-/// FRAGCTL_PROMETHEUS. Errors name the variable and key. When FRAGCTL_CONF
-/// is unset, PYTORCH_CUDA_ALLOC_CONF's keys that have a fragctl meaning are
-/// applied instead (src/util/pytorch_conf.hpp), with one warning log line
-/// saying what was mapped and what was left to PyTorch.
+/// "cuda", "hip", "sim" or "auto": what parse_backend_kind reads back.
+[[nodiscard]] std::string_view backend_kind_name(backend_kind kind) noexcept;
+
+/// Applies the rows of environment_variables() read by it (FRAGCTL_POLICY,
+/// FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_REPORT, ...) to a default config,
+/// in table order; an empty variable counts as unset. Errors name the
+/// variable and key. When FRAGCTL_CONF is unset, PYTORCH_CUDA_ALLOC_CONF's
+/// keys that have a fragctl meaning are applied instead
+/// (src/util/pytorch_conf.hpp), with one warning log line saying what was
+/// mapped and what was left to PyTorch. Warns once per process about a
+/// FRAGCTL_* variable within three edits of a row's name (a misspelling).
 [[nodiscard]] absl::StatusOr<config> config_from_environment();
 
 }  // namespace fragctl

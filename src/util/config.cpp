@@ -1,19 +1,19 @@
-// FRAGCTL_CONF parsing: one table row per option gives its key, type, default,
-// help and how to store it, so parser, error messages and docs agree.
+// FRAGCTL_CONF parsing: one table row per option gives its key, type, help,
+// its parser and its formatter, so parser, error messages, defaults and docs
+// agree. The environment variables are src/util/environment.cpp.
 #include "fragctl/config.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
-#include <mutex>
+#include <utility>
 
 #include "fmt/format.h"
 #include "fmt/ranges.h"
-#include "fragctl/log.hpp"
+#include "fragctl/error.hpp"
+#include "util/config_table.hpp"
 #include "util/pytorch_conf.hpp"
 #include "util/strings.hpp"
 
@@ -35,18 +35,6 @@ absl::StatusOr<int> parse_int(std::string_view text) {
   return static_cast<int>(value);
 }
 
-using setter = std::function<absl::Status(config&, std::string_view)>;
-
-template <class T, class Parse>
-setter field(T config::*member, Parse parse) {
-  return [member, parse](config& c, std::string_view v) -> absl::Status {
-    auto parsed = parse(v);
-    if (!parsed.ok()) return parsed.status();
-    c.*member = static_cast<T>(*parsed);
-    return absl::OkStatus();
-  };
-}
-
 // No device holds more than 2^62 bytes (the largest request an allocator
 // accepts): a larger option value is a mistake, and would overflow the
 // rounding arithmetic of the policies that use it.
@@ -57,139 +45,211 @@ absl::StatusOr<std::size_t> parse_option_size(std::string_view text) {
   return bytes;
 }
 
-setter size_field(std::size_t config::*m) { return field(m, parse_option_size); }
-setter bool_field(bool config::*m) { return field(m, parse_bool); }
-setter string_field(std::string config::*m) {
-  return [m](config& c, std::string_view v) {
-    c.*m = std::string(v);
-    return absl::OkStatus();
-  };
+absl::StatusOr<std::size_t> parse_count(std::string_view text) {
+  std::uint64_t n = 0;
+  if (!util::parse_u64(util::trim(text), n)) return absl::InvalidArgumentError("expected an integer >= 0");
+  return static_cast<std::size_t>(n);
 }
 
+std::string format_bool(bool b) { return b ? "true" : "false"; }
+
+std::string format_duration_ms(std::uint64_t ms) {
+  if (ms == 0) return "0";
+  return ms % 1000 == 0 ? fmt::format("{}s", ms / 1000) : fmt::format("{}ms", ms);
+}
+
+// A row of the options table: the key's one parser and one formatter of a
+// config field. The default shown in docs and help is `show(config{})`, so
+// the struct's initialiser is the only place a default is written.
 struct option_row {
-  option_info info;
-  setter set;
+  std::string_view key;
+  std::string_view type;
+  std::string_view help;
+  std::function<absl::Status(config&, std::string_view)> set;
+  std::function<std::string(const config&)> show;
+  std::string_view zero_means{};  ///< shown after a default of 0: "device total"
 };
+
+template <class T, class Parse, class Show>
+option_row row(std::string_view key, std::string_view type, T config::*member, Parse parse, Show show,
+               std::string_view help, std::string_view zero_means = {}) {
+  return {key,
+          type,
+          help,
+          [member, parse](config& c, std::string_view v) -> absl::Status {
+            auto parsed = parse(v);
+            if (!parsed.ok()) return parsed.status();
+            c.*member = static_cast<T>(*parsed);
+            return absl::OkStatus();
+          },
+          [member, show](const config& c) { return std::string(show(c.*member)); },
+          zero_means};
+}
+
+option_row size_row(std::string_view key, std::size_t config::*m, std::string_view help,
+                    std::string_view zero_means = {}) {
+  return row(key, "size", m, parse_option_size, format_size, help, zero_means);
+}
+option_row bool_row(std::string_view key, bool config::*m, std::string_view help) {
+  return row(key, "bool", m, parse_bool, format_bool, help);
+}
+option_row string_row(std::string_view key, std::string config::*m, std::string_view help) {
+  return row(
+      key, "string", m, [](std::string_view v) -> absl::StatusOr<std::string> { return std::string(v); },
+      [](const std::string& v) { return v; }, help);
+}
+option_row count_row(std::string_view key, std::size_t config::*m, std::string_view help) {
+  return row(
+      key, "int", m, parse_count, [](std::size_t n) { return fmt::format("{}", n); }, help);
+}
+
+constexpr std::string_view release_delay_help =
+    "arena: allocator calls (allocations plus frees: a count, not a time) a wholly free span beyond "
+    "release_threshold stays mapped before it is unmapped (0 = at once)";
 
 const std::vector<option_row>& rows() {
   static const std::vector<option_row> table = {
-      {{"device", "int", "0", "device ordinal the allocator serves"},
-       field(&config::device, [](std::string_view v) -> absl::StatusOr<int> {
-         auto d = parse_int(v);
-         if (d.ok() && *d < 0) return absl::InvalidArgumentError("expected a device ordinal >= 0");
-         return d;
-       })},
-      {{"sim_capacity", "size", "80GiB", "sim backend: device memory size"},
-       size_field(&config::sim_capacity)},
-      {{"sim_granularity", "size", "2MiB", "sim backend: physical allocation granularity (power of two)"},
-       [](config& c, std::string_view v) -> absl::Status {
-         auto s = parse_option_size(v);
-         if (!s.ok()) return s.status();
-         if (*s < 4096 || (*s & (*s - 1)) != 0)
-           return absl::InvalidArgumentError("expected a power of two of at least 4KiB");
-         c.sim_granularity = *s;
-         return absl::OkStatus();
-       }},
-      {{"sim_backed", "bool", "false", "sim backend: real host memory instead of fake addresses"},
-       bool_field(&config::sim_backed)},
-      {{"sim_virtual_memory", "bool", "true", "sim backend: offer the virtual memory calls"},
-       bool_field(&config::sim_virtual_memory)},
-      {{"small_size", "size", "1MiB",
-        "caching: requests up to this size use the small pool (warmup: smaller ones are pre-filled apart)"},
-       size_field(&config::small_size)},
-      {{"small_segment", "size", "2MiB", "caching: segment size of the small pool"},
-       size_field(&config::small_segment)},
-      {{"large_segment", "size", "20MiB", "caching: segment size for requests below large_segment_limit"},
-       size_field(&config::large_segment)},
-      {{"large_segment_limit", "size", "10MiB", "caching: requests below this share large_segment segments"},
-       size_field(&config::large_segment_limit)},
-      {{"segment_round", "size", "2MiB", "caching: larger requests get their own segment rounded to this"},
-       size_field(&config::segment_round)},
-      {{"max_split_size", "size", "unlimited", "caching: cached blocks this large or larger are never split"},
-       [](config& c, std::string_view v) -> absl::Status {
-         if (util::lower(v) == "unlimited") {
-           c.max_split_size = SIZE_MAX;
-           return absl::OkStatus();
-         }
-         auto s = parse_option_size(v);
-         if (!s.ok())
-           return absl::InvalidArgumentError("expected a size of at most 4 EiB (2^62 bytes) or \"unlimited\"");
-         c.max_split_size = *s;
-         return absl::OkStatus();
-       }},
-      {{"release_on_oom", "bool", "true", "caching: on out-of-memory free unused cached segments and retry once"},
-       bool_field(&config::release_on_oom)},
-      {{"arena_size", "size", "0 (device total)", "arena: virtual address range reserved per device"},
-       size_field(&config::arena_size)},
-      {{"release_threshold", "size", "0", "arena: free mapped bytes kept mapped instead of unmapped"},
-       size_field(&config::release_threshold)},
-      {{"release_delay", "int", "1048576",
-        "arena: allocator calls a wholly free span beyond release_threshold stays mapped before it is "
-        "unmapped (0 = at once)"},
-       field(&config::release_delay, [](std::string_view v) -> absl::StatusOr<std::size_t> {
-         std::uint64_t n = 0;
-         if (!util::parse_u64(util::trim(v), n)) return absl::InvalidArgumentError("expected an integer >= 0");
-         return static_cast<std::size_t>(n);
-       })},
-      {{"map_chunk", "size", "32MiB",
-        "arena: largest physical handle (span); growth maps up to this much per driver call (the granularity or "
-        "less: one handle per granule)"},
-       size_field(&config::map_chunk)},
-      {{"wait_before_growing", "bool", "true",
-        "arena: before creating physical memory while cached spans wait on pending frees, wait for them and "
-        "re-stitch the spans (false: create at once)"},
-       bool_field(&config::wait_before_growing)},
-      {{"fallback_size", "size", "0 (90% of free)", "arena without virtual memory: size of the pre-reserved block"},
-       size_field(&config::fallback_size)},
-      {{"buckets_limit", "size", "1MiB", "buckets: largest request served from size classes"},
-       size_field(&config::buckets_limit)},
-      {{"slab_size", "size", "2MiB", "buckets: slab carved into fixed-size slots"},
-       size_field(&config::slab_size)},
-      {{"slab_reserve", "int", "4", "buckets: empty slabs kept per class before returning them upstream"},
-       field(&config::slab_reserve, [](std::string_view v) -> absl::StatusOr<std::size_t> {
-         auto d = parse_int(v);
-         if (!d.ok() || *d < 0) return absl::InvalidArgumentError("expected an integer >= 0");
-         return static_cast<std::size_t>(*d);
-       })},
-      {{"warmup_bytes", "size", "0", "warmup: bytes to pre-reserve at start"},
-       size_field(&config::warmup_bytes)},
-      {{"warmup_profile", "string", "", "warmup: JSON report of a previous run to size the pre-reservation"},
-       string_field(&config::warmup_profile)},
-      {{"warmup_on_exhausted", "enum: grow|fail", "grow", "warmup: what to do when the profile was too small"},
-       field(&config::warmup_on_exhausted,
-             [](std::string_view v) -> absl::StatusOr<warmup_exhausted> {
-               if (v == "grow") return warmup_exhausted::grow;
-               if (v == "fail") return warmup_exhausted::fail;
-               return absl::InvalidArgumentError("expected grow or fail");
-             })},
-      {{"limit", "size", "0 (none)", "refuse allocations that would take requested bytes above this"},
-       size_field(&config::limit)},
-      {{"thread_safe", "bool", "true", "serialize calls with a lock (off only for single-threaded use)"},
-       bool_field(&config::thread_safe)},
-      {{"report", "string", "", "same as FRAGCTL_REPORT: write the JSON report here at exit"},
-       string_field(&config::report_path)},
-      {{"trace", "string", "", "same as FRAGCTL_TRACE: record every allocate and free to this CSV"},
-       string_field(&config::trace_path)},
-      {{"report_interval", "duration", "0 (off)",
-        "same as FRAGCTL_REPORT_INTERVAL: rewrite the report and Prometheus files this often"},
-       field(&config::report_interval_ms, parse_duration_ms)},
-      {{"prometheus", "string", "", "same as FRAGCTL_PROMETHEUS: write Prometheus text here"},
-       string_field(&config::prometheus_path)},
-      {{"report_map", "bool", "true", "put each allocator's memory map into the JSON report"},
-       bool_field(&config::report_map)},
+      row(
+          "device", "int", &config::device,
+          [](std::string_view v) -> absl::StatusOr<int> {
+            auto d = parse_int(v);
+            if (d.ok() && *d < 0) return absl::InvalidArgumentError("expected a device ordinal >= 0");
+            return d;
+          },
+          [](int d) { return fmt::format("{}", d); }, "device ordinal the allocator serves"),
+      size_row("sim_capacity", &config::sim_capacity, "sim backend: device memory size"),
+      row(
+          "sim_granularity", "size", &config::sim_granularity,
+          [](std::string_view v) -> absl::StatusOr<std::size_t> {
+            auto s = parse_option_size(v);
+            if (s.ok() && (*s < 4096 || (*s & (*s - 1)) != 0))
+              return absl::InvalidArgumentError("expected a power of two of at least 4KiB");
+            return s;
+          },
+          format_size, "sim backend: physical allocation granularity (power of two)"),
+      bool_row("sim_backed", &config::sim_backed, "sim backend: real host memory instead of fake addresses"),
+      bool_row("sim_virtual_memory", &config::sim_virtual_memory, "sim backend: offer the virtual memory calls"),
+      size_row("small_size", &config::small_size,
+               "caching: requests up to this size use the small pool (warmup: smaller ones are pre-filled apart)"),
+      size_row("small_segment", &config::small_segment, "caching: segment size of the small pool"),
+      size_row("large_segment", &config::large_segment, "caching: segment size for requests below large_segment_limit"),
+      size_row("large_segment_limit", &config::large_segment_limit,
+               "caching: requests below this share large_segment segments"),
+      size_row("segment_round", &config::segment_round,
+               "caching: larger requests get their own segment rounded to this"),
+      row(
+          "max_split_size", "size", &config::max_split_size,
+          [](std::string_view v) -> absl::StatusOr<std::size_t> {
+            if (util::lower(v) == "unlimited") return SIZE_MAX;
+            auto s = parse_option_size(v);
+            if (!s.ok())
+              return absl::InvalidArgumentError("expected a size of at most 4 EiB (2^62 bytes) or \"unlimited\"");
+            return s;
+          },
+          [](std::size_t s) { return s == SIZE_MAX ? std::string("unlimited") : format_size(s); },
+          "caching: cached blocks this large or larger are never split"),
+      bool_row("release_on_oom", &config::release_on_oom,
+               "caching: on out-of-memory free unused cached segments and retry once"),
+      size_row("arena_size", &config::arena_size, "arena: virtual address range reserved per device", "device total"),
+      size_row("release_threshold", &config::release_threshold,
+               "arena: free mapped bytes kept mapped instead of unmapped"),
+      count_row("release_delay", &config::release_delay, release_delay_help),
+      count_row("release_delay_calls", &config::release_delay,
+                "arena: release_delay under a name that says its unit: allocator calls, not a time"),
+      size_row("map_chunk", &config::map_chunk,
+               "arena: largest physical handle (span); growth maps up to this much per driver call (the "
+               "granularity or less: one handle per granule)"),
+      bool_row("wait_before_growing", &config::wait_before_growing,
+               "arena: before creating physical memory while cached spans wait on pending frees, wait for them "
+               "and re-stitch the spans (false: create at once)"),
+      size_row("fallback_size", &config::fallback_size, "arena without virtual memory: size of the pre-reserved block",
+               "90% of free"),
+      size_row("buckets_limit", &config::buckets_limit, "buckets: largest request served from size classes"),
+      size_row("slab_size", &config::slab_size, "buckets: slab carved into fixed-size slots"),
+      row(
+          "slab_reserve", "int", &config::slab_reserve,
+          [](std::string_view v) -> absl::StatusOr<std::size_t> {
+            auto d = parse_int(v);
+            if (!d.ok() || *d < 0) return absl::InvalidArgumentError("expected an integer >= 0");
+            return static_cast<std::size_t>(*d);
+          },
+          [](std::size_t n) { return fmt::format("{}", n); },
+          "buckets: empty slabs kept per class before returning them upstream"),
+      size_row("warmup_bytes", &config::warmup_bytes, "warmup: bytes to pre-reserve at start"),
+      string_row("warmup_profile", &config::warmup_profile,
+                 "warmup: JSON report of a previous run to size the pre-reservation"),
+      row(
+          "warmup_on_exhausted", "enum: grow|fail", &config::warmup_on_exhausted,
+          [](std::string_view v) -> absl::StatusOr<warmup_exhausted> {
+            if (v == "grow") return warmup_exhausted::grow;
+            if (v == "fail") return warmup_exhausted::fail;
+            return absl::InvalidArgumentError("expected grow or fail");
+          },
+          [](warmup_exhausted w) { return w == warmup_exhausted::grow ? "grow" : "fail"; },
+          "warmup: what to do when the profile was too small"),
+      size_row("limit", &config::limit, "refuse allocations that would take requested bytes above this", "none"),
+      bool_row("thread_safe", &config::thread_safe, "serialize calls with a lock (off only for single-threaded use)"),
+      string_row("report", &config::report_path, "same as FRAGCTL_REPORT: write the JSON report here at exit"),
+      string_row("trace", &config::trace_path, "same as FRAGCTL_TRACE: record every allocate and free to this CSV"),
+      row("report_interval", "duration", &config::report_interval_ms, parse_duration_ms, format_duration_ms,
+          "same as FRAGCTL_REPORT_INTERVAL: rewrite the report and Prometheus files this often", "off"),
+      string_row("prometheus", &config::prometheus_path, "same as FRAGCTL_PROMETHEUS: write Prometheus text here"),
+      bool_row("report_map", &config::report_map, "put each allocator's memory map into the JSON report"),
   };
   return table;
+}
+
+const option_row* find_row(std::string_view key) {
+  for (const auto& r : rows())
+    if (r.key == key) return &r;
+  return nullptr;
 }
 
 }  // namespace
 
 const std::vector<option_info>& config_options() {
   static const std::vector<option_info> infos = [] {
+    const config defaults;
     std::vector<option_info> v;
-    for (const auto& row : rows()) v.push_back(row.info);
+    for (const auto& r : rows()) {
+      std::string shown = r.show(defaults);
+      if (shown == "0" && !r.zero_means.empty()) shown += fmt::format(" ({})", r.zero_means);
+      v.push_back({r.key, r.type, std::move(shown), r.help});
+    }
     return v;
   }();
   return infos;
+}
+
+std::string option_value(const config& c, std::string_view key) {
+  const option_row* r = find_row(key);
+  if (r == nullptr) throw invalid_argument(fmt::format("option_value: no option \"{}\"", key));
+  return r->show(c);
+}
+
+absl::Status util::set_option(config& c, std::string_view key, std::string_view value) {
+  const option_row* r = find_row(key);
+  if (r == nullptr) throw invalid_argument(fmt::format("set_option: no option \"{}\"", key));
+  return r->set(c, value);
+}
+
+std::string format_size(std::size_t bytes) {
+  std::string best = fmt::format("{}", bytes);
+  if (bytes == 0) return best;
+  constexpr std::pair<std::size_t, std::string_view> units[] = {{std::size_t{1} << 40, "TiB"},
+                                                                {std::size_t{1} << 30, "GiB"},
+                                                                {std::size_t{1} << 20, "MiB"},
+                                                                {std::size_t{1} << 10, "KiB"},
+                                                                {1'000'000'000'000, "TB"},
+                                                                {1'000'000'000, "GB"},
+                                                                {1'000'000, "MB"},
+                                                                {1'000, "KB"}};
+  for (const auto& [unit, name] : units) {
+    if (bytes % unit != 0) continue;
+    std::string shown = fmt::format("{}{}", bytes / unit, name);
+    if (shown.size() < best.size()) best = std::move(shown);
+  }
+  return best;
 }
 
 absl::StatusOr<std::size_t> parse_size(std::string_view text) {
@@ -255,6 +315,16 @@ absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text) {
   return ms;
 }
 
+std::string_view backend_kind_name(backend_kind kind) noexcept {
+  switch (kind) {
+    case backend_kind::cuda: return "cuda";
+    case backend_kind::hip: return "hip";
+    case backend_kind::sim: return "sim";
+    case backend_kind::automatic: break;
+  }
+  return "auto";
+}
+
 absl::StatusOr<backend_kind> parse_backend_kind(std::string_view text) {
   const std::string t = util::lower(util::trim(text));
   if (t == "cuda") return backend_kind::cuda;
@@ -275,10 +345,7 @@ absl::StatusOr<config> parse_config(std::string_view conf, config base) {
     }
     const std::string_view key = util::trim(item.substr(0, colon));
     const std::string_view value = util::trim(item.substr(colon + 1));
-    const option_row* row = nullptr;
-    for (const auto& r : rows()) {
-      if (r.info.key == key) row = &r;
-    }
+    const option_row* row = find_row(key);
     if (row == nullptr) {
       if (auto pytorch = util::apply_pytorch_key(base, key, value)) {
         if (!pytorch->ok())
@@ -286,105 +353,17 @@ absl::StatusOr<config> parse_config(std::string_view conf, config base) {
         continue;
       }
       std::vector<std::string_view> keys;
-      for (const auto& r : rows()) keys.push_back(r.info.key);
+      for (const auto& r : rows()) keys.push_back(r.key);
       return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: unknown key \"{}\"; known keys: {}",
                                                     key, fmt::join(keys, ", ")));
     }
     if (absl::Status s = row->set(base, value); !s.ok()) {
-      return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: bad value \"{}\" for {} ({}): {}", value,
-                                                    key, row->info.type, util::to_std(s.message())));
+      return absl::InvalidArgumentError(fmt::format("FRAGCTL_CONF: bad value \"{}\" for {} ({}): {}", value, key,
+                                                    row->type, util::to_std(s.message())));
     }
     base.options_set.emplace_back(key);
   }
   return base;
-}
-
-namespace {
-
-/// Every variable config_from_environment and the logger read.
-constexpr std::string_view environment_variables[] = {
-    "FRAGCTL_POLICY",     "FRAGCTL_BACKEND",    "FRAGCTL_CONF",           "FRAGCTL_REPORT",
-    "FRAGCTL_TRACE",      "FRAGCTL_LOG_LEVEL",  "FRAGCTL_PROMETHEUS",     "FRAGCTL_REPORT_INTERVAL"};
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-/// Warns once per process about each FRAGCTL_* variable of the environment
-/// that is not one the library reads but within three edits of one (a typo
-/// such as FRAGCTL_POLICYS), naming that one. Other FRAGCTL_* names belong to
-/// the project's scripts and tests and are left alone.
-void warn_misspelt_environment_variables() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-      const std::string_view entry(*e);
-      const std::string_view name = entry.substr(0, entry.find('='));
-      if (!name.starts_with("FRAGCTL_")) continue;
-      std::string_view closest;
-      std::size_t best = 4;
-      for (const std::string_view known : environment_variables) {
-        if (known == name) {
-          closest = {};
-          break;
-        }
-        if (const std::size_t d = edit_distance(name, known); d < best) {
-          best = d;
-          closest = known;
-        }
-      }
-      if (!closest.empty())
-        logger().warn("{} is not a fragctl variable and is ignored; did you mean {}?", name, closest);
-    }
-  });
-}
-
-}  // namespace
-
-absl::StatusOr<config> config_from_environment() {
-  warn_misspelt_environment_variables();
-  config c;
-  const auto env = [](const char* name) -> std::string_view {
-    const char* v = std::getenv(name);
-    return v == nullptr ? std::string_view() : std::string_view(v);
-  };
-  c.policy = std::string(util::trim(env("FRAGCTL_POLICY")));
-  auto backend = parse_backend_kind(env("FRAGCTL_BACKEND"));
-  if (!backend.ok())
-    return absl::InvalidArgumentError(fmt::format("FRAGCTL_BACKEND: {}", util::to_std(backend.status().message())));
-  c.backend = *backend;
-  if (std::getenv("FRAGCTL_CONF") == nullptr && !env("PYTORCH_CUDA_ALLOC_CONF").empty()) {
-    auto pytorch = util::apply_pytorch_conf(env("PYTORCH_CUDA_ALLOC_CONF"), std::move(c));
-    if (!pytorch.ok()) return pytorch.status();
-    logger().warn("FRAGCTL_CONF unset, read PYTORCH_CUDA_ALLOC_CONF: {}", pytorch->summary);
-    c = std::move(pytorch->applied);
-  }
-  auto parsed = parse_config(env("FRAGCTL_CONF"), std::move(c));
-  if (!parsed.ok()) return parsed.status();
-  if (!env("FRAGCTL_REPORT").empty()) parsed->report_path = std::string(env("FRAGCTL_REPORT"));
-  if (!env("FRAGCTL_TRACE").empty()) parsed->trace_path = std::string(env("FRAGCTL_TRACE"));
-  if (!env("FRAGCTL_LOG_LEVEL").empty()) parsed->log_level = std::string(env("FRAGCTL_LOG_LEVEL"));
-  if (!env("FRAGCTL_PROMETHEUS").empty()) parsed->prometheus_path = std::string(env("FRAGCTL_PROMETHEUS"));
-  if (!env("FRAGCTL_REPORT_INTERVAL").empty()) {
-    auto interval = parse_duration_ms(env("FRAGCTL_REPORT_INTERVAL"));
-    if (!interval.ok()) {
-      return absl::InvalidArgumentError(
-          fmt::format("FRAGCTL_REPORT_INTERVAL: {}", util::to_std(interval.status().message())));
-    }
-    parsed->report_interval_ms = *interval;
-  }
-  return parsed;
 }
 
 }  // namespace fragctl

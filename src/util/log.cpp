@@ -2,8 +2,10 @@
 
 #include <pthread.h>
 
-#include <cstdlib>
+#include <optional>
+#include <string>
 
+#include "fragctl/config.hpp"
 #include "spdlog/sinks/stdout_sinks.h"
 
 namespace fragctl {
@@ -18,6 +20,14 @@ class stderr_sink final : public spdlog::sinks::stderr_sink_mt {
   void unlock() noexcept { mutex_.unlock(); }
 };
 
+// spdlog's level of that name; from_str maps unknown names to "off", so only
+// a real "off" is off.
+std::optional<spdlog::level::level_enum> level_named(std::string_view name) {
+  const auto parsed = spdlog::level::from_str(std::string(name));
+  if (parsed == spdlog::level::off && name != "off") return std::nullopt;
+  return parsed;
+}
+
 std::shared_ptr<spdlog::logger> make_logger() {
   static stderr_sink* const console = new stderr_sink();  // never destroyed: fork handlers use it
   // Registered once the logger exists; handlers registered later (the process
@@ -26,11 +36,10 @@ std::shared_ptr<spdlog::logger> make_logger() {
   auto sink = std::shared_ptr<spdlog::sinks::sink>(console, [](spdlog::sinks::sink*) {});
   auto log = std::make_shared<spdlog::logger>("fragctl", std::move(sink));
   log->set_pattern("[fragctl] [%l] %v");
-  log->set_level(spdlog::level::warn);
-  if (const char* level = std::getenv("FRAGCTL_LOG_LEVEL"); level != nullptr) {
-    const auto parsed = spdlog::level::from_str(level);
-    // from_str maps unknown names to "off"; only accept a real "off".
-    if (parsed != spdlog::level::off || std::string_view(level) == "off") log->set_level(parsed);
+  log->set_level(*level_named(config{}.log_level));
+  // Before any configuration is read; an unknown name keeps the default.
+  if (const auto name = environment_value("FRAGCTL_LOG_LEVEL")) {
+    if (const auto level = level_named(*name)) log->set_level(*level);
   }
   return log;
 }
@@ -49,9 +58,9 @@ namespace {
 }  // namespace
 
 bool set_log_level(std::string_view level) {
-  const auto parsed = spdlog::level::from_str(std::string(level));
-  if (parsed == spdlog::level::off && level != "off") return false;
-  logger().set_level(parsed);
+  const auto parsed = level_named(level);
+  if (!parsed) return false;
+  logger().set_level(*parsed);
   return true;
 }
 

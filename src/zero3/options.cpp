@@ -1,4 +1,4 @@
-// parse_options: one table row per key, so parser, errors and docs agree.
+// parse_options: one table row per key, so parser, errors, defaults and docs agree.
 #include "fragctl/zero3/options.hpp"
 
 #include <cmath>
@@ -33,54 +33,76 @@ absl::StatusOr<bool> parse_flag(std::string_view text) {
 
 struct parse_state {
   options o;
-  std::size_t element_bytes = 2;
+  std::size_t element_bytes = default_element_bytes;
 };
 
 using setter = std::function<absl::Status(parse_state&, std::string_view)>;
 
+// A key's parser and the formatter of its default: the documented default is
+// `show(options{})`, so the struct's initialiser is the one place it is written.
 struct row {
-  option_row info;
+  std::string_view key;
+  std::string_view type;
+  std::string_view help;
   setter set;
+  std::function<std::string(const options&)> show;
 };
 
-setter count_times_element(std::size_t options::*member) {
-  return [member](parse_state& s, std::string_view v) -> absl::Status {
-    auto n = parse_count(v);
-    if (!n.ok()) return n.status();
-    s.o.*member = *n * s.element_bytes;
-    return absl::OkStatus();
-  };
+// DeepSpeed writes counts as 5e7: a whole number with at least four trailing
+// zeros in that form, others in full.
+std::string format_count(std::size_t n) {
+  int zeros = 0;
+  std::size_t mantissa = n;
+  while (mantissa != 0 && mantissa % 10 == 0) {
+    mantissa /= 10;
+    ++zeros;
+  }
+  return zeros >= 4 ? fmt::format("{}e{}", mantissa, zeros) : fmt::format("{}", n);
 }
 
-setter bytes(std::size_t options::*member) {
-  return [member](parse_state& s, std::string_view v) -> absl::Status {
-    auto n = parse_size(v);
-    if (!n.ok()) return n.status();
-    s.o.*member = *n;
-    return absl::OkStatus();
-  };
+row count_times_element(std::string_view key, std::size_t options::*member, std::string_view help) {
+  return {key, "count", help,
+          [member](parse_state& s, std::string_view v) -> absl::Status {
+            auto n = parse_count(v);
+            if (!n.ok()) return n.status();
+            s.o.*member = *n * s.element_bytes;
+            return absl::OkStatus();
+          },
+          [member](const options& o) { return format_count(o.*member / default_element_bytes); }};
+}
+
+row bytes(std::string_view key, std::size_t options::*member, std::string_view help) {
+  return {key, "size", help,
+          [member](parse_state& s, std::string_view v) -> absl::Status {
+            auto n = parse_size(v);
+            if (!n.ok()) return n.status();
+            s.o.*member = *n;
+            return absl::OkStatus();
+          },
+          [member](const options& o) { return format_size(o.*member); }};
 }
 
 const std::vector<row>& rows() {
   static const std::vector<row> table = {
-      {{"stage3_prefetch_bucket_size", "count", "5e7",
-        "DeepSpeed's name: elements gathered ahead of use; sets prefetch_bytes = count x element_bytes"},
-       count_times_element(&options::prefetch_bytes)},
-      {{"stage3_max_live_parameters", "count", "1e9",
-        "DeepSpeed's name: elements gathered at once, at most; sets max_live_bytes = count x element_bytes"},
-       count_times_element(&options::max_live_bytes)},
-      {{"stage3_param_persistence_threshold", "count", "1e5",
-        "DeepSpeed's name: parameters with fewer elements stay whole on every rank"},
+      count_times_element(
+          "stage3_prefetch_bucket_size", &options::prefetch_bytes,
+          "DeepSpeed's name: elements gathered ahead of use; sets prefetch_bytes = count x element_bytes"),
+      count_times_element(
+          "stage3_max_live_parameters", &options::max_live_bytes,
+          "DeepSpeed's name: elements gathered at once, at most; sets max_live_bytes = count x element_bytes"),
+      {"stage3_param_persistence_threshold", "count",
+       "DeepSpeed's name: parameters with fewer elements stay whole on every rank",
        [](parse_state& s, std::string_view v) -> absl::Status {
          auto n = parse_count(v);
          if (!n.ok()) return n.status();
          s.o.persistence_threshold = *n;
          return absl::OkStatus();
-       }},
-      {{"prefetch_bytes", "size", "100MB", "bytes of blocks gathered ahead of use; 0 turns prefetching off"},
-       bytes(&options::prefetch_bytes)},
-      {{"max_live_bytes", "size", "2GB", "hard cap on gathered bytes live at once"}, bytes(&options::max_live_bytes)},
-      {{"element_bytes", "int", "2", "bytes per element for the DeepSpeed counts that follow it in the string"},
+       },
+       [](const options& o) { return format_count(o.persistence_threshold); }},
+      bytes("prefetch_bytes", &options::prefetch_bytes,
+            "bytes of blocks gathered ahead of use; 0 turns prefetching off"),
+      bytes("max_live_bytes", &options::max_live_bytes, "hard cap on gathered bytes live at once"),
+      {"element_bytes", "int", "bytes per element for the DeepSpeed counts that follow it in the string",
        [](parse_state& s, std::string_view v) -> absl::Status {
          std::uint64_t n = 0;
          if (!util::parse_u64(util::trim(v), n) || (n != 1 && n != 2 && n != 4 && n != 8)) {
@@ -88,30 +110,42 @@ const std::vector<row>& rows() {
          }
          s.element_bytes = static_cast<std::size_t>(n);
          return absl::OkStatus();
-       }},
-      {{"alignment", "size", "512", "alignment of every parameter, shard and gradient view (power of two, >= 512)"},
+       },
+       [](const options&) { return fmt::format("{}", parse_state{}.element_bytes); }},
+      {"alignment", "size", "alignment of every parameter, shard and gradient view (power of two, >= 512)",
        [](parse_state& s, std::string_view v) -> absl::Status {
          auto n = parse_size(v);
          if (!n.ok()) return n.status();
          if (*n < 512 || (*n & (*n - 1)) != 0) return absl::InvalidArgumentError("expected a power of two >= 512");
          s.o.alignment = *n;
          return absl::OkStatus();
-       }},
-      {{"gradient_type", "enum: bf16|fp16|fp32", "bf16",
-        "element type of the reduce bucket and gradient shard; fp32 sums across ranks in fp32"},
+       },
+       [](const options& o) { return format_size(o.alignment); }},
+      {"gradient_type", "enum: bf16|fp16|fp32",
+       "element type of the reduce bucket and gradient shard; fp32 sums across ranks in fp32",
        [](parse_state& s, std::string_view v) -> absl::Status {
          auto t = parse_data_type(v);
          if (!t.ok() || *t == data_type::uint8) return absl::InvalidArgumentError("expected bf16, fp16 or fp32");
          s.o.gradient_type = *t;
          return absl::OkStatus();
+       },
+       [](const options& o) -> std::string {
+         switch (o.gradient_type) {
+           case data_type::bfloat16: return "bf16";
+           case data_type::float16: return "fp16";
+           case data_type::float32: return "fp32";
+           case data_type::uint8: break;
+         }
+         return "uint8";
        }},
-      {{"prefetch", "bool", "true", "record the first step's fetch order and prefetch along it"},
+      {"prefetch", "bool", "record the first step's fetch order and prefetch along it",
        [](parse_state& s, std::string_view v) -> absl::Status {
          auto b = parse_flag(v);
          if (!b.ok()) return b.status();
          s.o.prefetch = *b;
          return absl::OkStatus();
-       }},
+       },
+       [](const options& o) { return std::string(o.prefetch ? "true" : "false"); }},
   };
   return table;
 }
@@ -120,15 +154,16 @@ const std::vector<row>& rows() {
 
 const std::vector<option_row>& option_rows() {
   static const std::vector<option_row> infos = [] {
+    const options defaults;
     std::vector<option_row> out;
-    for (const row& r : rows()) out.push_back(r.info);
+    for (const row& r : rows()) out.push_back({r.key, r.type, r.show(defaults), r.help});
     return out;
   }();
   return infos;
 }
 
 absl::StatusOr<options> parse_options(std::string_view text, options base) {
-  parse_state state{base, 2};
+  parse_state state{base, default_element_bytes};
   for (const std::string_view item : util::split(text, ',')) {
     if (util::trim(item).empty()) continue;
     const std::size_t colon = item.find(':');
@@ -138,16 +173,16 @@ absl::StatusOr<options> parse_options(std::string_view text, options base) {
     }
     const row* found = nullptr;
     for (const row& r : rows()) {
-      if (r.info.key == key) found = &r;
+      if (r.key == key) found = &r;
     }
     if (found == nullptr) {
       std::string keys;
-      for (const row& r : rows()) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", r.info.key);
+      for (const row& r : rows()) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", r.key);
       return absl::InvalidArgumentError(fmt::format("unknown zero3 option \"{}\"; accepted: {}", key, keys));
     }
     if (absl::Status s = found->set(state, item.substr(colon + 1)); !s.ok()) {
       return absl::InvalidArgumentError(
-          fmt::format("zero3 option {} ({}): {}", key, found->info.type, util::to_std(s.message())));
+          fmt::format("zero3 option {} ({}): {}", key, found->type, util::to_std(s.message())));
     }
   }
   return state.o;

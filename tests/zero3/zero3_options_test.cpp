@@ -11,12 +11,32 @@
 namespace fragctl::zero3 {
 namespace {
 
+std::string row_default(std::string_view key) {
+  for (const option_row& row : option_rows())
+    if (row.key == key) return row.default_value;
+  return "(no row)";
+}
+
 TEST(zero3_options, defaults_are_deepspeeds) {
   const options o;
   EXPECT_EQ(o.prefetch_bytes, 50'000'000U * 2);
   EXPECT_EQ(o.max_live_bytes, 1'000'000'000U * 2);
   EXPECT_EQ(o.persistence_threshold, 100'000U);
   EXPECT_EQ(o.gradient_type, data_type::bfloat16);
+}
+
+// Each documented default is formatted from a default-constructed options:
+// parsed back, it gives the defaults (a disagreeing literal would not).
+TEST(zero3_options, each_displayed_default_is_the_default_options_value) {
+  for (const option_row& row : option_rows()) {
+    const std::string text = fmt::format("{}:{}", row.key, row.default_value);
+    auto o = parse_options(text);
+    ASSERT_TRUE(o.ok()) << text << ": " << o.status();
+    EXPECT_TRUE(*o == options{}) << text;
+  }
+  EXPECT_EQ(row_default("stage3_prefetch_bucket_size"), "5e7");
+  EXPECT_EQ(row_default("prefetch_bytes"), "100MB");
+  EXPECT_EQ(row_default("max_live_bytes"), "2GB");
 }
 
 TEST(zero3_options, deepspeed_counts_convert_with_the_element_size) {

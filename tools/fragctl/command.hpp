@@ -92,6 +92,10 @@ const command_spec& info_spec();
 int run_info(const std::vector<std::string>& argv);
 const command_spec& policies_spec();
 int run_policies(const std::vector<std::string>& argv);
+const command_spec& config_spec();
+/// The "Environment" lines of `fragctl --help`: one per environment_variables() row.
+[[nodiscard]] std::string environment_help();
+int run_config(const std::vector<std::string>& argv);
 const command_spec& report_spec();
 int run_report(const std::vector<std::string>& argv);
 

@@ -17,11 +17,8 @@ namespace {
 
 const std::vector<command>& commands() {
   static const std::vector<command> table = {
-      {&replay_spec(), run_replay},
-      {&convert_spec(), run_convert},
-      {&info_spec(), run_info},
-      {&policies_spec(), run_policies},
-      {&report_spec(), run_report},
+      {&replay_spec(), run_replay},     {&convert_spec(), run_convert}, {&info_spec(), run_info},
+      {&policies_spec(), run_policies}, {&config_spec(), run_config},   {&report_spec(), run_report},
   };
   return table;
 }
@@ -44,7 +41,9 @@ std::string main_help() {
       "Examples:\n"
       "  fragctl replay gpt2m.trace.csv.gz --policy all\n"
       "  fragctl convert snapshot.json trace.csv.gz\n"
-      "  fragctl report job.report.json --html job.html\n";
+      "  fragctl report job.report.json --html job.html\n"
+      "\nEnvironment (docs/configuration.md):\n";
+  text += environment_help();
   return text;
 }
 

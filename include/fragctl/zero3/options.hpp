@@ -18,9 +18,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fragctl/config.hpp"
 #include "fragctl/zero3/communicator.hpp"
 
 namespace fragctl::zero3 {
+
+/// Bytes per element of the DeepSpeed counts (bf16/fp16) unless parse_options
+/// is given element_bytes.
+inline constexpr std::size_t default_element_bytes = 2;
 
 /// DeepSpeed's defaults, in its units (elements).
 inline constexpr std::size_t deepspeed_prefetch_bucket_size = 50'000'000;
@@ -30,10 +35,10 @@ inline constexpr std::size_t deepspeed_param_persistence_threshold = 100'000;
 struct options {
   /// Bytes of blocks gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size
   /// x element size). 0 turns prefetching off.
-  std::size_t prefetch_bytes = deepspeed_prefetch_bucket_size * 2;
+  std::size_t prefetch_bytes = deepspeed_prefetch_bucket_size * default_element_bytes;
   /// Hard cap on gathered bytes live at once, counted at the transient
   /// allocator's allocation_size (DeepSpeed stage3_max_live_parameters x element size).
-  std::size_t max_live_bytes = deepspeed_max_live_parameters * 2;
+  std::size_t max_live_bytes = deepspeed_max_live_parameters * default_element_bytes;
   /// Parameters with fewer elements stay whole on every rank
   /// (stage3_param_persistence_threshold).
   std::size_t persistence_threshold = deepspeed_param_persistence_threshold;
@@ -44,15 +49,13 @@ struct options {
   data_type gradient_type = data_type::bfloat16;
   /// Record the fetch order of the first step and prefetch along it afterwards.
   bool prefetch = true;
+
+  bool operator==(const options&) const = default;
 };
 
-/// One documented key of parse_options.
-struct option_row {
-  std::string_view key;
-  std::string_view type;
-  std::string_view default_value;
-  std::string_view help;
-};
+/// One documented key of parse_options: the same row as a FRAGCTL_CONF
+/// option's, its default_value formatted from a default-constructed options.
+using option_row = fragctl::option_info;
 
 /// Every key parse_options accepts, in documentation order.
 [[nodiscard]] const std::vector<option_row>& option_rows();

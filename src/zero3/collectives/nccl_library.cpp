@@ -1,7 +1,6 @@
 // dlopen of NCCL / RCCL and the table of its entry points.
 #include "zero3/collectives/nccl_library.hpp"
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "util/shared_library.hpp"
 
@@ -37,7 +37,7 @@ namespace {
 
 std::vector<std::string> candidates(const nccl_options& options) {
   if (!options.library_path.empty()) return {options.library_path};
-  if (const char* env = std::getenv("FRAGCTL_NCCL_LIBRARY"); env != nullptr && env[0] != '\0') return {env};
+  if (const auto env = environment_value("FRAGCTL_NCCL_LIBRARY"); env && !env->empty()) return {std::string(*env)};
   if (options.library == collective_library::rccl) return {"librccl.so.1", "librccl.so"};
   return {"libnccl.so.2", "libnccl.so"};
 }
