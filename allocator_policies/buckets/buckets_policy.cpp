@@ -9,11 +9,20 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/stream_clock.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 
 namespace fragctl {
+namespace {
+
+device_allocator& checked(const std::unique_ptr<device_allocator>& upstream) {
+  if (upstream == nullptr) throw invalid_argument("buckets: no upstream policy");
+  return *upstream;
+}
+
+}  // namespace
 
 /// Everything the policy holds; the algorithm is its member functions.
 struct buckets_policy::impl {
@@ -31,11 +40,10 @@ struct buckets_policy::impl {
     slab* owner;
     std::uint32_t slot;
   };
-  /// Slots freed on `stream` from other streams' slabs; `event` (null until
-  /// fenced) completes once the frees did.
-  struct fence {
-    stream_t stream;
-    event_t event;
+  /// Slots freed on one stream from other streams' slabs, reusable once
+  /// `stamp` is complete.
+  struct held_group {
+    free_stamp stamp;
     std::vector<held_free> slots;
   };
 
@@ -83,9 +91,9 @@ struct buckets_policy::impl {
   stream_pool* last_pool_ = nullptr;
   std::vector<std::size_t> empty_per_class_;
 
-  std::vector<fence> unfenced_;  ///< one per freeing stream, event still null
-  std::vector<fence> fenced_;    ///< event recorded, not yet seen complete
-  std::vector<event_t> spare_events_;
+  stream_clock clock_;
+  std::vector<held_group> unfenced_;  ///< by the freeing stream's clock index; no event covers them yet
+  std::vector<held_group> fenced_;    ///< covered by an event, oldest first; not yet seen complete
   std::size_t held_slots_ = 0;
 
   std::size_t live_slot_bytes_ = 0;
@@ -131,8 +139,8 @@ buckets_policy::impl::impl(const config& cfg, std::unique_ptr<device_allocator> 
     : upstream_(std::move(upstream)),
       slab_size_(cfg.slab_size),
       reserve_(cfg.slab_reserve),
-      classes_(buckets::class_count(cfg.buckets_limit)) {
-  if (upstream_ == nullptr) throw invalid_argument("buckets: no upstream policy");
+      classes_(buckets::class_count(cfg.buckets_limit)),
+      clock_(checked(upstream_).backend()) {
   name_ = fmt::format("buckets:{}", upstream_->name());
   if (!std::has_single_bit(slab_size_) || slab_size_ > GiB) {
     throw invalid_argument(fmt::format(
@@ -155,18 +163,6 @@ buckets_policy::impl::~impl() {
     reclaim_held(/*wait=*/true);
   } catch (const std::exception& e) {
     logger().warn("{}: waiting for cross-stream frees failed: {}", name_, e.what());
-  }
-  for (fence& f : fenced_) {
-    try {
-      if (f.event != nullptr) upstream_->backend().destroy_event(f.event);
-    } catch (const std::exception&) {
-    }
-  }
-  for (event_t e : spare_events_) {
-    try {
-      upstream_->backend().destroy_event(e);
-    } catch (const std::exception&) {
-    }
   }
   std::size_t live = 0;
   for (const auto& s : slabs_) {
@@ -396,48 +392,40 @@ std::size_t buckets_policy::impl::release_empty_slabs() noexcept {
 
 // --- Cross-stream frees ---------------------------------------------------------
 
+// Frees are stamped at once (no backend call); the event covering them is
+// recorded when a refill looks for held slots, one per stream for all of its
+// frees since the last (stream_clock::record_now).
 void buckets_policy::impl::hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept {
   ++s->held;
   ++held_slots_;
-  fence* f = nullptr;
-  for (fence& candidate : unfenced_) {
-    if (candidate.stream == stream) f = &candidate;
-  }
-  if (f == nullptr) f = &unfenced_.emplace_back(fence{stream, nullptr, {}});
-  f->slots.push_back({s, slot});
+  const std::uint32_t index = clock_.index_of(stream);
+  if (index >= unfenced_.size()) unfenced_.resize(index + 1);
+  held_group& g = unfenced_[index];
+  g.stamp = clock_.on_free(index);
+  g.slots.push_back({s, slot});
 }
 
 void buckets_policy::impl::reclaim_held(bool wait) {
-  device_backend& backend = upstream_->backend();
-  for (fence& f : unfenced_) {
-    if (f.slots.empty()) continue;
-    event_t e = nullptr;
-    if (!spare_events_.empty()) {
-      e = spare_events_.back();
-      spare_events_.pop_back();
-    } else {
-      e = backend.create_event();
-    }
-    try {
-      backend.record_event(e, f.stream);
-    } catch (...) {
-      spare_events_.push_back(e);
-      throw;
-    }
-    fenced_.push_back(fence{f.stream, e, std::move(f.slots)});
-    f.slots.clear();
+  for (held_group& g : unfenced_) {
+    if (g.slots.empty()) continue;
+    fenced_.reserve(fenced_.size() + 1);  // the move below must not lose the slots
+    clock_.record_now(g.stamp.stream);
+    fenced_.push_back(held_group{g.stamp, std::move(g.slots)});
+    g.slots.clear();
+  }
+  if (wait) {
+    clock_.synchronize_all();
+  } else {
+    clock_.refresh_all();
   }
   std::size_t kept = 0;
   for (std::size_t i = 0; i < fenced_.size(); ++i) {
-    fence& f = fenced_[i];
-    if (wait) {
-      backend.synchronize_event(f.event);
-    } else if (!backend.query_event(f.event)) {
+    held_group& f = fenced_[i];
+    if (!clock_.complete(f.stamp)) {
       if (kept != i) fenced_[kept] = std::move(f);
       ++kept;
       continue;
     }
-    spare_events_.push_back(f.event);
     for (const held_free& h : f.slots) {
       --h.owner->held;
       --held_slots_;

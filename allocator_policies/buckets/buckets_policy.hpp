@@ -87,12 +87,14 @@
 // stack and is reused at once on that stream. A slot freed on another stream
 // T is held back; when some stream runs out of slots of a class, one event
 // is recorded on each such T (covering all its held-back frees) and slots
-// whose event has completed return to their slabs. Slabs move between
-// streams only through the upstream: an empty slab beyond slab_reserve (per
-// class) is freed upstream on its stream, and the upstream applies the
-// stream-order rule. Each allocate and free on the fast path is a few array
-// operations: no heap allocation, no backend or upstream call, no hashing on
-// allocate (the last stream's pool is cached) and one hash probe on free.
+// whose event has completed return to their slabs (the stamps and events
+// are core's stream clock, whose theory block states the rule once). Slabs
+// move between streams only through the upstream: an empty slab beyond
+// slab_reserve (per class) is freed upstream on its stream, and the upstream
+// applies the stream-order rule. Each allocate and free on the fast path is
+// a few array operations: no heap allocation, no backend or upstream call, no
+// hashing on allocate (the last stream's pool is cached) and one hash probe
+// on free.
 #pragma once
 
 #include <bit>

@@ -12,6 +12,7 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "core/stream_clock.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
@@ -73,9 +74,11 @@ struct caching_policy::impl {
     stream_t stream;
   };
 
+  /// A block freed on another stream than its segment's, until `stamp`
+  /// (recorded at the free) is complete.
   struct pending_free {
     block* node;
-    event_t event;
+    free_stamp stamp;
   };
 
   impl(const config& cfg, device_backend& backend);
@@ -127,8 +130,8 @@ struct caching_policy::impl {
   free_set large_free_;
   absl::flat_hash_map<void*, block*> live_;
   absl::flat_hash_map<void*, segment_info> segments_;
+  stream_clock clock_;
   std::vector<pending_free> pending_;
-  std::vector<event_t> idle_events_;
 
   std::vector<std::unique_ptr<block[]>> node_chunks_;
   block* spare_nodes_ = nullptr;  // linked through `next`
@@ -146,7 +149,8 @@ caching_policy::impl::impl(const config& cfg, device_backend& backend)
       large_segment_limit_(cfg.large_segment_limit),
       segment_round_(cfg.segment_round),
       max_split_size_(cfg.max_split_size),
-      release_on_oom_(cfg.release_on_oom) {
+      release_on_oom_(cfg.release_on_oom),
+      clock_(backend) {
   require(small_size_ > 0, "small_size must be positive");
   require(small_segment_ > 0, "small_segment must be positive");
   require(large_segment_ > 0, "large_segment must be positive");
@@ -158,13 +162,6 @@ caching_policy::impl::~impl() {
     process_pending(/*wait=*/true);
   } catch (const std::exception& e) {
     logger().error("caching: waiting for pending frees at destruction failed: {}", e.what());
-  }
-  for (event_t event : idle_events_) {
-    try {
-      backend_.destroy_event(event);
-    } catch (const std::exception& e) {
-      logger().error("caching: destroying an event failed: {}", e.what());
-    }
   }
   if (!live_.empty()) {
     logger().warn("caching: destroyed with {} live blocks ({} bytes); their memory is freed",
@@ -347,47 +344,38 @@ void caching_policy::impl::free_block(block* b) {
   pool.insert(entry_of(b));
 }
 
+// The event is recorded at the free (stream_clock::record_now), not when a
+// later allocation asks: the block comes back as soon as the work queued
+// before its free is done, whatever is queued after.
 void caching_policy::impl::defer_free(block* b, stream_t stream) noexcept {
   b->state = block_state::pending;
-  event_t event = nullptr;
   try {
-    if (idle_events_.empty()) {
-      event = backend_.create_event();
-    } else {
-      event = idle_events_.back();
-      idle_events_.pop_back();
-    }
-    backend_.record_event(event, stream);
-    pending_.push_back(pending_free{b, event});
+    pending_.reserve(pending_.size() + 1);
+    const std::uint32_t index = clock_.index_of(stream);
+    const free_stamp stamp = clock_.on_free(index);
+    clock_.record_now(index);
+    pending_.push_back(pending_free{b, stamp});
   } catch (const std::exception& e) {
     // The block stays pending for good: never reused, its segment never
     // released before destruction. Safe, and only on a failing runtime.
     logger().error("caching: cannot order the free of {} on another stream ({}); block withheld",
                    static_cast<void*>(b->ptr), e.what());
-    if (event != nullptr) idle_events_.push_back(event);
   }
 }
 
 void caching_policy::impl::process_pending(bool wait) {
+  if (wait) {
+    clock_.synchronize_all();
+  } else {
+    clock_.refresh_all();
+  }
   std::size_t kept = 0;
-  std::size_t i = 0;
-  try {
-    for (; i < pending_.size(); ++i) {
-      const pending_free p = pending_[i];
-      if (wait) {
-        backend_.synchronize_event(p.event);
-      } else if (!backend_.query_event(p.event)) {
-        pending_[kept++] = p;
-        continue;
-      }
-      idle_events_.push_back(p.event);
+  for (const pending_free& p : pending_) {
+    if (clock_.complete(p.stamp)) {
       free_block(p.node);
+    } else {
+      pending_[kept++] = p;
     }
-  } catch (...) {
-    // Keep what was not yet looked at, then report the runtime's error.
-    for (; i < pending_.size(); ++i) pending_[kept++] = pending_[i];
-    pending_.resize(kept);
-    throw;
   }
   pending_.resize(kept);
 }

@@ -29,9 +29,10 @@
 // Streams. Every segment belongs to the stream that first needed it, and its
 // blocks are handed out only on that stream, so a block freed on its own
 // stream is reusable at once. A block freed on another stream is held back
-// until an event recorded on that stream at free time has completed. Before
-// segments go back to the backend, the streams they belong to are
-// synchronized.
+// until an event recorded on that stream at free time has completed (the
+// stamp and the event are core's stream clock, whose theory block states the
+// rule once). Before segments go back to the backend, the streams they
+// belong to are synchronized.
 #pragma once
 
 #include <cstddef>

@@ -16,7 +16,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
-#include "checkpoint/markers.hpp"
+#include "core/stream_marker.hpp"
 
 namespace fragctl::checkpoint {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
-#include "checkpoint/markers.hpp"
 #include "checkpoint/region.hpp"
+#include "core/stream_marker.hpp"
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/error.hpp"

@@ -12,13 +12,12 @@ namespace {
 constexpr std::size_t max_pending_events = 8;
 }  // namespace
 
-stream_clock::stream_clock(device_backend& backend) : backend_(backend) { streams_.reserve(16); }
+stream_clock::stream_clock(device_backend& backend) : backend_(backend), events_(backend) { streams_.reserve(16); }
 
 stream_clock::~stream_clock() {
   for (stream_state& s : streams_) {
-    for (const pending_event& p : s.pending) backend_.destroy_event(p.event);
+    for (const pending_event& p : s.pending) events_.give_back(p.event);
   }
-  for (event_t e : spare_events_) backend_.destroy_event(e);
 }
 
 std::uint32_t stream_clock::lookup(stream_t stream) {
@@ -35,20 +34,14 @@ std::uint32_t stream_clock::lookup(stream_t stream) {
 }
 
 void stream_clock::record(stream_state& s) {
-  event_t event;
-  if (spare_events_.empty()) {
-    event = backend_.create_event();
-  } else {
-    event = spare_events_.back();
-    spare_events_.pop_back();
-  }
+  const event_t event = events_.take();
   try {
     backend_.record_event(event, s.stream);
   } catch (const backend_error& e) {
+    events_.give_back(event);
     // The stream is gone (destroyed by its owner while frees on it were
     // pending). Its queued work still finishes on a GPU, but nothing can wait
     // for it any more: treat its frees as complete.
-    spare_events_.push_back(event);
     logger().warn("stream order: cannot record an event on stream {} ({}); treating its frees as complete",
                   s.stream, e.what());
     s.completed = s.tick++;
@@ -67,7 +60,7 @@ void stream_clock::refresh(std::uint32_t index) {
   while (done < s.pending.size() && backend_.query_event(s.pending[done].event)) ++done;
   if (done == 0) return;
   s.completed = s.pending[done - 1].tick;
-  for (std::size_t i = 0; i < done; ++i) spare_events_.push_back(s.pending[i].event);
+  for (std::size_t i = 0; i < done; ++i) events_.give_back(s.pending[i].event);
   s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
@@ -92,7 +85,7 @@ void stream_clock::synchronize(free_stamp stamp) {
   while (done < s.pending.size() && s.completed < stamp.tick) {
     backend_.synchronize_event(s.pending[done].event);
     s.completed = s.pending[done].tick;
-    spare_events_.push_back(s.pending[done].event);
+    events_.give_back(s.pending[done].event);
     ++done;
   }
   s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
@@ -103,7 +96,7 @@ void stream_clock::synchronize_all() {
     if (s.dirty) record(s);
     for (const pending_event& p : s.pending) {
       backend_.synchronize_event(p.event);
-      spare_events_.push_back(p.event);
+      events_.give_back(p.event);
     }
     if (!s.pending.empty()) s.completed = s.pending.back().tick;
     s.pending.clear();

@@ -2,8 +2,12 @@
 // on stream S may be used again at once on S, and on any other stream, or
 // given back to the device, only once the work queued on S before the free
 // has completed. Every component that reuses memory across streams asks this
-// clock: the arena's blocks and granules, and stream_use_adaptor's frees of
-// blocks other streams used (record_stream).
+// clock: the arena's blocks and granules, the caching policy's blocks freed
+// on another stream than their segment's, the buckets policy's slots freed on
+// another stream than their slab's, and stream_use_adaptor's frees of blocks
+// other streams used (record_stream). Its events come from an event_pool
+// (event_pool.hpp), as do the checkpoint store's markers (stream_marker.hpp),
+// which order one stream's work after another's on the device instead.
 //
 // Every stream the clock meets gets a small index and a *tick*: the number of
 // the next event that will be recorded on it. A free on stream S is stamped
@@ -12,7 +16,17 @@
 // granule is to be unmapped) does `refresh(S)` record ONE event on S covering
 // every free since the last event (tick += 1) and query the pending events,
 // oldest first. `completed` is the highest tick whose event has been seen
-// complete, so a stamp (S, t) is complete once S.completed >= t.
+// complete, so a stamp (S, t) is complete once S.completed >= t. Events of one
+// stream complete in the order they were recorded, so the oldest-first query
+// stops at the first that is not complete.
+//
+// The later an event is recorded, the more work it covers, and the later the
+// memory behind it is reusable. A user that must fix the point at once calls
+// `record_now(S)`: caching records at each cross-stream free (one event per
+// free, so a block comes back as soon as the work queued before its free is
+// done), buckets at each refill that finds held slots (one event per stream
+// for all its frees so far). record_now ignores the cap on events in flight
+// per stream that refresh keeps.
 //
 // Memory may be touched by frees on several streams. Two stamps of one
 // stream merge into the later; stamps of different streams merge into a
@@ -35,6 +49,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/event_pool.hpp"
 #include "fragctl/backend.hpp"
 #include "fragctl/types.hpp"
 
@@ -88,6 +103,15 @@ class stream_clock {
   /// Records an event on stream `index` if it has frees no event covers yet,
   /// then queries its pending events oldest first. Never blocks.
   void refresh(std::uint32_t index);
+  /// Records an event on stream `index` now if it has frees no event covers
+  /// yet, however many of its events are in flight: those frees become
+  /// complete as soon as the work queued on it so far is. Throws
+  /// backend_error when no event can be created; a failed record (the stream
+  /// is gone) takes the frees as complete, as refresh does.
+  void record_now(std::uint32_t index) {
+    stream_state& s = streams_[index];
+    if (s.dirty) record(s);
+  }
   /// refresh() on every stream; moves the quiescence epoch when every free so
   /// far is complete.
   void refresh_all();
@@ -139,8 +163,8 @@ class stream_clock {
   [[nodiscard]] bool idle(const stream_state& s) const noexcept { return !s.dirty && s.pending.empty(); }
 
   device_backend& backend_;
+  event_pool events_;
   std::vector<stream_state> streams_;
-  std::vector<event_t> spare_events_;
   std::uint64_t quiescent_epoch_ = 1;
   stream_t last_stream_ = nullptr;
   std::uint32_t last_index_ = free_stamp::none;

@@ -12,7 +12,10 @@
 // syntax), `static constexpr bool virtual_memory` (sim offers VM calls), and
 // `static constexpr bool fixed_reservation = true` for a policy that holds one
 // pre-reserved block for its life (the arena's fallback without VM), whose
-// release_cached cannot return memory while any block is live.
+// release_cached cannot return memory while any block is live, and
+// `static constexpr bool reuses_in_place = false` for one that may place a
+// block freed and asked for again on the same stream elsewhere (warmup over
+// arena carves from the far end of its pre-fill).
 //
 // Everything runs on the sim backend: accounting mode for long sequences
 // checked against an interval model, backed mode where tests write patterns
@@ -265,6 +268,45 @@ TYPED_TEST_P(conformance, stream_order_rule_holds_across_streams) {
   t.backend->destroy_stream(other);
 }
 
+// A block freed on another stream than the one it was allocated on (the
+// freeing stream used it last, as after record_stream) is not handed out
+// again, not even on its own stream, before the work queued on the freeing
+// stream has completed. The control: freed on its own stream, the same
+// allocator hands the same block out again at once.
+TYPED_TEST_P(conformance, block_freed_on_another_stream_waits_for_that_stream) {
+  constexpr bool in_place = [] {
+    if constexpr (requires { TypeParam::reuses_in_place; }) return TypeParam::reuses_in_place;
+    return true;
+  }();
+  fragctl::sim_options options = this->accounting();
+  options.manual_completion = true;
+  for (std::size_t n : {std::size_t{4096}, 3 * MiB, 64 * MiB}) {
+    auto t = this->make(options);
+    fragctl::stream_t a = t.backend->create_stream();
+    fragctl::stream_t b = t.backend->create_stream();
+    void* p = t.allocator->allocate(n, a);
+    t.allocator->deallocate(p, n, a);
+    void* again = t.allocator->allocate(n, a);
+    if (in_place) {
+      EXPECT_EQ(again, p) << n << " bytes: a block freed on its own stream is reused there at once";
+    }
+
+    t.backend->submit(b);  // work on b that uses the block, not completed
+    t.allocator->deallocate(again, n, b);
+    void* q = t.allocator->allocate(n, a);
+    const auto x = reinterpret_cast<std::uintptr_t>(again);
+    const auto y = reinterpret_cast<std::uintptr_t>(q);
+    EXPECT_TRUE(y + n <= x || x + n <= y)
+        << n << " bytes: a block freed on stream b went back to stream a before b's work completed";
+    t.backend->complete_all();
+    t.allocator->deallocate(q, n, a);
+    t.allocator->release_cached();
+    t.allocator.reset();
+    t.backend->destroy_stream(a);
+    t.backend->destroy_stream(b);
+  }
+}
+
 TYPED_TEST_P(conformance, same_stream_reuse_needs_no_backend_memory_call) {
   auto t = this->make(this->accounting());
   fragctl::stream_t s = t.backend->create_stream();
@@ -433,6 +475,7 @@ REGISTER_TYPED_TEST_SUITE_P(conformance, zero_bytes_gives_null_and_freeing_null_
                             oversized_requests_are_invalid_not_out_of_memory,
                             random_sequence_matches_interval_model, live_blocks_keep_their_data,
                             stream_order_rule_holds_across_streams,
+                            block_freed_on_another_stream_waits_for_that_stream,
                             same_stream_reuse_needs_no_backend_memory_call,
                             out_of_memory_is_reported_and_leaves_allocator_usable,
                             injected_backend_failures_never_corrupt,

@@ -13,15 +13,12 @@
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "gtest/gtest.h"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
-sim_options manual_events() {
-  sim_options o;
-  o.manual_completion = true;
-  return o;
-}
+using testing::manual_events;
 
 // A stack over the default policy of a sim backend whose events complete
 // only when the test says so.

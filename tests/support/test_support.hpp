@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fragctl/sim_backend.hpp"
 #include "fragctl/trace.hpp"
 #include "fragctl/types.hpp"
 
@@ -60,6 +61,14 @@ inline run_result run_command(const std::string& command) {
   const int raw = ::pclose(pipe);
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return r;
+}
+
+/// Sim options whose work completes only when the test says so
+/// (sim_backend::complete): stream-order tests hold frees pending with them.
+inline sim_options manual_events() {
+  sim_options o;
+  o.manual_completion = true;
+  return o;
 }
 
 /// The fragctl command of this build (<build>/tools/fragctl, beside <build>/tests).
