@@ -10,7 +10,7 @@
 namespace fragctl::arena_detail {
 
 granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-                         std::size_t granularity, std::size_t physical_limit, std::size_t chunk,
+                         std::size_t granularity, std::size_t physical_limit, std::size_t max_span,
                          bool wait_before_growing)
     : backend_(backend),
       clock_(clock),
@@ -25,7 +25,7 @@ granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uint
                                        "or lower arena_size",
                                        count, granularity));
   }
-  chunk_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(chunk >> shift_, 1, count == 0 ? 1 : count));
+  max_span_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(max_span >> shift_, 1, count == 0 ? 1 : count));
   granules_.resize(count);
   spans_.resize(1);  // the LRU sentinel
   spans_[lru].prev = spans_[lru].next = lru;
@@ -210,7 +210,7 @@ void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t 
 bool granule_map::create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan) {
   const std::size_t start = plan.size();
   for (std::size_t pos = from; pos < to;) {
-    const std::size_t end = std::min<std::size_t>(to, (pos / chunk_ + 1) * chunk_);
+    const std::size_t end = std::min<std::size_t>(to, (pos / max_span_ + 1) * max_span_);
     const std::size_t count = end - pos;
     std::optional<physical_handle> h;
     if ((created_ + count) << shift_ <= limit_) h = backend_.create_physical(count << shift_);

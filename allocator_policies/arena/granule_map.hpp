@@ -2,7 +2,7 @@
 //
 // The reserved range is cut into granules (the backend's granularity, 2 MiB
 // on H100/H200). Physical memory comes in *spans*: one handle mapped over a
-// run of consecutive granules, at most `chunk` bytes long. For each granule
+// run of consecutive granules, at most `max_span` bytes long. For each granule
 // the map keeps how many live blocks touch it and the span mapped there, if
 // any; for each span, how many of its granules are touched, the stamp of the
 // frees that touched it (stream_clock) and when it was last wholly free.
@@ -11,10 +11,10 @@
 // handle (on an H200: create 9 us, map 1 us, set_access 25 us, unmap 16 us
 // per handle from 2 to 64 MiB; benchmarks/vmm, docs/benchmarks.md), so one
 // handle per 2 MiB granule made a growing arena pay about 35 us per 2 MiB.
-// Spans cut that by up to chunk/granularity. What they cost: a span is
+// Spans cut that by up to max_span/granularity. What they cost: a span is
 // unmapped whole, so the untouched granules of a span some live block still
-// touches cannot go elsewhere (at most chunk - granularity per such span).
-// With chunk equal to the granularity every span is one granule and any page
+// touches cannot go elsewhere (at most max_span - granularity per such span).
+// With max_span equal to the granularity every span is one granule and any page
 // can be stitched in anywhere.
 //
 // States of a span:
@@ -25,8 +25,8 @@
 // Where a block lands on unmapped granules (gaps), map_range() fills each gap
 // with handles from the pool, then with cached spans it *steals* (unmaps; only
 // whole spans that fit the gap, and only once their frees are complete), and
-// creates new memory only for what is still missing: one span per chunk of
-// each run of missing granules (cut at multiples of the chunk). Before
+// creates new memory only for what is still missing: one span per max_span of
+// each run of missing granules (cut at multiples of max_span). Before
 // creating, it releases pooled handles and complete cached spans that did not
 // fit, as many bytes as it is about to create, so that physical memory held
 // grows only when every held page is in a span touched by live memory (or by
@@ -67,10 +67,10 @@ class granule_map {
  public:
   /// Covers [base, base + bytes) (granule-aligned) with granules of
   /// `granularity`; holds at most `physical_limit` bytes of handles, each at
-  /// most `chunk` bytes (rounded down to the granularity, at least one
+  /// most `max_span` bytes (rounded down to the granularity, at least one
   /// granule); `wait_before_growing` as in the theory above.
   granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-              std::size_t granularity, std::size_t physical_limit, std::size_t chunk, bool wait_before_growing);
+              std::size_t granularity, std::size_t physical_limit, std::size_t max_span, bool wait_before_growing);
   /// Unmaps and releases every handle. The owner must first make sure no
   /// queued work uses the memory (stream_clock::synchronize_all).
   ~granule_map();
@@ -226,7 +226,7 @@ class granule_map {
   /// or set_access undoes what it mapped, handles back to the pool, and
   /// returns false (or rethrows).
   [[nodiscard]] bool map_plan(const std::vector<piece>& plan);
-  /// Creates handles for [from, to), cut at chunk boundaries; appended to
+  /// Creates handles for [from, to), cut at multiples of max_span; appended to
   /// `plan`. False, having released what it created, when the limit or the
   /// device refuses.
   [[nodiscard]] bool create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan);
@@ -242,7 +242,7 @@ class granule_map {
   std::size_t granularity_;
   unsigned shift_;
   std::size_t limit_;          // bytes of handles the map may hold
-  std::uint32_t chunk_;        // granules per span at most
+  std::uint32_t max_span_;     // granules per span at most
   bool wait_before_growing_;
   std::size_t created_ = 0;    // granules of handles held (mapped + pooled)
   std::size_t mapped_ = 0;     // granules mapped
