@@ -16,6 +16,11 @@
 # expandable segments, cudaMallocAsync, fragctl.torch.enable("arena") and
 # LD_PRELOAD arena, in alternation:
 #   tools/gpu/trainers.sh --livebytes [--quick]
+# With --livebytes it first replays the declm replay model
+# (benchmarks/trainers/declm_trace.py) on the GPU with the cuda backend,
+# arena with and without wait_before_growing, so that the driver calls per
+# step of docs/policies/arena.md are timed on real driver calls:
+# $out/declm-model-replay.txt (tables) and declm-model-replay-{true,false}.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 start=$(date +%s)
@@ -23,6 +28,15 @@ out=${OUT:-gpu-results}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 source tools/gpu/trainers_setup.sh trainers
+
+if [[ " $* " == *" --livebytes "* ]]; then
+  "$python" benchmarks/trainers/declm_trace.py --out "$out/declm-model.trace.csv.gz"
+  for conf in wait_before_growing:true wait_before_growing:false; do
+    "$build/tools/fragctl" replay "$out/declm-model.trace.csv.gz" --backend cuda --policy arena --conf "$conf"
+    "$build/tools/fragctl" replay "$out/declm-model.trace.csv.gz" --backend cuda --policy arena --conf "$conf" --json \
+      > "$out/declm-model-replay-${conf#*:}.json"
+  done 2>&1 | tee "$out/declm-model-replay.txt"
+fi
 
 # Whatever the build took, stop starting runs so that the whole script ends
 # within 8 minutes (480 s), with 30 s to spare.
