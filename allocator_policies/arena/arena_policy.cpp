@@ -36,9 +36,16 @@
 //    them), but they are used or given back before anything is created, so
 //    they never add to the peak. release_cached() returns pool and cache.
 //
+// Placement before re-stitching. Best fit looks at sizes only; a block of
+// at least relocate_spans largest spans that it would put on unmapped
+// granules goes instead where the fewest granules are missing
+// (closer_to_mapped), so that it re-stitches what it lacks, not its whole
+// size, when a mapped free range almost fits it elsewhere.
+//
 // Driver calls. The common path (the block lands on mapped granules) makes
 // none. A newly touched run costs one map per span and one set_access for the
-// run; unmap is per span (a mapping is unmapped whole). Each call costs about
+// run; the spans stolen for one gap are unmapped with one call per run of
+// adjacent ones (a mapping is unmapped whole, never in part). Each call costs about
 // the same whatever the handle's size (on an H200: create 9 us, map 1 us,
 // set_access 25 us, unmap 16 us per handle from 2 to 64 MiB; bench_vmm),
 // which is why spans exist: a new peak costs a few calls per 32 MiB instead
@@ -96,6 +103,18 @@ struct arena_policy::impl {
   impl(const config& cfg, device_backend& b);
   ~impl();
 
+  /// Blocks of at least this many largest spans are placed by
+  /// closer_to_mapped(): moved next to mapped memory, a block partly covers
+  /// at most two spans at its ends, which then stay mapped whole; for a
+  /// smaller block that costs more memory than the moves it saves.
+  static constexpr std::size_t relocate_spans = 16;
+  /// A place for a block of `size` on `stream`, now bound for `at`, where
+  /// fewer granules are unmapped, if there is one.
+  struct spot {
+    std::uint32_t id = nil;
+    std::uintptr_t at = 0;
+  };
+  [[nodiscard]] spot closer_to_mapped(std::size_t size, std::uint32_t stream, std::uintptr_t at);
   [[nodiscard]] block_index::fit find_fit_slow(std::size_t bytes, std::uint32_t stream, std::size_t requested);
   void map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested);
   void trim() noexcept;
@@ -185,6 +204,41 @@ block_index::fit arena_policy::impl::find_fit_slow(std::size_t bytes, std::uint3
   throw oom(requested);
 }
 
+// Placement before re-stitching. The free block best fit chose would need
+// granules mapped: look, in every free block usable on the stream, at the
+// positions that start or end at the block's ends or at the ends of a run of
+// mapped granules inside it, and take the one that leaves the fewest
+// granules unmapped (ties: the smaller free block). A block that misses a
+// mapped free range by a few granules then re-stitches those, not its whole
+// size. O(free blocks + runs x log runs), on the path that calls the driver.
+arena_policy::impl::spot arena_policy::impl::closer_to_mapped(std::size_t size, std::uint32_t stream,
+                                                              std::uintptr_t at) {
+  granules->index_runs();
+  spot best;
+  std::size_t best_missing = granules->touched(at, size) - granules->mapped_in(at, size);
+  std::size_t best_block = 0;
+  blocks.for_each_free_id([&](std::uint32_t id, const block_index::block& b) {
+    if (b.size < size || !clock.usable_on(b.stamp, stream)) return;
+    const std::uintptr_t lo = b.addr, hi = b.addr + b.size - size;
+    const auto consider = [&](std::uintptr_t pos) {
+      pos = std::clamp(pos, lo, hi);
+      const std::size_t missing = granules->touched(pos, size) - granules->mapped_in(pos, size);
+      if (missing < best_missing || (missing == best_missing && best.id != nil && b.size < best_block)) {
+        best = {id, pos};
+        best_missing = missing;
+        best_block = b.size;
+      }
+    };
+    consider(lo);
+    consider(hi);
+    granules->for_each_run_in(b.addr, b.size, [&](std::uintptr_t run, std::size_t bytes) {
+      consider(run);
+      consider(run + bytes >= size ? run + bytes - size : lo);
+    });
+  });
+  return best;
+}
+
 void arena_policy::impl::map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
   if (granules->map_range(addr, bytes, /*wait=*/false)) return;
   if (!granules->map_range(addr, bytes, /*wait=*/true)) {
@@ -254,11 +308,18 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
     where = s.blocks.find_fit(size, si, s.clock);
   }
   if (!where) where = s.find_fit_slow(size, si, bytes);
-  if (s.granules) {
-    const std::uintptr_t at = s.blocks.address_of(where, size);
-    if (!s.granules->covered(at, size)) s.map_or_throw(at, size, bytes);
+  std::uintptr_t addr = 0;
+  if (s.granules && !s.granules->covered(s.blocks.address_of(where, size), size)) {
+    impl::spot p;
+    if (size >= impl::relocate_spans * s.granules->max_span_bytes()) {
+      p = s.closer_to_mapped(size, si, s.blocks.address_of(where, size));
+    }
+    if (p.id == nil) p = {where.id, s.blocks.address_of(where, size)};
+    if (!s.granules->covered(p.at, size)) s.map_or_throw(p.at, size, bytes);
+    addr = s.blocks.allocate_at(p.id, p.at, size, bytes);
+  } else {
+    addr = s.blocks.allocate(where, size, bytes);
   }
-  const std::uintptr_t addr = s.blocks.allocate(where, size, bytes);
   if (s.granules) s.granules->on_allocate(addr, size);
   s.allocated += size;
   return reinterpret_cast<void*>(addr);

@@ -20,6 +20,28 @@ void block_index::reset(std::uintptr_t base, std::size_t bytes) {
   link_free(0);
 }
 
+std::uintptr_t block_index::allocate_at(std::uint32_t id, std::uintptr_t at, std::size_t bytes, std::size_t requested) {
+  if (at == nodes_[id].addr) return allocate({id, side::front}, bytes, requested);
+  if (at + bytes == nodes_[id].addr + nodes_[id].size) return allocate({id, side::back}, bytes, requested);
+  unlink_free(id);  // prepare() left two spare nodes: one for this split, one for allocate()
+  const std::uint32_t upper = take_spare();
+  block& lo = nodes_[id];
+  block& up = nodes_[upper];
+  up = lo;
+  up.prev_free = up.next_free = nil;
+  up.addr = at;
+  up.size = lo.addr + lo.size - at;
+  up.prev = id;
+  if (lo.next != nil) nodes_[lo.next].prev = upper;
+  lo.next = upper;
+  lo.size = at - lo.addr;
+  clip(lo);
+  clip(up);
+  link_free(id);
+  link_free(upper);
+  return allocate({upper, side::front}, bytes, requested);
+}
+
 void block_index::grow() {
   // Doubling keeps growth amortized; recycled nodes are used first.
   const auto first = static_cast<std::uint32_t>(nodes_.size());

@@ -72,9 +72,10 @@ class block_index {
   /// Starts over with one clean free block [base, base + bytes) (bytes a multiple of unit).
   void reset(std::uintptr_t base, std::size_t bytes);
 
-  /// Makes sure the next allocate() needs no memory. Throws std::bad_alloc.
+  /// Makes sure the next allocate() or allocate_at() needs no memory.
+  /// Throws std::bad_alloc.
   void prepare() {
-    if (spare_ == nil) grow();
+    if (spare_ == nil || nodes_[spare_].next_free == nil) grow();
     if (live_.size() >= live_room_) {
       live_.reserve(2 * live_.size() + 64);
       live_room_ = 2 * live_.size() + 64;
@@ -85,6 +86,11 @@ class block_index {
   /// The result names the stream whose pending frees kept a better-fitting
   /// block from being chosen, if any, so the caller may refresh it and retry.
   [[nodiscard]] fit find_fit(std::size_t bytes, std::uint32_t stream, const stream_clock& clock) const noexcept;
+
+  /// Makes [at, at + bytes) of free block `id` live, leaving what is below
+  /// and above it free. `at` is a multiple of unit inside the block, and the
+  /// whole block must be usable on the caller's stream. Call prepare() first.
+  std::uintptr_t allocate_at(std::uint32_t id, std::uintptr_t at, std::size_t bytes, std::size_t requested);
 
   /// Makes `bytes` of the found block live (at its front or back), leaving
   /// the rest free. Call prepare() first. Returns the address.
@@ -125,6 +131,13 @@ class block_index {
   void for_each_free(F&& f) const {
     for (const block& b : nodes_) {
       if (b.is_free) f(b);
+    }
+  }
+  /// Calls f(id, block) for every free block, in no particular order.
+  template <class F>
+  void for_each_free_id(F&& f) const {
+    for (std::uint32_t id = 0; id < nodes_.size(); ++id) {
+      if (nodes_[id].is_free) f(id, nodes_[id]);
     }
   }
 

@@ -10,7 +10,7 @@
 namespace fragctl::arena_detail {
 
 granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-                         std::size_t granularity, std::size_t physical_limit, std::size_t chunk,
+                         std::size_t granularity, std::size_t physical_limit, std::size_t max_span,
                          bool wait_before_growing)
     : backend_(backend),
       clock_(clock),
@@ -25,7 +25,7 @@ granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uint
                                        "or lower arena_size",
                                        count, granularity));
   }
-  chunk_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(chunk >> shift_, 1, count == 0 ? 1 : count));
+  max_span_ = static_cast<std::uint32_t>(std::clamp<std::size_t>(max_span >> shift_, 1, count == 0 ? 1 : count));
   granules_.resize(count);
   spans_.resize(1);  // the LRU sentinel
   spans_[lru].prev = spans_[lru].next = lru;
@@ -123,14 +123,34 @@ bool granule_map::settle(std::size_t granules, std::size_t lo, std::size_t hi, s
 
 void granule_map::unmap_to_pool(std::uint32_t s) {
   pool_.reserve(pool_.size() + 1);
+  backend_.unmap(address(spans_[s].first), std::size_t{spans_[s].count} << shift_);
+  forget_unmapped(s);
+}
+
+void granule_map::forget_unmapped(std::uint32_t s) noexcept {
   span& sp = spans_[s];
-  backend_.unmap(address(sp.first), std::size_t{sp.count} << shift_);
   put_pooled({sp.handle, sp.count});
   for (std::uint32_t g = sp.first; g < sp.first + sp.count; ++g) granules_[g].span = nil;
   lru_remove(s);
   mapped_ -= sp.count;
   sp = span{};
   free_spans_.push_back(s);  // capacity reserved in new_span
+}
+
+void granule_map::unmap_all_to_pool(std::vector<std::uint32_t>& spans) {
+  std::sort(spans.begin(), spans.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return spans_[a].first < spans_[b].first; });
+  pool_.reserve(pool_.size() + spans.size());
+  for (std::size_t i = 0; i < spans.size();) {
+    // One unmap for each run of spans side by side: the driver unmaps a range
+    // of whole mappings (sim checks it); its cost still follows the handles.
+    std::size_t j = i + 1;
+    std::uint32_t end = spans_[spans[i]].first + spans_[spans[i]].count;
+    for (; j < spans.size() && spans_[spans[j]].first == end; ++j) end += spans_[spans[j]].count;
+    const std::uint32_t first = spans_[spans[i]].first;
+    backend_.unmap(address(first), std::size_t{end - first} << shift_);
+    for (; i < j; ++i) forget_unmapped(spans[i]);
+  }
 }
 
 void granule_map::trim(std::size_t keep, std::uint64_t before) {
@@ -162,15 +182,26 @@ std::uint32_t granule_map::fill_gap(std::uint32_t from, std::uint32_t to, std::s
     }
   };
   from_pool();
-  for (std::uint32_t s = spans_[lru].next; s != lru && pos < to;) {
-    const std::uint32_t next = spans_[s].next;
+  // Then cached spans that fit what is left, oldest first, placed in that
+  // order (no pooled handle fits any more, so the pool hands back exactly
+  // these).
+  stolen_.clear();
+  stolen_counts_.clear();
+  std::uint32_t left = to - pos;
+  for (std::uint32_t s = spans_[lru].next; s != lru && left > 0; s = spans_[s].next) {
     const span& sp = spans_[s];
     const bool in_range = sp.first <= hi && sp.first + sp.count > lo;
-    if (sp.count <= to - pos && !in_range && idle(s, refreshed)) {
-      unmap_to_pool(s);
-      from_pool();
+    if (sp.count <= left && !in_range && idle(s, refreshed)) {
+      stolen_.push_back(s);
+      stolen_counts_.push_back(sp.count);
+      left -= sp.count;
     }
-    s = next;
+  }
+  unmap_all_to_pool(stolen_);
+  for (const std::uint32_t count : stolen_counts_) {
+    const std::optional<pooled> p = take_pooled(count);
+    plan.push_back({pos, p->count, p->handle});
+    pos += p->count;
   }
   return pos;
 }
@@ -210,7 +241,7 @@ void granule_map::release_for(std::size_t granules, std::size_t lo, std::size_t 
 bool granule_map::create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan) {
   const std::size_t start = plan.size();
   for (std::size_t pos = from; pos < to;) {
-    const std::size_t end = std::min<std::size_t>(to, (pos / chunk_ + 1) * chunk_);
+    const std::size_t end = std::min<std::size_t>(to, (pos / max_span_ + 1) * max_span_);
     const std::size_t count = end - pos;
     std::optional<physical_handle> h;
     if ((created_ + count) << shift_ <= limit_) h = backend_.create_physical(count << shift_);
@@ -313,6 +344,8 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
   made_.reserve(need);
   holes_.clear();
   holes_.reserve(need);
+  stolen_.reserve(need);
+  stolen_counts_.reserve(need);
 
   bool replan = false;
   try {
@@ -375,6 +408,39 @@ std::size_t granule_map::mapped_runs() const noexcept {
     if (granules_[g].span != nil && (g == 0 || granules_[g - 1].span == nil)) ++runs;
   }
   return runs;
+}
+
+void granule_map::index_runs() {
+  runs_.clear();
+  for (std::size_t i = 1; i < spans_.size(); ++i) {
+    if (spans_[i].count != 0) runs_.push_back({spans_[i].first, spans_[i].first + spans_[i].count, 0});
+  }
+  std::sort(runs_.begin(), runs_.end(), [](const mapped_run& a, const mapped_run& b) { return a.first < b.first; });
+  std::size_t out = 0, before = 0;
+  for (std::size_t i = 0; i < runs_.size(); ++i) {
+    if (out != 0 && runs_[out - 1].end == runs_[i].first) {
+      runs_[out - 1].end = runs_[i].end;
+      continue;
+    }
+    if (out != 0) before += runs_[out - 1].end - runs_[out - 1].first;
+    runs_[out] = runs_[i];
+    runs_[out++].before = before;
+  }
+  runs_.resize(out);
+}
+
+std::size_t granule_map::mapped_in(std::uintptr_t addr, std::size_t bytes) const noexcept {
+  const std::size_t lo = first(addr), end = last_of(addr, bytes) + 1;
+  // Runs [i, j) intersect [lo, end): mapped = their lengths, clipped at both ends.
+  const auto i =
+      std::upper_bound(runs_.begin(), runs_.end(), lo, [](std::size_t g, const mapped_run& r) { return g < r.end; });
+  const auto j = std::lower_bound(i, runs_.end(), end, [](const mapped_run& r, std::size_t g) { return r.first < g; });
+  if (i == j) return 0;
+  const mapped_run& last = *(j - 1);
+  std::size_t mapped = last.before + (last.end - last.first) - i->before;
+  if (i->first < lo) mapped -= lo - i->first;
+  if (last.end > end) mapped -= last.end - end;
+  return mapped;
 }
 
 std::size_t granule_map::longest_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept {

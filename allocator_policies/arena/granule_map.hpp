@@ -2,7 +2,7 @@
 //
 // The reserved range is cut into granules (the backend's granularity, 2 MiB
 // on H100/H200). Physical memory comes in *spans*: one handle mapped over a
-// run of consecutive granules, at most `chunk` bytes long. For each granule
+// run of consecutive granules, at most `max_span` bytes long. For each granule
 // the map keeps how many live blocks touch it and the span mapped there, if
 // any; for each span, how many of its granules are touched, the stamp of the
 // frees that touched it (stream_clock) and when it was last wholly free.
@@ -11,10 +11,10 @@
 // handle (on an H200: create 9 us, map 1 us, set_access 25 us, unmap 16 us
 // per handle from 2 to 64 MiB; benchmarks/vmm, docs/benchmarks.md), so one
 // handle per 2 MiB granule made a growing arena pay about 35 us per 2 MiB.
-// Spans cut that by up to chunk/granularity. What they cost: a span is
+// Spans cut that by up to max_span/granularity. What they cost: a span is
 // unmapped whole, so the untouched granules of a span some live block still
-// touches cannot go elsewhere (at most chunk - granularity per such span).
-// With chunk equal to the granularity every span is one granule and any page
+// touches cannot go elsewhere (at most max_span - granularity per such span).
+// With max_span equal to the granularity every span is one granule and any page
 // can be stitched in anywhere.
 //
 // States of a span:
@@ -24,9 +24,11 @@
 //
 // Where a block lands on unmapped granules (gaps), map_range() fills each gap
 // with handles from the pool, then with cached spans it *steals* (unmaps; only
-// whole spans that fit the gap, and only once their frees are complete), and
-// creates new memory only for what is still missing: one span per chunk of
-// each run of missing granules (cut at multiples of the chunk). Before
+// whole spans that fit the gap, and only once their frees are complete; one
+// unmap for each run of adjacent ones, which cuts calls, not the driver's
+// work: that follows the handles), and
+// creates new memory only for what is still missing: one span per max_span of
+// each run of missing granules (cut at multiples of max_span). Before
 // creating, it releases pooled handles and complete cached spans that did not
 // fit, as many bytes as it is about to create, so that physical memory held
 // grows only when every held page is in a span touched by live memory (or by
@@ -51,6 +53,7 @@
 // backend call and no heap allocation.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -67,10 +70,10 @@ class granule_map {
  public:
   /// Covers [base, base + bytes) (granule-aligned) with granules of
   /// `granularity`; holds at most `physical_limit` bytes of handles, each at
-  /// most `chunk` bytes (rounded down to the granularity, at least one
+  /// most `max_span` bytes (rounded down to the granularity, at least one
   /// granule); `wait_before_growing` as in the theory above.
   granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
-              std::size_t granularity, std::size_t physical_limit, std::size_t chunk, bool wait_before_growing);
+              std::size_t granularity, std::size_t physical_limit, std::size_t max_span, bool wait_before_growing);
   /// Unmaps and releases every handle. The owner must first make sure no
   /// queued work uses the memory (stream_clock::synchronize_all).
   ~granule_map();
@@ -139,6 +142,8 @@ class granule_map {
   void release_unused();
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+  /// Bytes of the largest span.
+  [[nodiscard]] std::size_t max_span_bytes() const noexcept { return std::size_t{max_span_} << shift_; }
   /// Bytes of spans no live block touches.
   [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_ << shift_; }
   [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_ << shift_; }
@@ -163,6 +168,26 @@ class granule_map {
       g = end;
     }
   }
+  /// Collects the maximal runs of mapped granules for mapped_in() and
+  /// for_each_run_in(), which see the map as it was then. O(spans log spans);
+  /// may allocate.
+  void index_runs();
+  /// Granules of [addr, addr + bytes) mapped (by the last index_runs()).
+  [[nodiscard]] std::size_t mapped_in(std::uintptr_t addr, std::size_t bytes) const noexcept;
+  /// Granules [addr, addr + bytes) touches.
+  [[nodiscard]] std::size_t touched(std::uintptr_t addr, std::size_t bytes) const noexcept {
+    return last_of(addr, bytes) - first(addr) + 1;
+  }
+  /// Calls f(addr, bytes) for every run of the last index_runs() that
+  /// intersects [addr, addr + bytes), in address order.
+  template <class F>
+  void for_each_run_in(std::uintptr_t addr, std::size_t bytes, F&& f) const {
+    const std::size_t lo = first(addr), hi = last_of(addr, bytes);
+    auto it =
+        std::upper_bound(runs_.begin(), runs_.end(), lo, [](std::size_t g, const mapped_run& r) { return g < r.end; });
+    for (; it != runs_.end() && it->first <= hi; ++it)
+      f(base_ + (std::size_t{it->first} << shift_), std::size_t{it->end - it->first} << shift_);
+  }
   /// Longest part of [addr, addr + bytes) whose granules are all mapped.
   [[nodiscard]] std::size_t longest_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept;
 
@@ -179,6 +204,11 @@ class granule_map {
     std::uint32_t prev = nil, next = nil;  // LRU links while cached
     free_stamp stamp;              // frees that touched it since it was mapped
     std::uint64_t cached_at = 0;   // when it was last cached
+  };
+  struct mapped_run {
+    std::uint32_t first;  // granules [first, end)
+    std::uint32_t end;
+    std::size_t before;  // granules mapped in the runs before it
   };
   struct pooled {
     std::uint64_t handle;
@@ -210,6 +240,12 @@ class granule_map {
   [[nodiscard]] bool settle(std::size_t granules, std::size_t lo, std::size_t hi, std::uint64_t& refreshed);
   /// Unmaps cached span s; its handle goes to the pool.
   void unmap_to_pool(std::uint32_t s);
+  /// Cached spans, sorted here by address, unmapped with one call per run
+  /// of adjacent ones; their handles go to the pool. If an unmap throws, the
+  /// spans of that run and the later ones stay cached.
+  void unmap_all_to_pool(std::vector<std::uint32_t>& spans);
+  /// Span s was unmapped: its handle goes to the pool, its slot is freed.
+  void forget_unmapped(std::uint32_t s) noexcept;
   /// Takes the largest pooled handle of at most `count` granules, if any.
   [[nodiscard]] std::optional<pooled> take_pooled(std::uint32_t count) noexcept;
   /// Puts a handle in the pool; capacity must be reserved.
@@ -226,7 +262,7 @@ class granule_map {
   /// or set_access undoes what it mapped, handles back to the pool, and
   /// returns false (or rethrows).
   [[nodiscard]] bool map_plan(const std::vector<piece>& plan);
-  /// Creates handles for [from, to), cut at chunk boundaries; appended to
+  /// Creates handles for [from, to), cut at multiples of max_span; appended to
   /// `plan`. False, having released what it created, when the limit or the
   /// device refuses.
   [[nodiscard]] bool create_for(std::uint32_t from, std::uint32_t to, std::vector<piece>& plan);
@@ -242,7 +278,7 @@ class granule_map {
   std::size_t granularity_;
   unsigned shift_;
   std::size_t limit_;          // bytes of handles the map may hold
-  std::uint32_t chunk_;        // granules per span at most
+  std::uint32_t max_span_;     // granules per span at most
   bool wait_before_growing_;
   std::size_t created_ = 0;    // granules of handles held (mapped + pooled)
   std::size_t mapped_ = 0;     // granules mapped
@@ -252,10 +288,13 @@ class granule_map {
   std::vector<span> spans_;    // [0] is the LRU sentinel
   std::vector<std::uint32_t> free_spans_;
   std::vector<pooled> pool_;   // sorted by count
+  std::vector<mapped_run> runs_;  // index_runs()
   // Scratch of map_range.
   std::vector<piece> plan_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> holes_;  // [from, to) still to create
   std::vector<std::uint32_t> made_;                              // spans map_plan mapped
+  std::vector<std::uint32_t> stolen_;                            // spans fill_gap steals
+  std::vector<std::uint32_t> stolen_counts_;                     // their sizes, oldest first
 };
 
 }  // namespace fragctl::arena_detail

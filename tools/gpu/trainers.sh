@@ -16,9 +16,23 @@
 # expandable segments, cudaMallocAsync, fragctl.torch.enable("arena") and
 # LD_PRELOAD arena, in alternation:
 #   tools/gpu/trainers.sh --livebytes [--quick]
+# With --livebytes it first replays the declm replay model
+# (benchmarks/trainers/declm_trace.py) on the GPU with the cuda backend, so
+# that the driver calls of docs/policies/arena.md "Driver calls per step"
+# are timed on real driver calls (a replay queues no kernels, so nothing
+# lags and wait_before_growing changes nothing there):
+# $out/declm-model-replay.txt (table) and declm-model-replay.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/trainers_setup.sh trainers
+
+if [[ " $* " == *" --livebytes "* ]]; then
+  "$python" benchmarks/trainers/declm_trace.py --out "$out/declm-model.trace.csv.gz"
+  "$build/tools/fragctl" replay "$out/declm-model.trace.csv.gz" --backend cuda --policy arena 2>&1 |
+    tee "$out/declm-model-replay.txt"
+  "$build/tools/fragctl" replay "$out/declm-model.trace.csv.gz" --backend cuda --policy arena --json \
+    > "$out/declm-model-replay.json"
+fi
 
 # Whatever the build took, stop starting runs so that the whole script ends
 # within 8 minutes (480 s), with 30 s to spare.
