@@ -73,9 +73,9 @@ TEST(environment, every_variable_the_code_reads_is_a_row) {
   for (const source_file& f : files) {
     for (auto m = std::sregex_iterator(f.text.begin(), f.text.end(), getenv_call); m != std::sregex_iterator(); ++m) {
       // The one getenv (environment_value), and the NCCL communicator's
-      // variable whose name is an option (its default is checked below).
+      // rendezvous variable whose name is an option (its default is checked below).
       const bool allowed =
-          f.path == "src/util/environment.cpp" || (f.path == "src/zero3/collectives/nccl_communicator.cpp" &&
+          f.path == "src/util/environment.cpp" || (f.path == "src/zero3/collectives/nccl_rendezvous.cpp" &&
                                                    (*m)[1].str().find("unique_id_env") != std::string::npos);
       EXPECT_TRUE(allowed) << f.path << " calls " << m->str() << ": read it with environment_value and add a row";
     }
