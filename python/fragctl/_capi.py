@@ -145,6 +145,7 @@ def _declare(lib):
                                                    c.c_size_t]),
         "fragctl_zero3_reduce_gradients": (status, [p, c.c_size_t, p]),
         "fragctl_zero3_finish_gradients": (status, [p, p]),
+        "fragctl_zero3_release_gradients": (status, [p, p]),
         "fragctl_zero3_end_step": (status, [p, p]),
         "fragctl_zero3_synchronize": (status, [p]),
         "fragctl_zero3_stats_json": (c.c_size_t, [p, c.c_char_p, c.c_size_t]),

@@ -47,7 +47,6 @@ block_manager::impl::impl(std::span<const block_spec> specs, const options& o, c
     comm_stream = backend.create_stream();
     scratch_event = backend.create_event();
     shards = allocate_long_lived(layout.shard_bytes);
-    gradient_shards = allocate_long_lived(layout.gradient_shard_bytes);
     persistent_parameters = allocate_long_lived(layout.persistent_bytes);
     persistent_gradients = allocate_long_lived(layout.persistent_gradient_bytes);
     for (bucket& b : buckets) {
@@ -85,6 +84,7 @@ void block_manager::impl::teardown() noexcept {
     if (blocks[b].buffer != nullptr) transient.deallocate(blocks[b].buffer, layout.blocks[b].gathered_bytes, comm_stream);
     blocks[b].buffer = nullptr;
   }
+  free_gradient_slices(nullptr);  // the comm stream is idle now
   // Every gathered buffer was freed on the comm stream: settle those frees
   // while the stream exists, so no allocator state refers to it afterwards.
   try {
@@ -92,8 +92,12 @@ void block_manager::impl::teardown() noexcept {
   } catch (const std::exception& e) {
     logger().warn("zero3: releasing the gathered-block cache: {}", e.what());
   }
+  try {
+    persistent.release_cached();  // gradient slices freed on the comm stream by release_gradients
+  } catch (const std::exception& e) {
+    logger().warn("zero3: releasing the long-lived cache: {}", e.what());
+  }
   free_long_lived(shards, layout.shard_bytes);
-  free_long_lived(gradient_shards, layout.gradient_shard_bytes);
   free_long_lived(persistent_parameters, layout.persistent_bytes);
   free_long_lived(persistent_gradients, layout.persistent_gradient_bytes);
   for (bucket& b : buckets) free_long_lived(b.data, layout.max_bucket_bytes);
@@ -124,14 +128,13 @@ void block_manager::impl::zero_long_lived() {
     for (const byte_range& r : bucket_padding.back()) longest = std::max(longest, r.bytes);
   }
   const std::size_t largest = std::max(
-      {layout.shard_bytes, layout.gradient_shard_bytes, layout.persistent_bytes, layout.persistent_gradient_bytes});
+      {layout.shard_bytes, layout.persistent_bytes, layout.persistent_gradient_bytes});
   zeros_bytes = std::max(longest, std::min(largest, zero_chunk_bytes));
   if (zeros_bytes == 0) return;
   zeros = backend.allocate_host(zeros_bytes);
   if (zeros == nullptr) throw out_of_memory(oom_details{.requested = zeros_bytes}, "zero3 pinned host zeros");
   std::memset(zeros, 0, zeros_bytes);
   zero(shards, {0, layout.shard_bytes}, comm_stream);
-  zero(gradient_shards, {0, layout.gradient_shard_bytes}, comm_stream);
   zero(persistent_parameters, {0, layout.persistent_bytes}, comm_stream);
   zero(persistent_gradients, {0, layout.persistent_gradient_bytes}, comm_stream);
   // The caller writes parameters into the shards on its own streams next.
@@ -349,7 +352,7 @@ view block_manager::gradient_shard(std::size_t block) const {
   impl_->check_block(block, "gradient_shard");
   const block_layout& l = impl_->layout.blocks[block];
   if (l.gradient_shard_bytes == 0) return {};
-  return {static_cast<unsigned char*>(impl_->gradient_shards) + l.gradient_shard_offset, l.gradient_shard_bytes};
+  return {impl_->blocks[block].gradient, l.gradient_shard_bytes};
 }
 
 view block_manager::persistent_gradient(std::size_t block, std::size_t param) const {

@@ -279,6 +279,10 @@ fragctl_zero3_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stre
   return guarded([&] { started(z).manager->finish_gradients(stream); });
 }
 
+fragctl_zero3_status fragctl_zero3_release_gradients(fragctl_zero3* z, void* stream) {
+  return guarded([&] { started(z).manager->release_gradients(stream); });
+}
+
 fragctl_zero3_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream) {
   return guarded([&] { started(z).manager->end_step(stream); });
 }

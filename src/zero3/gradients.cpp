@@ -1,11 +1,19 @@
 // Block manager, gradient half: two contiguous reduce buckets taken in turn,
-// reduce-scattered into the gradient shard on the communication stream, and
-// the persistent gradients summed across ranks once per step.
+// reduce-scattered into each block's gradient slice on the communication
+// stream, and the persistent gradients summed across ranks once per step.
+// A block's slice is allocated at its first reduce after construction or
+// release_gradients, so gradients exist from backward to release, not
+// during forward (FSDP2's lifetime).
 //
 // Ordering, all on the device: the user's stream waits for a bucket's
 // previous reduce-scatter before refilling it (the bucket's `reduced` event);
 // the communication stream waits for the filling stream before reducing; the
 // stream given to finish_gradients waits for the communication stream.
+// Slices are allocated and freed on the communication stream (after it waits
+// for the releasing stream), so a freed slice is reused by the next reduce
+// without a host wait.
+#include <algorithm>
+
 #include "fmt/format.h"
 #include "zero3/manager_state.hpp"
 
@@ -61,7 +69,7 @@ void block_manager::reduce_gradients(std::size_t block, stream_t stream) {
   const block_layout& l = m.layout.blocks[block];
   if (l.bucket_bytes > 0) {
     m.comm_waits_for(stream);
-    const scatter_part part{bucket.data, static_cast<unsigned char*>(m.gradient_shards) + l.gradient_shard_offset,
+    const scatter_part part{bucket.data, m.gradient_slice(block),
                             l.gradient_shard_bytes / m.layout.gradient_element_bytes};
     m.comm.reduce_scatter(std::span<const scatter_part>(&part, 1), m.opts.gradient_type, m.comm_stream,
                           m.tag(block));
@@ -73,6 +81,41 @@ void block_manager::reduce_gradients(std::size_t block, stream_t stream) {
   bucket.holder = -1;
   rt.bucket = -1;
   for (view& v : rt.gradient_views) v = {};
+}
+
+void* block_manager::impl::gradient_slice(std::size_t block) {
+  block_runtime& rt = blocks[block];
+  if (rt.gradient == nullptr) {
+    const std::size_t bytes = layout.blocks[block].gradient_shard_bytes;
+    rt.gradient = persistent.allocate(bytes, comm_stream);
+    gradient_live += bytes;
+    gradient_peak = std::max(gradient_peak, gradient_live);
+  }
+  return rt.gradient;
+}
+
+void block_manager::impl::free_gradient_slices(stream_t stream) noexcept {
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    if (blocks[b].gradient == nullptr) continue;
+    persistent.deallocate(blocks[b].gradient, layout.blocks[b].gradient_shard_bytes, stream);
+    blocks[b].gradient = nullptr;
+  }
+  gradient_live = 0;
+}
+
+void block_manager::release_gradients(stream_t stream) {
+  impl& m = *impl_;
+  for (const impl::bucket& b : m.buckets) {
+    if (b.holder >= 0) {
+      throw invalid_argument(fmt::format(
+          "zero3 rank {}: release_gradients while {} holds a reduce bucket (its reduce is in flight); call "
+          "reduce_gradients first",
+          m.comm.rank(), m.tag(static_cast<std::size_t>(b.holder))));
+    }
+  }
+  if (m.gradient_live == 0) return;
+  m.comm_waits_for(stream);
+  m.free_gradient_slices(m.comm_stream);
 }
 
 void block_manager::finish_gradients(stream_t stream) {

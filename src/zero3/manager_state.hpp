@@ -32,6 +32,7 @@ struct block_manager::impl {
     std::vector<view> views;
     std::vector<view> gradient_views;
     int bucket = -1;            // the reduce bucket this block holds
+    void* gradient = nullptr;   // its gradient slice (long-lived allocator), nullptr when not held
   };
 
   struct bucket {
@@ -53,6 +54,12 @@ struct block_manager::impl {
   void check_block(std::size_t block, const char* call) const;
   [[nodiscard]] std::string tag(std::size_t block) const;
 
+  // Gradient slices (gradients.cpp): allocated at a block's first reduce,
+  // freed by release_gradients (and teardown) on the comm stream.
+  void* gradient_slice(std::size_t block);
+  /// Frees every held slice on `stream` (the comm stream, or nullptr once it is idle).
+  void free_gradient_slices(stream_t stream) noexcept;
+
   // Gather and free (block_manager.cpp).
   void gather(std::size_t block, bool prefetch);
   void free_buffer(std::size_t block, stream_t consumer) noexcept;
@@ -73,7 +80,6 @@ struct block_manager::impl {
   event_t scratch_event = nullptr;  // recorded and waited on at once; reusable immediately
 
   void* shards = nullptr;
-  void* gradient_shards = nullptr;
   void* persistent_parameters = nullptr;
   void* persistent_gradients = nullptr;
   std::array<bucket, 2> buckets{};
@@ -84,6 +90,8 @@ struct block_manager::impl {
   int next_bucket = 0;
   std::vector<block_runtime> blocks;
 
+  std::size_t gradient_live = 0;  // bytes of the gradient slices held
+  std::size_t gradient_peak = 0;
   std::size_t live = 0;   // gathered bytes live (charged)
   std::size_t peak = 0;
   std::size_t ahead = 0;  // prefetched bytes not fetched yet

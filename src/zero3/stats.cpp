@@ -22,6 +22,7 @@ zero3_stats block_manager::stats() const {
   s.persistent_gradient_bytes = m.layout.persistent_gradient_bytes;
   s.bucket_bytes = 2 * m.layout.max_bucket_bytes;
   s.gathered = {m.live, m.peak};
+  s.gradients = {m.gradient_live, m.gradient_peak};
   s.stall_ns = m.comm.blocked_ns() + m.wait_ns;
   s.trace_length = m.recording ? 0 : m.trace.size();
   s.long_lived_pool = m.persistent.state();
@@ -56,6 +57,7 @@ std::string to_json(const zero3_stats& s) {
                            {"persistent_gradient", s.persistent_gradient_bytes},
                            {"buckets", s.bucket_bytes}};
   j["gathered_bytes"] = {{"current", s.gathered.current}, {"peak", s.gathered.peak}};
+  j["gradient_bytes"] = {{"current", s.gradients.current}, {"peak", s.gradients.peak}};
   j["budget"] = {{"max_live_bytes", s.max_live_bytes}, {"prefetch_bytes", s.prefetch_bytes}};
   j["steps"] = s.steps;
   j["fetches"] = s.fetches;

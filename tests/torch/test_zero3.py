@@ -1,7 +1,9 @@
 """fragctl.torch.zero3.shard over CPU ranks (gloo, the sim backend), each
 rank a process: after N steps the parameters equal the unsharded model's
 trained on the whole batch (float tolerance); frozen parameters get no
-gradient and stay; the full state dict round-trips; a rank that stops
+gradient and stay; gradient slices are freed before each forward after
+zero_grad(set_to_none=True) and kept with set_to_none=False; the full
+state dict round-trips; a rank that stops
 answering makes the others raise CollectiveTimeoutError naming the rank,
 the collective and the block.
 
@@ -160,6 +162,12 @@ def worker(rank, world, directory, mode, kind="mlp"):
             out["reloaded"] = sharded.full_state_dict()
         else:
             opt = optimizer(sharded.parameters())
+            if mode in ("lifetime", "keep"):  # what the manager holds in each forward and after each backward
+                def probe(_module, _inputs):
+                    stats = sharded.stats()
+                    out.setdefault("forward", []).append(
+                        (stats["gradient_bytes"]["current"], stats["allocators"]["long_lived"]["allocated"]))
+                model[-1].register_forward_pre_hook(probe)
             offload = None
             if mode == "offload":  # activations to the checkpoint store, parameters to zero3
                 import fragctl.torch
@@ -172,13 +180,18 @@ def worker(rank, world, directory, mode, kind="mlp"):
                     else:
                         loss = sharded(x.chunk(world)[rank]).square().mean()
                         loss.backward()
+                if mode in ("lifetime", "keep"):
+                    stats = sharded.stats()
+                    out.setdefault("backward", []).append(
+                        (stats["gradient_bytes"]["current"], stats["allocators"]["long_lived"]["allocated"]))
+                    out["gradient_shard_bytes"] = stats["long_lived_bytes"]["gradient_shard"]
                 if mode == "norm":
                     square = torch.stack([grad.square().sum() for _, grad in sharded._shards]).sum()
                     dist.all_reduce(square)
                     out.setdefault("norms", []).append(square.sqrt().item())
                     out.setdefault("padding", []).extend(shard_padding(sharded))
                 opt.step()
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=mode != "keep")
             if offload is not None:
                 out["offload"] = offload.stats()
             out["state"] = sharded.full_state_dict()
@@ -298,6 +311,37 @@ class Zero3ShardTest(unittest.TestCase):
             self.assertGreater(len(r["padding"]), 0)  # the layout pads (2 ranks x 512 bytes)
             self.assertEqual(set(r["padding"]), {0.0})
             torch.testing.assert_close(torch.tensor(r["norms"]), torch.tensor(expected_norms), rtol=1e-5, atol=0)
+
+    def test_gradients_are_freed_before_forward_after_zero_grad(self):
+        # Regression (issue 20, one-GPU peak): the gradient shard was
+        # allocated from shard() on, so every forward held it.
+        results = run_ranks(2, "lifetime")
+        expected = reference_state()
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            slices = r["gradient_shard_bytes"]
+            self.assertGreater(slices, 0)
+            self.assertEqual(len(r["forward"]), len(make_data()))
+            # After each backward every slice is held; in every forward none
+            # is, and the long-lived allocator holds at least the slices less.
+            for (grad_now, _), (grad_fwd, long_fwd), (_, long_bwd) in zip(r["backward"], r["forward"][1:],
+                                                                          r["backward"]):
+                self.assertEqual(grad_now, slices)
+                self.assertEqual(grad_fwd, 0)
+                self.assertLessEqual(long_fwd, long_bwd - slices)
+            self.assertEqual(r["forward"][0][0], 0)  # none before the first backward either
+
+    def test_gradients_kept_by_zero_grad_without_set_to_none_stay_allocated(self):
+        results = run_ranks(2, "keep")
+        expected = reference_state()
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            slices = r["gradient_shard_bytes"]
+            self.assertEqual([grad for grad, _ in r["forward"][1:]], [slices] * (len(make_data()) - 1))
 
     def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
         results = run_ranks(2, "train", kind="transformer")

@@ -285,8 +285,9 @@ TEST(block_manager, statistics_report_the_allocators_reserved_bytes) {
   block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
   (void)m.fetch(1, nullptr);
   const zero3_stats s = m.stats();
-  const std::size_t long_lived = s.shard_bytes + s.gradient_shard_bytes + s.persistent_bytes +
-                                 s.persistent_gradient_bytes + s.bucket_bytes;
+  // Gradient slices are held from a block's reduce on (none yet).
+  EXPECT_EQ(s.gradients.current, 0U);
+  const std::size_t long_lived = s.shard_bytes + s.persistent_bytes + s.persistent_gradient_bytes + s.bucket_bytes;
   EXPECT_GT(long_lived, 0U);
   EXPECT_GE(s.long_lived_pool.allocated, long_lived);
   EXPECT_GE(s.long_lived_pool.reserved, s.long_lived_pool.allocated);
@@ -439,6 +440,7 @@ TEST(block_manager, statistics_json) {
     EXPECT_EQ(j["communicated_bytes"]["all_gather"], 2 * gathered);
     EXPECT_EQ(j["long_lived_bytes"]["shard"], m.layout().shard_bytes);
     EXPECT_EQ(j["gathered_bytes"]["current"], 0);
+    EXPECT_EQ(j["gradient_bytes"]["current"], 0);  // no reduce yet
     EXPECT_GT(j["gathered_bytes"]["peak"].get<std::size_t>(), 0U);
     EXPECT_EQ(j["prefetch"]["trace_length"], m.block_count());
     EXPECT_TRUE(j.contains("stall_seconds"));

@@ -167,6 +167,8 @@ step_result run_rank(exchange& x, int rank) {
   if (out.status == FRAGCTL_ZERO3_OK) out.status = fragctl_zero3_finish_gradients(z, nullptr);
   out.error = fragctl_zero3_last_error();
   if (out.status == FRAGCTL_ZERO3_OK) {
+    EXPECT_EQ(grad, nullptr);  // the gradient slice is allocated at the reduce: read its address now
+    EXPECT_EQ(fragctl_zero3_trainable_shard(z, 0, nullptr, &grad, nullptr), FRAGCTL_ZERO3_OK);
     out.gradient.assign(static_cast<float*>(grad), static_cast<float*>(grad) + out.shard_elements);
     out.persistent_grad.assign(static_cast<float*>(bias_grad), static_cast<float*>(bias_grad) + 16);
     EXPECT_EQ(fragctl_zero3_release(z, 0, nullptr), FRAGCTL_ZERO3_OK);

@@ -45,13 +45,26 @@ TEST_F(zero3_capi, one_step_through_the_c_api) {
   EXPECT_EQ(static_cast<unsigned char*>(pointers[1])[8191], 0x5a);
   void* grads[3] = {};
   std::size_t grad_sizes[3] = {};
+  void* data = nullptr;
+  void* gradient = nullptr;
+  std::size_t elements = 0;
+  ASSERT_EQ(fragctl_zero3_trainable_shard(z, 0, &data, &gradient, &elements), FRAGCTL_ZERO3_OK);
+  EXPECT_EQ(gradient, nullptr);  // allocated at the block's reduce
   ASSERT_EQ(fragctl_zero3_begin_gradients(z, 0, nullptr, grads, grad_sizes, 3), FRAGCTL_ZERO3_OK);
   EXPECT_EQ(grad_sizes[1], 4096U * 4);  // fp32 gradients
   EXPECT_EQ(grads[2], nullptr);         // frozen
+  EXPECT_EQ(fragctl_zero3_release_gradients(z, nullptr), FRAGCTL_ZERO3_INVALID_ARGUMENT);  // reduce to come
+  EXPECT_NE(std::string(fragctl_zero3_last_error()).find("holds a reduce bucket"), std::string::npos);
   ASSERT_EQ(fragctl_zero3_reduce_gradients(z, 0, nullptr), FRAGCTL_ZERO3_OK);
   ASSERT_EQ(fragctl_zero3_release(z, 0, nullptr), FRAGCTL_ZERO3_OK);
   ASSERT_EQ(fragctl_zero3_finish_gradients(z, nullptr), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(fragctl_zero3_trainable_shard(z, 0, &data, &gradient, &elements), FRAGCTL_ZERO3_OK);
+  EXPECT_NE(gradient, nullptr);
+  EXPECT_EQ(elements, 4096U);
   ASSERT_EQ(fragctl_zero3_end_step(z, nullptr), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(fragctl_zero3_release_gradients(z, nullptr), FRAGCTL_ZERO3_OK) << fragctl_zero3_last_error();
+  ASSERT_EQ(fragctl_zero3_trainable_shard(z, 0, &data, &gradient, &elements), FRAGCTL_ZERO3_OK);
+  EXPECT_EQ(gradient, nullptr);
   ASSERT_EQ(fragctl_zero3_synchronize(z), FRAGCTL_ZERO3_OK);
 
   const std::size_t length = fragctl_zero3_stats_json(z, nullptr, 0);

@@ -3,8 +3,11 @@
 //
 // Memory. Long-lived memory comes from the `persistent` allocator, allocated
 // once at construction: the model shard buffer (this rank's slice of every
-// block), the gradient shard buffer, the persistent parameters and their
-// gradients, and two reduce buckets. Short-lived memory, the gathered blocks,
+// block), the persistent parameters and their gradients, and two reduce
+// buckets. Each block's gradient slice also comes from it, but lives from
+// the block's first reduce_gradients to release_gradients (as FSDP2's
+// gradients live from backward to zero_grad(set_to_none=True)), so no
+// gradient slice is held during a forward that follows a release. Short-lived memory, the gathered blocks,
 // comes from the `transient` allocator. Keeping the two apart is the cheapest
 // defragmentation there is: gathered blocks of a few sizes come and go in a
 // pool of their own, never splitting the long-lived region. Padding (the
@@ -12,6 +15,8 @@
 // long-lived buffers are zeroed once at construction, and the padding of a
 // reduce bucket each time begin_gradients hands it out, so no stale byte is
 // summed into a gradient shard, gathered, or counted by a norm over shards.
+// A freshly allocated gradient slice is written whole (padding included) by
+// its reduce-scatter of zero-padded buckets before anyone can read it.
 //
 // Block lifecycle (per block, the same on every rank):
 //
@@ -46,8 +51,8 @@
 //
 // Gradients (contiguous, double-buffered). begin_gradients(b, s) hands out a
 // reduce bucket (one of two) with a view per trainable parameter of b;
-// reduce_gradients(b, s) reduce-scatters it into b's slice of the gradient
-// shard buffer on the communication stream (sum; in fp32 when gradient_type
+// reduce_gradients(b, s) reduce-scatters it into b's gradient slice
+// (allocated there if not held) on the communication stream (sum; in fp32 when gradient_type
 // is fp32) while the other bucket fills. finish_gradients(s) sums the
 // persistent parameters' gradients across ranks and makes s wait for every
 // reduction. A reduce-scatter writes the shard: accumulating several
@@ -111,6 +116,9 @@ struct zero3_stats {
   std::size_t persistent_bytes = 0;
   std::size_t persistent_gradient_bytes = 0;
   std::size_t bucket_bytes = 0;  ///< both reduce buckets
+  /// Gradient slices held now and at most (at most gradient_shard_bytes):
+  /// allocated at reduce_gradients, freed by release_gradients.
+  byte_gauge gradients;
   // Gathered (transient) bytes, at allocation_size.
   byte_gauge gathered;
   std::size_t max_live_bytes = 0;
@@ -185,7 +193,10 @@ class block_manager {
   /// for a partitioned one.
   [[nodiscard]] view persistent_parameter(std::size_t block, std::size_t param) const;
   /// This rank's gradient slice of `block` (after finish_gradients it holds the
-  /// sum over ranks of the T region).
+  /// sum over ranks of the T region). data is nullptr while the slice is not
+  /// held (before the block's first reduce_gradients, after
+  /// release_gradients); bytes is the slice's size either way. The pointer
+  /// may change after a release: read it again after each backward.
   [[nodiscard]] view gradient_shard(std::size_t block) const;
   /// The replicated gradient of persistent trainable parameter `param` of
   /// `block`, in gradient_type elements (after finish_gradients: the sum over
@@ -225,8 +236,20 @@ class block_manager {
   /// beyond, or when `block` already holds one.
   [[nodiscard]] std::span<const view> begin_gradients(std::size_t block, stream_t stream);
   /// Reduce-scatters `block`'s bucket (filled on `stream`) into its gradient
-  /// shard on the communication stream and frees the bucket for reuse.
+  /// slice on the communication stream and frees the bucket for reuse. The
+  /// first reduce of a block after construction or release_gradients
+  /// allocates its slice (long-lived allocator, on the communication stream;
+  /// out_of_memory).
   void reduce_gradients(std::size_t block, stream_t stream);
+  /// Frees every block's gradient slice (gradient_shard then returns nullptr
+  /// until the block's next reduce). The caller's reads and writes of the
+  /// slices are queued on `stream`: the slices go back to the long-lived
+  /// allocator on the communication stream after it waits for `stream`, so
+  /// a reduce-scatter already issued completes first (no host wait). Throws
+  /// invalid_argument while a block holds a reduce bucket (between
+  /// begin_gradients and reduce_gradients: its reduce is still to come).
+  /// Persistent gradients are not freed. Without slices held, does nothing.
+  void release_gradients(stream_t stream);
   /// Sums persistent gradients across ranks and makes `stream` wait for every
   /// reduction so far. Call once per step, after the last reduce_gradients.
   void finish_gradients(stream_t stream);

@@ -13,7 +13,7 @@
  *   fragctl_zero3* z = NULL;
  *   fragctl_zero3_create("stage3_max_live_parameters:2e8", "nccl:rank=0,size=2,id_file=/tmp/job/id", &z);
  *   fragctl_zero3_add_block(z, "layer.0", params, 9);  ... one per block, in execution order
- *   fragctl_zero3_start(z);                             lays out and allocates
+ *   fragctl_zero3_start(z);                             lays out and allocates the shards
  *   fragctl_zero3_fetch(z, 0, stream, ptrs, sizes, 9);  ... use, then
  *   fragctl_zero3_release(z, 0, stream);
  *   fragctl_zero3_destroy(z);
@@ -110,7 +110,10 @@ fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size
 /* This rank's T slice of `block` (trainable partitioned elements, in the
  * parameters' element type) and its gradient slice (gradient_type), the same
  * `elements` elements: what an optimizer steps. NULLs and 0 for a block
- * without trainable partitioned parameters. */
+ * without trainable partitioned parameters. *gradient is NULL while the
+ * slice is not held (before the block's first reduce, after
+ * fragctl_zero3_release_gradients) and may move after a release: read it
+ * again after each backward. */
 fragctl_zero3_status fragctl_zero3_trainable_shard(fragctl_zero3* z, size_t block, void** data, void** gradient,
                                                    size_t* elements);
 /* A persistent parameter (whole on every rank): its data and, if trainable,
@@ -122,6 +125,12 @@ fragctl_zero3_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t bloc
                                                    size_t* sizes, size_t capacity);
 fragctl_zero3_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream);
 fragctl_zero3_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stream);
+/* Frees every block's gradient slice (allocated again at each block's next
+ * reduce); the caller's use of them is queued on `stream`. Call after the
+ * optimizer step, e.g. at zero_grad(set_to_none=True), so no gradient is held
+ * during the next forward. FRAGCTL_ZERO3_INVALID_ARGUMENT while a block holds
+ * a reduce bucket (begin_gradients without its reduce_gradients yet). */
+fragctl_zero3_status fragctl_zero3_release_gradients(fragctl_zero3* z, void* stream);
 fragctl_zero3_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream);
 fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z);
 /* Copies the statistics JSON (with a terminating NUL when it fits) and

@@ -2,8 +2,10 @@
 "Backward" and "Gradient accumulation"): each application's gradient of a
 gathered parameter is summed until the parameter has all of them, averaged
 over the ranks into the block's reduce bucket, and reduce-scattered into
-the gradient shard once the block has every gradient; when backward ends
-the persistent gradients are summed and the shards' ``.grad`` set.
+the block's gradient slice once the block has every gradient; when backward
+ends the persistent gradients are summed and the shards' ``.grad`` set to
+views of the slices. The slices are freed before the next forward when
+every ``.grad`` is None.
 """
 import ctypes
 from typing import Any
@@ -39,7 +41,8 @@ class GradientFlow:
         self._torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
         self._carry = [shard.grad.detach().clone() if shard.grad is not None else None for shard, _ in self._shards]
         for _, grad in self._shards:
-            grad.zero_()  # a block without gradients this backward contributes zero
+            if grad is not None:
+                grad.zero_()  # a held slice without gradients this backward contributes zero
 
     def _deliver(self, b: Block, i: int, grad: Any) -> None:
         """Copies the whole gradient of parameter `i` of `b` into its bucket;
@@ -80,10 +83,44 @@ class GradientFlow:
                 b.backward_held = False
                 self._release(b)
         self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
+        self._bind_gradients()
         carry, self._carry = self._carry or [None] * len(self._shards), None
-        for (shard, grad), earlier in zip(self._shards, carry):
-            if earlier is not None:
+        for pair, earlier in zip(self._shards, carry):
+            shard, grad = pair
+            if grad is None:  # a block that got no gradient this backward (None, as torch leaves it)
+                grad = pair[1] = earlier
+            elif earlier is not None:
                 grad.add_(earlier)
             shard.grad = grad
         self._step_open = True
+
+    def _bind_gradients(self) -> None:
+        """Points each block shard's gradient view at its current gradient
+        slice (the manager may have allocated it anew in this backward),
+        None where the block holds none."""
+        data, grad, n = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
+        for pair, b in zip(self._shards, self._shard_blocks):
+            if b is None:
+                continue
+            self._check(self._lib.fragctl_zero3_trainable_shard(self._z, b.index, ctypes.byref(data),
+                                                                ctypes.byref(grad), ctypes.byref(n)))
+            current = pair[1]
+            if not grad.value:
+                pair[1] = None
+            elif current is None or current.data_ptr() != grad.value:
+                pair[1] = self._typed(grad.value, (n.value,), pair[0].dtype)
+
+    def _release_unused_gradients(self) -> None:
+        """Before a forward: when every shard's ``.grad`` is None (the
+        optimizer's ``zero_grad(set_to_none=True)``), frees the manager's
+        gradient slices so none is held during forward and backward until
+        each block's reduce. A kept ``.grad`` (``set_to_none=False``, or
+        accumulation over micro-batches) keeps them all."""
+        held = any(grad is not None for (_, grad), b in zip(self._shards, self._shard_blocks) if b is not None)
+        if not held or any(shard.grad is not None for shard, _ in self._shards):
+            return
+        self._check(self._lib.fragctl_zero3_release_gradients(self._z, self._stream()))
+        for pair, b in zip(self._shards, self._shard_blocks):
+            if b is not None:
+                pair[1] = None
 

@@ -17,14 +17,19 @@ keep only an empty tensor between uses.
   application's gradient; once every application of the parameter in this
   forward has reported, their sum, divided by the world size (a mean over
   ranks, as DDP), goes into the block's reduce bucket; when a block has all
-  its gradients the bucket is reduce-scattered into the gradient shard. A
-  backward adds to gradient shards whose ``.grad`` is still set (torch's
-  accumulation). When backward ends (an engine callback) the persistent
+  its gradients the bucket is reduce-scattered into the block's gradient
+  slice (the manager allocates it at that reduce). A backward adds to
+  gradient shards whose ``.grad`` is still set (torch's accumulation). When
+  backward ends (an engine callback) the persistent
   gradients are summed and every block still held is released.
 * Optimizer: ``parameters()`` are the local shards (each block's trainable
   slice, each persistent trainable parameter) with ``.grad`` pointing at
   their gradient shard; a torch.optim optimizer steps them in place. The
   next forward ends the manager's step first.
+* Gradient lifetime: at the next forward, when every shard's ``.grad`` is
+  None (``zero_grad(set_to_none=True)``), the manager frees the gradient
+  slices, so no gradient exists during forward (FSDP2's lifetime); with
+  ``.grad`` kept (``set_to_none=False``) they stay.
 
 Frozen parameters are gathered with their block and get no gradient buffer.
 Streams: all work is on the current stream (None on CPU); the manager orders
@@ -68,7 +73,7 @@ class ShardedModule(GradientFlow):
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
             ctypes.byref(handle)))
         self._z = handle
-        self._shards: List[Tuple[Any, Any]] = []
+        self._shards: List[List[Any]] = []
         self._hooks: List[Any] = []
         try:
             self._set_up(torch, module)
@@ -139,22 +144,29 @@ class ShardedModule(GradientFlow):
                     flat = flat.contiguous().reshape(-1).view(self._torch.uint8)
                     self._wrap(pointer.value, nbytes.value).copy_(flat[offset.value:offset.value + nbytes.value])
 
-    def _local_shards(self) -> List[Tuple[Any, Any]]:
-        """(Parameter over shard memory, gradient view) pairs an optimizer steps."""
+    def _local_shards(self) -> List[List[Any]]:
+        """[Parameter over shard memory, gradient view] pairs an optimizer
+        steps. A block's gradient view is None while the manager holds no
+        gradient slice for it (_bind_gradients sets it after backward);
+        _shard_blocks says which block each pair is the T slice of (None for a
+        persistent parameter, whose gradient is always held)."""
         torch, lib, out = self._torch, self._lib, []
+        self._shard_blocks: List[Optional[Block]] = []
         for b in self._blocks:
             data, grad, n = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
             self._check(lib.fragctl_zero3_trainable_shard(self._z, b.index, ctypes.byref(data), ctypes.byref(grad),
                                                           ctypes.byref(n)))
             if n.value:
                 dtype = next(p.dtype for p, t in zip(b.params, b.trainable) if t)
-                out.append((torch.nn.Parameter(self._typed(data.value, (n.value,), dtype)),
-                            self._typed(grad.value, (n.value,), dtype)))
+                out.append([torch.nn.Parameter(self._typed(data.value, (n.value,), dtype)),
+                            self._typed(grad.value, (n.value,), dtype) if grad.value else None])
+                self._shard_blocks.append(b)
             for i, p in enumerate(b.params):
                 self._check(lib.fragctl_zero3_persistent(self._z, b.index, i, ctypes.byref(data), ctypes.byref(grad)))
                 if data.value and grad.value:
-                    out.append((torch.nn.Parameter(self._typed(data.value, b.shapes[i], p.dtype)),
-                                self._typed(grad.value, b.shapes[i], p.dtype)))
+                    out.append([torch.nn.Parameter(self._typed(data.value, b.shapes[i], p.dtype)),
+                                self._typed(grad.value, b.shapes[i], p.dtype)])
+                    self._shard_blocks.append(None)
         return out
 
     # --- gather and release -----------------------------------------------------
@@ -214,6 +226,7 @@ class ShardedModule(GradientFlow):
         if self._step_open:  # the optimizer has stepped the shards since the last backward
             self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
             self._step_open = False
+        self._release_unused_gradients()
         if self._torch.is_grad_enabled():
             from .offload import active
             self._outer = active()

@@ -1,0 +1,142 @@
+// Regression (issue 20, one-GPU peak): the gradient shard was allocated at
+// construction, so it held gradient_shard_bytes through every forward, where
+// FSDP2 holds no gradient. On sim with 1 and 2 thread ranks: no gradient
+// slice is held before a block's first reduce or after release_gradients
+// (the long-lived allocator's bytes during a forward drop by exactly the
+// slices'), each reduce allocates its block's slice and fills it with the
+// sum over ranks, and release_gradients is refused while a block holds a
+// reduce bucket.
+#include <algorithm>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "zero3/zero3_harness.hpp"
+
+namespace fragctl::zero3 {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::load_parameters;
+using testing::rank_env;
+using testing::run_ranks;
+using testing::small_model;
+using testing::small_options;
+
+/// A backward over every block (last to first): each trainable gradient is
+/// all ones.
+void backward(block_manager& m, stream_t s) {
+  for (std::size_t b = m.block_count(); b-- > 0;) {
+    (void)m.fetch(b, s);
+    const std::span<const view> grads = m.begin_gradients(b, s);
+    for (const view& g : grads) {
+      auto* f = static_cast<float*>(g.data);
+      for (std::size_t i = 0; i < g.bytes / sizeof(float); ++i) f[i] = 1.0F;
+    }
+    m.reduce_gradients(b, s);
+    m.release(b, s);
+  }
+  m.finish_gradients(s);
+}
+
+/// A forward over every block; returns the most gradient-slice bytes the
+/// manager held at any fetch.
+std::size_t forward(block_manager& m, stream_t s) {
+  std::size_t held = 0;
+  for (std::size_t b = 0; b < m.block_count(); ++b) {
+    (void)m.fetch(b, s);
+    held = std::max(held, m.stats().gradients.current);
+    m.release(b, s);
+  }
+  return held;
+}
+
+/// Every element of every held slice equals `ranks` (a sum of ones); padding
+/// (zero in the buckets) stays zero, so the count of `ranks` is returned.
+std::size_t count_sums(block_manager& m, float ranks) {
+  std::size_t n = 0;
+  for (std::size_t b = 0; b < m.block_count(); ++b) {
+    const view g = m.gradient_shard(b);
+    if (g.bytes == 0) continue;
+    EXPECT_NE(g.data, nullptr) << "block " << b;
+    if (g.data == nullptr) continue;
+    const auto* f = static_cast<const float*>(g.data);
+    for (std::size_t i = 0; i < g.bytes / sizeof(float); ++i) {
+      EXPECT_TRUE(f[i] == ranks || f[i] == 0.0F) << "block " << b << " element " << i << " = " << f[i];
+      n += f[i] == ranks;
+    }
+  }
+  return n;
+}
+
+class lifetime_ranks : public ::testing::TestWithParam<int> {};
+
+TEST_P(lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
+  const int ranks = GetParam();
+  run_ranks(ranks, 10s, [ranks](rank_env& env) {
+    block_manager m(small_model(3), small_options(), *env.comm, *env.persistent, *env.transient);
+    load_parameters(m);
+    const std::size_t slices = m.stats().gradient_shard_bytes;
+    ASSERT_GT(slices, 0U);
+    const std::size_t without_gradients = env.persistent->state().allocated;
+    for (std::size_t b = 0; b < m.block_count(); ++b) EXPECT_EQ(m.gradient_shard(b).data, nullptr) << b;
+
+    // Step 1: nothing held in the first forward; every slice after backward.
+    EXPECT_EQ(forward(m, nullptr), 0U);
+    backward(m, nullptr);
+    env.backend.complete_all();
+    EXPECT_EQ(m.stats().gradients.current, slices);
+    EXPECT_EQ(m.stats().gradients.peak, slices);
+    EXPECT_GE(env.persistent->state().allocated, without_gradients + slices);
+    const std::size_t sums = count_sums(m, static_cast<float>(ranks));
+    EXPECT_GT(sums, 0U);
+    m.end_step(nullptr);
+
+    // zero_grad(set_to_none=True): released; the next forward holds none,
+    // and the long-lived allocator holds exactly what it held before.
+    m.release_gradients(nullptr);
+    env.backend.complete_all();
+    EXPECT_EQ(m.stats().gradients.current, 0U);
+    EXPECT_EQ(env.persistent->state().allocated, without_gradients);
+    for (std::size_t b = 0; b < m.block_count(); ++b) EXPECT_EQ(m.gradient_shard(b).data, nullptr) << b;
+    EXPECT_EQ(forward(m, nullptr), 0U);
+    EXPECT_EQ(env.persistent->state().allocated, without_gradients);
+    m.release_gradients(nullptr);  // nothing held: a no-op
+
+    // Step 2: slices again (possibly elsewhere), with the same sums.
+    backward(m, nullptr);
+    env.backend.complete_all();
+    EXPECT_EQ(m.stats().gradients.current, slices);
+    EXPECT_EQ(count_sums(m, static_cast<float>(ranks)), sums);
+    m.end_step(nullptr);
+
+    // set_to_none=False: no release; the next forward holds every slice.
+    EXPECT_EQ(forward(m, nullptr), slices);
+    m.end_step(nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(ranks, lifetime_ranks, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param); });
+
+TEST(gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
+  run_ranks(1, 5s, [](rank_env& env) {
+    block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
+    (void)m.begin_gradients(1, nullptr);
+    try {
+      m.release_gradients(nullptr);
+      ADD_FAILURE() << "release_gradients with a bucket held succeeded";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("release_gradients while block 1 'layer.0' holds a reduce bucket"),
+                std::string::npos)
+          << e.what();
+    }
+    m.reduce_gradients(1, nullptr);
+    EXPECT_NE(m.gradient_shard(1).data, nullptr);
+    m.release_gradients(nullptr);  // positive control: accepted once the reduce is issued
+    EXPECT_EQ(m.gradient_shard(1).data, nullptr);
+    EXPECT_EQ(m.stats().gradients.current, 0U);
+  });
+}
+
+}  // namespace
+}  // namespace fragctl::zero3
