@@ -19,7 +19,13 @@ if(PKG_CONFIG AND VERSION)  # VERSION: the project version the .pc must state
     else()
       set(args --cflags --libs)
     endif()
-    execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} ${args} fragctl
+    # The prefix first, then the caller's path: fragctl.pc requires Abseil's
+    # .pc files, which live wherever Abseil was installed.
+    set(pc_path "${pc_dir}")
+    if(DEFINED ENV{PKG_CONFIG_PATH} AND NOT "$ENV{PKG_CONFIG_PATH}" STREQUAL "")
+      string(APPEND pc_path ":$ENV{PKG_CONFIG_PATH}")
+    endif()
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_path} ${PKG_CONFIG} ${args} fragctl
       OUTPUT_VARIABLE out RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
     if(rc)
       message(FATAL_ERROR "pkg-config ${args} fragctl failed: ${rc}")
