@@ -202,11 +202,45 @@ class OffloadTest(unittest.TestCase):
                 self.assertEqual(s["saved_alive"], 0)
                 offload.close()
 
+    @unittest.skipUnless(hasattr(torch._C, "_current_graph_task_id"),
+                         "torch %s cannot say whether backward is running (torch 2.0+ can)" % torch.__version__)
+    def test_saves_of_a_recompute_inside_backward_stay_in_place(self):
+        import torch.utils.checkpoint as checkpoint
+        model = mlp()
+        x = batch().requires_grad_()
+        blocks = [model[i:i + 4] for i in range(0, len(model), 4)]
+
+        def forward(inputs):
+            h = inputs
+            for block in blocks:
+                h = checkpoint.checkpoint(block, h, use_reentrant=True)
+            return h
+
+        expected = gradients(model, x)
+        # Positive control: the forward alone, which is what the store should see.
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        with offload:
+            loss = forward(x).square().mean()
+        forward_moved = offload.stats()["tensors_moved"]
+        self.assertGreater(forward_moved, 0)
+        loss.backward()
+        offload.close()
+        model.zero_grad(set_to_none=True)
+        # Backward inside the block: its recompute saves the blocks' insides again.
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
+        self.assert_same(expected, gradients(model, x, offload, steps=1, forward=forward))
+        s = offload.stats()
+        self.assertEqual(s["tensors_moved"], forward_moved)
+        self.assertGreater(s["tensors_kept_in_backward"], 0)
+        self.assertEqual(s["saved_alive"], 0)
+        offload.close()
+
     def test_cpu_checkpointing_false_installs_no_hooks(self):
         model, x = mlp(), batch()
         offload = fragctl.torch.offload_activations(budget="1MiB", cpu_checkpointing=False, backend="sim")
         self.assert_same(gradients(model, x), gradients(model, x, offload))
-        self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "saved_alive": 0,
+        self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "tensors_kept_in_backward": 0,
+                                           "saved_alive": 0,
                                            "tensors_to_host_direct": 0, "bytes_to_host_direct": 0})
 
     def test_bad_arguments_raise(self):

@@ -31,18 +31,21 @@ FRAGCTL_BUILD_TYPE=Release FRAGCTL_BUILD_DIR=build-gpu tools/build.sh -DFRAGCTL_
 export FRAGCTL_LIBRARY=$PWD/build-gpu/libfragctl.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 note "fragctl.torch service tests (sim backend, this Python)"
-timeout 120 "$python" -m unittest discover -s tests/torch -p "test_*.py" > "$out/unittest.log" 2>&1
+timeout 240 "$python" -m unittest discover -s tests/torch -p "test_*.py" > "$out/unittest.log" 2>&1
 tail -3 "$out/unittest.log"
 # shellcheck disable=SC2086  # BENCH_ARGS are words
 if [ "${OFFLOAD:-1}" = 1 ]; then
   note "offload: none / fragctl at half the activations / save_on_cpu"
   timeout 180 "$python" tools/gpu/services_bench.py offload --out "$out" --steps 8 ${BENCH_ARGS:-} \
     > "$out/offload.log" 2>&1 || { note "offload failed"; tail -20 "$out/offload.log"; }
+  note "offload with recomputed layers (DeepSpeed's cpu_checkpointing case), at 4 x 8192 tokens"
+  timeout 180 "$python" tools/gpu/services_bench.py offload --recompute --seq 8192 --batch 4 --out "$out" --steps 8 \
+    ${BENCH_ARGS:-} > "$out/offload-recompute.log" 2>&1 || { note "offload --recompute failed"; tail -20 "$out/offload-recompute.log"; }
 fi
 if [ "${ZERO3:-1}" = 1 ]; then
   note "zero3: FSDP2 and fragctl, world size 1, 50 steps"
   timeout 180 "$python" tools/gpu/services_bench.py zero3 --out "$out" --steps 50 ${BENCH_ARGS:-} \
     > "$out/zero3.log" 2>&1 || { note "zero3 failed"; tail -20 "$out/zero3.log"; }
 fi
-cat "$out"/offload.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"
+cat "$out"/offload.md "$out"/offload-recompute.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"
 note "done"

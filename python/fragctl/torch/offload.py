@@ -10,6 +10,12 @@ while the budget allows and otherwise in pinned host memory, copied out on
 its own copy stream without a host synchronization, and brings it back ahead
 of need in backward (prefetch in reverse order of the saves).
 
+Saves made while a backward pass runs (a recomputing checkpoint's forward,
+or anything else autograd saves inside backward) stay where autograd keeps
+them: the same backward uses them moments later, so moving them would cost
+two copies and free nothing at the peak (torch 2.0 and later, which say
+whether backward is running; earlier versions move them too).
+
 Identity of a saved tensor: its position in the sequence of saves since the
 store's last reset (a "layer" of the store), so that the sequence repeats
 from one training step to the next and the store can plan evictions one save
@@ -185,6 +191,7 @@ class offload_activations:
         self._hooks = []  # saved_tensors_hooks entered, innermost last
         self._moved = 0
         self._kept = 0
+        self._kept_in_backward = 0  # saved while backward ran (recompute): left in place
         self._direct = 0  # tensors the region could not take, copied straight to the host
         self._direct_bytes = 0
 
@@ -314,9 +321,16 @@ class offload_activations:
         """A uint8 tensor over `nbytes` of store memory at `pointer` (no copy)."""
         return wrap(self._torch, self._device, pointer, nbytes)
 
+    def _in_backward(self) -> bool:
+        running = getattr(self._torch._C, "_current_graph_task_id", None)  # torch 2.0+
+        return running is not None and running() != -1
+
     def _pack(self, tensor: Any) -> Any:
         if not self._movable(tensor):
             self._kept += 1
+            return tensor
+        if self._in_backward():
+            self._kept_in_backward += 1
             return tensor
         torch = self._torch
         nbytes = tensor.numel() * tensor.element_size()
@@ -399,7 +413,8 @@ class offload_activations:
         """The store's statistics (docs/checkpoint.md, "Statistics") plus,
         counted by these hooks, ``tensors_moved``, ``tensors_kept`` (saved
         tensors left alone: small, parameters, other devices),
-        ``tensors_to_host_direct`` and ``bytes_to_host_direct`` (moved
+        ``tensors_kept_in_backward`` (movable tensors saved while a backward
+        pass ran, left in place), ``tensors_to_host_direct`` and ``bytes_to_host_direct`` (moved
         tensors the region could not take, copied straight to the host)."""
         with self._lock:
             result: Dict[str, Any] = {}
@@ -412,6 +427,7 @@ class offload_activations:
             result["tensors_to_host_direct"] = self._direct
             result["bytes_to_host_direct"] = self._direct_bytes
             result["tensors_kept"] = self._kept
+            result["tensors_kept_in_backward"] = self._kept_in_backward
             result["saved_alive"] = self._live
             return result
 
