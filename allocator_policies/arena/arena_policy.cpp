@@ -108,8 +108,15 @@ struct arena_policy::impl {
   /// at most two spans at its ends, which then stay mapped whole; for a
   /// smaller block that costs more memory than the moves it saves.
   static constexpr std::size_t relocate_spans = 16;
+  /// A move must leave at least 1/relocate_saving of the block's granules
+  /// fewer to map than best fit would. A smaller saving is not worth leaving
+  /// the place best fit chooses again step after step: the moved block cuts
+  /// into a mapped free range that the next blocks of a repeating step fit,
+  /// and they re-stitch in turn (a frozen-base job made 20 driver calls per
+  /// step with every move, none with this rule).
+  static constexpr std::size_t relocate_saving = 32;
   /// A place for a block of `size` on `stream`, now bound for `at`, where
-  /// fewer granules are unmapped, if there is one.
+  /// enough fewer granules are unmapped, if there is one.
   struct spot {
     std::uint32_t id = nil;
     std::uintptr_t at = 0;
@@ -208,14 +215,16 @@ block_index::fit arena_policy::impl::find_fit_slow(std::size_t bytes, std::uint3
 // granules mapped: look, in every free block usable on the stream, at the
 // positions that start or end at the block's ends or at the ends of a run of
 // mapped granules inside it, and take the one that leaves the fewest
-// granules unmapped (ties: the smaller free block). A block that misses a
-// mapped free range by a few granules then re-stitches those, not its whole
-// size. O(free blocks + runs x log runs), on the path that calls the driver.
+// granules unmapped (ties: the smaller free block), if that saves at least
+// 1/relocate_saving of the block's granules. A block that misses a mapped
+// free range by a few granules then re-stitches those, not its whole size. O(free blocks + runs x log runs), on the path that calls the driver.
 arena_policy::impl::spot arena_policy::impl::closer_to_mapped(std::size_t size, std::uint32_t stream,
                                                               std::uintptr_t at) {
   granules->index_runs();
   spot best;
-  std::size_t best_missing = granules->touched(at, size) - granules->mapped_in(at, size);
+  const std::size_t granules_of_block = granules->touched(at, size);
+  const std::size_t missing_at_best_fit = granules_of_block - granules->mapped_in(at, size);
+  std::size_t best_missing = missing_at_best_fit;
   std::size_t best_block = 0;
   blocks.for_each_free_id([&](std::uint32_t id, const block_index::block& b) {
     if (b.size < size || !clock.usable_on(b.stamp, stream)) return;
@@ -236,6 +245,7 @@ arena_policy::impl::spot arena_policy::impl::closer_to_mapped(std::size_t size, 
       consider(run + bytes >= size ? run + bytes - size : lo);
     });
   });
+  if ((missing_at_best_fit - best_missing) * relocate_saving < granules_of_block) return spot{};
   return best;
 }
 

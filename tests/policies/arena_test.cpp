@@ -215,6 +215,25 @@ TEST(arena_test, a_large_block_goes_where_memory_is_mapped_rather_than_remapping
   arena.deallocate(pin, 512);
 }
 
+TEST(arena_test, a_large_block_stays_where_best_fit_puts_it_when_moving_saves_little) {
+  sim_backend sim(options(4 * GiB));
+  arena_policy arena(eager(kept(spans())), sim);
+  void* x = arena.allocate(16 * MiB);  // one span, granules [0, 8)
+  void* y = arena.allocate(GiB);       // granules [8, 520)
+  void* pin = arena.allocate(512);     // granule 520
+  arena.deallocate(x, 16 * MiB);
+  arena.deallocate(y, GiB);  // 1040 MiB cached, over the threshold: x's span, the oldest, goes to the pool
+  ASSERT_EQ(arena.pooled_bytes(), 16 * MiB);
+  // Best fit is the free block's front, where 8 of the block's 512 granules
+  // are unmapped; 16 MiB higher none are. Moving would save 8 granules, less
+  // than 1/32 of 512: the block stays at the front and re-stitches them.
+  void* d = arena.allocate(GiB);
+  EXPECT_EQ(addr(d), addr(x));
+  EXPECT_EQ(arena.state().reserved, GiB + 16 * MiB + 2 * MiB) << "d, the 16 MiB above it still cached, the pin";
+  arena.deallocate(d, GiB);
+  arena.deallocate(pin, 512);
+}
+
 TEST(arena_test, reserved_follows_live_bytes_after_frees) {
   sim_backend sim(options(4 * GiB));
   arena_policy arena(eager(), sim);
