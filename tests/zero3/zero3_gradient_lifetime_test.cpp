@@ -68,9 +68,9 @@ std::size_t count_sums(block_manager& m, float ranks) {
   return n;
 }
 
-class lifetime_ranks : public ::testing::TestWithParam<int> {};
+class zero3_gradient_lifetime_ranks : public ::testing::TestWithParam<int> {};
 
-TEST_P(lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
+TEST_P(zero3_gradient_lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
   const int ranks = GetParam();
   run_ranks(ranks, 10s, [ranks](rank_env& env) {
     block_manager m(small_model(3), small_options(), *env.comm, *env.persistent, *env.transient);
@@ -115,10 +115,10 @@ TEST_P(lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(ranks, lifetime_ranks, ::testing::Values(1, 2),
+INSTANTIATE_TEST_SUITE_P(zero3_gradient_lifetime, zero3_gradient_lifetime_ranks, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param); });
 
-TEST(gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
+TEST(zero3_gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
   run_ranks(1, 5s, [](rank_env& env) {
     block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
     (void)m.begin_gradients(1, nullptr);
