@@ -5,9 +5,12 @@
 // (the long-lived allocator's bytes during a forward drop by exactly the
 // slices'), each reduce allocates its block's slice and fills it with the
 // sum over ranks, and release_gradients is refused while a block holds a
-// reduce bucket.
+// reduce bucket; a reduce into a released slice waits for the stream given
+// to release_gradients.
 #include <algorithm>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "zero3/zero3_harness.hpp"
@@ -117,6 +120,55 @@ TEST_P(zero3_gradient_lifetime_ranks, gradient_slices_live_from_reduce_to_releas
 
 INSTANTIATE_TEST_SUITE_P(zero3_gradient_lifetime, zero3_gradient_lifetime_ranks, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param); });
+
+/// Completes the work of `streams` in turn, 16 rounds (more than the waits
+/// between them here need); work waiting on any other stream stays pending.
+void complete_until_blocked(sim_backend& sim, std::initializer_list<stream_t> streams) {
+  for (int round = 0; round < 16; ++round) {
+    for (const stream_t s : streams) sim.complete(s);
+  }
+}
+
+// release_gradients(s) frees the slices stream-ordered after s: with sim work
+// completing only when told, a kernel on s still reading the slices (an
+// optimizer step) holds back the next backward's reduce-scatter into the
+// reused memory until s completes, even when that backward runs on another
+// stream.
+TEST(zero3_gradient_lifetime, reduce_into_a_released_slice_waits_for_the_releasing_stream) {
+  rank_env env(0, /*manual_completion=*/true);
+  env.comm = make_thread_communicator(make_thread_group(1, 5s), 0, env.backend);
+  block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
+  const stream_t optimizer = env.backend.create_stream();
+  const stream_t next = env.backend.create_stream();
+  const stream_t comm = m.comm_stream();
+  backward(m, optimizer);
+  m.end_step(optimizer);
+  env.backend.complete_all();
+  std::vector<void*> slices;
+  for (std::size_t b = 0; b < m.block_count(); ++b) slices.push_back(m.gradient_shard(b).data);
+
+  env.backend.submit(optimizer);  // a kernel still reading the slices
+  m.release_gradients(optimizer);
+  backward(m, next);
+  std::size_t reused = 0;
+  for (std::size_t b = 0; b < m.block_count(); ++b) {
+    reused += slices[b] != nullptr && m.gradient_shard(b).data == slices[b];
+  }
+  EXPECT_GT(reused, 0U);  // the reduces wrote into memory the release freed
+  const event_t reduced = env.backend.create_event();
+  env.backend.record_event(reduced, comm);
+  complete_until_blocked(env.backend, {next, comm});
+  EXPECT_FALSE(env.backend.query_event(reduced)) << "a reduce-scatter into a freed slice ran before the kernel";
+  env.backend.complete(optimizer);
+  complete_until_blocked(env.backend, {next, comm});
+  EXPECT_TRUE(env.backend.query_event(reduced));  // positive control: ordered, not stuck
+
+  m.end_step(next);
+  env.backend.complete_all();
+  env.backend.destroy_event(reduced);
+  env.backend.destroy_stream(next);
+  env.backend.destroy_stream(optimizer);
+}
 
 TEST(zero3_gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
   run_ranks(1, 5s, [](rank_env& env) {
