@@ -6,8 +6,10 @@
 // slices'), each reduce allocates its block's slice and fills it with the
 // sum over ranks, and release_gradients is refused while a block holds a
 // reduce bucket; a reduce into a released slice waits for the stream given
-// to release_gradients.
+// to release_gradients; a reduce whose slice allocation fails keeps its
+// bucket.
 #include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -178,7 +180,8 @@ TEST(zero3_gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_ref
       m.release_gradients(nullptr);
       ADD_FAILURE() << "release_gradients with a bucket held succeeded";
     } catch (const invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("release_gradients while block 1 'layer.0' holds a reduce bucket"),
+      EXPECT_NE(std::string(e.what()).find("release_gradients while block 1 'layer.0' holds a reduce bucket (its "
+                                           "reduce_gradients has not been called)"),
                 std::string::npos)
           << e.what();
     }
@@ -187,6 +190,45 @@ TEST(zero3_gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_ref
     m.release_gradients(nullptr);  // positive control: accepted once the reduce is issued
     EXPECT_EQ(m.gradient_shard(1).data, nullptr);
     EXPECT_EQ(m.stats().gradients.current, 0U);
+  });
+}
+
+// A slice allocation that runs out of memory leaves the block its bucket and
+// issues nothing: release_gradients refuses (the reduce is still to come) and
+// reduce_gradients succeeds once memory is free.
+TEST(zero3_gradient_lifetime, a_reduce_whose_slice_does_not_fit_keeps_its_bucket) {
+  run_ranks(1, 5s, [](rank_env& env) {
+    limiting_adaptor limited(std::move(env.persistent), SIZE_MAX);
+    block_manager m(small_model(2), small_options(), *env.comm, limited, *env.transient);
+    limited.set_limit(limited.used());
+    const std::uint64_t reduces = m.stats().reduce_scatters;
+    (void)m.begin_gradients(1, nullptr);
+    EXPECT_THROW(m.reduce_gradients(1, nullptr), out_of_memory);
+    EXPECT_EQ(m.gradient_shard(1).data, nullptr);
+    EXPECT_EQ(m.stats().gradients.current, 0U);
+    EXPECT_EQ(m.stats().reduce_scatters, reduces);
+    EXPECT_THROW(m.release_gradients(nullptr), invalid_argument);
+    limited.set_limit(SIZE_MAX);
+    m.reduce_gradients(1, nullptr);  // positive control: the retry reduces
+    EXPECT_NE(m.gradient_shard(1).data, nullptr);
+    EXPECT_EQ(m.stats().reduce_scatters, reduces + 1);
+    m.release_gradients(nullptr);
+    EXPECT_EQ(m.stats().gradients.current, 0U);
+  });
+}
+
+// After the communicator is aborted (a reduce-scatter that will never end)
+// release_gradients raises its error rather than queue frees behind it.
+TEST(zero3_gradient_lifetime, release_after_an_abort_raises_the_collective_error) {
+  run_ranks(1, 5s, [](rank_env& env) {
+    block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
+    (void)m.begin_gradients(1, nullptr);
+    m.reduce_gradients(1, nullptr);
+    const std::size_t held = m.stats().gradients.current;
+    ASSERT_GT(held, 0U);
+    env.comm->abort();
+    EXPECT_THROW(m.release_gradients(nullptr), collective_error);
+    EXPECT_EQ(m.stats().gradients.current, held);
   });
 }
 
