@@ -162,10 +162,12 @@ class block_manager {
   block_manager(std::span<const block_spec> blocks, const options& opts, communicator& comm,
                 device_allocator& persistent, device_allocator& transient);
   /// Waits for the communication stream (bounded by the communicator's
-  /// timeout), frees everything, and calls transient.release_cached() so no
-  /// allocator state refers to the communication stream once it is
-  /// destroyed. Callers must have finished using the manager's memory on
-  /// their own streams. Never throws.
+  /// timeout), frees everything, and calls transient.release_cached() and
+  /// persistent.release_cached() (gradient slices were freed on the
+  /// communication stream) so no allocator state refers to that stream once
+  /// it is destroyed; this also returns the long-lived allocator's other
+  /// cached bytes to the device. Callers must have finished using the
+  /// manager's memory on their own streams. Never throws.
   ~block_manager();
   block_manager(const block_manager&) = delete;
   block_manager& operator=(const block_manager&) = delete;
