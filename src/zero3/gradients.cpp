@@ -103,16 +103,21 @@ void block_manager::impl::free_gradient_slices(stream_t stream) noexcept {
   gradient_live = 0;
 }
 
-void block_manager::release_gradients(stream_t stream) {
-  impl& m = *impl_;
-  for (const impl::bucket& b : m.buckets) {
+void block_manager::impl::check_no_bucket_held(const char* call) const {
+  for (const bucket& b : buckets) {
     if (b.holder >= 0) {
       throw invalid_argument(fmt::format(
-          "zero3 rank {}: release_gradients while {} holds a reduce bucket (its reduce is in flight); call "
+          "zero3 rank {}: {} while {} holds a reduce bucket (its reduce_gradients has not been called); call "
           "reduce_gradients first",
-          m.comm.rank(), m.tag(static_cast<std::size_t>(b.holder))));
+          comm.rank(), call, tag(static_cast<std::size_t>(b.holder))));
     }
   }
+}
+
+void block_manager::release_gradients(stream_t stream) {
+  impl& m = *impl_;
+  m.comm.check();
+  m.check_no_bucket_held("release_gradients");
   if (m.gradient_live == 0) return;
   m.comm_waits_for(stream);
   m.free_gradient_slices(m.comm_stream);
@@ -120,12 +125,7 @@ void block_manager::release_gradients(stream_t stream) {
 
 void block_manager::finish_gradients(stream_t stream) {
   impl& m = *impl_;
-  for (const impl::bucket& b : m.buckets) {
-    if (b.holder >= 0) {
-      throw invalid_argument(fmt::format("zero3 rank {}: finish_gradients while {} holds a reduce bucket",
-                                         m.comm.rank(), m.tag(static_cast<std::size_t>(b.holder))));
-    }
-  }
+  m.check_no_bucket_held("finish_gradients");
   m.comm.check();
   const std::size_t bytes = m.layout.persistent_gradient_bytes;
   if (bytes > 0) {

@@ -59,6 +59,8 @@ struct block_manager::impl {
   void* gradient_slice(std::size_t block);
   /// Frees every held slice on `stream` (the comm stream, or nullptr once it is idle).
   void free_gradient_slices(stream_t stream) noexcept;
+  /// Throws invalid_argument naming `call` while a block holds a reduce bucket.
+  void check_no_bucket_held(const char* call) const;
 
   // Gather and free (block_manager.cpp).
   void gather(std::size_t block, bool prefetch);

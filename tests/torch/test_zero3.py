@@ -2,7 +2,8 @@
 rank a process: after N steps the parameters equal the unsharded model's
 trained on the whole batch (float tolerance); frozen parameters get no
 gradient and stay; gradient slices are freed before each forward after
-zero_grad(set_to_none=True) and kept with set_to_none=False; the full
+zero_grad(set_to_none=True) and kept with set_to_none=False, also after a
+backward that raised part way; the full
 state dict round-trips; a rank that stops
 answering makes the others raise CollectiveTimeoutError naming the rank,
 the collective and the block.
@@ -162,7 +163,16 @@ def worker(rank, world, directory, mode, kind="mlp"):
             out["reloaded"] = sharded.full_state_dict()
         else:
             opt = optimizer(sharded.parameters())
-            if mode in ("lifetime", "keep"):  # what the manager holds in each forward and after each backward
+            raising = [False]
+            if mode == "backward_raises":  # a hook raises once model[6], [4] and [2] are reduced
+                def raise_in_backward(_grad):
+                    if raising[0]:
+                        raise KeyError("raised in backward")
+
+                def hook_output(_module, _inputs, output):
+                    output.register_hook(raise_in_backward)
+                model[0].register_forward_hook(hook_output)
+            if mode in ("lifetime", "keep", "backward_raises"):  # held in each forward and after each backward
                 def probe(_module, _inputs):
                     stats = sharded.stats()
                     out.setdefault("forward", []).append(
@@ -172,15 +182,23 @@ def worker(rank, world, directory, mode, kind="mlp"):
             if mode == "offload":  # activations to the checkpoint store, parameters to zero3
                 import fragctl.torch
                 offload = fragctl.torch.offload_activations(budget="8KiB", min_bytes=1, backend="sim")
-            for x in make_data(kind):
+            for step, x in enumerate(make_data(kind)):
                 with offload if offload is not None else contextlib.nullcontext():
                     if mode == "accumulate":  # two micro-batches, one step
                         for part in x.chunk(world)[rank].chunk(2):
                             sharded(part).square().mean().backward()
                     else:
                         loss = sharded(x.chunk(world)[rank]).square().mean()
+                        raising[0] = mode == "backward_raises" and step == 1
+                        if raising[0]:  # the step is abandoned: no optimizer step
+                            with contextlib.suppress(KeyError):
+                                loss.backward()
+                            raising[0] = False
+                            out["after_raise"] = sharded.stats()["gradient_bytes"]["current"]
+                            opt.zero_grad(set_to_none=True)
+                            continue
                         loss.backward()
-                if mode in ("lifetime", "keep"):
+                if mode in ("lifetime", "keep", "backward_raises"):
                     stats = sharded.stats()
                     out.setdefault("backward", []).append(
                         (stats["gradient_bytes"]["current"], stats["allocators"]["long_lived"]["allocated"]))
@@ -231,13 +249,16 @@ def run_ranks(world, mode, wait=120, kind="mlp"):
     return results
 
 
-def reference_state(kind="mlp", world=2, micro_batches=1, norms=None):
+def reference_state(kind="mlp", world=2, micro_batches=1, norms=None, skip=()):
     """The unsharded model trained as `world` ranks of `micro_batches` each
     would: each step's gradient is the mean over ranks of the sum over the
-    rank's micro-batches. Appends each step's gradient norm to `norms`."""
+    rank's micro-batches; steps numbered in `skip` are left out. Appends each
+    step's gradient norm to `norms`."""
     model = make_model(kind)
     opt = optimizer([p for p in model.parameters() if p.requires_grad])
-    for x in make_data(kind):
+    for step, x in enumerate(make_data(kind)):
+        if step in skip:
+            continue
         if micro_batches == 1:
             model(x).square().mean().backward()
         else:
@@ -342,6 +363,22 @@ class Zero3ShardTest(unittest.TestCase):
                 torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
             slices = r["gradient_shard_bytes"]
             self.assertEqual([grad for grad, _ in r["forward"][1:]], [slices] * (len(make_data()) - 1))
+
+    def test_a_backward_that_raised_after_some_reduces_leaves_no_gradient_held(self):
+        # Regression (review of issue 20): whether slices were held was read
+        # from the .grad views, which a backward that raised never set, so
+        # the slices it reduced were never freed.
+        results = run_ranks(2, "backward_raises")
+        expected = reference_state(skip=(1,))
+        for r in results:
+            self.assertNotIn("error", r, r.get("error"))
+            for name, value in expected.items():
+                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            slices = r["gradient_shard_bytes"]
+            self.assertGreater(r["after_raise"], 0)  # the raise left the reduced blocks' slices
+            self.assertLess(r["after_raise"], slices)
+            self.assertEqual([grad for grad, _ in r["forward"]], [0] * len(make_data()))
+            self.assertEqual([grad for grad, _ in r["backward"]], [slices] * (len(make_data()) - 1))
 
     def test_block_types_gather_a_layer_whose_code_reads_its_submodules_parameters(self):
         results = run_ranks(2, "train", kind="transformer")

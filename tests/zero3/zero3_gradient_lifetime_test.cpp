@@ -5,9 +5,14 @@
 // (the long-lived allocator's bytes during a forward drop by exactly the
 // slices'), each reduce allocates its block's slice and fills it with the
 // sum over ranks, and release_gradients is refused while a block holds a
-// reduce bucket.
+// reduce bucket; a reduce into a released slice waits for the stream given
+// to release_gradients; a reduce whose slice allocation fails keeps its
+// bucket.
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "zero3/zero3_harness.hpp"
@@ -68,9 +73,9 @@ std::size_t count_sums(block_manager& m, float ranks) {
   return n;
 }
 
-class lifetime_ranks : public ::testing::TestWithParam<int> {};
+class zero3_gradient_lifetime_ranks : public ::testing::TestWithParam<int> {};
 
-TEST_P(lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
+TEST_P(zero3_gradient_lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
   const int ranks = GetParam();
   run_ranks(ranks, 10s, [ranks](rank_env& env) {
     block_manager m(small_model(3), small_options(), *env.comm, *env.persistent, *env.transient);
@@ -115,10 +120,59 @@ TEST_P(lifetime_ranks, gradient_slices_live_from_reduce_to_release) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(ranks, lifetime_ranks, ::testing::Values(1, 2),
+INSTANTIATE_TEST_SUITE_P(zero3_gradient_lifetime, zero3_gradient_lifetime_ranks, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param); });
 
-TEST(gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
+/// Completes the work of `streams` in turn, 16 rounds (more than the waits
+/// between them here need); work waiting on any other stream stays pending.
+void complete_until_blocked(sim_backend& sim, std::initializer_list<stream_t> streams) {
+  for (int round = 0; round < 16; ++round) {
+    for (const stream_t s : streams) sim.complete(s);
+  }
+}
+
+// release_gradients(s) frees the slices stream-ordered after s: with sim work
+// completing only when told, a kernel on s still reading the slices (an
+// optimizer step) holds back the next backward's reduce-scatter into the
+// reused memory until s completes, even when that backward runs on another
+// stream.
+TEST(zero3_gradient_lifetime, reduce_into_a_released_slice_waits_for_the_releasing_stream) {
+  rank_env env(0, /*manual_completion=*/true);
+  env.comm = make_thread_communicator(make_thread_group(1, 5s), 0, env.backend);
+  block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
+  const stream_t optimizer = env.backend.create_stream();
+  const stream_t next = env.backend.create_stream();
+  const stream_t comm = m.comm_stream();
+  backward(m, optimizer);
+  m.end_step(optimizer);
+  env.backend.complete_all();
+  std::vector<void*> slices;
+  for (std::size_t b = 0; b < m.block_count(); ++b) slices.push_back(m.gradient_shard(b).data);
+
+  env.backend.submit(optimizer);  // a kernel still reading the slices
+  m.release_gradients(optimizer);
+  backward(m, next);
+  std::size_t reused = 0;
+  for (std::size_t b = 0; b < m.block_count(); ++b) {
+    reused += slices[b] != nullptr && m.gradient_shard(b).data == slices[b];
+  }
+  EXPECT_GT(reused, 0U);  // the reduces wrote into memory the release freed
+  const event_t reduced = env.backend.create_event();
+  env.backend.record_event(reduced, comm);
+  complete_until_blocked(env.backend, {next, comm});
+  EXPECT_FALSE(env.backend.query_event(reduced)) << "a reduce-scatter into a freed slice ran before the kernel";
+  env.backend.complete(optimizer);
+  complete_until_blocked(env.backend, {next, comm});
+  EXPECT_TRUE(env.backend.query_event(reduced));  // positive control: ordered, not stuck
+
+  m.end_step(next);
+  env.backend.complete_all();
+  env.backend.destroy_event(reduced);
+  env.backend.destroy_stream(next);
+  env.backend.destroy_stream(optimizer);
+}
+
+TEST(zero3_gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
   run_ranks(1, 5s, [](rank_env& env) {
     block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
     (void)m.begin_gradients(1, nullptr);
@@ -126,7 +180,8 @@ TEST(gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) 
       m.release_gradients(nullptr);
       ADD_FAILURE() << "release_gradients with a bucket held succeeded";
     } catch (const invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("release_gradients while block 1 'layer.0' holds a reduce bucket"),
+      EXPECT_NE(std::string(e.what()).find("release_gradients while block 1 'layer.0' holds a reduce bucket (its "
+                                           "reduce_gradients has not been called)"),
                 std::string::npos)
           << e.what();
     }
@@ -135,6 +190,45 @@ TEST(gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) 
     m.release_gradients(nullptr);  // positive control: accepted once the reduce is issued
     EXPECT_EQ(m.gradient_shard(1).data, nullptr);
     EXPECT_EQ(m.stats().gradients.current, 0U);
+  });
+}
+
+// A slice allocation that runs out of memory leaves the block its bucket and
+// issues nothing: release_gradients refuses (the reduce is still to come) and
+// reduce_gradients succeeds once memory is free.
+TEST(zero3_gradient_lifetime, a_reduce_whose_slice_does_not_fit_keeps_its_bucket) {
+  run_ranks(1, 5s, [](rank_env& env) {
+    limiting_adaptor limited(std::move(env.persistent), SIZE_MAX);
+    block_manager m(small_model(2), small_options(), *env.comm, limited, *env.transient);
+    limited.set_limit(limited.used());
+    const std::uint64_t reduces = m.stats().reduce_scatters;
+    (void)m.begin_gradients(1, nullptr);
+    EXPECT_THROW(m.reduce_gradients(1, nullptr), out_of_memory);
+    EXPECT_EQ(m.gradient_shard(1).data, nullptr);
+    EXPECT_EQ(m.stats().gradients.current, 0U);
+    EXPECT_EQ(m.stats().reduce_scatters, reduces);
+    EXPECT_THROW(m.release_gradients(nullptr), invalid_argument);
+    limited.set_limit(SIZE_MAX);
+    m.reduce_gradients(1, nullptr);  // positive control: the retry reduces
+    EXPECT_NE(m.gradient_shard(1).data, nullptr);
+    EXPECT_EQ(m.stats().reduce_scatters, reduces + 1);
+    m.release_gradients(nullptr);
+    EXPECT_EQ(m.stats().gradients.current, 0U);
+  });
+}
+
+// After the communicator is aborted (a reduce-scatter that will never end)
+// release_gradients raises its error rather than queue frees behind it.
+TEST(zero3_gradient_lifetime, release_after_an_abort_raises_the_collective_error) {
+  run_ranks(1, 5s, [](rank_env& env) {
+    block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
+    (void)m.begin_gradients(1, nullptr);
+    m.reduce_gradients(1, nullptr);
+    const std::size_t held = m.stats().gradients.current;
+    ASSERT_GT(held, 0U);
+    env.comm->abort();
+    EXPECT_THROW(m.release_gradients(nullptr), collective_error);
+    EXPECT_EQ(m.stats().gradients.current, held);
   });
 }
 

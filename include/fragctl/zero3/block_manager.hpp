@@ -162,10 +162,12 @@ class block_manager {
   block_manager(std::span<const block_spec> blocks, const options& opts, communicator& comm,
                 device_allocator& persistent, device_allocator& transient);
   /// Waits for the communication stream (bounded by the communicator's
-  /// timeout), frees everything, and calls transient.release_cached() so no
-  /// allocator state refers to the communication stream once it is
-  /// destroyed. Callers must have finished using the manager's memory on
-  /// their own streams. Never throws.
+  /// timeout), frees everything, and calls transient.release_cached() and
+  /// persistent.release_cached() (gradient slices were freed on the
+  /// communication stream) so no allocator state refers to that stream once
+  /// it is destroyed; this also returns the long-lived allocator's other
+  /// cached bytes to the device. Callers must have finished using the
+  /// manager's memory on their own streams. Never throws.
   ~block_manager();
   block_manager(const block_manager&) = delete;
   block_manager& operator=(const block_manager&) = delete;
@@ -238,17 +240,23 @@ class block_manager {
   /// Reduce-scatters `block`'s bucket (filled on `stream`) into its gradient
   /// slice on the communication stream and frees the bucket for reuse. The
   /// first reduce of a block after construction or release_gradients
-  /// allocates its slice (long-lived allocator, on the communication stream;
-  /// out_of_memory).
+  /// allocates its slice (long-lived allocator, on the communication
+  /// stream). When that allocation throws out_of_memory no reduce-scatter
+  /// is issued and the block keeps its bucket and the gradients in it: call
+  /// reduce_gradients again once memory is free, or abandon the step by
+  /// destroying the manager (release_gradients, finish_gradients and
+  /// end_step refuse while the bucket is held).
   void reduce_gradients(std::size_t block, stream_t stream);
   /// Frees every block's gradient slice (gradient_shard then returns nullptr
   /// until the block's next reduce). The caller's reads and writes of the
   /// slices are queued on `stream`: the slices go back to the long-lived
   /// allocator on the communication stream after it waits for `stream`, so
   /// a reduce-scatter already issued completes first (no host wait). Throws
-  /// invalid_argument while a block holds a reduce bucket (between
-  /// begin_gradients and reduce_gradients: its reduce is still to come).
-  /// Persistent gradients are not freed. Without slices held, does nothing.
+  /// the communicator's error after a failed or aborted collective (checked
+  /// first, as finish_gradients does), and invalid_argument while a block
+  /// holds a reduce bucket (between begin_gradients and reduce_gradients: its
+  /// reduce is still to come). Persistent gradients are not freed. Without
+  /// slices held, does nothing.
   void release_gradients(stream_t stream);
   /// Sums persistent gradients across ranks and makes `stream` wait for every
   /// reduction so far. Call once per step, after the last reduce_gradients.

@@ -5,7 +5,7 @@ over the ranks into the block's reduce bucket, and reduce-scattered into
 the block's gradient slice once the block has every gradient; when backward
 ends the persistent gradients are summed and the shards' ``.grad`` set to
 views of the slices. The slices are freed before the next forward when
-every ``.grad`` is None.
+every ``.grad`` is None (not in a checkpoint's recompute during backward).
 """
 import ctypes
 from typing import Any
@@ -67,6 +67,24 @@ class GradientFlow:
             self._release(b)
 
     def _end_backward(self) -> None:
+        self._settle_blocks()
+        self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
+        self._bind_gradients()
+        carry, self._carry = self._carry or [None] * len(self._shards), None
+        for pair, earlier in zip(self._shards, carry):
+            shard, grad = pair
+            if grad is None:  # a block that got no gradient this backward (None, as torch leaves it)
+                grad = pair[1] = earlier
+            elif earlier is not None:
+                grad.add_(earlier)
+            shard.grad = grad
+        self._step_open = True
+
+    def _settle_blocks(self) -> None:
+        """Ends this backward's per-block state: delivers the partial sums of
+        applications whose output got no gradient, reduces every bucket still
+        held (a parameter without a gradient contributes zero) and releases
+        the blocks backward still holds."""
         self._backward_queued = False
         for b in self._blocks:
             for i, partial in enumerate(b.partial):  # applications whose output got no gradient
@@ -82,16 +100,26 @@ class GradientFlow:
             if b.backward_held:
                 b.backward_held = False
                 self._release(b)
-        self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
-        self._bind_gradients()
-        carry, self._carry = self._carry or [None] * len(self._shards), None
-        for pair, earlier in zip(self._shards, carry):
-            shard, grad = pair
-            if grad is None:  # a block that got no gradient this backward (None, as torch leaves it)
-                grad = pair[1] = earlier
-            elif earlier is not None:
-                grad.add_(earlier)
-            shard.grad = grad
+
+    def _backward_running(self) -> bool:
+        """True inside a backward (the engine takes a final callback only
+        then): a forward run by it is a checkpoint's recompute."""
+        try:
+            self._torch.autograd.Variable._execution_engine.queue_callback(lambda: None)
+        except RuntimeError:
+            return False
+        return True
+
+    def _abandon_backward(self) -> None:
+        """Before a forward, after a backward that raised (its end callback
+        never ran): settles the blocks as backward's end would (reduces are
+        collectives: every rank must have failed alike) without summing the
+        persistent gradients or setting ``.grad``, and ends the step. The
+        slices it reduced stay held until released; the values of gradients
+        ``.grad`` kept are unspecified, and the blocks newly given a slice
+        have no view of it until the next backward ends."""
+        self._settle_blocks()
+        self._carry = None
         self._step_open = True
 
     def _bind_gradients(self) -> None:
@@ -111,16 +139,19 @@ class GradientFlow:
                 pair[1] = self._typed(grad.value, (n.value,), pair[0].dtype)
 
     def _release_unused_gradients(self) -> None:
-        """Before a forward: when every shard's ``.grad`` is None (the
-        optimizer's ``zero_grad(set_to_none=True)``), frees the manager's
-        gradient slices so none is held during forward and backward until
-        each block's reduce. A kept ``.grad`` (``set_to_none=False``, or
-        accumulation over micro-batches) keeps them all."""
-        held = any(grad is not None for (_, grad), b in zip(self._shards, self._shard_blocks) if b is not None)
-        if not held or any(shard.grad is not None for shard, _ in self._shards):
+        """Before a forward outside backward: when the manager holds gradient
+        slices and every shard's ``.grad`` is None (the optimizer's
+        ``zero_grad(set_to_none=True)``), frees them, so none is held during
+        forward and backward until each block's reduce. Whether slices are
+        held is the manager's count, not the Python views: a backward that
+        raised after some reduces left slices no ``.grad`` points at. A kept
+        ``.grad`` (``set_to_none=False``, or accumulation over micro-batches)
+        keeps them all."""
+        if any(shard.grad is not None for shard, _ in self._shards):
+            return
+        if self.stats()["gradient_bytes"]["current"] == 0:
             return
         self._check(self._lib.fragctl_zero3_release_gradients(self._z, self._stream()))
         for pair, b in zip(self._shards, self._shard_blocks):
             if b is not None:
                 pair[1] = None
-

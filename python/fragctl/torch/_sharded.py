@@ -27,9 +27,11 @@ keep only an empty tensor between uses.
   their gradient shard; a torch.optim optimizer steps them in place. The
   next forward ends the manager's step first.
 * Gradient lifetime: at the next forward, when every shard's ``.grad`` is
-  None (``zero_grad(set_to_none=True)``), the manager frees the gradient
-  slices, so no gradient exists during forward (FSDP2's lifetime); with
-  ``.grad`` kept (``set_to_none=False``) they stay.
+  None (``zero_grad(set_to_none=True)``) and the manager holds slices, the
+  manager frees them, so no gradient exists during forward (FSDP2's
+  lifetime); with ``.grad`` kept (``set_to_none=False``) they stay. A
+  forward that a backward runs (a checkpoint's recompute) frees nothing; a
+  backward that raised is settled at the next forward.
 
 Frozen parameters are gathered with their block and get no gradient buffer.
 Streams: all work is on the current stream (None on CPU); the manager orders
@@ -223,10 +225,14 @@ class ShardedModule(GradientFlow):
         return post
 
     def _root_pre(self, _module, _inputs):
-        if self._step_open:  # the optimizer has stepped the shards since the last backward
-            self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
-            self._step_open = False
-        self._release_unused_gradients()
+        recompute = self._backward_queued and self._backward_running()
+        if self._backward_queued and not recompute:  # the last backward raised
+            self._abandon_backward()
+        if not recompute:  # a recompute must not release slices this backward reduced
+            if self._step_open:  # the optimizer has stepped the shards since the last backward
+                self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
+                self._step_open = False
+            self._release_unused_gradients()
         if self._torch.is_grad_enabled():
             from .offload import active
             self._outer = active()
