@@ -275,6 +275,14 @@ def reference_state(kind="mlp", world=2, micro_batches=1, norms=None, skip=()):
 
 @unittest.skipIf(SKIP, SKIP)
 class Zero3ShardTest(unittest.TestCase):
+    def assert_rank_state(self, r, expected, exact_keys=False):
+        """A rank's result: no error, and its parameters those of the unsharded model."""
+        self.assertNotIn("error", r, r.get("error"))
+        if exact_keys:
+            self.assertEqual(set(r["state"]), set(expected))
+        for name, value in expected.items():
+            torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+
     def check_world(self, world):
         results = run_ranks(world, "train")
         expected = reference_state()
@@ -282,10 +290,8 @@ class Zero3ShardTest(unittest.TestCase):
         total_trainable = sum(p.numel() for p in make_model().parameters() if p.requires_grad)
         shard_elements = 0
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            self.assertEqual(set(r["state"]), set(expected))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected, exact_keys=True)
+            for name in expected:
                 self.assertTrue(torch.equal(r["reloaded"][name], initial[name]), name)
             self.assertTrue(torch.equal(r["state"]["2.weight"], initial["2.weight"]))  # frozen
             stats = r["stats"]
@@ -311,9 +317,7 @@ class Zero3ShardTest(unittest.TestCase):
         results = run_ranks(2, "offload")
         expected = reference_state()
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
             moved = r["offload"]
             self.assertGreater(moved["tensors_moved"], 0)
             self.assertGreater(moved["copies"]["bytes_to_host"], 0)
@@ -326,9 +330,7 @@ class Zero3ShardTest(unittest.TestCase):
         expected_norms = []
         expected = reference_state(norms=expected_norms)
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
             self.assertGreater(len(r["padding"]), 0)  # the layout pads (2 ranks x 512 bytes)
             self.assertEqual(set(r["padding"]), {0.0})
             torch.testing.assert_close(torch.tensor(r["norms"]), torch.tensor(expected_norms), rtol=1e-5, atol=0)
@@ -339,9 +341,7 @@ class Zero3ShardTest(unittest.TestCase):
         results = run_ranks(2, "lifetime")
         expected = reference_state()
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
             slices = r["gradient_shard_bytes"]
             self.assertGreater(slices, 0)
             self.assertEqual(len(r["forward"]), len(make_data()))
@@ -358,9 +358,7 @@ class Zero3ShardTest(unittest.TestCase):
         results = run_ranks(2, "keep")
         expected = reference_state()
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
             slices = r["gradient_shard_bytes"]
             self.assertEqual([grad for grad, _ in r["forward"][1:]], [slices] * (len(make_data()) - 1))
 
@@ -371,9 +369,7 @@ class Zero3ShardTest(unittest.TestCase):
         results = run_ranks(2, "backward_raises")
         expected = reference_state(skip=(1,))
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
             slices = r["gradient_shard_bytes"]
             self.assertGreater(r["after_raise"], 0)  # the raise left the reduced blocks' slices
             self.assertLess(r["after_raise"], slices)
@@ -384,10 +380,7 @@ class Zero3ShardTest(unittest.TestCase):
         results = run_ranks(2, "train", kind="transformer")
         expected = reference_state("transformer")
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            self.assertEqual(set(r["state"]), set(expected))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected, exact_keys=True)
             self.assertEqual(r["stats"]["blocks"], 3)  # Linear, the whole encoder layer, Linear
 
     def test_a_layer_applied_twice_gets_both_applications_gradients(self):
@@ -395,18 +388,14 @@ class Zero3ShardTest(unittest.TestCase):
         results = run_ranks(2, "train", kind="twice")
         expected = reference_state("twice")
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
 
     def test_gradients_accumulate_over_micro_batches_until_the_step(self):
         # Regression (review): each backward overwrote the last one's gradient.
         results = run_ranks(2, "accumulate")
         expected = reference_state(world=2, micro_batches=2)
         for r in results:
-            self.assertNotIn("error", r, r.get("error"))
-            for name, value in expected.items():
-                torch.testing.assert_close(r["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+            self.assert_rank_state(r, expected)
 
     def test_an_exception_in_forward_releases_the_blocks_it_held(self):
         # Regression (review): the block stayed held and the hooks installed.
