@@ -40,7 +40,9 @@
 // at least relocate_spans largest spans that it would put on unmapped
 // granules goes instead where the fewest granules are missing
 // (closer_to_mapped), so that it re-stitches what it lacks, not its whole
-// size, when a mapped free range almost fits it elsewhere.
+// size, when a mapped free range almost fits it elsewhere; only if the move
+// saves at least 1/relocate_saving of its granules, since a block moved for
+// less cuts into mapped free ranges that a repeating step's next blocks fit.
 //
 // Driver calls. The common path (the block lands on mapped granules) makes
 // none. A newly touched run costs one map per span and one set_access for the
@@ -217,7 +219,8 @@ block_index::fit arena_policy::impl::find_fit_slow(std::size_t bytes, std::uint3
 // mapped granules inside it, and take the one that leaves the fewest
 // granules unmapped (ties: the smaller free block), if that saves at least
 // 1/relocate_saving of the block's granules. A block that misses a mapped
-// free range by a few granules then re-stitches those, not its whole size. O(free blocks + runs x log runs), on the path that calls the driver.
+// free range by a few granules then re-stitches those, not its whole size.
+// O(free blocks + runs x log runs), on the path that calls the driver.
 arena_policy::impl::spot arena_policy::impl::closer_to_mapped(std::size_t size, std::uint32_t stream,
                                                               std::uintptr_t at) {
   granules->index_runs();

@@ -234,6 +234,15 @@ class OffloadTest(unittest.TestCase):
         self.assertGreater(s["tensors_kept_in_backward"], 0)
         self.assertEqual(s["saved_alive"], 0)
         offload.close()
+        model.zero_grad(set_to_none=True)
+        # keep_backward_saves=False (for create_graph=True): the recompute's saves move too.
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim",
+                                                    keep_backward_saves=False)
+        self.assert_same(expected, gradients(model, x, offload, steps=1, forward=forward))
+        s = offload.stats()
+        self.assertGreater(s["tensors_moved"], forward_moved)
+        self.assertEqual(s["tensors_kept_in_backward"], 0)
+        offload.close()
 
     def test_cpu_checkpointing_false_installs_no_hooks(self):
         model, x = mlp(), batch()

@@ -7,13 +7,17 @@
 #       bf16, 16 layers, hidden 2048, 2 x 4096 tokens) without offload, with
 #       fragctl.torch.offload_activations at half the saved activations'
 #       peak, and with torch.autograd.graph.save_on_cpu(pin_memory=True):
-#       step times, losses, peak device memory;
+#       step times, loss differences, peak device memory; then the same with
+#       every layer recomputed (--recompute, 4 x 8192 tokens);
 #   (b) zero3: the same model, world size 1, 50 steps under FSDP2
 #       (fully_shard) and fragctl.torch.zero3.shard where present: losses,
-#       peak device memory, num_alloc_retries in steady steps, throughput.
-# About 5 minutes on an H100, at most 8 (each part is cut at 3 minutes). OFFLOAD=0 or ZERO3=0 leave a part out; extra
-# model arguments go to both parts through BENCH_ARGS (e.g. "--layers 8").
-# Results: ${OUT:-gpu-results}/services/{offload,zero3}.{json,md}, summary.md.
+#       peak device memory (sampled from outside the process),
+#       num_alloc_retries in steady steps, throughput.
+# About 7 minutes on an H100, at most 14 (the tests are cut at 4 minutes,
+# each run at 3); OFFLOAD=0 or ZERO3=0 leave a part out; extra model
+# arguments go to every run through BENCH_ARGS (e.g. "--layers 8").
+# Results: ${OUT:-gpu-results}/services/{offload,offload-recompute,zero3}.{json,md},
+# summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 source tools/gpu/common.sh services
@@ -40,7 +44,8 @@ if [ "${OFFLOAD:-1}" = 1 ]; then
     > "$out/offload.log" 2>&1 || { note "offload failed"; tail -20 "$out/offload.log"; }
   note "offload with recomputed layers (DeepSpeed's cpu_checkpointing case), at 4 x 8192 tokens"
   timeout 180 "$python" tools/gpu/services_bench.py offload --recompute --seq 8192 --batch 4 --out "$out" --steps 8 \
-    ${BENCH_ARGS:-} > "$out/offload-recompute.log" 2>&1 || { note "offload --recompute failed"; tail -20 "$out/offload-recompute.log"; }
+    ${BENCH_ARGS:-} > "$out/offload-recompute.log" 2>&1 ||
+    { note "offload --recompute failed"; tail -20 "$out/offload-recompute.log"; }
 fi
 if [ "${ZERO3:-1}" = 1 ]; then
   note "zero3: FSDP2 and fragctl, world size 1, 50 steps"

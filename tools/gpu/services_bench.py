@@ -226,8 +226,8 @@ def offload(args, torch):
     lines.append(("recomputed layers (torch.utils.checkpoint): " if args.recompute else "") +
                  "saved activations %.2f GiB per step, budget %.2f GiB; save_on_cpu / fragctl step time %.2fx "
                  "(target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
-                 "%d prefetched gets (%d still copying), %d on demand; %d kept in backward; %d of %d moved tensors straight to the host (larger than "
-                 "the budget)" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
+                 "%d prefetched gets (%d still copying), %d on demand; %d kept in backward; %d of %d moved "
+                 "tensors straight to the host (larger than the budget)" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
                                   rows[1]["vs_none"], store_stats.get("copies", {}).get("evictions_ahead", 0),
                                   store_stats.get("gets_by_source", {}).get("prefetched", 0),
                                   store_stats.get("gets_by_source", {}).get("prefetch_pending", 0),
@@ -353,16 +353,37 @@ def start_sampler(cuda):
 
 
 def stop_sampler(sampler):
-    """Peak used bytes above the sampler's baseline (0 on CPU)."""
+    """Peak used bytes above the sampler's baseline (0 on CPU); the sampler
+    is gone when this returns, whatever happened."""
     if sampler is None:
         return 0
-    sampler.stdin.close()
-    line = sampler.stdout.readline().split()
-    sampler.wait(timeout=30)
-    return int(line[1]) - sampler.baseline if line and line[0] == "peak" else 0
+    try:
+        sampler.stdin.close()
+        line = sampler.stdout.readline().split()
+        sampler.wait(timeout=30)
+        return int(line[1]) - sampler.baseline if line and line[0] == "peak" else 0
+    finally:
+        if sampler.poll() is None:
+            sampler.kill()
+            sampler.wait()
 
 
 def train_50(name, wrap, args, torch, data):
+    """One variant's run (train_steps) with the device's used bytes sampled
+    from outside the process; the sampler stops even if the run raises, so
+    that its context never sits in the next variant's baseline."""
+    release_unreachable(torch, args.device == "cuda")  # before the sampler's baseline
+    sampler = start_sampler(args.device == "cuda")
+    try:
+        row = train_steps(name, wrap, args, torch, data)
+    except BaseException:
+        stop_sampler(sampler)
+        raise
+    row["peak_device_bytes"] = stop_sampler(sampler)
+    return row
+
+
+def train_steps(name, wrap, args, torch, data):
     """One variant's run: --steps AdamW steps on `data`; its row. Peak device
     memory: the device's used bytes sampled from outside the process every
     10 ms, above what was in use before the variant's model was built (every
@@ -372,8 +393,6 @@ def train_50(name, wrap, args, torch, data):
     an upper bound on the bytes live at once. The row's "memory" splits it
     (memory_split)."""
     cuda = args.device == "cuda"
-    release_unreachable(torch, cuda)
-    sampler = start_sampler(cuda)
     allocated_before = torch.cuda.memory_allocated() if cuda else 0
     outside_before = device_bytes_outside_torch(torch) if cuda else 0
     model = wrap(build_model(args, torch))
@@ -415,12 +434,11 @@ def train_50(name, wrap, args, torch, data):
     memory["torch_allocated_before_bytes"] = allocated_before
     if stats:
         peak += memory["manager_long_lived_bytes"] + memory["manager_gathered_peak_bytes"]
-    sampled = stop_sampler(sampler)
     if hasattr(model, "close"):
         model.close()
     del model, optimizer
     return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
-            "peak_device_bytes": sampled, "peak_live_bound_bytes": peak, "memory": memory,
+            "peak_live_bound_bytes": peak, "memory": memory,
             "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
             "zero3": stats}
 

@@ -12,9 +12,12 @@ of need in backward (prefetch in reverse order of the saves).
 
 Saves made while a backward pass runs (a recomputing checkpoint's forward,
 or anything else autograd saves inside backward) stay where autograd keeps
-them: the same backward uses them moments later, so moving them would cost
-two copies and free nothing at the peak (torch 2.0 and later, which say
-whether backward is running; earlier versions move them too).
+them by default: the same backward uses them moments later, so moving them
+would cost two copies and free nothing at the peak (torch 2.0 and later,
+which say whether backward is running; earlier versions move them too).
+A backward that builds a graph for a later one (``create_graph=True``,
+double backward) saves for that later backward: pass
+``keep_backward_saves=False`` to move those too.
 
 Identity of a saved tensor: its position in the sequence of saves since the
 store's last reset (a "layer" of the store), so that the sequence repeats
@@ -119,6 +122,10 @@ class offload_activations:
             (0: each is fetched when unpacked).
         evict_ahead: from the second step, make room for the next save one
             save early, so the copy overlaps compute.
+        keep_backward_saves: tensors saved while a backward pass runs (a
+            recomputing checkpoint) stay where autograd keeps them (torch
+            2.0+). False moves them too: for a backward with
+            ``create_graph=True`` whose saves serve a later backward.
         cpu_checkpointing: DeepSpeed's key. True (default) offloads what does
             not fit the budget to pinned host memory; False installs no hooks,
             so activations stay where autograd keeps them.
@@ -150,7 +157,7 @@ class offload_activations:
     """
 
     def __init__(self, budget: Size = "8GiB", *, min_bytes: Size = "1MiB", prefetch_depth: int = 2,
-                 evict_ahead: bool = True, cpu_checkpointing: bool = True,
+                 evict_ahead: bool = True, keep_backward_saves: bool = True, cpu_checkpointing: bool = True,
                  contiguous_memory_optimization: bool = True, partition_activations: bool = False,
                  synchronize_checkpoint_boundary: bool = False, allocator: Optional[Allocator] = None,
                  backend: Optional[str] = None, device: Optional[int] = None) -> None:
@@ -159,7 +166,8 @@ class offload_activations:
             raise ValueError("fragctl.torch.offload_activations: budget=%r: the store needs at least one byte" % budget)
         self.min_bytes = _capi.parse_size(min_bytes, "min_bytes")
         self.prefetch_depth = _capi.size(prefetch_depth, "prefetch_depth")
-        for name, value in (("evict_ahead", evict_ahead), ("cpu_checkpointing", cpu_checkpointing),
+        for name, value in (("evict_ahead", evict_ahead), ("keep_backward_saves", keep_backward_saves),
+                            ("cpu_checkpointing", cpu_checkpointing),
                             ("contiguous_memory_optimization", contiguous_memory_optimization),
                             ("partition_activations", partition_activations),
                             ("synchronize_checkpoint_boundary", synchronize_checkpoint_boundary)):
@@ -175,6 +183,7 @@ class offload_activations:
             raise ValueError("fragctl.torch.offload_activations: backend=%r: expected 'cuda', 'hip', 'sim' or None"
                              % (backend,))
         self.evict_ahead = evict_ahead
+        self.keep_backward_saves = keep_backward_saves
         self.cpu_checkpointing = cpu_checkpointing
         self.synchronize_checkpoint_boundary = synchronize_checkpoint_boundary
         self._torch = _torch()
@@ -295,10 +304,11 @@ class offload_activations:
     # --- hooks --------------------------------------------------------------
 
     def movable(self, tensor: Any) -> bool:
-        """Whether the hooks would move ``tensor`` into the store (on the
-        store's device, strided, at least ``min_bytes``, not a parameter nor
-        a view of one). Usable before the first ``with`` block (to size a
-        budget); opens nothing."""
+        """Whether the hooks would move ``tensor`` into the store if saved
+        in forward (on the store's device, strided, at least ``min_bytes``,
+        not a parameter nor a view of one; saves made during backward are
+        left alone too unless ``keep_backward_saves`` is False). Usable
+        before the first ``with`` block (to size a budget); opens nothing."""
         if self._device is None:
             self._device = self._resolve()[1]
         return self._movable(tensor)
@@ -329,7 +339,7 @@ class offload_activations:
         if not self._movable(tensor):
             self._kept += 1
             return tensor
-        if self._in_backward():
+        if self.keep_backward_saves and self._in_backward():
             self._kept_in_backward += 1
             return tensor
         torch = self._torch
