@@ -195,61 +195,59 @@ TEST(arena_test, a_run_of_adjacent_stolen_spans_is_unmapped_with_one_call) {
   arena.deallocate(pin, 512);
 }
 
+// The layout of the placement tests: x (`front` bytes, under 1 GiB: its
+// spans) and y (1 GiB) freed side by side under a pin, so that one free
+// block of front + 1 GiB starts at x. Over the 1 GiB threshold, x's spans,
+// the oldest, go to the pool: the block's first front bytes are unmapped,
+// the 1 GiB above them mapped.
+struct pooled_front {
+  explicit pooled_front(std::size_t front) {
+    x = arena.allocate(front);
+    void* y = arena.allocate(GiB);
+    pin = arena.allocate(512);
+    arena.deallocate(x, front);
+    arena.deallocate(y, GiB);
+  }
+  ~pooled_front() { arena.deallocate(pin, 512); }
+  sim_backend sim{options(4 * GiB)};
+  arena_policy arena{eager(kept(spans())), sim};
+  void* x = nullptr;
+  void* pin = nullptr;
+};
+
 TEST(arena_test, a_large_block_goes_where_memory_is_mapped_rather_than_remapping_it) {
-  sim_backend sim(options(4 * GiB));
-  arena_policy arena(eager(kept(spans())), sim);
-  void* x = arena.allocate(64 * MiB);  // granules [0, 32)
-  void* y = arena.allocate(GiB);       // granules [32, 544)
-  void* pin = arena.allocate(512);     // granule 544
-  arena.deallocate(x, 64 * MiB);
-  arena.deallocate(y, GiB);  // 1088 MiB cached, over the threshold: x's spans, the oldest, go to the pool
-  ASSERT_EQ(arena.pooled_bytes(), 64 * MiB);
-  const backend_counters before = sim.counters();
-  // Best fit is the free block [0, 1088 MiB); at its front 32 granules are
-  // unmapped, 64 MiB higher none are.
-  void* d = arena.allocate(GiB);
-  EXPECT_EQ(addr(d), addr(x) + 64 * MiB);
-  EXPECT_EQ(sim.counters().memory_calls(), before.memory_calls()) << "no map, no set_access";
-  EXPECT_EQ(arena.state().reserved, GiB + 2 * MiB);
-  arena.deallocate(d, GiB);
-  arena.deallocate(pin, 512);
+  pooled_front f(64 * MiB);
+  ASSERT_EQ(f.arena.pooled_bytes(), 64 * MiB);
+  const backend_counters before = f.sim.counters();
+  // At the free block's front 32 granules are unmapped, 64 MiB higher none are.
+  void* d = f.arena.allocate(GiB);
+  EXPECT_EQ(addr(d), addr(f.x) + 64 * MiB);
+  EXPECT_EQ(f.sim.counters().memory_calls(), before.memory_calls()) << "no map, no set_access";
+  EXPECT_EQ(f.arena.state().reserved, GiB + 2 * MiB);
+  f.arena.deallocate(d, GiB);
 }
 
 // Regression (issue 16, live): moves that saved a few granules cost the
 // frozen-base job 20 driver calls per step, where it made none before.
 TEST(arena_test, a_large_block_stays_where_best_fit_puts_it_when_moving_saves_little) {
-  sim_backend sim(options(4 * GiB));
-  arena_policy arena(eager(kept(spans())), sim);
-  void* x = arena.allocate(16 * MiB);  // one span, granules [0, 8)
-  void* y = arena.allocate(GiB);       // granules [8, 520)
-  void* pin = arena.allocate(512);     // granule 520
-  arena.deallocate(x, 16 * MiB);
-  arena.deallocate(y, GiB);  // 1040 MiB cached, over the threshold: x's span, the oldest, goes to the pool
-  ASSERT_EQ(arena.pooled_bytes(), 16 * MiB);
+  pooled_front f(16 * MiB);
+  ASSERT_EQ(f.arena.pooled_bytes(), 16 * MiB);
   // Best fit is the free block's front, where 8 of the block's 512 granules
   // are unmapped; 16 MiB higher none are. Moving would save 8 granules, less
   // than 1/32 of 512: the block stays at the front and re-stitches them.
-  void* d = arena.allocate(GiB);
-  EXPECT_EQ(addr(d), addr(x));
-  EXPECT_EQ(arena.state().reserved, GiB + 16 * MiB + 2 * MiB) << "d, the 16 MiB above it still cached, the pin";
-  arena.deallocate(d, GiB);
-  arena.deallocate(pin, 512);
+  void* d = f.arena.allocate(GiB);
+  EXPECT_EQ(addr(d), addr(f.x));
+  EXPECT_EQ(f.arena.state().reserved, GiB + 16 * MiB + 2 * MiB) << "d, the 16 MiB above it still cached, the pin";
+  f.arena.deallocate(d, GiB);
 }
 
 TEST(arena_test, a_move_that_saves_exactly_a_thirty_second_of_the_granules_is_made) {
-  sim_backend sim(options(4 * GiB));
-  arena_policy arena(eager(kept(spans())), sim);
-  void* x = arena.allocate(32 * MiB);  // one span, granules [0, 16)
-  void* y = arena.allocate(GiB);       // granules [16, 528)
-  void* pin = arena.allocate(512);
-  arena.deallocate(x, 32 * MiB);
-  arena.deallocate(y, GiB);  // x's span goes to the pool
-  ASSERT_EQ(arena.pooled_bytes(), 32 * MiB);
+  pooled_front f(32 * MiB);
+  ASSERT_EQ(f.arena.pooled_bytes(), 32 * MiB);
   // Moving 32 MiB up saves 16 of 512 granules: exactly the threshold.
-  void* d = arena.allocate(GiB);
-  EXPECT_EQ(addr(d), addr(x) + 32 * MiB);
-  arena.deallocate(d, GiB);
-  arena.deallocate(pin, 512);
+  void* d = f.arena.allocate(GiB);
+  EXPECT_EQ(addr(d), addr(f.x) + 32 * MiB);
+  f.arena.deallocate(d, GiB);
 }
 
 TEST(arena_test, reserved_follows_live_bytes_after_frees) {
