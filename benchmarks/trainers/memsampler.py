@@ -10,8 +10,13 @@ during these runs), so a coarse interval loses nothing, and a query every
 10 ms rather than every 0.5 ms keeps the sampler's driver calls from
 contending with the trainer's. Device 0 of
 CUDA_VISIBLE_DEVICES, as the trainer sees it. Needs only libcuda.so.1.
+
+The trainer's side: start() runs this script and waits for its baseline;
+stop() ends it and returns its peak.
 """
 import ctypes
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -45,6 +50,35 @@ def open_device():
         return total.value - free.value
     used()
     return cuda, used, total.value
+
+
+def start():
+    """This script in its own process, without LD_PRELOAD (the sampler must
+    not load the allocator under test): (process, baseline used bytes, total
+    bytes) once it samples. Raises RuntimeError if it cannot."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, env=env)
+    line = process.stdout.readline().split()
+    if not line or line[0] != "ready":
+        process.kill()
+        process.wait()
+        raise RuntimeError("memsampler failed: %s" % " ".join(line))
+    return process, int(line[1]), int(line[2])
+
+
+def stop(process):
+    """The peak used bytes `process` (from start) saw, 0 if it reported
+    none; the process is gone when this returns, whatever happened."""
+    try:
+        process.stdin.close()
+        line = process.stdout.readline().split()
+        process.wait(timeout=30)
+        return int(line[1]) if line and line[0] == "peak" else 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def main():

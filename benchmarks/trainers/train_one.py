@@ -16,32 +16,15 @@ fragctl's or PyTorch's own peaks to --out.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
 import warnings
 
 import jobs
+import memsampler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def start_sampler():
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    sampler = subprocess.Popen([sys.executable, os.path.join(HERE, "memsampler.py")], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True, env=env)
-    line = sampler.stdout.readline().split()
-    if not line or line[0] != "ready":
-        raise RuntimeError("memsampler failed: %s" % " ".join(line))
-    return sampler, int(line[1]), int(line[2])
-
-
-def stop_sampler(sampler):
-    sampler.stdin.close()
-    line = sampler.stdout.readline().split()
-    sampler.wait(timeout=30)
-    return int(line[1]) if line and line[0] == "peak" else 0
 
 
 MODES = ["native", "expandable", "async", "fragctl", "preload"]
@@ -151,7 +134,7 @@ def main():
     try:
         if not args.no_sampler:
             try:
-                sampler, baseline, total = start_sampler()
+                sampler, baseline, total = memsampler.start()
                 result["device_total_bytes"] = total
             except (OSError, RuntimeError, ValueError) as e:  # the run goes on without the device peak
                 result["sampler_error"] = str(e)
@@ -163,7 +146,7 @@ def main():
     finally:
         result["peak_device_used_bytes"] = None
         if sampler is not None:
-            peak = stop_sampler(sampler)
+            peak = memsampler.stop(sampler)
             result["peak_device_used_bytes"] = max(0, peak - baseline)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -29,6 +29,8 @@ import statistics
 import sys
 import time
 
+TRAINERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "trainers")
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,7 +229,8 @@ def offload(args, torch):
                  "saved activations %.2f GiB per step, budget %.2f GiB; save_on_cpu / fragctl step time %.2fx "
                  "(target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
                  "%d prefetched gets (%d still copying), %d on demand; %d kept in backward; %d of %d moved "
-                 "tensors straight to the host (larger than the budget)" % (saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
+                 "tensors straight to the host (larger than the budget)" % (
+                                  saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
                                   rows[1]["vs_none"], store_stats.get("copies", {}).get("evictions_ahead", 0),
                                   store_stats.get("gets_by_source", {}).get("prefetched", 0),
                                   store_stats.get("gets_by_source", {}).get("prefetch_pending", 0),
@@ -336,50 +339,26 @@ def warm_up_collectives(torch, device):
     synchronize(torch, device)
 
 
-def start_sampler(cuda):
-    """benchmarks/trainers/memsampler.py in its own process: the device's used
-    bytes from the driver every 10 ms, from outside this process; None on CPU."""
-    if not cuda:
-        return None
-    import subprocess
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "trainers",
-                          "memsampler.py")
-    sampler = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    line = sampler.stdout.readline().split()
-    if not line or line[0] != "ready":
-        raise RuntimeError("memsampler failed: %s" % " ".join(line))
-    sampler.baseline = int(line[1])
-    return sampler
-
-
-def stop_sampler(sampler):
-    """Peak used bytes above the sampler's baseline (0 on CPU); the sampler
-    is gone when this returns, whatever happened."""
-    if sampler is None:
-        return 0
-    try:
-        sampler.stdin.close()
-        line = sampler.stdout.readline().split()
-        sampler.wait(timeout=30)
-        return int(line[1]) - sampler.baseline if line and line[0] == "peak" else 0
-    finally:
-        if sampler.poll() is None:
-            sampler.kill()
-            sampler.wait()
-
-
 def train_50(name, wrap, args, torch, data):
     """One variant's run (train_steps) with the device's used bytes sampled
-    from outside the process; the sampler stops even if the run raises, so
-    that its context never sits in the next variant's baseline."""
-    release_unreachable(torch, args.device == "cuda")  # before the sampler's baseline
-    sampler = start_sampler(args.device == "cuda")
+    from outside the process (benchmarks/trainers/memsampler.py; 0 on CPU)
+    above what was in use when it began; the sampler stops even if the run
+    raises, so that its context never sits in the next variant's baseline."""
+    cuda = args.device == "cuda"
+    release_unreachable(torch, cuda)  # before the sampler's baseline
+    if not cuda:
+        row = train_steps(name, wrap, args, torch, data)
+        row["peak_device_bytes"] = 0
+        return row
+    if TRAINERS not in sys.path:
+        sys.path.insert(0, TRAINERS)
+    import memsampler
+    sampler, baseline, _ = memsampler.start()
     try:
         row = train_steps(name, wrap, args, torch, data)
-    except BaseException:
-        stop_sampler(sampler)
-        raise
-    row["peak_device_bytes"] = stop_sampler(sampler)
+    finally:
+        peak = memsampler.stop(sampler)
+    row["peak_device_bytes"] = peak - baseline
     return row
 
 
