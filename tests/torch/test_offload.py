@@ -202,8 +202,6 @@ class OffloadTest(unittest.TestCase):
                 self.assertEqual(s["saved_alive"], 0)
                 offload.close()
 
-    @unittest.skipUnless(hasattr(torch._C, "_current_graph_task_id"),
-                         "torch %s cannot say whether backward is running (torch 2.0+ can)" % torch.__version__)
     def test_saves_of_a_recompute_inside_backward_stay_in_place(self):
         import torch.utils.checkpoint as checkpoint
         model = mlp()

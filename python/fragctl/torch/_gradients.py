@@ -101,15 +101,6 @@ class GradientFlow:
                 b.backward_held = False
                 self._release(b)
 
-    def _backward_running(self) -> bool:
-        """True inside a backward (the engine takes a final callback only
-        then): a forward run by it is a checkpoint's recompute."""
-        try:
-            self._torch.autograd.Variable._execution_engine.queue_callback(lambda: None)
-        except RuntimeError:
-            return False
-        return True
-
     def _abandon_backward(self) -> None:
         """Before a forward, after a backward that raised (its end callback
         never ran): settles the blocks as backward's end would (reduces are

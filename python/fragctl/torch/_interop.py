@@ -1,6 +1,6 @@
 """What fragctl.torch's services share to work on the library's memory:
 native memory as tensors without a copy, the current stream as a handle,
-and the ZeRO-3 status codes.
+whether a backward pass is running, and the ZeRO-3 status codes.
 
 Memory: on CPU devices (fragctl's sim backend in backed mode) a tensor over
 host memory; on CUDA a tensor over ``__cuda_array_interface__`` (version 2,
@@ -51,6 +51,21 @@ def typed(torch: Any, device: Any, pointer: int, shape: Any, dtype: Any) -> Any:
         numel *= d
     width = torch.tensor([], dtype=dtype).element_size()
     return wrap(torch, device, pointer, numel * width).view(dtype).view(shape)
+
+
+def backward_running(torch: Any) -> bool:
+    """True while autograd's engine runs a backward pass on this thread
+    (a forward then is a checkpoint's recompute; a save serves this
+    backward). torch 2.0+ says so; earlier, the engine takes a final
+    callback only inside a backward (a no-op one is queued to ask)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    if task is not None:
+        return task() != -1
+    try:
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: None)
+    except RuntimeError:
+        return False
+    return True
 
 
 def current_stream(torch: Any, device: Any) -> Optional[int]:

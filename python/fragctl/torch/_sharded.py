@@ -225,7 +225,7 @@ class ShardedModule(GradientFlow):
         return post
 
     def _root_pre(self, _module, _inputs):
-        recompute = self._backward_queued and self._backward_running()
+        recompute = self._backward_queued and _interop.backward_running(self._torch)
         if self._backward_queued and not recompute:  # the last backward raised
             self._abandon_backward()
         if not recompute:  # a recompute must not release slices this backward reduced

@@ -13,11 +13,9 @@ of need in backward (prefetch in reverse order of the saves).
 Saves made while a backward pass runs (a recomputing checkpoint's forward,
 or anything else autograd saves inside backward) stay where autograd keeps
 them by default: the same backward uses them moments later, so moving them
-would cost two copies and free nothing at the peak (torch 2.0 and later,
-which say whether backward is running; earlier versions move them too).
-A backward that builds a graph for a later one (``create_graph=True``,
-double backward) saves for that later backward: pass
-``keep_backward_saves=False`` to move those too.
+would cost two copies and free nothing at the peak. A backward that builds
+a graph for a later one (``create_graph=True``, double backward) saves for
+that later backward: pass ``keep_backward_saves=False`` to move those too.
 
 Identity of a saved tensor: its position in the sequence of saves since the
 store's last reset (a "layer" of the store), so that the sequence repeats
@@ -41,7 +39,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
-from ._interop import current_stream, wrap
+from ._interop import backward_running, current_stream, wrap
 
 Size = Union[int, str]
 
@@ -123,8 +121,8 @@ class offload_activations:
         evict_ahead: from the second step, make room for the next save one
             save early, so the copy overlaps compute.
         keep_backward_saves: tensors saved while a backward pass runs (a
-            recomputing checkpoint) stay where autograd keeps them (torch
-            2.0+). False moves them too: for a backward with
+            recomputing checkpoint) stay where autograd keeps them. False
+            moves them too: for a backward with
             ``create_graph=True`` whose saves serve a later backward.
         cpu_checkpointing: DeepSpeed's key. True (default) offloads what does
             not fit the budget to pinned host memory; False installs no hooks,
@@ -331,15 +329,11 @@ class offload_activations:
         """A uint8 tensor over `nbytes` of store memory at `pointer` (no copy)."""
         return wrap(self._torch, self._device, pointer, nbytes)
 
-    def _in_backward(self) -> bool:
-        running = getattr(self._torch._C, "_current_graph_task_id", None)  # torch 2.0+
-        return running is not None and running() != -1
-
     def _pack(self, tensor: Any) -> Any:
         if not self._movable(tensor):
             self._kept += 1
             return tensor
-        if self.keep_backward_saves and self._in_backward():
+        if self.keep_backward_saves and backward_running(self._torch):
             self._kept_in_backward += 1
             return tensor
         torch = self._torch
