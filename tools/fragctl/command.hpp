@@ -61,9 +61,10 @@ struct arguments {
 /// One subcommand of the dispatcher.
 struct command {
   const command_spec* spec;
-  /// Runs with the arguments after the subcommand's name; returns the exit
-  /// status. May throw usage_error (exit 2) or any std::exception (exit 1).
-  int (*run)(const std::vector<std::string>& argv);
+  /// Runs with the arguments after the subcommand's name, parsed by its
+  /// spec (the dispatcher answers --help itself); returns the exit status.
+  /// May throw usage_error (exit 2) or any std::exception (exit 1).
+  int (*run)(const arguments& args);
 };
 
 /// The --snapshot-device option the trace-reading commands share.
@@ -85,18 +86,18 @@ extern const option_spec snapshot_device_option;
 
 // The subcommands, each in its own source file.
 const command_spec& replay_spec();
-int run_replay(const std::vector<std::string>& argv);
+int run_replay(const arguments& args);
 const command_spec& convert_spec();
-int run_convert(const std::vector<std::string>& argv);
+int run_convert(const arguments& args);
 const command_spec& info_spec();
-int run_info(const std::vector<std::string>& argv);
+int run_info(const arguments& args);
 const command_spec& policies_spec();
-int run_policies(const std::vector<std::string>& argv);
+int run_policies(const arguments& args);
 const command_spec& config_spec();
 /// The "Environment" lines of `fragctl --help`: one per environment_variables() row.
 [[nodiscard]] std::string environment_help();
-int run_config(const std::vector<std::string>& argv);
+int run_config(const arguments& args);
 const command_spec& report_spec();
-int run_report(const std::vector<std::string>& argv);
+int run_report(const arguments& args);
 
 }  // namespace fragctl::cli

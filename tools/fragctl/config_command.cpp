@@ -30,12 +30,7 @@ const command_spec& config_spec() {
   return spec;
 }
 
-int run_config(const std::vector<std::string>& argv) {
-  const arguments args = parse_arguments(config_spec(), argv);
-  if (args.help) {
-    std::fputs(help_text(config_spec()).c_str(), stdout);
-    return 0;
-  }
+int run_config(const arguments& args) {
   if (!args.positional.empty()) throw usage_error("fragctl config takes no arguments");
   config current;
   if (args.has("current")) {

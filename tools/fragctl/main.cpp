@@ -79,7 +79,12 @@ int run(const std::vector<std::string>& args) {
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   try {
-    return c->run(rest);
+    const arguments parsed = parse_arguments(*c->spec, rest);
+    if (parsed.help) {
+      std::fputs(help_text(*c->spec).c_str(), stdout);
+      return 0;
+    }
+    return c->run(parsed);
   } catch (const usage_error& e) {
     std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), e.what());
     return 2;

@@ -161,12 +161,7 @@ const command_spec& replay_spec() {
   return spec;
 }
 
-int run_replay(const std::vector<std::string>& argv) {
-  const arguments args = parse_arguments(replay_spec(), argv);
-  if (args.help) {
-    std::fputs(help_text(replay_spec()).c_str(), stdout);
-    return 0;
-  }
+int run_replay(const arguments& args) {
   if (args.positional.empty())
     throw usage_error("no trace given\nRun 'fragctl replay --help' for its options.");
   const config cfg = replay_config(args);

@@ -98,12 +98,7 @@ const command_spec& report_spec() {
   return spec;
 }
 
-int run_report(const std::vector<std::string>& argv) {
-  const arguments args = parse_arguments(report_spec(), argv);
-  if (args.help) {
-    std::fputs(help_text(report_spec()).c_str(), stdout);
-    return 0;
-  }
+int run_report(const arguments& args) {
   if (args.positional.empty()) throw usage_error("no file given\nRun 'fragctl report --help' for its options.");
   report_options options;
   options.replay.cfg = replay_config(args);

@@ -40,12 +40,7 @@ const command_spec& convert_spec() {
   return spec;
 }
 
-int run_convert(const std::vector<std::string>& argv) {
-  const arguments args = parse_arguments(convert_spec(), argv);
-  if (args.help) {
-    std::fputs(help_text(convert_spec()).c_str(), stdout);
-    return 0;
-  }
+int run_convert(const arguments& args) {
   if (args.positional.size() != 2)
     throw usage_error(fmt::format("expected IN and OUT, got {} argument(s)\nRun 'fragctl convert --help' for its options.",
                                   args.positional.size()));
@@ -70,12 +65,7 @@ const command_spec& info_spec() {
   return spec;
 }
 
-int run_info(const std::vector<std::string>& argv) {
-  const arguments args = parse_arguments(info_spec(), argv);
-  if (args.help) {
-    std::fputs(help_text(info_spec()).c_str(), stdout);
-    return 0;
-  }
+int run_info(const arguments& args) {
   if (args.positional.empty())
     throw usage_error("no trace given\nRun 'fragctl info --help' for its options.");
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
@@ -123,12 +113,7 @@ const command_spec& policies_spec() {
   return spec;
 }
 
-int run_policies(const std::vector<std::string>& argv) {
-  const arguments args = parse_arguments(policies_spec(), argv);
-  if (args.help) {
-    std::fputs(help_text(policies_spec()).c_str(), stdout);
-    return 0;
-  }
+int run_policies(const arguments& args) {
   if (!args.positional.empty()) throw usage_error("fragctl policies takes no arguments");
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   for (const policy_info& p : policies()) {
