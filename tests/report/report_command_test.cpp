@@ -31,11 +31,11 @@ using fragctl::testing::run_fragctl;
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class report_command : public ::testing::Test {
+class report_command : public fragctl::testing::fragctl_command_test {
  protected:
   void SetUp() override {
-    if (!fs::exists(fragctl_binary()))
-      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
+    fragctl_command_test::SetUp();
+    if (IsSkipped()) return;
     dir_ = fs::temp_directory_path() / fmt::format("fragctl_report_command_{}", ::getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -20,6 +20,7 @@
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/trace.hpp"
 #include "fragctl/types.hpp"
+#include "gtest/gtest.h"
 
 namespace fragctl::testing {
 
@@ -75,6 +76,16 @@ inline sim_options manual_events() {
 inline std::filesystem::path fragctl_binary() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "tools" / "fragctl";
 }
+
+/// Base of the tests that run the built fragctl command: each skips, naming
+/// the target to build, where the command is not built.
+class fragctl_command_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(fragctl_binary()))
+      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
+  }
+};
 
 /// Runs fragctl with `args` (shell words); `redirect` picks which stream is kept.
 inline run_result run_fragctl(const std::string& args, const std::string& redirect = "2>/dev/null") {

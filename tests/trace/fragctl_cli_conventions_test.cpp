@@ -23,13 +23,7 @@ using fragctl::testing::fragctl_binary;
 using fragctl::testing::run_fragctl;
 using fragctl::testing::run_result;
 
-class FragctlCliConventions : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(fragctl_binary()))
-      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
-  }
-};
+class FragctlCliConventions : public fragctl::testing::fragctl_command_test {};
 
 TEST_F(FragctlCliConventions, EverySpellingPrintsTheProjectVersion) {
   for (const char* spelling : {"--version", "-V", "version"}) {

@@ -26,13 +26,7 @@ using fragctl::testing::run_fragctl;
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class FragctlCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!fs::exists(fragctl_binary()))
-      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
-  }
-};
+class FragctlCli : public fragctl::testing::fragctl_command_test {};
 
 TEST_F(FragctlCli, ReplayJson) {
   const run_result r =

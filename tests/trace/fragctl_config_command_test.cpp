@@ -21,13 +21,7 @@ using fragctl::testing::run_fragctl;
 using fragctl::testing::run_result;
 using ::testing::HasSubstr;
 
-class FragctlConfig : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(fragctl_binary()))
-      GTEST_SKIP() << "fragctl is not built at " << fragctl_binary() << " (build target fragctl_cli)";
-  }
-};
+class FragctlConfig : public fragctl::testing::fragctl_command_test {};
 
 TEST_F(FragctlConfig, JsonHasEveryOptionAndVariableWithItsDefault) {
   const run_result r = run_fragctl("config --json");
