@@ -8,15 +8,16 @@
 #       fragctl.torch.offload_activations at half the saved activations'
 #       peak, and with torch.autograd.graph.save_on_cpu(pin_memory=True):
 #       step times, loss differences, peak device memory; then the same with
-#       every layer recomputed (--recompute, 4 x 8192 tokens);
+#       every layer recomputed (--recompute, 4 x 8192 tokens), with the
+#       model's own loss and with the loss in chunks (--loss chunked);
 #   (b) zero3: the same model, world size 1, 50 steps under FSDP2
 #       (fully_shard) and fragctl.torch.zero3.shard where present: losses,
 #       peak device memory (sampled from outside the process),
 #       num_alloc_retries in steady steps, throughput.
-# About 7 minutes on an H100, at most 14 (the tests are cut at 4 minutes,
+# About 9 minutes on an H100, at most 17 (the tests are cut at 4 minutes,
 # each run at 3); OFFLOAD=0 or ZERO3=0 leave a part out; extra model
 # arguments go to every run through BENCH_ARGS (e.g. "--layers 8").
-# Results: ${OUT:-gpu-results}/services/{offload,offload-recompute,zero3}.{json,md},
+# Results: ${OUT:-gpu-results}/services/{offload,offload-recompute,offload-recompute-chunked,zero3}.{json,md},
 # summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -46,11 +47,15 @@ if [ "${OFFLOAD:-1}" = 1 ]; then
   timeout 180 "$python" tools/gpu/services_bench.py offload --recompute --seq 8192 --batch 4 --out "$out" --steps 8 \
     ${BENCH_ARGS:-} > "$out/offload-recompute.log" 2>&1 ||
     { note "offload --recompute failed"; tail -20 "$out/offload-recompute.log"; }
+  note "the same with the loss in chunks of 4096 tokens (no fp32 logits saved)"
+  timeout 180 "$python" tools/gpu/services_bench.py offload --recompute --loss chunked --seq 8192 --batch 4 \
+    --out "$out" --steps 8 ${BENCH_ARGS:-} > "$out/offload-recompute-chunked.log" 2>&1 ||
+    { note "offload --recompute --loss chunked failed"; tail -20 "$out/offload-recompute-chunked.log"; }
 fi
 if [ "${ZERO3:-1}" = 1 ]; then
   note "zero3: FSDP2 and fragctl, world size 1, 50 steps"
   timeout 180 "$python" tools/gpu/services_bench.py zero3 --out "$out" --steps 50 ${BENCH_ARGS:-} \
     > "$out/zero3.log" 2>&1 || { note "zero3 failed"; tail -20 "$out/zero3.log"; }
 fi
-cat "$out"/offload.md "$out"/offload-recompute.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"
+cat "$out"/offload.md "$out"/offload-recompute.md "$out"/offload-recompute-chunked.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"
 note "done"

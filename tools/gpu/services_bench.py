@@ -6,7 +6,8 @@
 offload: a decoder LM from a transformers config (Llama, random weights,
 bf16) at long sequences; the same steps from the same weights and data
 without offload, under fragctl.torch.offload_activations at a budget of half
-the saved activations' peak, and under
+the saved activations' peak (each tensor counted once however many times
+autograd saves it), and under
 torch.autograd.graph.save_on_cpu(pin_memory=True): step times, losses, peak
 device memory.
 
@@ -51,6 +52,11 @@ def parse_args(argv):
                    help="offload: every variant recomputes each layer in backward (torch.utils.checkpoint, "
                         "reentrant, whose saved layer inputs pass through the offload hooks), so a step saves "
                         "only the layers' inputs and the head's: DeepSpeed's cpu_checkpointing case")
+    p.add_argument("--loss", default="hf", choices=["hf", "chunked"],
+                   help="offload: hf: the model's own loss (transformers: fp32 logits of every token, saved for "
+                        "backward); chunked: the head and cross-entropy applied --loss-chunk tokens at a time, "
+                        "each chunk recomputed in backward, so no logits are saved (the long-sequence trainers' way)")
+    p.add_argument("--loss-chunk", type=int, default=4096, help="tokens per chunk of --loss chunked")
     p.add_argument("--model", default="llama", choices=["llama", "torch"],
                    help="llama: transformers' LlamaForCausalLM; torch: a torch.nn decoder (checks without transformers)")
     return p.parse_args(argv)
@@ -95,13 +101,16 @@ def _torch_decoder(args, torch):
             self.model.layers = self.layers
             self.head = nn.Linear(args.hidden, args.vocab, bias=False)
 
-        def forward(self, input_ids, labels):
+        def trunk(self, input_ids):
             n = input_ids.shape[1]
             mask = torch.triu(torch.full((n, n), float("-inf"), device=input_ids.device), diagonal=1)
             h = self.embed(input_ids)
             for layer in self.layers:
                 h = layer(h, src_mask=mask)
-            logits = self.head(h)
+            return h
+
+        def forward(self, input_ids, labels):
+            logits = self.head(self.trunk(input_ids))
             loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, args.vocab), labels[:, 1:].reshape(-1))
             return types.SimpleNamespace(loss=loss)
 
@@ -114,6 +123,36 @@ def _torch_decoder(args, torch):
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     return Decoder().to(device=args.device, dtype=dtype)
+
+
+def loss_of(model, ids, args, torch):
+    """The step's loss on `ids` (labels = inputs, shifted by one), by --loss."""
+    if args.loss == "hf":
+        return model(input_ids=ids, labels=ids).loss
+    if args.model == "torch":
+        hidden, head = model.trunk(ids), model.head
+    else:
+        hidden, head = model.model(input_ids=ids).last_hidden_state, model.lm_head
+    return chunked_cross_entropy(hidden, head, ids, args.loss_chunk, torch)
+
+
+def chunked_cross_entropy(hidden, head, labels, chunk, torch):
+    """Mean next-token cross-entropy with `head` and the loss applied `chunk`
+    tokens at a time, each chunk under a reentrant checkpoint: one chunk's
+    fp32 logits exist at a time, in forward and again in backward, and none
+    is saved; the saves are the chunks' inputs (views of `hidden`)."""
+    import torch.utils.checkpoint
+    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    y = labels[:, 1:].reshape(-1)
+
+    def piece(h_chunk, y_chunk):
+        return torch.nn.functional.cross_entropy(head(h_chunk).float(), y_chunk, reduction="sum")
+
+    total = None
+    for i in range(0, h.shape[0], chunk):
+        part = torch.utils.checkpoint.checkpoint(piece, h[i:i + chunk], y[i:i + chunk], use_reentrant=True)
+        total = part if total is None else total + part
+    return total / h.shape[0]
 
 
 def batches(args, torch, steps):
@@ -136,18 +175,23 @@ def movable_filter(args, fragctl_torch):
 
 
 def saved_activation_bytes(model, data, args, torch, movable):
-    """Bytes of the tensors one forward saves that offload would move."""
-    total = [0]
+    """Bytes of the tensors one forward saves that offload would move:
+    (counting every save, counting each tensor once). A tensor saved twice
+    (cross_entropy's log-probabilities) holds its memory once, and the
+    offload moves it once: the second figure is the activations' peak."""
+    every, unique = [0], {}
 
     def pack(t):
         if movable(t):
-            total[0] += t.numel() * t.element_size()
+            nbytes = t.numel() * t.element_size()
+            every[0] += nbytes
+            unique[(t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)] = nbytes  # all alive: no reuse
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(input_ids=data.to(args.device), labels=data.to(args.device)).loss
+        loss = loss_of(model, data.to(args.device), args, torch)
     del loss
-    return total[0]
+    return every[0], sum(unique.values())
 
 
 def run_steps(model, state, data, args, torch, context_factory):
@@ -164,7 +208,7 @@ def run_steps(model, state, data, args, torch, context_factory):
         synchronize(torch, args.device)
         start = time.perf_counter()
         with context_factory():
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = loss_of(model, ids, args, torch)
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -184,10 +228,10 @@ def offload(args, torch):
         model.gradient_checkpointing_disable()
     state = copy.deepcopy(model.state_dict())
     data = batches(args, torch, args.steps)
-    saved = saved_activation_bytes(model, data[0], args, torch, movable_filter(args, fragctl.torch))
+    saves_bytes, saved = saved_activation_bytes(model, data[0], args, torch, movable_filter(args, fragctl.torch))
     budget = max(saved // 2, 1 << 20)
-    print("saved activations per step: %.2f GiB; offload budget %.2f GiB" % (saved / 2**30, budget / 2**30),
-          flush=True)
+    print("saved activations per step: %.2f GiB (%.2f GiB of saves); offload budget %.2f GiB" % (
+        saved / 2**30, saves_bytes / 2**30, budget / 2**30), flush=True)
     store = fragctl.torch.offload_activations(budget=budget, min_bytes=args.min_bytes,
                                               backend=None if args.device == "cuda" else "sim")
     variants = [
@@ -215,8 +259,8 @@ def offload(args, torch):
         # "none" differ too): the difference is reported, not required to be 0.
         r["max_loss_diff_vs_none"] = max(abs(a - b) for a, b in zip(r["losses"], base["losses"]))
         r["peak_device_bytes"] = r["peak_torch_bytes"] + r["store_region_bytes"]
-    result = {"saved_activation_bytes": saved, "budget": budget, "rows": rows, "store": store_stats,
-              "recompute": args.recompute,
+    result = {"saved_activation_bytes": saved, "saves_bytes": saves_bytes, "budget": budget, "rows": rows,
+              "store": store_stats, "recompute": args.recompute, "loss": args.loss,
               "targets": {"offload_vs_none_at_most": 1.10, "save_on_cpu_over_offload_at_least": 1.5}}
     result["offload_vs_save_on_cpu"] = rows[2]["step_s"] / rows[1]["step_s"]
     lines = ["| variant | step s (median) | x none | peak device GiB | max abs loss difference to none |",
@@ -226,16 +270,18 @@ def offload(args, torch):
                                                            r["peak_device_bytes"] / 2**30, r["max_loss_diff_vs_none"]))
     lines.append("")
     lines.append(("recomputed layers (torch.utils.checkpoint): " if args.recompute else "") +
-                 "saved activations %.2f GiB per step, budget %.2f GiB; save_on_cpu / fragctl step time %.2fx "
-                 "(target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
-                 "%d prefetched gets (%d still copying), %d on demand; %d kept in backward; %d of %d moved "
-                 "tensors straight to the host (larger than the budget)" % (
-                                  saved / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
+                 ("loss in chunks of %d tokens: " % args.loss_chunk if args.loss == "chunked" else "") +
+                 "saved activations %.2f GiB per step (%.2f GiB of saves), budget %.2f GiB; save_on_cpu / fragctl "
+                 "step time %.2fx (target >= 1.5x); fragctl / none %.2fx (target <= 1.10x); store: %d evictions ahead, "
+                 "%d prefetched gets (%d still copying), %d on demand; %d kept in backward; %d saves shared; %d of %d "
+                 "moved tensors straight to the host (larger than the budget)" % (
+                                  saved / 2**30, saves_bytes / 2**30, budget / 2**30, result["offload_vs_save_on_cpu"],
                                   rows[1]["vs_none"], store_stats.get("copies", {}).get("evictions_ahead", 0),
                                   store_stats.get("gets_by_source", {}).get("prefetched", 0),
                                   store_stats.get("gets_by_source", {}).get("prefetch_pending", 0),
                                   store_stats.get("gets_by_source", {}).get("on_demand", 0),
                                   store_stats.get("tensors_kept_in_backward", 0),
+                                  store_stats.get("tensors_shared", 0),
                                   store_stats.get("tensors_to_host_direct", 0), store_stats.get("tensors_moved", 0)))
     return result, lines
 
@@ -475,7 +521,7 @@ def main(argv):
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     result, lines = (offload if args.part == "offload" else zero3)(args, torch)
     result["meta"] = meta
-    name = args.part + ("-recompute" if args.recompute else "")
+    name = args.part + ("-recompute" if args.recompute else "") + ("-chunked" if args.loss == "chunked" else "")
     with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
     header = "%s, %s, torch %s, %s" % (args.part, meta["gpu"], meta["torch"], meta["date"])

@@ -20,7 +20,12 @@ that later backward: pass ``keep_backward_saves=False`` to move those too.
 Identity of a saved tensor: its position in the sequence of saves since the
 store's last reset (a "layer" of the store), so that the sequence repeats
 from one training step to the next and the store can plan evictions one save
-early from the second step.
+early from the second step. A tensor autograd saves more than once (the
+log-probabilities of ``cross_entropy`` are saved by its log-softmax and by
+its nll-loss) is moved once: a later save of the same tensor (the same
+memory, shape, strides and dtype, still alive and not modified in place
+since) shares the first one's entry, and an unpack while another unpack's
+result is alive returns that result, as autograd does without hooks.
 
 Lifetime: a saved tensor is dropped from the store when autograd frees it
 (backward without ``retain_graph``, or the graph going away); when a ``with``
@@ -35,7 +40,8 @@ serializes every call into the store.
 import ctypes
 import json
 import threading
-from typing import Any, Dict, Optional, Tuple, Union
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
@@ -67,17 +73,19 @@ def _round_up(n: int, to: int) -> int:
 class _OnHost:
     """What the pack hook returns for a tensor that went straight to the host."""
 
-    __slots__ = ("owner", "tensor")
+    __slots__ = ("owner", "tensor", "generation", "unpacked", "__weakref__")
 
     def __init__(self, owner: "offload_activations", tensor: Any) -> None:
         self.owner = owner  # whose _unpack brings it back (fragctl.torch.zero3 asks for it)
         self.tensor = tensor
+        self.generation = owner._generation
+        self.unpacked: Optional[Callable[[], Any]] = None  # weak: the tensor the last unpack returned
 
 
 class _Saved:
     """What the pack hook returns for a tensor moved into the store."""
 
-    __slots__ = ("owner", "generation", "layer", "nbytes", "shape", "dtype", "__weakref__")
+    __slots__ = ("owner", "generation", "layer", "nbytes", "shape", "dtype", "unpacked", "__weakref__")
 
     def __init__(self, owner: "offload_activations", layer: int, nbytes: int, shape: Any, dtype: Any) -> None:
         self.owner = owner
@@ -86,6 +94,7 @@ class _Saved:
         self.nbytes = nbytes
         self.shape = shape
         self.dtype = dtype
+        self.unpacked: Optional[Callable[[], Any]] = None  # weak: the tensor the last unpack returned
 
     def __del__(self) -> None:
         owner = self.owner
@@ -201,6 +210,9 @@ class offload_activations:
         self._kept_in_backward = 0  # saved while backward ran (recompute): left in place
         self._direct = 0  # tensors the region could not take, copied straight to the host
         self._direct_bytes = 0
+        self._shared = 0  # saves of a tensor already in the store this step: no second copy
+        # (address, shape, strides, dtype) -> (weak original, its version, weak _Saved), this generation.
+        self._packed: Dict[Tuple[Any, ...], Tuple[Any, int, Any]] = {}
 
     # --- the store --------------------------------------------------------
 
@@ -298,6 +310,7 @@ class offload_activations:
         _capi.check(_capi.library().fragctl_checkpoint_reset(self._store))
         self._generation += 1
         self._next_layer = 0
+        self._packed.clear()
 
     # --- hooks --------------------------------------------------------------
 
@@ -338,8 +351,14 @@ class offload_activations:
             return tensor
         torch = self._torch
         nbytes = tensor.numel() * tensor.element_size()
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        with self._lock:
+            earlier = self._saved_already(key, tensor)
+            if earlier is not None:
+                self._shared += 1
+                return earlier
         if nbytes > _round_up(self.budget, _STORE_ALIGNMENT):  # can never fit the region
-            return self._to_host(tensor, nbytes)
+            return self._to_host(tensor, nbytes, key)
         source = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
         with self._lock:
             layer = self._next_layer
@@ -348,16 +367,41 @@ class offload_activations:
                 _capi.check(_capi.library().fragctl_checkpoint_put(self._store, layer, nbytes, self._stream(),
                                                                    ctypes.byref(pointer)))
             except _capi.OutOfMemoryError:  # the rest of the region is in use (between get and drop)
-                return self._to_host(tensor, nbytes)
+                return self._to_host(tensor, nbytes, key)
             self._next_layer += 1
             # Queued before the next call into the store, as put requires.
             self._wrap(pointer.value, nbytes).copy_(source)
             saved = _Saved(self, layer, nbytes, tensor.shape, tensor.dtype)
             self._live += 1
             self._moved += 1
+            self._remember(key, tensor, saved)
         return saved
 
-    def _to_host(self, tensor: Any, nbytes: int) -> "_OnHost":
+    def _remember(self, key: Tuple[Any, ...], tensor: Any, saved: Union["_Saved", "_OnHost"]) -> None:
+        try:
+            original = weakref.ref(tensor)
+        except TypeError:  # a tensor type without weak references: never shared
+            return
+        self._packed[key] = (original, tensor._version, weakref.ref(saved))
+
+    def _saved_already(self, key: Tuple[Any, ...], tensor: Any) -> Optional[Union["_Saved", "_OnHost"]]:
+        """What an earlier save of this very tensor in this step returned, if
+        it holds the same bytes: the tensor packed then is still alive (so
+        its memory was not reused), at the same address, unmodified since
+        (its version counter, shared by every view of the memory, is the
+        same), and what it returned is still held by autograd."""
+        entry = self._packed.get(key)
+        if entry is None:
+            return None
+        original, version, saved_ref = entry
+        first, saved = original(), saved_ref()
+        if (first is None or saved is None or saved.generation != self._generation or
+                first.data_ptr() != key[0] or tensor._version != version):
+            del self._packed[key]
+            return None
+        return saved
+
+    def _to_host(self, tensor: Any, nbytes: int, key: Tuple[Any, ...]) -> "_OnHost":
         """The tier for a tensor the region cannot take: a host copy (pinned
         when the device is a GPU) queued on the current stream, without a
         host synchronization; PyTorch's pinned-memory cache keeps the buffer
@@ -365,15 +409,22 @@ class offload_activations:
         host = self._torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu",
                                  pin_memory=self._device.type == "cuda")
         host.copy_(tensor.detach(), non_blocking=True)
+        saved = _OnHost(self, host)
         with self._lock:
             self._direct += 1
             self._direct_bytes += nbytes
             self._moved += 1
-        return _OnHost(self, host)
+            self._remember(key, tensor, saved)
+        return saved
 
     def _unpack(self, saved: Any) -> Any:
         if isinstance(saved, _OnHost):
-            return saved.tensor.to(self._device, non_blocking=True, copy=True)
+            earlier = saved.unpacked() if saved.unpacked is not None else None
+            if earlier is not None:
+                return earlier
+            out = saved.tensor.to(self._device, non_blocking=True, copy=True)
+            saved.unpacked = weakref.ref(out)
+            return out
         if not isinstance(saved, _Saved):
             return saved
         torch = self._torch
@@ -381,11 +432,15 @@ class offload_activations:
             if self._store is None or saved.generation != self._generation:
                 raise RuntimeError("fragctl.torch.offload_activations: a saved tensor (save %d) was unpacked after "
                                    "its store was closed" % saved.layer)
+            earlier = saved.unpacked() if saved.unpacked is not None else None
+            if earlier is not None:  # saved twice, unpacked for the second user while the first holds it
+                return earlier
             pointer = ctypes.c_void_p()
             _capi.check(_capi.library().fragctl_checkpoint_get(self._store, saved.layer, self._stream(),
                                                                ctypes.byref(pointer)))
             out = torch.empty(saved.shape, dtype=saved.dtype, device=self._device)
             out.reshape(-1).view(torch.uint8).copy_(self._wrap(pointer.value, saved.nbytes))
+            saved.unpacked = weakref.ref(out)
         return out
 
     def _release(self, saved: _Saved) -> None:
@@ -418,7 +473,9 @@ class offload_activations:
         counted by these hooks, ``tensors_moved``, ``tensors_kept`` (saved
         tensors left alone: small, parameters, other devices),
         ``tensors_kept_in_backward`` (movable tensors saved while a backward
-        pass ran, left in place), ``tensors_to_host_direct`` and ``bytes_to_host_direct`` (moved
+        pass ran, left in place), ``tensors_shared`` (saves of a tensor
+        already in the store this step, which share its entry),
+        ``tensors_to_host_direct`` and ``bytes_to_host_direct`` (moved
         tensors the region could not take, copied straight to the host)."""
         with self._lock:
             result: Dict[str, Any] = {}
@@ -432,6 +489,7 @@ class offload_activations:
             result["bytes_to_host_direct"] = self._direct_bytes
             result["tensors_kept"] = self._kept
             result["tensors_kept_in_backward"] = self._kept_in_backward
+            result["tensors_shared"] = self._shared
             result["saved_alive"] = self._live
             return result
 
