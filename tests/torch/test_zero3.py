@@ -187,6 +187,11 @@ def worker(rank, world, directory, mode, kind="mlp"):
                     if mode == "accumulate":  # two micro-batches, one step
                         for part in x.chunk(world)[rank].chunk(2):
                             sharded(part).square().mean().backward()
+                    elif mode == "recompute":  # two micro-batches in one backward, the first recomputed in it
+                        from torch.utils.checkpoint import checkpoint
+                        first, second = x.chunk(world)[rank].chunk(2)
+                        recomputed = checkpoint(sharded, first.requires_grad_(), use_reentrant=True)
+                        (recomputed.square().mean() + sharded(second).square().mean()).backward()
                     else:
                         loss = sharded(x.chunk(world)[rank]).square().mean()
                         raising[0] = mode == "backward_raises" and step == 1
@@ -393,6 +398,15 @@ class Zero3ShardTest(unittest.TestCase):
     def test_gradients_accumulate_over_micro_batches_until_the_step(self):
         # Regression (review): each backward overwrote the last one's gradient.
         results = run_ranks(2, "accumulate")
+        expected = reference_state(world=2, micro_batches=2)
+        for r in results:
+            self.assert_rank_state(r, expected)
+
+    def test_a_whole_forward_recomputed_inside_backward_keeps_the_gradients_reduced_before_it(self):
+        # Two micro-batches under reentrant checkpoints, one backward: the
+        # second recompute enters the root forward after the first one's
+        # gradients were reduced; taken for a new step it would drop them.
+        results = run_ranks(2, "recompute")
         expected = reference_state(world=2, micro_batches=2)
         for r in results:
             self.assert_rank_state(r, expected)

@@ -14,7 +14,7 @@ class ParamSpec(ctypes.Structure):
 
 class Block:
     __slots__ = ("index", "name", "module", "keys", "owners", "attrs", "params", "shapes", "trainable", "views",
-                 "forward_held", "backward_held", "bucket", "received", "uses", "partial")
+                 "forward_held", "backward_held", "bucket", "received", "uses", "partial", "persistent", "reduced")
 
     def __init__(self, index, name, module, owned):
         """`owned`: (state-dict key, owning module, attribute, Parameter) per parameter."""
@@ -34,6 +34,8 @@ class Block:
         self.received: set = set()  # parameters whose gradient arrived this backward
         self.uses = [0] * len(self.params)  # applications per parameter whose gradient is still due
         self.partial: List[Any] = [None] * len(self.params)  # the sum of the gradients arrived so far
+        self.persistent = [False] * len(self.params)  # whole on every rank (set when the shards are laid out)
+        self.reduced = False  # reduced in this backward already (a recompute may reduce it again)
 
 
 def find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[Block]:

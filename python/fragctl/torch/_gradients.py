@@ -40,6 +40,7 @@ class GradientFlow:
         self._backward_queued = True
         self._torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
         self._carry = [shard.grad.detach().clone() if shard.grad is not None else None for shard, _ in self._shards]
+        self._again = [None] * len(self._shards)
         for _, grad in self._shards:
             if grad is not None:
                 grad.zero_()  # a held slice without gradients this backward contributes zero
@@ -54,29 +55,56 @@ class GradientFlow:
             self._check(self._lib.fragctl_zero3_begin_gradients(self._z, b.index, self._stream(), pointers, sizes, n))
             b.bucket = [pointers[k] for k in range(n)]
             b.received = set()
-        self._typed(b.bucket[i], b.shapes[i], p.dtype).copy_(grad).div_(self.world_size)
+        view = self._typed(b.bucket[i], b.shapes[i], p.dtype)
+        if b.reduced and b.persistent[i]:  # its gradient from an earlier reduce of this backward is still there
+            view.add_(grad / self.world_size)
+        else:
+            view.copy_(grad).div_(self.world_size)
         b.received.add(i)
         if len(b.received) == sum(b.trainable):
             self._reduce(b)
 
     def _reduce(self, b: Block) -> None:
+        if b.reduced:
+            self._keep_reduced_slice(b)
         self._check(self._lib.fragctl_zero3_reduce_gradients(self._z, b.index, self._stream()))
+        b.reduced = True
         b.bucket = None
         if b.backward_held:
             b.backward_held = False
             self._release(b)
+
+    def _keep_reduced_slice(self, b: Block) -> None:
+        """Before a second reduce of `b` in one backward (a checkpoint
+        recomputed the root's forward inside it, after `b`'s gradients had
+        been reduced): the reduce-scatter overwrites the slice, so its sum so
+        far is kept aside and added when backward ends. The host waits for
+        the manager's streams first (the first reduce must have landed):
+        this path alone, and only in such a backward."""
+        self._check(self._lib.fragctl_zero3_synchronize(self._z))
+        data, grad, n = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
+        self._check(self._lib.fragctl_zero3_trainable_shard(self._z, b.index, ctypes.byref(data), ctypes.byref(grad),
+                                                            ctypes.byref(n)))
+        if not grad.value:
+            return
+        k = self._shard_blocks.index(b)
+        earlier = self._typed(grad.value, (n.value,), self._shards[k][0].dtype).clone()
+        self._again[k] = earlier if self._again[k] is None else self._again[k] + earlier
 
     def _end_backward(self) -> None:
         self._settle_blocks()
         self._check(self._lib.fragctl_zero3_finish_gradients(self._z, self._stream()))
         self._bind_gradients()
         carry, self._carry = self._carry or [None] * len(self._shards), None
-        for pair, earlier in zip(self._shards, carry):
+        again, self._again = self._again or [None] * len(self._shards), []
+        for pair, earlier, reduced_before in zip(self._shards, carry, again):
             shard, grad = pair
             if grad is None:  # a block that got no gradient this backward (None, as torch leaves it)
                 grad = pair[1] = earlier
             elif earlier is not None:
                 grad.add_(earlier)
+            if reduced_before is not None:  # held: the block was reduced in this backward
+                grad.add_(reduced_before)
             shard.grad = grad
         self._step_open = True
 
@@ -92,6 +120,7 @@ class GradientFlow:
                     b.partial[i] = None
                     self._deliver(b, i, partial)
             b.uses = [0] * len(b.params)
+            b.reduced = False
             if b.bucket is not None:  # a trainable parameter got no gradient this step
                 for i, (p, t) in enumerate(zip(b.params, b.trainable)):
                     if t and i not in b.received:
@@ -111,6 +140,7 @@ class GradientFlow:
         have no view of it until the next backward ends."""
         self._settle_blocks()
         self._carry = None
+        self._again = []
         self._step_open = True
 
     def _bind_gradients(self) -> None:

@@ -101,6 +101,7 @@ class ShardedModule(GradientFlow):
         self._step_open = False
         self._backward_queued = False
         self._carry: Optional[List[Any]] = None  # gradients a backward adds to (accumulation)
+        self._again: List[Any] = []  # per shard: sums of earlier reduces of this backward (_keep_reduced_slice)
         self._saved_hooks = None
         self._outer = None  # the offload_activations block around this forward, if any
         self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
@@ -165,6 +166,7 @@ class ShardedModule(GradientFlow):
                 self._shard_blocks.append(b)
             for i, p in enumerate(b.params):
                 self._check(lib.fragctl_zero3_persistent(self._z, b.index, i, ctypes.byref(data), ctypes.byref(grad)))
+                b.persistent[i] = bool(data.value)
                 if data.value and grad.value:
                     out.append([torch.nn.Parameter(self._typed(data.value, b.shapes[i], p.dtype)),
                                 self._typed(grad.value, b.shapes[i], p.dtype)])
