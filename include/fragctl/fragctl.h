@@ -85,8 +85,9 @@ FRAGCTL_API fragctl_status fragctl_create_from_environment(int device, fragctl_a
  * any, is written one last time. Every block must have been freed and no
  * queued work may use its memory. NULL is accepted. A process-default
  * allocator cannot be destroyed (INVALID_ARGUMENT); nor can one a checkpoint
- * store (fragctl_checkpoint_create) still uses (STATE: destroy the store
- * first; the allocator is left as it was). */
+ * store (fragctl_checkpoint_create) or a ZeRO-3 manager
+ * (fragctl_zero3_use_allocator, fragctl/zero3/zero3.h) still uses (STATE:
+ * destroy the store or the manager first; the allocator is left as it was). */
 FRAGCTL_API fragctl_status fragctl_destroy(fragctl_allocator* allocator);
 
 /** Allocates `bytes` usable by work on `stream` from now on; at least

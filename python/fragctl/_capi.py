@@ -132,6 +132,7 @@ def _declare(lib):
         # fragctl_zero3_last_error. The collectives struct is declared where it
         # is built (fragctl/torch/_collectives.py).
         "fragctl_zero3_create_with_collectives": (status, [char_p, p, c.POINTER(p)]),
+        "fragctl_zero3_use_allocator": (status, [p, p]),
         "fragctl_zero3_add_block": (status, [p, char_p, p, c.c_size_t]),
         "fragctl_zero3_start": (status, [p]),
         "fragctl_zero3_fetch": (status, [p, c.c_size_t, p, c.POINTER(p), c.POINTER(c.c_size_t), c.c_size_t]),

@@ -165,8 +165,8 @@ fragctl_status fragctl_destroy(fragctl_allocator* allocator) {
   FRAGCTL_REQUIRE(!allocator->process_default,
                   "fragctl_destroy: a process-default allocator lives until the process exits");
   if (allocator->dependents.load() > 0) {
-    return fail(FRAGCTL_ERROR_STATE, "fragctl_destroy: a checkpoint store still uses this allocator; "
-                                     "destroy the store first");
+    return fail(FRAGCTL_ERROR_STATE, "fragctl_destroy: a checkpoint store or a ZeRO-3 manager still uses "
+                                     "this allocator; destroy it first");
   }
   return guarded([&] {
     delete allocator;

@@ -13,13 +13,19 @@
 #include "fragctl/zero3/zero3.h"
 #include "util/error_class.hpp"
 #include "util/strings.hpp"
+#include "zero3/shared_allocator.hpp"
 
 struct fragctl_zero3 {
   fragctl::config cfg;
   fragctl::zero3::options opts;
   std::unique_ptr<fragctl::device_backend> backend;
-  std::unique_ptr<fragctl::device_allocator> persistent;
+  std::unique_ptr<fragctl::device_allocator> persistent;  // null once an allocator is given
   std::unique_ptr<fragctl::device_allocator> transient;
+  // The allocator given by fragctl_zero3_use_allocator (not owned), and how
+  // to tell its owner the manager is done with it.
+  fragctl::device_allocator* shared = nullptr;
+  fragctl::zero3::allocator_release release_shared = nullptr;
+  void* release_context = nullptr;
   std::unique_ptr<fragctl::zero3::communicator> comm;
   std::vector<fragctl::zero3::block_spec> blocks;
   std::unique_ptr<fragctl::zero3::block_manager> manager;
@@ -213,7 +219,9 @@ fragctl_zero3_status fragctl_zero3_start(fragctl_zero3* z) {
   return guarded([&] {
     need(z, "the manager");
     if (z->manager) throw fragctl::invalid_argument("zero3: started already");
-    z->manager = std::make_unique<block_manager>(z->blocks, z->opts, *z->comm, *z->persistent, *z->transient);
+    device_allocator& persistent = z->shared != nullptr ? *z->shared : *z->persistent;
+    device_allocator& transient = z->shared != nullptr ? *z->shared : *z->transient;
+    z->manager = std::make_unique<block_manager>(z->blocks, z->opts, *z->comm, persistent, transient);
   });
 }
 
@@ -328,9 +336,35 @@ void fragctl_zero3_destroy(fragctl_zero3* z) {
     z->comm.reset();
     z->transient.reset();
     z->persistent.reset();
+    if (z->release_shared != nullptr) z->release_shared(z->release_context);
     z->backend.reset();
     delete z;
   });
 }
 
 }  // extern "C"
+
+namespace fragctl::zero3 {
+
+fragctl_zero3_status use_allocator(fragctl_zero3* z, device_allocator* allocator, allocator_release release,
+                                   void* context) noexcept {
+  return guarded([&] {
+    need(z, "the manager");
+    need(allocator, "the allocator");
+    if (z->manager) throw fragctl::invalid_argument("zero3: an allocator is given before fragctl_zero3_start");
+    const device_backend& theirs = allocator->backend();
+    if (theirs.name() != z->backend->name() || theirs.device() != z->backend->device()) {
+      throw fragctl::invalid_argument(fmt::format(
+          "zero3: the allocator is on {} device {}, the manager on {} device {} (FRAGCTL_BACKEND, the device)",
+          theirs.name(), theirs.device(), z->backend->name(), z->backend->device()));
+    }
+    if (z->release_shared != nullptr) z->release_shared(z->release_context);
+    z->shared = allocator;
+    z->release_shared = release;
+    z->release_context = context;
+    z->transient.reset();
+    z->persistent.reset();
+  });
+}
+
+}  // namespace fragctl::zero3

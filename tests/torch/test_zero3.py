@@ -4,7 +4,8 @@ trained on the whole batch (float tolerance); frozen parameters get no
 gradient and stay; gradient slices are freed before each forward after
 zero_grad(set_to_none=True) and kept with set_to_none=False, also after a
 backward that raised part way; the full
-state dict round-trips; a rank that stops
+state dict round-trips; given ``allocator=``, the manager's memory is in
+that allocator from shard() to close(); a rank that stops
 answering makes the others raise CollectiveTimeoutError naming the rank,
 the collective and the block.
 
@@ -110,6 +111,11 @@ def shard_padding(sharded):
     return values
 
 
+def requested_bytes(allocator):
+    """The bytes `allocator` (a fragctl.Allocator) hands out now."""
+    return allocator.stats()["requested_bytes"]["current"]
+
+
 def worker(rank, world, directory, mode, kind="mlp"):
     """One rank (a spawned process): writes rank-<r>.pkl with what it saw."""
     import torch.distributed as dist
@@ -129,9 +135,21 @@ def worker(rank, world, directory, mode, kind="mlp"):
         config = DS_CONFIG
         if mode == "norm":  # every parameter partitioned: the norm over shards is the whole norm
             config = {"zero_optimization": dict(DS_CONFIG["zero_optimization"], stage3_param_persistence_threshold=0)}
+        allocator = None
+        if mode == "allocator":  # the manager on the caller's allocator: its bytes at each stage
+            import fragctl
+            allocator = fragctl.Allocator("caching", backend="sim", device=0, sim_backed=True,
+                                          sim_capacity="256MiB")
+            out["held"] = [requested_bytes(allocator)]
         sharded = zero3.shard(model, config=config, timeout=timeout.total_seconds(),
-                              block_types=(torch.nn.TransformerEncoderLayer,))
+                              block_types=(torch.nn.TransformerEncoderLayer,), allocator=allocator)
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
+        if allocator is not None:
+            out["held"].append(requested_bytes(allocator))
+            try:
+                allocator.close()
+            except Exception as e:  # noqa: BLE001 (reported to the test)
+                out["close_while_sharded"] = type(e).__name__
         if mode == "timeout" and rank == world - 1:
             time.sleep(12)  # stops answering
         elif mode == "raise":
@@ -222,6 +240,11 @@ def worker(rank, world, directory, mode, kind="mlp"):
             sharded.load_full_state_dict(initial)
             out["reloaded"] = sharded.full_state_dict()
             out["shard_elements"] = sum(p.numel() for p in sharded.parameters())
+            if allocator is not None:
+                out["held_peak"] = allocator.stats()["requested_bytes"]["peak"]
+                sharded.close()
+                out["held"].append(requested_bytes(allocator))
+                allocator.close()
     except Exception as e:  # noqa: BLE001 (reported to the test)
         out["error"] = {"type": type(e).__name__, "message": str(e), "rank": getattr(e, "rank", None),
                         "collective": getattr(e, "collective", None), "block": getattr(e, "block", None),
@@ -317,6 +340,22 @@ class Zero3ShardTest(unittest.TestCase):
 
     def test_four_ranks_equal_the_unsharded_model(self):
         self.check_world(4)
+
+    def test_the_manager_allocates_from_the_allocator_given_to_shard(self):
+        results = run_ranks(2, "allocator")
+        expected = reference_state()
+        for r in results:
+            self.assert_rank_state(r, expected, exact_keys=True)
+            stats = r["stats"]
+            long_lived = stats["long_lived_bytes"]["shard"] + stats["long_lived_bytes"]["persistent"]
+            before, at_shard, after_close = r["held"]
+            self.assertEqual(before, 0)
+            self.assertGreaterEqual(at_shard, long_lived)  # shards and persistent parameters
+            # Gathered blocks and gradients came from it too.
+            self.assertGreaterEqual(r["held_peak"], at_shard + stats["gathered_bytes"]["peak"])
+            self.assertEqual(stats["allocators"]["long_lived"], stats["allocators"]["gathered"])  # one pool
+            self.assertEqual(after_close, 0)
+            self.assertEqual(r["close_while_sharded"], "TooLateError")
 
     def test_offload_activations_composes_with_shard(self):
         results = run_ranks(2, "offload")
@@ -470,6 +509,24 @@ class Zero3ArgumentsTest(unittest.TestCase):
             self.skipTest("a process group exists in this process")
         with self.assertRaisesRegex(RuntimeError, "init_process_group"):
             zero3.shard(make_model())
+
+    def test_shard_takes_only_a_fragctl_allocator(self):
+        import fragctl.torch.zero3 as zero3
+        with self.assertRaisesRegex(TypeError, "allocator must be a fragctl.Allocator, got str"):
+            zero3.shard(make_model(), allocator="arena")
+
+    def test_the_manager_shares_pytorchs_allocator_while_enable_is_active(self):
+        from unittest import mock
+        import fragctl.torch
+        from fragctl.torch import _sharded
+        given = object()
+        with mock.patch.object(fragctl.torch, "_enabled", "arena"), \
+                mock.patch.object(_sharded, "default_allocator", lambda device: ("default", device)):
+            self.assertEqual(_sharded.shared_allocator(torch, torch.device("cuda", 1), None), ("default", 1))
+            self.assertIs(_sharded.shared_allocator(torch, torch.device("cuda", 1), given), given)
+            self.assertIsNone(_sharded.shared_allocator(torch, torch.device("cpu"), None))
+        self.assertIsNone(fragctl.torch.enabled())
+        self.assertIsNone(_sharded.shared_allocator(torch, torch.device("cuda", 0), None))  # not enabled
 
 
 if __name__ == "__main__":

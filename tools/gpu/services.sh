@@ -10,12 +10,14 @@
 #       step times, loss differences, peak device memory; then the same with
 #       every layer recomputed (--recompute, 4 x 8192 tokens), with the
 #       model's own loss and with the loss in chunks (--loss chunked);
-#   (b) zero3: the same model, world size 1, 50 steps under FSDP2
-#       (fully_shard) and fragctl.torch.zero3.shard where present: losses,
-#       peak device memory (sampled from outside the process),
-#       num_alloc_retries in steady steps, throughput.
-# About 9 minutes on an H100, at most 17 (the tests are cut at 4 minutes,
-# each run at 3); TESTS=0, OFFLOAD=0 or ZERO3=0 leave a part out; extra model
+#   (b) zero3: the same model, world size 1, 50 steps, each variant in its
+#       own process: FSDP2 (fully_shard) on PyTorch's native allocator,
+#       fragctl.torch.zero3.shard after fragctl.torch.enable() (one pool),
+#       and zero3.shard without enable (--no-enable): losses, peak device
+#       memory (sampled from outside the process), num_alloc_retries in
+#       steady steps, throughput.
+# About 10 minutes on an H100, at most 19 (the tests are cut at 4 minutes,
+# the offload runs at 3, zero3 at 5); TESTS=0, OFFLOAD=0 or ZERO3=0 leave a part out; extra model
 # arguments go to every run through BENCH_ARGS (e.g. "--layers 8").
 # Results: ${OUT:-gpu-results}/services/{offload,offload-recompute,offload-recompute-chunked,zero3}.{json,md},
 # summary.md.
@@ -55,8 +57,8 @@ if [ "${OFFLOAD:-1}" = 1 ]; then
     { note "offload --recompute --loss chunked failed"; tail -20 "$out/offload-recompute-chunked.log"; }
 fi
 if [ "${ZERO3:-1}" = 1 ]; then
-  note "zero3: FSDP2 and fragctl, world size 1, 50 steps"
-  timeout 180 "$python" tools/gpu/services_bench.py zero3 --out "$out" --steps 50 ${BENCH_ARGS:-} \
+  note "zero3: FSDP2, fragctl with enable(), fragctl without; world size 1, 50 steps, a process each"
+  timeout 300 "$python" tools/gpu/services_bench.py zero3 --no-enable --out "$out" --steps 50 ${BENCH_ARGS:-} \
     > "$out/zero3.log" 2>&1 || { note "zero3 failed"; tail -20 "$out/zero3.log"; }
 fi
 cat "$out"/offload.md "$out"/offload-recompute.md "$out"/offload-recompute-chunked.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"

@@ -11,10 +11,12 @@ autograd saves it), and under
 torch.autograd.graph.save_on_cpu(pin_memory=True): step times, losses, peak
 device memory.
 
-zero3: the same model, world size 1, for --steps steps under FSDP2
-(fully_shard) and under fragctl.torch.zero3.shard where this fragctl has it,
-same seed and data: losses, peak device memory, num_alloc_retries in the
-steady steps, throughput.
+zero3 (services_zero3.py): the same model, world size 1, for --steps
+steps under FSDP2 (fully_shard, PyTorch's native allocator) and under
+fragctl.torch.zero3.shard after fragctl.torch.enable() (the manager and
+PyTorch on one pool), each in its own process, same seed and data: losses,
+peak device memory, num_alloc_retries in the steady steps, throughput.
+--no-enable adds a third row: zero3.shard beside PyTorch's native allocator.
 
 Each writes DIR/NAME.json and DIR/NAME.md (a markdown table). On a machine
 without CUDA, --device cpu runs the same code on a tiny model (a check of
@@ -29,9 +31,6 @@ import os
 import statistics
 import sys
 import time
-
-TRAINERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "trainers")
-
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,6 +58,13 @@ def parse_args(argv):
     p.add_argument("--loss-chunk", type=int, default=4096, help="tokens per chunk of --loss chunked")
     p.add_argument("--model", default="llama", choices=["llama", "torch"],
                    help="llama: transformers' LlamaForCausalLM; torch: a torch.nn decoder (checks without transformers)")
+    p.add_argument("--no-enable", action="store_true",
+                   help="zero3: also run fragctl without fragctl.torch.enable() (the manager's own allocators "
+                        "beside PyTorch's native one)")
+    p.add_argument("--port", type=int, default=29571, help="zero3: MASTER_PORT of the first variant's process")
+    # Internal: zero3 runs each variant as this script with --variant, its row written to --row.
+    p.add_argument("--variant", choices=["fsdp2", "fragctl", "fragctl-no-enable"], help=argparse.SUPPRESS)
+    p.add_argument("--row", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -300,240 +306,23 @@ def offload(args, torch):
     return result, lines
 
 
-def zero3(args, torch):
-    import torch.distributed as dist
-    import fragctl.torch
-    import fragctl.torch.zero3
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29571")
-        dist.init_process_group("nccl" if args.device == "cuda" else "gloo", rank=0, world_size=1)
-    data = batches(args, torch, args.steps)
-    rows = []
-    if args.device == "cuda":  # gloo has no reduce-scatter; CPU runs sample nothing
-        warm_up_collectives(torch, args.device)
-
-    fully_shard = None
-    for module in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):  # torch 2.6+, 2.4-2.5
-        try:
-            fully_shard = __import__(module, fromlist=["fully_shard"]).fully_shard
-            break
-        except Exception:  # missing; torch 1.13's distributed._shard does not import on Python 3.11
-            pass
-
-    def fsdp2(model):
-        for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
-        return model
-
-    def fragctl_zero3(model):
-        # One block per decoder layer, as FSDP2 wraps them.
-        layer_type = type(model.model.layers[0])
-        return fragctl.torch.zero3.shard(model, config={"stage": 3}, block_types=(layer_type,))
-
-    candidates = [("FSDP2 fully_shard", fsdp2, fully_shard is not None, "torch %s has no fully_shard" % torch.__version__),
-                  ("fragctl zero3.shard", fragctl_zero3, hasattr(fragctl.torch.zero3, "shard"),
-                   "fragctl.torch.zero3.shard is not in this fragctl")]
-    for name, wrap, present, why_not in candidates:
-        if not present:
-            rows.append({"variant": name, "missing": why_not})
-            continue
-        try:
-            rows.append(train_50(name, wrap, args, torch, data))
-        except Exception as e:  # noqa: BLE001 (the other variant's row still counts)
-            import traceback
-            traceback.print_exc()
-            rows.append({"variant": name, "missing": "failed: %s: %s" % (type(e).__name__, str(e)[:200])})
-        release_unreachable(torch, args.device == "cuda")
-    measured = [r for r in rows if "losses" in r]
-    if len(measured) == 2:
-        diffs = [abs(a - b) for a, b in zip(measured[0]["losses"], measured[1]["losses"])]
-        rows.append({"variant": "max |loss difference|", "value": max(diffs)})
-    lines = ["| variant | tokens/s | peak device GiB (sampled) | live bound GiB | retries in steady steps | first loss "
-             "| last loss | gathered peak / max live |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        if "missing" in r:
-            lines.append("| %s | not run: %s | | | | | | |" % (r["variant"], r["missing"]))
-        elif "value" in r:
-            lines.append("| %s | %.4g | | | | | | |" % (r["variant"], r["value"]))
-        else:
-            z = r.get("zero3")
-            lines.append("| %s | %.0f | %.2f | %.2f | %d | %.4f | %.4f | %s |" % (
-                r["variant"], r["tokens_per_s"], r["peak_device_bytes"] / 2**30, r["peak_live_bound_bytes"] / 2**30,
-                r["retries_steady"],
-                r["losses"][0], r["losses"][-1],
-                "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
-                if z else "-"))
-    lines += ["", "Memory (GiB): PyTorch's allocated bytes before the variant's model is built (what earlier "
-              "variants left: should be 0), its peak allocated per phase of a step, its peak reserved, the optimizer "
-              "state, the block manager's long-lived buffers and gathered peak (its own count), what its two "
-              "allocators reserve at the end, and the device bytes outside PyTorch's cache that the variant "
-              "added (fragctl's allocators, NCCL).", "",
-              "| variant | torch allocated before | torch fwd / bwd / opt peak | torch reserved peak | optimizer state "
-              "| manager long-lived | manager gathered peak | manager reserved at end | outside torch |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        m = r.get("memory")
-        if m:
-            ph = m["torch_peak_allocated_by_phase"]
-            lines.append("| %s | %.2f | %.2f / %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
-                r["variant"], m["torch_allocated_before_bytes"] / 2**30, ph["forward"] / 2**30, ph["backward"] / 2**30, ph["optimizer"] / 2**30,
-                m["torch_peak_reserved_bytes"] / 2**30, m["optimizer_state_bytes"] / 2**30,
-                m["manager_long_lived_bytes"] / 2**30, m["manager_gathered_peak_bytes"] / 2**30,
-                m["manager_reserved_bytes"] / 2**30, m["device_bytes_outside_torch_added"] / 2**30))
-    dist.destroy_process_group()
-    return {"rows": rows}, lines
-
-
-def warm_up_collectives(torch, device):
-    """One small all-gather and reduce-scatter, so that the process group's
-    communicator and its buffers exist before either variant's sampler takes
-    its baseline (the first variant would otherwise pay for them alone)."""
-    import torch.distributed as dist
-    x = torch.ones(1024, device=device)
-    out = torch.empty(1024 * dist.get_world_size(), device=device)
-    dist.all_gather_into_tensor(out, x)
-    dist.reduce_scatter_tensor(x, out)
-    synchronize(torch, device)
-
-
-def train_50(name, wrap, args, torch, data):
-    """One variant's run (train_steps) with the device's used bytes sampled
-    from outside the process (benchmarks/trainers/memsampler.py; 0 on CPU)
-    above what was in use when it began; the sampler stops even if the run
-    raises, so that its context never sits in the next variant's baseline."""
-    cuda = args.device == "cuda"
-    release_unreachable(torch, cuda)  # before the sampler's baseline
-    if not cuda:
-        row = train_steps(name, wrap, args, torch, data)
-        row["peak_device_bytes"] = 0
-        return row
-    if TRAINERS not in sys.path:
-        sys.path.insert(0, TRAINERS)
-    import memsampler
-    sampler, baseline, _ = memsampler.start()
-    try:
-        row = train_steps(name, wrap, args, torch, data)
-    finally:
-        peak = memsampler.stop(sampler)
-    row["peak_device_bytes"] = peak - baseline
-    return row
-
-
-def train_steps(name, wrap, args, torch, data):
-    """One variant's run: --steps AdamW steps on `data`; its row. Peak device
-    memory: the device's used bytes sampled from outside the process every
-    10 ms, above what was in use before the variant's model was built (every
-    cache counted: PyTorch's, the manager's allocators'); and, computed from
-    in-process counts, PyTorch's peak allocated plus, for fragctl, the block
-    manager's long-lived buffers and gathered peak (held outside PyTorch),
-    an upper bound on the bytes live at once. The row's "memory" splits it
-    (memory_split)."""
-    cuda = args.device == "cuda"
-    allocated_before = torch.cuda.memory_allocated() if cuda else 0
-    outside_before = device_bytes_outside_torch(torch) if cuda else 0
-    model = wrap(build_model(args, torch))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    losses, times, retries = [], [], []
-    phases = {"forward": 0, "backward": 0, "optimizer": 0}
-    outside_peak = 0
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-    def phase_end(phase):
-        nonlocal outside_peak
-        if cuda:
-            phases[phase] = max(phases[phase], torch.cuda.max_memory_allocated())
-            outside_peak = max(outside_peak, device_bytes_outside_torch(torch))
-            torch.cuda.reset_peak_memory_stats()
-
-    for batch in data:
-        ids = batch.to(args.device)
-        synchronize(torch, args.device)
-        start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        phase_end("forward")
-        loss.backward()
-        phase_end("backward")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        phase_end("optimizer")
-        synchronize(torch, args.device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss.item())
-        if cuda:
-            retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
-    steady = times[args.warmup:] or times
-    stats = model.stats() if hasattr(model, "stats") else None
-    peak = max(phases.values())
-    memory = memory_split(torch, cuda, phases, stats, outside_peak - outside_before, optimizer)
-    memory["torch_allocated_before_bytes"] = allocated_before
-    if stats:
-        peak += memory["manager_long_lived_bytes"] + memory["manager_gathered_peak_bytes"]
-    if hasattr(model, "close"):
-        model.close()
-    del model, optimizer
-    return {"variant": name, "losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
-            "peak_live_bound_bytes": peak, "memory": memory,
-            "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
-            "zero3": stats}
-
-
-def release_unreachable(torch, cuda):
-    """Frees what an earlier variant left in reference cycles (FSDP2's and
-    the sharded module's hooks hold their modules): without it, the first
-    variant's parameters stay allocated through the second's run and count
-    in its peak (reset_peak_memory_stats starts from what is allocated)."""
-    import gc
-    gc.collect()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-
-
-def device_bytes_outside_torch(torch):
-    """Device bytes in use that PyTorch's caching allocator has not reserved
-    (the CUDA context, NCCL, and fragctl's own allocators)."""
-    free, total = torch.cuda.mem_get_info()
-    return total - free - torch.cuda.memory_reserved()
-
-
-def memory_split(torch, cuda, phases, stats, outside_bytes, optimizer):
-    """Where a zero3 row's device memory is: PyTorch's peak allocated bytes
-    per phase of a step (the largest over the steps) and reserved bytes;
-    the manager's long-lived buffers (shards, gradient shards, reduce
-    buckets) and gathered peak, by its own count, and the bytes its two
-    allocators reserve at the end (those plus cache); the device bytes outside
-    PyTorch's cache that this variant added (fragctl's allocators reserve
-    at least the manager's bytes; more is caching); and the optimizer
-    state's bytes (in PyTorch)."""
-    state_bytes = sum(t.numel() * t.element_size() for st in optimizer.state.values() for t in st.values()
-                      if hasattr(t, "numel") and t.dim() > 0)
-    out = {"torch_peak_allocated_by_phase": dict(phases),
-           "torch_peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else 0,
-           "optimizer_state_bytes": state_bytes,
-           "manager_long_lived_bytes": sum(stats["long_lived_bytes"].values()) if stats else 0,
-           "manager_gathered_peak_bytes": stats["gathered_bytes"]["peak"] if stats else 0,
-           # Both allocators under the manager at the end of the run: its bytes plus their cache.
-           "manager_reserved_bytes": sum(a["reserved"] for a in stats.get("allocators", {}).values())
-           if stats else 0,
-           "device_bytes_outside_torch_added": outside_bytes}
-    return out
-
-
 def main(argv):
     args = parse_args(argv)
     import torch
+    if args.variant:  # a zero3 variant's process: nothing may touch CUDA before it decides on enable()
+        import services_zero3
+        return services_zero3.variant(args, torch)
     os.makedirs(args.out, exist_ok=True)
     meta = {"torch": torch.__version__, "device": args.device, "model_kind": args.model,
             "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
             "model": {k: getattr(args, k) for k in ("model", "layers", "hidden", "heads", "intermediate", "vocab", "seq",
                                                     "batch")},
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    result, lines = (offload if args.part == "offload" else zero3)(args, torch)
+    if args.part == "offload":
+        result, lines = offload(args, torch)
+    else:
+        import services_zero3
+        result, lines = services_zero3.run(args, torch)
     result["meta"] = meta
     name = args.part + ("-recompute" if args.recompute else "") + ("-chunked" if args.loss == "chunked" else "")
     with open(os.path.join(args.out, name + ".json"), "w") as f:

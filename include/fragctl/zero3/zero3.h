@@ -8,7 +8,8 @@
  * The backend comes from the environment as for every fragctl allocator
  * (FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_POLICY); the manager builds two
  * allocators of that policy on it, one for long-lived and one for gathered
- * memory.
+ * memory, unless fragctl_zero3_use_allocator gives it an allocator handle
+ * before start (one pool shared with the framework: fragctl.torch.enable's).
  *
  *   fragctl_zero3* z = NULL;
  *   fragctl_zero3_create("stage3_max_live_parameters:2e8", "nccl:rank=0,size=2,id_file=/tmp/job/id", &z);
@@ -94,6 +95,22 @@ typedef struct fragctl_zero3_collectives {
  * must outlive the manager). */
 fragctl_zero3_status fragctl_zero3_create_with_collectives(const char* options, const fragctl_zero3_collectives* c,
                                                            fragctl_zero3** out);
+struct fragctl_allocator; /* fragctl/fragctl.h */
+
+/* Makes `allocator` (a fragctl/fragctl.h handle, e.g. a process-default one)
+ * the manager's only allocator: shards, persistent parameters, gradient
+ * slices, reduce buckets and gathered blocks come from it, and the manager's
+ * two own allocators are dropped. Without this call the manager keeps its
+ * own two (the default). Before fragctl_zero3_start only; a second call
+ * replaces the first allocator. The manager counts itself a dependent of the
+ * handle until fragctl_zero3_destroy: fragctl_destroy refuses the handle
+ * with FRAGCTL_ERROR_STATE meanwhile. The handle's thread-safety is what
+ * makes sharing it safe (thread_safe, on by default). Both statistics
+ * entries under "allocators" then describe this one allocator.
+ * FRAGCTL_ZERO3_INVALID_ARGUMENT: `z` or `allocator` NULL, the manager
+ * started, or the allocator on another backend or device than the manager
+ * (FRAGCTL_BACKEND and the environment's device decide the manager's). */
+fragctl_zero3_status fragctl_zero3_use_allocator(fragctl_zero3* z, struct fragctl_allocator* allocator);
 /* Adds a block of `count` parameters (execution order). Before start only. */
 fragctl_zero3_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name, const fragctl_zero3_param* params,
                                              size_t count);

@@ -33,6 +33,13 @@ keep only an empty tensor between uses.
   forward that a backward runs (a checkpoint's recompute) frees nothing; a
   backward that raised is settled at the next forward.
 
+Memory: the manager allocates shards, gradient slices, reduce buckets and
+gathered blocks from one fragctl allocator, ``shared_allocator``'s choice:
+the caller's, else PyTorch's own (the process-default allocator of the
+model's device) when fragctl.torch.enable is active, so that one pool serves
+both and memory the manager frees can hold tensors; else the manager's two
+private allocators.
+
 Frozen parameters are gathered with their block and get no gradient buffer.
 Streams: all work is on the current stream (None on CPU); the manager orders
 its communication stream with events.
@@ -46,18 +53,36 @@ import ctypes
 import json
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .. import _capi
+from .. import Allocator, _capi, default_allocator
 from . import _collectives, _errors, _interop
 from ._blocks import Block, ParamSpec, find_blocks, gather_function
 from ._gradients import GradientFlow
 
 
+def shared_allocator(torch: Any, device: Any, allocator: Optional[Allocator]) -> Optional[Allocator]:
+    """The allocator the manager of a model on ``device`` allocates from:
+    ``allocator`` if given; else, while fragctl.torch.enable is active and
+    the device is a GPU (CUDA or HIP, both ``cuda`` to torch), PyTorch's own,
+    the process-default allocator of that device; else None (the manager's
+    own two allocators)."""
+    if allocator is not None:
+        return allocator
+    from . import enabled
+    if enabled() is None or device.type != "cuda":
+        return None
+    return default_allocator(device.index if device.index is not None else torch.cuda.current_device())
+
+
 class ShardedModule(GradientFlow):
     """What fragctl.torch.zero3.shard returns: call it as the module, give
-    ``parameters()`` to a torch.optim optimizer. Not thread-safe."""
+    ``parameters()`` to a torch.optim optimizer. Not thread-safe.
+
+    ``allocator``: the fragctl.Allocator the manager allocates from (kept
+    here until close(), which sets it to None), or None when the manager
+    uses two allocators of its own."""
 
     def __init__(self, torch: Any, module: Any, group: Any, options: str, timeout_ms: int,
-                 block_types: Tuple[type, ...] = ()) -> None:
+                 block_types: Tuple[type, ...] = (), allocator: Optional[Allocator] = None) -> None:
         self._torch = torch
         self.module = module
         self._lib = _capi.library()
@@ -77,7 +102,11 @@ class ShardedModule(GradientFlow):
         self._z = handle
         self._shards: List[List[Any]] = []
         self._hooks: List[Any] = []
+        self.allocator: Optional[Allocator] = None
         try:
+            self.allocator = shared_allocator(torch, self.device, allocator)
+            if self.allocator is not None:
+                self._check(self._lib.fragctl_zero3_use_allocator(self._z, self.allocator._live()))
             self._set_up(torch, module)
         except BaseException:
             self.close()  # the manager must not outlive a failed shard()
@@ -353,3 +382,4 @@ class ShardedModule(GradientFlow):
         if getattr(self, "_z", None):
             self._lib.fragctl_zero3_destroy(self._z)
             self._z = None
+        self.allocator = None

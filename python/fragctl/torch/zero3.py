@@ -14,8 +14,9 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+from .. import Allocator
 from ._blocks import find_blocks
 from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
 from ._sharded import ShardedModule
@@ -194,7 +195,8 @@ _GRADIENT_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: float = 600.0,
-          block_types: Tuple[type, ...] = (), **options: Any) -> ShardedModule:
+          block_types: Tuple[type, ...] = (), allocator: Optional[Allocator] = None,
+          **options: Any) -> ShardedModule:
     """Partitions ``model``'s parameters over the ranks of ``process_group``
     (default: the whole world) in fragctl's ZeRO-3 block manager.
 
@@ -219,13 +221,28 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
 
     CPU models run the manager on fragctl's sim backend in backed mode (set
     here for the call, unless FRAGCTL_BACKEND is set); CUDA models on the
-    backend of FRAGCTL_BACKEND (default: the first that finds a device).
+    backend of FRAGCTL_BACKEND (default: the first that finds a device), on
+    the model's device.
+
+    Memory: ``allocator`` (a ``fragctl.Allocator`` on the manager's backend
+    and device) is where the manager allocates everything, shards, gradient
+    slices and gathered blocks; it cannot be closed before the ShardedModule
+    is (``TooLateError``). Without it, while ``fragctl.torch.enable()`` is
+    active and the model is on a GPU, the manager allocates from PyTorch's
+    own allocator (``fragctl.default_allocator(device)``), so memory it frees
+    can hold tensors and the reverse; otherwise it makes two private
+    allocators of the environment's policy.
 
     Raises RuntimeError when torch.distributed is not initialized,
     ValueError for bad options, shared parameters, mixed dtypes, a block (with
     ``block_types``, a whole layer) with more trainable elements above the
-    persistence threshold than ``reduce_bucket_size``.
+    persistence threshold than ``reduce_bucket_size``; TypeError for an
+    ``allocator`` that is not a ``fragctl.Allocator``, ValueError for one on
+    another backend or device than the manager.
     """
+    if allocator is not None and not isinstance(allocator, Allocator):
+        raise TypeError("fragctl.torch.zero3.shard: allocator must be a fragctl.Allocator, got %s"
+                        % type(allocator).__name__)
     from . import _torch
     torch = _torch()
     import torch.distributed as dist
@@ -249,10 +266,13 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
         total = sum(p.numel() * p.element_size() for p in parameters)
         environment = {"FRAGCTL_BACKEND": "sim", "FRAGCTL_POLICY": "caching",
                        "FRAGCTL_CONF": "sim_backed:true,sim_capacity:%d" % max(8 * total, 256 << 20)}
+    elif first.device.type == "cuda" and first.device.index:  # the manager's backend on the model's device
+        conf = os.environ.get("FRAGCTL_CONF", "")
+        environment = {"FRAGCTL_CONF": (conf + "," if conf else "") + "device:%d" % first.device.index}
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
-        return ShardedModule(torch, model, group, text, int(timeout * 1000), tuple(block_types))
+        return ShardedModule(torch, model, group, text, int(timeout * 1000), tuple(block_types), allocator)
     finally:
         for k, v in saved.items():
             if v is None:
