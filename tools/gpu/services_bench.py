@@ -61,6 +61,7 @@ def parse_args(argv):
     p.add_argument("--no-enable", action="store_true",
                    help="zero3: also run fragctl without fragctl.torch.enable() (the manager's own allocators "
                         "beside PyTorch's native one)")
+    p.add_argument("--policy", default="arena", help="zero3: the policy fragctl.torch.enable() installs")
     p.add_argument("--port", type=int, default=29571, help="zero3: MASTER_PORT of the first variant's process")
     # Internal: zero3 runs each variant as this script with --variant, its row written to --row.
     p.add_argument("--variant", choices=["fsdp2", "fragctl", "fragctl-no-enable"], help=argparse.SUPPRESS)

@@ -62,7 +62,7 @@ def run(args, torch):
 def child_argv(args, key, row_path, port):
     """The command line of `key`'s child: this run's options, one variant."""
     argv = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "services_bench.py"), "zero3",
-            "--out", args.out, "--variant", key, "--row", row_path, "--port", str(port)]
+            "--out", args.out, "--variant", key, "--row", row_path, "--port", str(port), "--policy", args.policy]
     for name in ("device", "layers", "hidden", "heads", "intermediate", "vocab", "seq", "batch", "steps", "warmup",
                  "model"):
         argv += ["--" + name, str(getattr(args, name))]
@@ -103,7 +103,8 @@ def variant(args, torch):
     try:
         import fragctl.torch
         if key == "fragctl" and cuda:
-            fragctl.torch.enable()  # before any CUDA allocation: PyTorch allocates through fragctl
+            fragctl.torch.enable(args.policy)  # before any CUDA allocation: PyTorch allocates through fragctl
+            allocator = "%s (%s)" % (allocator, args.policy)
         elif key == "fragctl":
             allocator = "the manager's own two (CPU: enable() needs CUDA)"
         import torch.distributed as dist
