@@ -159,22 +159,24 @@ def fragctl_wrapper(model):
 
 
 def table(rows):
-    lines = ["| variant | tokens/s | peak device GiB (sampled) | live bound GiB | retries in steady steps | first loss "
-             "| last loss | gathered peak / max live |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| variant | tokens/s | peak device GiB (sampled) | live bound GiB | retries in steady steps "
+             "| fragctl memory calls per steady step | first loss | last loss | gathered peak / max live |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "missing" in r:
-            lines.append("| %s | not run: %s | | | | | | |" % (r["variant"], r["missing"]))
+            lines.append("| %s | not run: %s | | | | | | | |" % (r["variant"], r["missing"]))
         elif "value" in r:
-            lines.append("| %s | %.4g | | | | | | |" % (r["variant"], r["value"]))
+            lines.append("| %s | %.4g | | | | | | | |" % (r["variant"], r["value"]))
         else:
             z = r.get("zero3")
-            lines.append("| %s | %.0f | %.2f | %.2f | %d | %.4f | %.4f | %s |" % (
+            calls = r.get("memory_calls_steady")
+            lines.append("| %s | %.0f | %.2f | %.2f | %d | %s | %.4f | %.4f | %s |" % (
                 r["variant"], r["tokens_per_s"], r["peak_device_bytes"] / 2**30, r["peak_live_bound_bytes"] / 2**30,
-                r["retries_steady"], r["losses"][0], r["losses"][-1],
+                r["retries_steady"], "%.1f" % (calls / r["steady_steps"]) if calls is not None and r["steady_steps"]
+                else "-", r["losses"][0], r["losses"][-1],
                 "%.2f / %.2f GiB" % (z["gathered_bytes"]["peak"] / 2**30, z["budget"]["max_live_bytes"] / 2**30)
                 if z else "-"))
-    lines += ["", "Each variant ran in its own process; peak device memory is the device's used bytes sampled "
+    lines += ["", "Tokens/s leave out the time of the per-phase memory probes. Each variant ran in its own process; peak device memory is the device's used bytes sampled "
               "from outside, above what was in use before the process started (its CUDA context and NCCL "
               "included). Memory (GiB): PyTorch's allocated bytes before the model is built (should be 0), its "
               "peak allocated per phase of a step, its peak reserved, the optimizer state, the block manager's "
@@ -231,16 +233,22 @@ def train_steps(wrap, args, torch, data):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
+    probing = [0.0]  # seconds this step spent in phase_end's probes, left out of its time
+
     def phase_end(phase):
         nonlocal outside_peak
         if cuda:
+            began = time.perf_counter()
             phases[phase] = max(phases[phase], torch.cuda.max_memory_allocated())
             outside_peak = max(outside_peak, device_bytes_outside_torch(torch))
             torch.cuda.reset_peak_memory_stats()
+            probing[0] += time.perf_counter() - began
 
+    calls = []  # fragctl's backend memory calls after each step (enable() only)
     for batch in data:
         ids = batch.to(args.device)
         bench.synchronize(torch, args.device)
+        probing[0] = 0.0
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
         phase_end("forward")
@@ -250,10 +258,12 @@ def train_steps(wrap, args, torch, data):
         optimizer.zero_grad(set_to_none=True)
         phase_end("optimizer")
         bench.synchronize(torch, args.device)
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - start - probing[0])
         losses.append(loss.item())
         if cuda:
             retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+            if fragctl.torch.enabled() is not None:
+                calls.append(fragctl.stats()["backend_counters"])
     steady = times[args.warmup:] or times
     stats = model.stats() if hasattr(model, "stats") else None
     peak = max(phases.values())
@@ -266,7 +276,11 @@ def train_steps(wrap, args, torch, data):
     return {"losses": losses, "tokens_per_s": args.batch * args.seq / statistics.median(steady),
             "peak_live_bound_bytes": peak, "memory": memory, "manager_in_torch_pool": shared,
             "retries_steady": (retries[-1] - retries[args.warmup - 1]) if len(retries) > args.warmup else 0,
-            "zero3": stats}
+            "memory_calls_steady": (calls[-1]["memory_calls"] - calls[args.warmup - 1]["memory_calls"])
+            if len(calls) > args.warmup else None,
+            "backend_calls_steady": {k: v - calls[args.warmup - 1]["calls"].get(k, 0)
+                                     for k, v in calls[-1]["calls"].items()} if len(calls) > args.warmup else None,
+            "steady_steps": max(len(times) - args.warmup, 0), "zero3": stats}
 
 
 def device_bytes_outside_torch(torch):
