@@ -173,6 +173,12 @@ void block_manager::impl::comm_waits_for(stream_t stream) {
   backend.wait_event(comm_stream, scratch_event);
 }
 
+void block_manager::impl::waits_for_comm(stream_t stream) {
+  if (stream == comm_stream) return;
+  backend.record_event(scratch_event, comm_stream);
+  backend.wait_event(stream, scratch_event);
+}
+
 void block_manager::impl::refresh_views(std::size_t block) {
   const block_layout& l = layout.blocks[block];
   block_runtime& rt = blocks[block];
@@ -184,11 +190,12 @@ void block_manager::impl::refresh_views(std::size_t block) {
   }
 }
 
-void block_manager::impl::gather(std::size_t block, bool prefetch) {
+void block_manager::impl::gather(std::size_t block, bool prefetch, stream_t home) {
   const block_layout& l = layout.blocks[block];
   block_runtime& rt = blocks[block];
   const std::size_t charge = transient.allocation_size(l.gathered_bytes);
-  rt.buffer = transient.allocate(l.gathered_bytes, comm_stream);
+  rt.buffer = transient.allocate(l.gathered_bytes, home);
+  rt.home = home;
   rt.charged = charge;
   live += charge;
   peak = std::max(peak, live);
@@ -203,6 +210,7 @@ void block_manager::impl::gather(std::size_t block, bool prefetch) {
     parts[n++] = {shard + l.trainable.shard_bytes, base + l.frozen.gathered_offset, l.frozen.shard_bytes};
   }
   try {
+    comm_waits_for(home);  // the buffer may be memory `home` used until now
     comm.all_gather(std::span<const gather_part>(parts, n), comm_stream, tag(block));
     backend.record_event(rt.gathered, comm_stream);
   } catch (...) {
@@ -223,18 +231,18 @@ void block_manager::impl::gather(std::size_t block, bool prefetch) {
   }
 }
 
-void block_manager::impl::free_buffer(std::size_t block, stream_t consumer) noexcept {
+void block_manager::impl::free_buffer(std::size_t block, stream_t stream) noexcept {
   block_runtime& rt = blocks[block];
   if (rt.buffer == nullptr) return;
   try {
-    comm_waits_for(consumer);
+    if (stream != comm_stream) backend.wait_event(stream, rt.gathered);  // a no-op after its fetch on `stream`
   } catch (const std::exception& e) {
     // The device wait could not be queued (a broken stream): keep the buffer
-    // out of reuse rather than risk a gather overwriting data still read.
+    // out of reuse rather than risk reusing memory the all-gather still writes.
     logger().error("zero3: releasing {}: {}; its buffer is not reused", tag(block), e.what());
     return;
   }
-  transient.deallocate(rt.buffer, layout.blocks[block].gathered_bytes, comm_stream);
+  transient.deallocate(rt.buffer, layout.blocks[block].gathered_bytes, stream);
   rt.buffer = nullptr;
   live -= rt.charged;
   if (rt.prefetched) {
@@ -271,7 +279,7 @@ void block_manager::impl::make_room(std::size_t block, std::size_t charge) {
           "blocks in use ({}); release blocks earlier or raise max_live_bytes",
           comm.rank(), tag(block), charge, opts.max_live_bytes, live, held));
     }
-    free_buffer(victim, comm_stream);
+    free_buffer(victim, comm_stream);  // gathered ahead, never fetched: its last use is the all-gather
   }
 }
 
@@ -291,7 +299,7 @@ void block_manager::impl::follow_trace(std::size_t block) {
   recording = true;
 }
 
-void block_manager::impl::prefetch_ahead() {
+void block_manager::impl::prefetch_ahead(stream_t home) {
   if (!opts.prefetch || opts.prefetch_bytes == 0 || recording) return;
   for (std::size_t i = cursor; i < trace.size() && ahead < opts.prefetch_bytes; ++i) {
     const std::size_t b = trace[i];
@@ -301,7 +309,7 @@ void block_manager::impl::prefetch_ahead() {
       ++counters.prefetch_deferred;
       return;  // issued at a later call, once a release made room
     }
-    gather(b, true);
+    gather(b, true, home);
   }
 }
 
@@ -379,7 +387,7 @@ std::span<const view> block_manager::fetch(std::size_t block, stream_t stream) {
     if (rt.buffer == nullptr) {
       const std::size_t charge = m.transient.allocation_size(l.gathered_bytes);
       m.make_room(block, charge);
-      m.gather(block, false);
+      m.gather(block, false, stream);
     } else if (rt.prefetched) {
       ++m.counters.prefetch_hits;
       ++m.step_prefetch_hits;
@@ -392,7 +400,7 @@ std::span<const view> block_manager::fetch(std::size_t block, stream_t stream) {
     m.backend.wait_event(stream, rt.gathered);
   }
   ++rt.consumers;
-  m.prefetch_ahead();
+  m.prefetch_ahead(stream);
   return rt.views;
 }
 
@@ -406,7 +414,7 @@ void block_manager::release(std::size_t block, stream_t stream) {
                                        m.comm.rank(), m.tag(block)));
   }
   if (--rt.consumers == 0 && m.layout.blocks[block].gathered_bytes > 0) m.free_buffer(block, stream);
-  m.prefetch_ahead();
+  m.prefetch_ahead(stream);
 }
 
 block_state block_manager::state(std::size_t block) {

@@ -9,9 +9,10 @@
 // previous reduce-scatter before refilling it (the bucket's `reduced` event);
 // the communication stream waits for the filling stream before reducing; the
 // stream given to finish_gradients waits for the communication stream.
-// Slices are allocated and freed on the communication stream (after it waits
-// for the releasing stream), so a freed slice is reused by the next reduce
-// without a host wait.
+// Slices are allocated on the reducing stream (the communication stream then
+// waits for it) and freed on the releasing stream (after it waits for the
+// communication stream), so an allocator shared with that stream's other
+// users reuses them in stream order, without a host wait.
 #include <algorithm>
 
 #include "fmt/format.h"
@@ -68,9 +69,9 @@ void block_manager::reduce_gradients(std::size_t block, stream_t stream) {
   impl::bucket& bucket = m.buckets[static_cast<std::size_t>(rt.bucket)];
   const block_layout& l = m.layout.blocks[block];
   if (l.bucket_bytes > 0) {
+    void* slice = m.gradient_slice(block, stream);
     m.comm_waits_for(stream);
-    const scatter_part part{bucket.data, m.gradient_slice(block),
-                            l.gradient_shard_bytes / m.layout.gradient_element_bytes};
+    const scatter_part part{bucket.data, slice, l.gradient_shard_bytes / m.layout.gradient_element_bytes};
     m.comm.reduce_scatter(std::span<const scatter_part>(&part, 1), m.opts.gradient_type, m.comm_stream,
                           m.tag(block));
     m.backend.record_event(bucket.reduced, m.comm_stream);
@@ -83,11 +84,11 @@ void block_manager::reduce_gradients(std::size_t block, stream_t stream) {
   for (view& v : rt.gradient_views) v = {};
 }
 
-void* block_manager::impl::gradient_slice(std::size_t block) {
+void* block_manager::impl::gradient_slice(std::size_t block, stream_t stream) {
   block_runtime& rt = blocks[block];
   if (rt.gradient == nullptr) {
     const std::size_t bytes = layout.blocks[block].gradient_shard_bytes;
-    rt.gradient = persistent.allocate(bytes, comm_stream);
+    rt.gradient = persistent.allocate(bytes, stream);
     gradient_live += bytes;
     gradient_peak = std::max(gradient_peak, gradient_live);
   }
@@ -119,8 +120,8 @@ void block_manager::release_gradients(stream_t stream) {
   m.comm.check();
   m.check_no_bucket_held("release_gradients");
   if (m.gradient_live == 0) return;
-  m.comm_waits_for(stream);
-  m.free_gradient_slices(m.comm_stream);
+  m.waits_for_comm(stream);  // the reduces wrote the slices on the comm stream
+  m.free_gradient_slices(stream);
 }
 
 void block_manager::finish_gradients(stream_t stream) {

@@ -25,6 +25,7 @@ struct block_manager::impl {
 
   struct block_runtime {
     void* buffer = nullptr;     // gathered buffer, nullptr when not gathered
+    stream_t home = nullptr;    // the stream it was allocated on (its fetch's stream)
     std::size_t charged = 0;    // its allocation_size, counted against the budget
     int consumers = 0;
     bool prefetched = false;    // gathered ahead and not fetched yet
@@ -54,23 +55,35 @@ struct block_manager::impl {
   void check_block(std::size_t block, const char* call) const;
   [[nodiscard]] std::string tag(std::size_t block) const;
 
-  // Gradient slices (gradients.cpp): allocated at a block's first reduce,
-  // freed by release_gradients (and teardown) on the comm stream.
-  void* gradient_slice(std::size_t block);
-  /// Frees every held slice on `stream` (the comm stream, or nullptr once it is idle).
+  // Gradient slices (gradients.cpp): allocated at a block's first reduce on
+  // the reducing stream, freed by release_gradients on the releasing stream
+  // (and by teardown).
+  void* gradient_slice(std::size_t block, stream_t stream);
+  /// Frees every held slice on `stream`, which must be ordered after the
+  /// comm stream's reduces (or nullptr once the comm stream is idle).
   void free_gradient_slices(stream_t stream) noexcept;
   /// Throws invalid_argument naming `call` while a block holds a reduce bucket.
   void check_no_bucket_held(const char* call) const;
 
-  // Gather and free (block_manager.cpp).
-  void gather(std::size_t block, bool prefetch);
-  void free_buffer(std::size_t block, stream_t consumer) noexcept;
+  // Gather and free (block_manager.cpp). The manager allocates on the
+  // stream that uses the memory (the fetching stream, the reducing stream),
+  // not on its comm stream, and makes the comm stream wait for that stream
+  // before writing: an allocator shared with that stream's other users
+  // (PyTorch under fragctl.torch.enable) then reuses the manager's frees and
+  // the manager reuses theirs in stream order, with no cross-stream handover.
+  void gather(std::size_t block, bool prefetch, stream_t home);
+  /// Frees the gathered buffer on `stream`: the last consumer's, which waited
+  /// for the all-gather at fetch; or the comm stream, for a buffer gathered
+  /// ahead and never fetched.
+  void free_buffer(std::size_t block, stream_t stream) noexcept;
   void make_room(std::size_t block, std::size_t charge);
-  void prefetch_ahead();
+  void prefetch_ahead(stream_t home);
   void follow_trace(std::size_t block);
   void refresh_views(std::size_t block);
   /// Makes the comm stream wait for the work queued on `stream` so far.
   void comm_waits_for(stream_t stream);
+  /// Makes `stream` wait for the work queued on the comm stream so far.
+  void waits_for_comm(stream_t stream);
 
   options opts;
   communicator& comm;

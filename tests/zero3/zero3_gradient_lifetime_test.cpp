@@ -5,13 +5,14 @@
 // (the long-lived allocator's bytes during a forward drop by exactly the
 // slices'), each reduce allocates its block's slice and fills it with the
 // sum over ranks, and release_gradients is refused while a block holds a
-// reduce bucket; a reduce into a released slice waits for the stream given
-// to release_gradients; a reduce whose slice allocation fails keeps its
-// bucket.
+// reduce bucket; a reduce into a slice released on the same stream reuses it
+// and waits for that stream's earlier work, and one on another stream never
+// writes it early; a reduce whose slice allocation fails keeps its bucket.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -131,17 +132,21 @@ void complete_until_blocked(sim_backend& sim, std::initializer_list<stream_t> st
   }
 }
 
-// release_gradients(s) frees the slices stream-ordered after s: with sim work
-// completing only when told, a kernel on s still reading the slices (an
-// optimizer step) holds back the next backward's reduce-scatter into the
-// reused memory until s completes, even when that backward runs on another
-// stream.
-TEST(zero3_gradient_lifetime, reduce_into_a_released_slice_waits_for_the_releasing_stream) {
+// release_gradients(s) frees the slices on s (after s waits for the comm
+// stream): with sim work completing only when told, a kernel on s still
+// reading the slices (an optimizer step) holds back the next backward's
+// reduce-scatter into the reused memory until s completes; a backward on
+// another stream never writes them early.
+/// After a step on stream `optimizer`, a kernel left reading the gradient
+/// slices there, release_gradients(optimizer) and a backward on the same
+/// stream or another: returns (slices reused by that backward, whether its
+/// reduces completed while the kernel still ran).
+std::pair<std::size_t, bool> reduce_after_release(bool same_stream) {
   rank_env env(0, /*manual_completion=*/true);
   env.comm = make_thread_communicator(make_thread_group(1, 5s), 0, env.backend);
   block_manager m(small_model(2), small_options(), *env.comm, *env.persistent, *env.transient);
   const stream_t optimizer = env.backend.create_stream();
-  const stream_t next = env.backend.create_stream();
+  const stream_t next = same_stream ? optimizer : env.backend.create_stream();
   const stream_t comm = m.comm_stream();
   backward(m, optimizer);
   m.end_step(optimizer);
@@ -156,11 +161,14 @@ TEST(zero3_gradient_lifetime, reduce_into_a_released_slice_waits_for_the_releasi
   for (std::size_t b = 0; b < m.block_count(); ++b) {
     reused += slices[b] != nullptr && m.gradient_shard(b).data == slices[b];
   }
-  EXPECT_GT(reused, 0U);  // the reduces wrote into memory the release freed
   const event_t reduced = env.backend.create_event();
   env.backend.record_event(reduced, comm);
-  complete_until_blocked(env.backend, {next, comm});
-  EXPECT_FALSE(env.backend.query_event(reduced)) << "a reduce-scatter into a freed slice ran before the kernel";
+  if (same_stream) {
+    complete_until_blocked(env.backend, {comm});  // the kernel heads `optimizer`: leave it running
+  } else {
+    complete_until_blocked(env.backend, {next, comm});
+  }
+  const bool early = env.backend.query_event(reduced);
   env.backend.complete(optimizer);
   complete_until_blocked(env.backend, {next, comm});
   EXPECT_TRUE(env.backend.query_event(reduced));  // positive control: ordered, not stuck
@@ -168,8 +176,85 @@ TEST(zero3_gradient_lifetime, reduce_into_a_released_slice_waits_for_the_releasi
   m.end_step(next);
   env.backend.complete_all();
   env.backend.destroy_event(reduced);
-  env.backend.destroy_stream(next);
+  if (next != optimizer) env.backend.destroy_stream(next);
   env.backend.destroy_stream(optimizer);
+  return {reused, early};
+}
+
+TEST(zero3_gradient_lifetime, reduce_into_a_released_slice_waits_for_the_releasing_stream) {
+  // Released and reduced again on one stream (the training loop's): the
+  // slices are reused at once, and the reduce-scatters into them run only
+  // after the kernel that still read them.
+  const auto [reused, early] = reduce_after_release(/*same_stream=*/true);
+  EXPECT_GT(reused, 0U);
+  EXPECT_FALSE(early) << "a reduce-scatter into a freed slice ran before the kernel";
+}
+
+TEST(zero3_gradient_lifetime, a_slice_released_on_one_stream_is_not_written_by_another_streams_reduce_early) {
+  // Reduced on another stream: whatever the allocator hands over, no
+  // reduce-scatter writes a slice the kernel still reads.
+  const auto [reused, early] = reduce_after_release(/*same_stream=*/false);
+  EXPECT_TRUE(reused == 0 || !early) << reused << " slices reused, and a reduce-scatter ran before the kernel";
+}
+
+/// Forwards to an upstream allocator and counts the calls made on streams
+/// other than `expected`.
+class stream_check final : public device_allocator {
+ public:
+  stream_check(device_allocator& upstream, stream_t expected) : upstream_(upstream), expected_(expected) {}
+  int others = 0;  // allocations and frees on another stream
+  int calls = 0;
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override {
+    count(stream);
+    return upstream_.allocate(bytes, stream);
+  }
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override {
+    count(stream);
+    return upstream_.try_deallocate(ptr, bytes, stream);
+  }
+  void count(stream_t stream) noexcept {
+    ++calls;
+    others += stream != expected_;
+  }
+  std::size_t do_allocation_size(std::size_t bytes) const noexcept override { return upstream_.allocation_size(bytes); }
+  pool_state do_state() const override { return upstream_.state(); }
+  void do_release_cached() override { upstream_.release_cached(); }
+  device_backend& do_backend() const noexcept override { return upstream_.backend(); }
+  std::string_view do_name() const noexcept override { return "stream_check"; }
+
+  device_allocator& upstream_;
+  stream_t expected_;
+};
+
+TEST(zero3_gradient_lifetime, gathered_blocks_and_slices_come_from_the_stream_that_uses_them) {
+  // Regression (issue 20, one pool under fragctl.torch.enable): the manager
+  // allocated and freed on its comm stream, so PyTorch's stream could take
+  // that memory only once the host saw the frees complete, and the arena
+  // re-stitched physical memory every step (289 driver calls per step).
+  rank_env env(0);
+  env.comm = make_thread_communicator(make_thread_group(1, 5s), 0, env.backend);
+  const stream_t s = env.backend.create_stream();
+  {
+    stream_check transient(*env.transient, s);
+    stream_check persistent(*env.persistent, s);
+    options o = small_options();
+    o.prefetch = false;  // a block gathered ahead and never fetched is freed on the comm stream
+    block_manager m(small_model(3), o, *env.comm, persistent, transient);
+    const int long_lived = persistent.calls;  // shards and buckets, on no stream
+    for (int step = 0; step < 2; ++step) {
+      (void)forward(m, s);
+      backward(m, s);
+      m.end_step(s);
+      m.release_gradients(s);
+    }
+    EXPECT_GT(transient.calls, 0);
+    EXPECT_EQ(transient.others, 0) << "gathered blocks allocated or freed off the fetching stream";
+    EXPECT_GT(persistent.calls, long_lived);
+    EXPECT_EQ(persistent.others, long_lived) << "gradient slices allocated or freed off the reducing stream";
+  }
+  env.backend.destroy_stream(s);
 }
 
 TEST(zero3_gradient_lifetime, release_while_a_block_holds_a_reduce_bucket_is_refused) {
