@@ -120,15 +120,16 @@ class GradientFlow:
                     b.partial[i] = None
                     self._deliver(b, i, partial)
             b.uses = [0] * len(b.params)
-            b.reduced = False
             if b.bucket is not None:  # a trainable parameter got no gradient this step
                 for i, (p, t) in enumerate(zip(b.params, b.trainable)):
-                    if t and i not in b.received:
+                    # (a persistent parameter's view holds its earlier reduce's gradient then: kept)
+                    if t and i not in b.received and not (b.reduced and b.persistent[i]):
                         self._typed(b.bucket[i], b.shapes[i], p.dtype).zero_()
                 self._reduce(b)
             if b.backward_held:
                 b.backward_held = False
                 self._release(b)
+            b.reduced = False  # after the reduce above, which may be this backward's second of `b`
 
     def _abandon_backward(self) -> None:
         """Before a forward, after a backward that raised (its end callback
