@@ -41,6 +41,39 @@ class TwiceApplied(torch.nn.Module if torch is not None else object):
         return self.last(gelu(self.shared(gelu(self.shared(gelu(self.first(x)))))))
 
 
+class Gate(torch.nn.Module if torch is not None else object):
+    """One block whose forward uses its parameter `b` only when asked: w is
+    partitioned, a and b (64 elements) are persistent."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64) / 8)
+        self.a = torch.nn.Parameter(torch.randn(64))
+        self.b = torch.nn.Parameter(torch.randn(64))
+
+    def forward(self, h, both):
+        out = (h @ self.w) * self.a
+        return out + h * self.b if both else out
+
+
+class Gated(torch.nn.Module if torch is not None else object):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(16, 64)
+        self.gate = Gate()
+        self.last = torch.nn.Linear(64, 4)
+
+    def forward(self, x, both=True):
+        return self.last(self.gate(torch.nn.functional.gelu(self.first(x)), both))
+
+
+def gated_steps(model, step, parts):
+    """One step's loss of the "partial recompute" mode: the first part
+    without the gate's `b`, the second with it."""
+    first, second = parts
+    return step(model, first, False).square().mean() + step(model, second, True).square().mean()
+
+
 class RaisesInForward(torch.nn.Module if torch is not None else object):
     """Owns a weight (a block) and raises after using it while `fail` is set."""
 
@@ -62,6 +95,8 @@ def make_model(kind="mlp"):
         return RaisesInForward()
     if kind == "twice":
         return TwiceApplied()
+    if kind == "gated":
+        return Gated()
     if kind == "transformer":  # nn.MultiheadAttention reads out_proj.weight outside out_proj's forward
         return torch.nn.Sequential(torch.nn.Linear(16, 32),
                                    torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
@@ -205,6 +240,12 @@ def worker(rank, world, directory, mode, kind="mlp"):
                     if mode == "accumulate":  # two micro-batches, one step
                         for part in x.chunk(world)[rank].chunk(2):
                             sharded(part).square().mean().backward()
+                    elif mode == "recompute_partial":  # the recomputed forward leaves the gate's b without gradient
+                        from torch.utils.checkpoint import checkpoint
+                        parts = x.chunk(world)[rank].chunk(2)
+                        gated_steps(sharded, lambda m, part, both: checkpoint(m, part.requires_grad_(), both,
+                                                                               use_reentrant=True)
+                                    if not both else m(part, both), parts).backward()
                     elif mode == "recompute":  # two micro-batches in one backward, the first recomputed in it
                         from torch.utils.checkpoint import checkpoint
                         first, second = x.chunk(world)[rank].chunk(2)
@@ -449,6 +490,22 @@ class Zero3ShardTest(unittest.TestCase):
         expected = reference_state(world=2, micro_batches=2)
         for r in results:
             self.assert_rank_state(r, expected)
+
+    def test_a_second_reduce_at_the_end_of_backward_keeps_the_first(self):
+        # Regression (review of the above): when the recomputed forward left a
+        # parameter of a block reduced before without gradient, the block's
+        # second reduce ran at the end of backward, which had forgotten the
+        # first (overwriting the slice) and zeroed the persistent b's gradient.
+        results = run_ranks(2, "recompute_partial", kind="gated")
+        model = make_model("gated")
+        opt = optimizer(model.parameters())
+        for x in make_data("gated"):
+            for rows in x.chunk(2):
+                (gated_steps(model, lambda m, part, both: m(part, both), rows.chunk(2)) / 2).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        for r in results:
+            self.assert_rank_state(r, model.state_dict())
 
     def test_an_exception_in_forward_releases_the_blocks_it_held(self):
         # Regression (review): the block stayed held and the hooks installed.
