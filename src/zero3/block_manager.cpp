@@ -195,7 +195,6 @@ void block_manager::impl::gather(std::size_t block, bool prefetch, stream_t home
   block_runtime& rt = blocks[block];
   const std::size_t charge = transient.allocation_size(l.gathered_bytes);
   rt.buffer = transient.allocate(l.gathered_bytes, home);
-  rt.home = home;
   rt.charged = charge;
   live += charge;
   peak = std::max(peak, live);

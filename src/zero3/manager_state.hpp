@@ -25,7 +25,6 @@ struct block_manager::impl {
 
   struct block_runtime {
     void* buffer = nullptr;     // gathered buffer, nullptr when not gathered
-    stream_t home = nullptr;    // the stream it was allocated on (its fetch's stream)
     std::size_t charged = 0;    // its allocation_size, counted against the budget
     int consumers = 0;
     bool prefetched = false;    // gathered ahead and not fetched yet
