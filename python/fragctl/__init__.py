@@ -118,13 +118,6 @@ class Allocator:
         finally:
             self._calls.pop(token, None)
 
-    def _live(self) -> ctypes.c_void_p:
-        """The handle, for a caller that keeps the allocator from closing
-        by other means (a checkpoint store or manager registered on it)."""
-        if self._closing or not self._handle:
-            raise FragctlError("fragctl.Allocator: the allocator is closed", "FRAGCTL_ERROR_INVALID_ARGUMENT")
-        return self._handle
-
     @property
     def policy(self) -> str:
         """The policy expression built, defaults filled in ("buckets:arena")."""

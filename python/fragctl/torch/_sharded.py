@@ -95,18 +95,27 @@ class ShardedModule(GradientFlow):
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
         self._blocks = find_blocks(module, block_types)
+        self._shards: List[List[Any]] = []
+        self._hooks: List[Any] = []
+        self.allocator: Optional[Allocator] = None
+        chosen = shared_allocator(torch, self.device, allocator)
+        # Parameters are read and written as tensors on self.device, so the
+        # manager's memory must be of that kind (issue 27 H4: a sim
+        # allocator without memory behind its addresses crashed the ranks).
+        if chosen is not None:
+            _interop.require_memory(chosen.memory_kind, self.device, "fragctl.torch.zero3.shard")
+        else:
+            _interop.require_memory(_capi.environment_memory_kind(), self.device, "fragctl.torch.zero3.shard",
+                                    environment=True)
         handle = ctypes.c_void_p()
         self._check(self._lib.fragctl_zero3_create_with_collectives(
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
             ctypes.byref(handle)))
         self._z = handle
-        self._shards: List[List[Any]] = []
-        self._hooks: List[Any] = []
-        self.allocator: Optional[Allocator] = None
         try:
-            self.allocator = shared_allocator(torch, self.device, allocator)
-            if self.allocator is not None:
-                self._check(self._lib.fragctl_zero3_use_allocator(self._z, self.allocator._live()))
+            self.allocator = chosen
+            if chosen is not None:
+                self._check(chosen._call(lambda h: self._lib.fragctl_zero3_use_allocator(self._z, h)))
             self._set_up(torch, module)
         except BaseException:
             self.close()  # the manager must not outlive a failed shard()

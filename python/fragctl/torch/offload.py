@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
-from ._interop import backward_running, current_stream, wrap
+from ._interop import backward_running, current_stream, require_memory, wrap
 
 Size = Union[int, str]
 
@@ -189,6 +189,11 @@ class offload_activations:
         if backend is not None and backend not in ("cuda", "hip", "sim"):
             raise ValueError("fragctl.torch.offload_activations: backend=%r: expected 'cuda', 'hip', 'sim' or None"
                              % (backend,))
+        if device is not None:
+            device = _capi.device(device)
+        if allocator is not None and not isinstance(allocator, Allocator):
+            raise TypeError("fragctl.torch.offload_activations: allocator must be a fragctl.Allocator, got %s"
+                            % type(allocator).__name__)
         self.evict_ahead = evict_ahead
         self.keep_backward_saves = keep_backward_saves
         self.cpu_checkpointing = cpu_checkpointing
@@ -197,6 +202,14 @@ class offload_activations:
         self._requested_backend = backend
         self._requested_device = device
         self._allocator = allocator
+        # The store's tensors live in the allocator's blocks, so its memory
+        # decides their device, and memory that none can live in is refused
+        # (issue 27 H4: a sim allocator without memory behind its addresses
+        # crashed the process).
+        self._allocator_kind = allocator.memory_kind if allocator is not None else None
+        if allocator is not None:
+            require_memory(self._allocator_kind, self._torch.device("cpu" if self._backend() == "sim" else "cuda"),
+                           "fragctl.torch.offload_activations")
         self._own_allocator = None  # an Allocator this object created
         self._store = None  # ctypes.c_void_p
         self._device = None  # the torch.device whose tensors move
@@ -216,17 +229,25 @@ class offload_activations:
 
     # --- the store --------------------------------------------------------
 
+    def _backend(self) -> str:
+        """The backend whose memory the store uses: ``backend`` if given;
+        else the given allocator's ("sim" for host memory); else "cuda" (or
+        "hip" on ROCm torch) where a GPU is available, else "sim"."""
+        torch = self._torch
+        if self._requested_backend is not None:
+            return self._requested_backend
+        if self._allocator_kind == "host":
+            return "sim"
+        if self._allocator_kind == "device" or torch.cuda.is_available():
+            return "hip" if getattr(torch.version, "hip", None) else "cuda"
+        return "sim"
+
     def _resolve(self) -> Tuple[str, Any]:
         """(backend, torch.device whose tensors move) as _open will choose
         them; the device always carries its index ("cuda:0", never "cuda"),
         the form a tensor's ``.device`` has."""
         torch = self._torch
-        backend = self._requested_backend
-        if backend is None:
-            if torch.cuda.is_available():
-                backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
-            else:
-                backend = "sim"
+        backend = self._backend()
         if backend == "sim":
             return backend, torch.device("cpu")
         index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
@@ -248,9 +269,8 @@ class offload_activations:
                 allocator = self._own_allocator
         handle = ctypes.c_void_p()
         try:
-            _capi.check(_capi.library().fragctl_checkpoint_create(allocator._live(), self.budget,
-                                                                  self.prefetch_depth, int(self.evict_ahead),
-                                                                  ctypes.byref(handle)))
+            _capi.check(allocator._call(_capi.library().fragctl_checkpoint_create, self.budget,
+                                        self.prefetch_depth, int(self.evict_ahead), ctypes.byref(handle)))
         except BaseException:
             if self._own_allocator is not None:  # no store: the private allocator goes too
                 self._own_allocator.close()

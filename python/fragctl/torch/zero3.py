@@ -233,12 +233,21 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     can hold tensors and the reverse; otherwise it makes two private
     allocators of the environment's policy.
 
+    The manager's memory must be what the parameters can live in: host
+    memory for a CPU model (sim in backed mode), GPU memory for a CUDA one.
+    An ``allocator`` of another kind, or ``FRAGCTL_BACKEND=sim`` without
+    ``sim_backed:true`` in ``FRAGCTL_CONF`` for the manager's own (addresses
+    without memory: every rank died of SIGSEGV, issue 27), raises
+    fragctl.ConfigurationError saying what to pass, before anything is
+    written.
+
     Raises RuntimeError when torch.distributed is not initialized,
     ValueError for bad options, shared parameters, mixed dtypes, a block (with
     ``block_types``, a whole layer) with more trainable elements above the
     persistence threshold than ``reduce_bucket_size``; TypeError for an
     ``allocator`` that is not a ``fragctl.Allocator``, ValueError for one on
-    another backend or device than the manager.
+    another backend or device than the manager, fragctl.ConfigurationError
+    (a ValueError) for memory the parameters cannot live in.
     """
     if allocator is not None and not isinstance(allocator, Allocator):
         raise TypeError("fragctl.torch.zero3.shard: allocator must be a fragctl.Allocator, got %s"
