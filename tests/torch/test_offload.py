@@ -262,7 +262,7 @@ class OffloadTest(unittest.TestCase):
         offload = fragctl.torch.offload_activations(budget="1MiB", cpu_checkpointing=False, backend="sim")
         self.assert_same(gradients(model, x), gradients(model, x, offload))
         self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "tensors_kept_in_backward": 0,
-                                           "tensors_shared": 0, "saved_alive": 0,
+                                           "tensors_shared": 0, "tensors_spilled": 0, "saved_alive": 0,
                                            "tensors_to_host_direct": 0, "bytes_to_host_direct": 0})
 
     def test_bad_arguments_raise(self):
@@ -438,6 +438,33 @@ class OffloadTest(unittest.TestCase):
         with self.assertRaisesRegex(fragctl.ConfigurationError, "set FRAGCTL_BACKEND to cuda or hip"):
             require_memory("none", torch.device("cuda", 0), "who", environment=True)
 
+    def test_a_backward_with_retain_graph_runs_twice_on_a_budget_of_the_largest_save(self):
+        # Regression (issue 27): the store keeps a checkpoint it handed out
+        # in the region until autograd frees the saved tensor, which
+        # retain_graph=True postpones, so the second backward could not bring
+        # one back from the host: OutOfMemoryError with a 512 KiB budget and
+        # 512 KiB saves.
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        model.zero_grad(set_to_none=True)
+        offload = fragctl.torch.offload_activations(budget="512KiB", min_bytes="64KiB", backend="sim")
+        with offload:
+            loss = model(x).square().mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        self.assert_same([2 * e for e in expected], [p.grad for p in model.parameters()])
+        s = offload.stats()
+        self.assertGreater(s["tensors_spilled"], 0)
+        self.assertLessEqual(s["device_bytes"]["peak"], 512 * KiB)
+        del loss
+        gc.collect()
+        self.assertEqual(offload.stats()["saved_alive"], 0)
+        # The control: without retain_graph nothing stays pinned, nothing is spilled.
+        offload2 = fragctl.torch.offload_activations(budget="512KiB", min_bytes="64KiB", backend="sim")
+        self.assert_same(expected, gradients(model, x, offload2))
+        self.assertEqual(offload2.stats()["tensors_spilled"], 0)
+        offload.close()
+        offload2.close()
 
 
 if __name__ == "__main__":
