@@ -217,6 +217,15 @@ def worker(rank, world, directory, mode, kind="mlp"):
         elif mode == "close":
             sharded.close()
             out["after_close"] = [p.numel() for p in sharded.parameters()]
+            out["used_after_close"] = []
+            for use in (lambda: sharded(torch.ones(2, 16)), sharded.stats, sharded.full_state_dict,
+                        lambda: sharded.load_full_state_dict(initial)):
+                try:
+                    use()
+                    out["used_after_close"].append(None)
+                except Exception as e:  # noqa: BLE001 (reported to the test)
+                    out["used_after_close"].append((type(e).__name__, str(e)))
+            sharded.close()  # again: nothing
         elif mode == "load_dtype":
             sharded.load_full_state_dict(initial)
             out["reloaded"] = sharded.full_state_dict()
@@ -532,6 +541,13 @@ class Zero3ShardTest(unittest.TestCase):
         for r in run_ranks(2, "close"):
             self.assertNotIn("error", r, r.get("error"))
             self.assertEqual(r["after_close"], [])
+            # Regression (issue 27): calling the module after close() gave
+            # torch's raw matrix shape error; each use names the closed module.
+            self.assertEqual(len(r["used_after_close"]), 4)
+            for used in r["used_after_close"]:
+                self.assertIsNotNone(used)
+                self.assertEqual(used[0], "Zero3Error", used)
+                self.assertIn("the ShardedModule is closed", used[1])
 
     def test_a_sim_allocator_without_memory_is_refused_naming_the_option(self):
         # Regression (issue 27 H4): shard() wrote the parameters through the

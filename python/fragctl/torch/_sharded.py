@@ -305,7 +305,16 @@ class ShardedModule(GradientFlow):
 
     # --- the module's surface -------------------------------------------------------
 
+    def _require_open(self) -> None:
+        """Raises Zero3Error once close() has run: the parameters are empty
+        then, and the module would fail on them with a shape error."""
+        if not getattr(self, "_z", None):
+            raise _errors.Zero3Error("fragctl.torch.zero3: the ShardedModule is closed: its parameters went with its "
+                                     "manager; shard the model again (load a full_state_dict() saved before close)",
+                                     _interop.ZERO3_ERROR)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._require_open()
         try:
             return self.module(*args, **kwargs)
         except BaseException:
@@ -330,6 +339,7 @@ class ShardedModule(GradientFlow):
     def full_state_dict(self) -> Dict[str, Any]:
         """The whole (unsharded) parameters by name, as CPU tensors. A
         collective: every rank must call it."""
+        self._require_open()
         self._end_open_step()
         out = {}
         for b in self._blocks:
@@ -348,6 +358,7 @@ class ShardedModule(GradientFlow):
         """Loads whole parameter values by name (every parameter must be there)
         into this rank's shards, converted to each parameter's dtype (an fp32
         state dict into a bf16 model). Every rank calls it with the same values."""
+        self._require_open()
         self._end_open_step()
         values = []
         for b in self._blocks:
@@ -373,6 +384,7 @@ class ShardedModule(GradientFlow):
 
     def stats(self) -> Dict[str, Any]:
         """The manager's statistics (docs/zero3.md, "Statistics")."""
+        self._require_open()
         n = self._lib.fragctl_zero3_stats_json(self._z, None, 0)
         buffer = ctypes.create_string_buffer(n + 1)
         self._lib.fragctl_zero3_stats_json(self._z, buffer, n + 1)
@@ -380,7 +392,9 @@ class ShardedModule(GradientFlow):
 
     def close(self) -> None:
         """Frees the manager; the module keeps empty parameters and
-        ``parameters()`` is empty (the shards were the manager's memory)."""
+        ``parameters()`` is empty (the shards were the manager's memory).
+        Calling the module, ``stats()`` or a state-dict method afterwards
+        raises Zero3Error. Closing again does nothing."""
         for h in getattr(self, "_hooks", ()):
             h.remove()
         self._hooks = []
