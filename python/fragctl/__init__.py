@@ -215,6 +215,22 @@ def _destroy_dropped(handle: int) -> None:
         pass
 
 
+def _hooks_at_import() -> None:
+    """Loads libfragctl now when the environment may ask for outputs
+    (FRAGCTL_REPORT, FRAGCTL_PROMETHEUS, FRAGCTL_TRACE, or FRAGCTL_CONF's
+    report, prometheus and trace keys): the library then installs its process
+    hooks as it loads (it decides from the same variables), so SIGUSR1 or
+    SIGTERM sent before the first allocator is handled, not fatal (issue 27;
+    docs/reliability.md, "Process lifecycle"). A library that cannot be
+    loaded is reported at first use, as without these variables."""
+    import os
+    if any(os.environ.get(name) for name in ("FRAGCTL_REPORT", "FRAGCTL_PROMETHEUS", "FRAGCTL_TRACE", "FRAGCTL_CONF")):
+        try:
+            library()
+        except FragctlError:
+            pass
+
+
 def configure(policy: Optional[str] = None, backend: Optional[str] = None, **options: OptionValue) -> None:
     """Sets how the process-default allocators (one per device, used by
     fragctl.torch and the LD_PRELOAD library) are built: the environment's
@@ -272,3 +288,6 @@ def report(path: str) -> str:
     used) to ``path`` (docs/statistics.md, "The report file"); returns ``path``."""
     _capi.check(library().fragctl_write_default_report(_capi.text(path, "path")))
     return path
+
+
+_hooks_at_import()

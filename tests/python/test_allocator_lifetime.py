@@ -162,5 +162,44 @@ class AllocatorLifetimeTest(unittest.TestCase):
             self.assertEqual(a.memory_kind, "host")
 
 
+# Sends itself SIGUSR1 right after `import fragctl`, before any allocator,
+# then prints "alive".
+SIGUSR1_AFTER_IMPORT = """
+    import os, signal, time, fragctl
+    os.kill(os.getpid(), signal.SIGUSR1)
+    time.sleep(0.2)
+    print("alive")
+"""
+
+
+class ImportTest(unittest.TestCase):
+    def test_sigusr1_after_import_is_harmless_when_outputs_are_asked_for(self):
+        # Regression (issue 27): the library installs its SIGUSR1 handler as
+        # it loads when FRAGCTL_REPORT (or _PROMETHEUS, _TRACE, FRAGCTL_CONF's
+        # keys) asks for outputs, but `import fragctl` did not load it, so the
+        # signal's default action ended the process.
+        directory = tempfile.mkdtemp(prefix="fragctl-sigusr1-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        for variable in ("FRAGCTL_REPORT", "FRAGCTL_TRACE", "FRAGCTL_CONF"):
+            value = os.path.join(directory, "out") if variable != "FRAGCTL_CONF" else \
+                "report:" + os.path.join(directory, "conf.json")
+            self.assertEqual(run_child(SIGUSR1_AFTER_IMPORT, **{variable: value}).strip(), "alive", variable)
+        # The control: a process that asks for no output keeps SIGUSR1's
+        # default action, as without fragctl (nothing to report).
+        environment = {name: "" for name in ("FRAGCTL_REPORT", "FRAGCTL_PROMETHEUS", "FRAGCTL_TRACE", "FRAGCTL_CONF")}
+        with self.assertRaisesRegex(AssertionError, r"child failed \(-10\)"):
+            run_child(SIGUSR1_AFTER_IMPORT, **environment)
+
+    def test_an_unloadable_library_still_fails_at_first_use_not_at_import(self):
+        out = run_child("""
+            import fragctl
+            try:
+                fragctl.version()
+            except fragctl.LibraryNotFoundError:
+                print("not found at first use")
+        """, FRAGCTL_LIBRARY="/nonexistent/libfragctl.so", FRAGCTL_REPORT="/nonexistent/report.json")
+        self.assertEqual(out.strip(), "not found at first use")
+
+
 if __name__ == "__main__":
     unittest.main()
