@@ -109,6 +109,29 @@ FRAGCTL_API fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr,
  * at free time (one event per stream is recorded when someone asks). */
 FRAGCTL_API fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream);
 
+/** What the addresses an allocator hands out refer to. Values are stable
+ * (part of the ABI). */
+typedef enum fragctl_memory_kind {
+  FRAGCTL_MEMORY_NONE = 0,  /**< nothing: the sim backend in accounting mode (sim_backed:false, its default)
+                                 hands out addresses without memory; never read or write through them */
+  FRAGCTL_MEMORY_HOST = 1,  /**< host memory the CPU reads and writes: the sim backend with sim_backed:true */
+  FRAGCTL_MEMORY_DEVICE = 2 /**< GPU memory (cuda, hip): for the device's kernels and copies, not the CPU */
+} fragctl_memory_kind;
+
+/** Sets *kind to what `allocator`'s blocks are: whether a CPU tensor, a GPU
+ * tensor or nothing may live in them (fragctl.torch refuses an allocator
+ * whose memory its tensors cannot use). INVALID_ARGUMENT for a NULL
+ * argument. */
+FRAGCTL_API fragctl_status fragctl_memory_kind_of(fragctl_allocator* allocator, fragctl_memory_kind* kind);
+
+/** Sets *kind to what the blocks of an allocator built from the environment
+ * (FRAGCTL_BACKEND, FRAGCTL_CONF, as fragctl_create_from_environment and the
+ * ZeRO-3 manager build theirs) would be. Builds the backend (so "auto" finds
+ * its device) and no policy: nothing is allocated, no report or trace is
+ * opened. INVALID_ARGUMENT for a bad environment, BACKEND when the backend
+ * cannot be opened. */
+FRAGCTL_API fragctl_status fragctl_environment_memory_kind(fragctl_memory_kind* kind);
+
 /** Returns every wholly free cached block to the device. */
 FRAGCTL_API fragctl_status fragctl_release_cached(fragctl_allocator* allocator);
 

@@ -28,6 +28,9 @@ _library_path = None
 OK = 0
 INVALID_ARGUMENT, OUT_OF_MEMORY, BACKEND, NOT_OWNED, SIZE_MISMATCH, IO, STATE, INTERNAL = range(1, 9)
 
+# fragctl_memory_kind values (stable, part of the ABI) by the names Python uses.
+_MEMORY_KINDS = {0: "none", 1: "host", 2: "device"}
+
 
 class FragctlError(RuntimeError):
     """A fragctl call failed. ``status`` is the fragctl_status name."""
@@ -107,6 +110,8 @@ def _declare(lib):
         "fragctl_malloc": (status, [p, c.POINTER(p), c.c_size_t, p]),
         "fragctl_free": (status, [p, p, c.c_size_t, p]),
         "fragctl_release_cached": (status, [p]),
+        "fragctl_memory_kind_of": (status, [p, c.POINTER(c.c_int)]),
+        "fragctl_environment_memory_kind": (status, [c.POINTER(c.c_int)]),
         "fragctl_policy": (char_p, [p]),
         "fragctl_stats_json": (status, [p, c.POINTER(p)]),
         "fragctl_string_free": (None, [p]),
@@ -277,6 +282,20 @@ def status_name(status_code):
     """The fragctl_status name of a code ("FRAGCTL_ERROR_OUT_OF_MEMORY"), as
     the library spells it; "FRAGCTL_ERROR_UNKNOWN" for a code it lacks."""
     return library().fragctl_status_string(status_code).decode()
+
+
+def memory_kind_name(kind):
+    """A fragctl_memory_kind value as Allocator.memory_kind names it: "none", "host" or "device"."""
+    return _MEMORY_KINDS.get(kind, "unknown (%d)" % kind)
+
+
+def environment_memory_kind():
+    """What the blocks of an allocator built from FRAGCTL_BACKEND and
+    FRAGCTL_CONF would be ("none", "host" or "device"), as the ZeRO-3
+    manager builds its own; opens the backend, allocates nothing."""
+    kind = ctypes.c_int()
+    check(library().fragctl_environment_memory_kind(ctypes.byref(kind)))
+    return memory_kind_name(kind.value)
 
 
 def take_string(pointer):

@@ -344,6 +344,25 @@ class machine {
     fail(fmt::format("unknown opcode 0x{:02x}", code));
   }
 
+  // What converted values take on the heap, at most, so that the limit
+  // bounds real memory (issue 27: a 1 KB pickle peaked at 231 MiB when each
+  // value counted 16 bytes). nlohmann's json keeps a string, array or object
+  // behind a pointer; malloc adds up to 16 bytes to a block; a std::string
+  // holds up to short_capacity characters in place; an array doubles, and
+  // while it grows holds its old and its new elements (3 slots per element);
+  // an object entry is a tree node (colour and three links) holding the key
+  // and the value.
+  static constexpr std::size_t block_overhead = 16;
+  static constexpr std::size_t string_bytes = sizeof(json::string_t) + block_overhead;
+  static constexpr std::size_t array_bytes = sizeof(json::array_t) + block_overhead;
+  static constexpr std::size_t element_bytes = 3 * sizeof(json);
+  static constexpr std::size_t object_bytes = sizeof(json::object_t) + block_overhead;
+  static constexpr std::size_t entry_bytes = sizeof(json::object_t::value_type) + 4 * sizeof(void*) + block_overhead;
+  static std::size_t text_bytes(std::size_t length) {
+    static const std::size_t short_capacity = std::string().capacity();
+    return length <= short_capacity ? 0 : length + 1 + block_overhead;
+  }
+
   void spend(std::size_t bytes) {
     spent_ += bytes;
     if (spent_ > limit_)
@@ -375,7 +394,6 @@ class machine {
   // `depth`: how many containers enclose node `id`.
   void convert(std::uint32_t id, std::size_t depth, json& out) {
     const node& n = nodes_[id];
-    spend(16);
     switch (n.k) {
       case kind::none:
         out = nullptr;
@@ -393,7 +411,7 @@ class machine {
         out = std::bit_cast<double>(n.value);
         return;
       case kind::text:
-        spend(n.aux), out = std::string(text_of(n));
+        spend(string_bytes + text_bytes(n.aux)), out = std::string(text_of(n));
         return;
       default:
         break;
@@ -402,15 +420,20 @@ class machine {
       fail_result(fmt::format("containers nest deeper than {} (or refer to themselves)", options_->max_depth));
     const std::vector<std::uint32_t>& items = items_[n.aux];
     if (n.k != kind::dict) {
+      spend(array_bytes);
       out = json::array();
-      for (const std::uint32_t child : items) convert(child, depth + 1, out.emplace_back());
+      for (const std::uint32_t child : items) {
+        spend(element_bytes);
+        convert(child, depth + 1, out.emplace_back());
+      }
       return;
     }
+    spend(object_bytes);
     out = json::object();
     for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
       std::string key = key_of(items[i]);
       if (options_->keep && !options_->keep(depth + 1, key)) continue;
-      spend(key.size());
+      spend(entry_bytes + text_bytes(key.size()));
       json& slot = out[std::move(key)];
       slot = nullptr;
       convert(items[i + 1], depth + 1, slot);

@@ -13,7 +13,10 @@
 // then turned into JSON the way json.dump would write it (tuples as lists,
 // int, bool and None dict keys as strings); shared nodes are copied there, so
 // that step is where the depth limit (which also stops cycles) and the size
-// limit (which stops exponential sharing) apply.
+// limit (which stops exponential sharing) apply. The size limit counts the
+// heap the JSON takes, so the reader's memory is the limit plus its tables
+// (up to about 60 bytes per byte of input, for the most degenerate
+// pickles measured).
 #pragma once
 
 #include <cstddef>
@@ -33,8 +36,9 @@ using pickle_key_filter = std::function<bool(std::size_t depth, std::string_view
 struct pickle_options {
   /// Deepest nesting of containers accepted (a cycle counts as too deep).
   std::size_t max_depth = 256;
-  /// Largest result accepted, counted as 16 bytes per value plus the bytes
-  /// of its strings; 0: 16 times the input size plus 64 MiB.
+  /// Largest result accepted, counted as the heap the JSON takes (each
+  /// string, array, object and entry at its size in nlohmann's json, plus
+  /// malloc's overhead); 0: 16 times the input size plus 64 MiB.
   std::size_t max_output_bytes = 0;
   /// Entries to keep; empty keeps everything.
   pickle_key_filter keep;

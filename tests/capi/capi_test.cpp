@@ -206,6 +206,22 @@ TEST(CApi, PolicyNamesListEveryPolicy) {
   EXPECT_FALSE(std::string(fragctl_version()).empty());
 }
 
+// Issue 27 H4: fragctl.torch wrote tensors through the fake addresses of an
+// accounting sim allocator; it asks this before putting tensors in memory.
+TEST(CApi, MemoryKindSaysWhetherTheHostCanUseTheBlocks) {
+  fragctl_memory_kind kind = FRAGCTL_MEMORY_DEVICE;
+  fragctl_allocator* accounting = make("caching");
+  ASSERT_EQ(fragctl_memory_kind_of(accounting, &kind), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(kind, FRAGCTL_MEMORY_NONE);
+  fragctl_allocator* backed = make("caching", "sim_backed:true,sim_capacity:64MiB");
+  ASSERT_EQ(fragctl_memory_kind_of(backed, &kind), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(kind, FRAGCTL_MEMORY_HOST);
+  EXPECT_EQ(fragctl_memory_kind_of(nullptr, &kind), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_memory_kind_of(backed, nullptr), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_destroy(accounting), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(backed), FRAGCTL_OK);
+}
+
 // --- Process defaults -----------------------------------------------------
 // They are process-wide and configured once, so each test runs its body in a
 // fresh process: gtest's threadsafe death-test style re-executes the test
@@ -283,6 +299,25 @@ TEST(CApiDefaultsDeathTest, ABadEnvironmentFailsEveryTimeWithTheSameMessage) {
     // Configuring again clears the remembered failure.
     ASSERT_EQ(fragctl_configure_defaults("caching", nullptr, "sim"), FRAGCTL_OK);
     EXPECT_EQ(fragctl_default_allocator(0, 1, &d), FRAGCTL_OK) << fragctl_last_error();
+  });
+}
+
+TEST(CApiDefaultsDeathTest, EnvironmentMemoryKindFollowsFragctlBackendAndConf) {
+  in_fresh_process([] {
+    fragctl_memory_kind kind = FRAGCTL_MEMORY_DEVICE;
+    ::setenv("FRAGCTL_BACKEND", "sim", 1);
+    ::setenv("FRAGCTL_CONF", "sim_capacity:1GiB", 1);
+    ASSERT_EQ(fragctl_environment_memory_kind(&kind), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_EQ(kind, FRAGCTL_MEMORY_NONE);
+    ::setenv("FRAGCTL_CONF", "sim_capacity:1GiB,sim_backed:true", 1);
+    ASSERT_EQ(fragctl_environment_memory_kind(&kind), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_EQ(kind, FRAGCTL_MEMORY_HOST);
+    ::setenv("FRAGCTL_CONF", "bogus:1", 1);
+    EXPECT_EQ(fragctl_environment_memory_kind(&kind), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fragctl_last_error()).find("bogus"), std::string::npos) << fragctl_last_error();
+    EXPECT_EQ(fragctl_environment_memory_kind(nullptr), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    ::unsetenv("FRAGCTL_BACKEND");
+    ::unsetenv("FRAGCTL_CONF");
   });
 }
 

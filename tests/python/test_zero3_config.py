@@ -92,6 +92,55 @@ class ParseConfigTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "not JSON"):
                 zero3.parse_config(bad)
 
+    def test_counts_beyond_any_device_are_refused_naming_the_key(self):
+        # Regression (issue 27): 2**64 and 1e300 were taken as counts.
+        import fragctl
+        for value in (2 ** 64, 1e300, (1 << 59) + 1):
+            with self.assertRaises(fragctl.ConfigurationError) as e:
+                zero3.parse_config(stage3_max_live_parameters=value)
+            self.assertIn("stage3_max_live_parameters=%r" % (value,), str(e.exception))
+            self.assertIn("at most 2**59", str(e.exception))
+            self.assertIsInstance(e.exception, ValueError)
+        # The control: the largest count is taken, and so is DeepSpeed's usual form.
+        self.assertEqual(zero3.MAX_COUNT, 1 << 59)
+        self.assertEqual(zero3.parse_config(stage3_max_live_parameters=1 << 59).stage3_max_live_parameters, 1 << 59)
+        self.assertEqual(zero3.parse_config(reduce_bucket_size=5e8).reduce_bucket_size, 500_000_000)
+
+    def test_bad_files_are_configuration_errors_naming_the_file(self):
+        # Regression (issue 27): a non-UTF-8 file, a deeply nested one and
+        # one holding a list gave a raw UnicodeDecodeError, RecursionError and
+        # TypeError that named no file; a bad count in a file named no file.
+        import fragctl
+        with tempfile.TemporaryDirectory() as d:
+            cases = {
+                "latin1.json": (b'{"stage": 3, "caf\xe9": 1}', "is not UTF-8 text"),
+                "deep.json": (b"[" * 100000 + b"]" * 100000, "nests deeper than"),
+                "list.json": (b"[1, 2]", "holds a JSON list, not an object"),
+                "block.json": (b'{"zero_optimization": 3}', "zero_optimization must be an object, got int"),
+                "count.json": (b'{"stage3_max_live_parameters": "lots"}',
+                               "stage3_max_live_parameters='lots': expected an element count"),
+                "huge.json": (b'{"zero_optimization": {"reduce_bucket_size": 1e300}}', "reduce_bucket_size=1e+300"),
+                "unknown.json": (b'{"stage3_max_live_paramters": 1}', "stage3_max_live_paramters (unknown)"),
+                "stage.json": (b'{"stage": 2}', "stage=2"),
+                "nested_value.json": (b'{"overlap_comm": ' + b"[" * 900 + b"]" * 900 + b"}", "overlap_comm="),
+            }
+            for name, (content, expected) in cases.items():
+                path = os.path.join(d, name)
+                with open(path, "wb") as f:
+                    f.write(content)
+                with self.assertRaises(fragctl.ConfigurationError, msg=name) as e:
+                    zero3.parse_config(path)
+                self.assertIn(path, str(e.exception), name)
+                self.assertIn(expected, str(e.exception), name)
+            # A keyword's bad value is the keyword's, not the file's.
+            with self.assertRaises(TypeError):
+                zero3.parse_config(os.path.join(d, "stage.json"), stage=3, reduce_bucket_size="lots")
+            # The control: the same file with a good value is read.
+            good = os.path.join(d, "good.json")
+            with open(good, "w") as f:
+                f.write('{"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8}}')
+            self.assertEqual(zero3.parse_config(good).reduce_bucket_size, 500_000_000)
+
 
 class StatusTest(unittest.TestCase):
     def test_status_constants_are_the_librarys(self):

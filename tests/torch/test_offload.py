@@ -262,7 +262,7 @@ class OffloadTest(unittest.TestCase):
         offload = fragctl.torch.offload_activations(budget="1MiB", cpu_checkpointing=False, backend="sim")
         self.assert_same(gradients(model, x), gradients(model, x, offload))
         self.assertEqual(offload.stats(), {"tensors_moved": 0, "tensors_kept": 0, "tensors_kept_in_backward": 0,
-                                           "tensors_shared": 0, "saved_alive": 0,
+                                           "tensors_shared": 0, "tensors_spilled": 0, "saved_alive": 0,
                                            "tensors_to_host_direct": 0, "bytes_to_host_direct": 0})
 
     def test_bad_arguments_raise(self):
@@ -290,6 +290,16 @@ class OffloadTest(unittest.TestCase):
             make(backend="tpu")
         with self.assertRaises(TypeError):
             make(number_checkpoints=4, backend="sim")  # DeepSpeed's key: the budget sizes the region
+        # Regression (issue 27): these were accepted at construction and
+        # failed (or crashed) only in the first with block.
+        with self.assertRaisesRegex(ValueError, "device=-3"):
+            make(device=-3, backend="sim")
+        with self.assertRaises(TypeError):
+            make(device="cuda:0", backend="sim")
+        with self.assertRaises(OverflowError):
+            make(device=2 ** 40, backend="sim")
+        with self.assertRaisesRegex(TypeError, "allocator must be a fragctl.Allocator, got str"):
+            make(allocator="x", backend="sim")
 
     def test_tensors_larger_than_the_budget_go_to_the_host_instead_of_raising(self):
         # Regression (services run 1): a 64 MiB save under a 1 MiB budget raised
@@ -392,6 +402,69 @@ class OffloadTest(unittest.TestCase):
         gc.collect()
         offload.close()
         allocator.close()
+
+    def test_a_sim_allocator_without_memory_is_refused_naming_the_option(self):
+        # Regression (issue 27 H4): the store's region came from an accounting
+        # sim allocator (fake addresses) and the first save crashed the process.
+        accounting = fragctl.Allocator("caching", backend="sim", sim_capacity=64 * MiB)
+        with self.assertRaises(fragctl.ConfigurationError) as caught:
+            fragctl.torch.offload_activations(budget="1MiB", allocator=accounting)
+        self.assertIn("the allocator has no memory behind the addresses", str(caught.exception))
+        self.assertIn('fragctl.Allocator(backend="sim", sim_backed=True)', str(caught.exception))
+        # backend="sim" with an allocator of another kind is refused the same way.
+        with self.assertRaises(fragctl.ConfigurationError):
+            fragctl.torch.offload_activations(budget="1MiB", allocator=accounting, backend="sim")
+        accounting.close()
+        # The control: host memory is taken, and decides the device (CPU) without backend=.
+        backed = fragctl.Allocator("caching", backend="sim", sim_backed=True, sim_capacity=64 * MiB)
+        self.assertEqual(backed.memory_kind, "host")
+        offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", allocator=backed)
+        model, x = mlp(), batch()
+        self.assert_same(gradients(model, x), gradients(model, x, offload))
+        self.assertEqual(offload.stats()["backend"], "sim")
+        offload.close()
+        backed.close()
+
+    def test_gpu_and_host_memory_are_refused_for_the_other_kind_of_tensor(self):
+        from fragctl.torch._interop import require_memory
+        require_memory("host", torch.device("cpu"), "who")
+        require_memory("device", torch.device("cuda", 0), "who")
+        with self.assertRaisesRegex(fragctl.ConfigurationError, "who: the allocator has GPU memory .* so CPU tensors "
+                                                                "cannot live there; pass an allocator with host memory"):
+            require_memory("device", torch.device("cpu"), "who")
+        with self.assertRaisesRegex(fragctl.ConfigurationError, "host memory .* so CUDA tensors cannot live there; "
+                                                                "pass an allocator on the GPU"):
+            require_memory("host", torch.device("cuda", 0), "who")
+        with self.assertRaisesRegex(fragctl.ConfigurationError, "set FRAGCTL_BACKEND to cuda or hip"):
+            require_memory("none", torch.device("cuda", 0), "who", environment=True)
+
+    def test_a_backward_with_retain_graph_runs_twice_on_a_budget_of_the_largest_save(self):
+        # Regression (issue 27): the store keeps a checkpoint it handed out
+        # in the region until autograd frees the saved tensor, which
+        # retain_graph=True postpones, so the second backward could not bring
+        # one back from the host: OutOfMemoryError with a 512 KiB budget and
+        # 512 KiB saves.
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        model.zero_grad(set_to_none=True)
+        offload = fragctl.torch.offload_activations(budget="512KiB", min_bytes="64KiB", backend="sim")
+        with offload:
+            loss = model(x).square().mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        self.assert_same([2 * e for e in expected], [p.grad for p in model.parameters()])
+        s = offload.stats()
+        self.assertGreater(s["tensors_spilled"], 0)
+        self.assertLessEqual(s["device_bytes"]["peak"], 512 * KiB)
+        del loss
+        gc.collect()
+        self.assertEqual(offload.stats()["saved_alive"], 0)
+        # The control: without retain_graph nothing stays pinned, nothing is spilled.
+        offload2 = fragctl.torch.offload_activations(budget="512KiB", min_bytes="64KiB", backend="sim")
+        self.assert_same(expected, gradients(model, x, offload2))
+        self.assertEqual(offload2.stats()["tensors_spilled"], 0)
+        offload.close()
+        offload2.close()
 
 
 if __name__ == "__main__":

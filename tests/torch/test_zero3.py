@@ -171,6 +171,12 @@ def worker(rank, world, directory, mode, kind="mlp"):
         if mode == "norm":  # every parameter partitioned: the norm over shards is the whole norm
             config = {"zero_optimization": dict(DS_CONFIG["zero_optimization"], stage3_param_persistence_threshold=0)}
         allocator = None
+        if mode in ("env_accounting", "env_backed"):  # the user's FRAGCTL_BACKEND=sim, with or without memory
+            os.environ["FRAGCTL_BACKEND"] = "sim"
+            os.environ["FRAGCTL_CONF"] = "sim_capacity:256MiB" + (",sim_backed:true" if mode == "env_backed" else "")
+        if mode == "accounting_allocator":  # a sim allocator without memory behind its addresses
+            import fragctl
+            allocator = fragctl.Allocator("caching", backend="sim", device=0, sim_capacity="256MiB")
         if mode == "allocator":  # the manager on the caller's allocator: its bytes at each stage
             import fragctl
             allocator = fragctl.Allocator("caching", backend="sim", device=0, sim_backed=True,
@@ -211,6 +217,15 @@ def worker(rank, world, directory, mode, kind="mlp"):
         elif mode == "close":
             sharded.close()
             out["after_close"] = [p.numel() for p in sharded.parameters()]
+            out["used_after_close"] = []
+            for use in (lambda: sharded(torch.ones(2, 16)), sharded.stats, sharded.full_state_dict,
+                        lambda: sharded.load_full_state_dict(initial)):
+                try:
+                    use()
+                    out["used_after_close"].append(None)
+                except Exception as e:  # noqa: BLE001 (reported to the test)
+                    out["used_after_close"].append((type(e).__name__, str(e)))
+            sharded.close()  # again: nothing
         elif mode == "load_dtype":
             sharded.load_full_state_dict(initial)
             out["reloaded"] = sharded.full_state_dict()
@@ -526,6 +541,38 @@ class Zero3ShardTest(unittest.TestCase):
         for r in run_ranks(2, "close"):
             self.assertNotIn("error", r, r.get("error"))
             self.assertEqual(r["after_close"], [])
+            # Regression (issue 27): calling the module after close() gave
+            # torch's raw matrix shape error; each use names the closed module.
+            self.assertEqual(len(r["used_after_close"]), 4)
+            for used in r["used_after_close"]:
+                self.assertIsNotNone(used)
+                self.assertEqual(used[0], "Zero3Error", used)
+                self.assertIn("the ShardedModule is closed", used[1])
+
+    def test_a_sim_allocator_without_memory_is_refused_naming_the_option(self):
+        # Regression (issue 27 H4): shard() wrote the parameters through the
+        # fake addresses of an accounting sim allocator and every rank died
+        # of SIGSEGV (run_ranks then finds no result).
+        for r in run_ranks(2, "accounting_allocator"):
+            error = r.get("error")
+            self.assertIsNotNone(error, "shard() took an allocator without memory")
+            self.assertEqual(error["type"], "ConfigurationError", error)
+            self.assertIn("the allocator has no memory behind the addresses", error["message"])
+            self.assertIn('fragctl.Allocator(backend="sim", sim_backed=True)', error["message"])
+
+    def test_fragctl_backend_sim_without_sim_backed_is_refused_naming_the_option(self):
+        # Regression (issue 27 H4): with FRAGCTL_BACKEND=sim in the
+        # environment the manager's own allocators had no memory; ranks died.
+        for r in run_ranks(2, "env_accounting"):
+            error = r.get("error")
+            self.assertIsNotNone(error, "shard() ran the manager on allocators without memory")
+            self.assertEqual(error["type"], "ConfigurationError", error)
+            self.assertIn("FRAGCTL_BACKEND=sim", error["message"])
+            self.assertIn("add sim_backed:true to FRAGCTL_CONF", error["message"])
+        # The control: the same environment with sim_backed:true trains.
+        expected = reference_state()
+        for r in run_ranks(2, "env_backed"):
+            self.assert_rank_state(r, expected, exact_keys=True)
 
     def test_load_full_state_dict_converts_to_the_parameters_dtype(self):
         # Regression (review): fp32 bytes were copied raw into bf16 shards.

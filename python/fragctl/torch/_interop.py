@@ -9,6 +9,7 @@ memory: its owner (the checkpoint store, the block manager) must outlive it.
 """
 import contextlib
 import ctypes
+import os
 from typing import Any, Optional
 
 from .. import _capi
@@ -51,6 +52,39 @@ def typed(torch: Any, device: Any, pointer: int, shape: Any, dtype: Any) -> Any:
         numel *= d
     width = torch.tensor([], dtype=dtype).element_size()
     return wrap(torch, device, pointer, numel * width).view(dtype).view(shape)
+
+
+_HOLDS = {"host": "host memory (the sim backend with sim_backed)", "device": "GPU memory (cuda or hip)",
+          "none": "no memory behind the addresses (the sim backend in accounting mode: sim_backed is false, its "
+                  "default)"}
+
+
+def require_memory(kind: str, device: Any, who: str, environment: bool = False) -> None:
+    """Raises fragctl.ConfigurationError unless blocks of memory kind `kind`
+    (Allocator.memory_kind: "host", "device", "none") can hold tensors on
+    `device`: host memory for CPU tensors, GPU memory for CUDA ones. The
+    message, prefixed by `who`, says what to pass instead; `environment`: the
+    memory is that of allocators built from FRAGCTL_BACKEND and FRAGCTL_CONF
+    (fragctl.torch.zero3's own), not of a given Allocator."""
+    needed = "host" if device.type == "cpu" else "device"
+    if kind == needed:
+        return
+    if environment:
+        source = "FRAGCTL_BACKEND=%s with FRAGCTL_CONF=%r builds allocators with" % (
+            os.environ.get("FRAGCTL_BACKEND", ""), os.environ.get("FRAGCTL_CONF", ""))
+    else:
+        source = "the allocator has"
+    if needed == "host":
+        fix = ("add sim_backed:true to FRAGCTL_CONF, or unset FRAGCTL_BACKEND (a CPU model then runs on sim in "
+               "backed mode)" if environment else
+               'pass an allocator with host memory: fragctl.Allocator(backend="sim", sim_backed=True)')
+    else:
+        fix = ("set FRAGCTL_BACKEND to cuda or hip, or unset it" if environment else
+               'pass an allocator on the GPU: fragctl.Allocator(backend="cuda") (or "hip")')
+    raise _capi.ConfigurationError("%s: %s %s, so %s tensors cannot live there%s; %s"
+                                   % (who, source, _HOLDS.get(kind, kind), "CPU" if needed == "host" else "CUDA",
+                                      " (writing them would crash the process)" if kind == "none" else "", fix),
+                                   "FRAGCTL_ERROR_INVALID_ARGUMENT")
 
 
 def backward_running(torch: Any) -> bool:

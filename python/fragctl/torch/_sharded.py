@@ -95,18 +95,27 @@ class ShardedModule(GradientFlow):
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
         self._blocks = find_blocks(module, block_types)
+        self._shards: List[List[Any]] = []
+        self._hooks: List[Any] = []
+        self.allocator: Optional[Allocator] = None
+        chosen = shared_allocator(torch, self.device, allocator)
+        # Parameters are read and written as tensors on self.device, so the
+        # manager's memory must be of that kind (issue 27 H4: a sim
+        # allocator without memory behind its addresses crashed the ranks).
+        if chosen is not None:
+            _interop.require_memory(chosen.memory_kind, self.device, "fragctl.torch.zero3.shard")
+        else:
+            _interop.require_memory(_capi.environment_memory_kind(), self.device, "fragctl.torch.zero3.shard",
+                                    environment=True)
         handle = ctypes.c_void_p()
         self._check(self._lib.fragctl_zero3_create_with_collectives(
             options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
             ctypes.byref(handle)))
         self._z = handle
-        self._shards: List[List[Any]] = []
-        self._hooks: List[Any] = []
-        self.allocator: Optional[Allocator] = None
         try:
-            self.allocator = shared_allocator(torch, self.device, allocator)
-            if self.allocator is not None:
-                self._check(self._lib.fragctl_zero3_use_allocator(self._z, self.allocator._live()))
+            self.allocator = chosen
+            if chosen is not None:
+                self._check(chosen._call(lambda h: self._lib.fragctl_zero3_use_allocator(self._z, h)))
             self._set_up(torch, module)
         except BaseException:
             self.close()  # the manager must not outlive a failed shard()
@@ -296,7 +305,16 @@ class ShardedModule(GradientFlow):
 
     # --- the module's surface -------------------------------------------------------
 
+    def _require_open(self) -> None:
+        """Raises Zero3Error once close() has run: the parameters are empty
+        then, and the module would fail on them with a shape error."""
+        if not getattr(self, "_z", None):
+            raise _errors.Zero3Error("fragctl.torch.zero3: the ShardedModule is closed: its parameters went with its "
+                                     "manager; shard the model again (load a full_state_dict() saved before close)",
+                                     _interop.ZERO3_ERROR)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._require_open()
         try:
             return self.module(*args, **kwargs)
         except BaseException:
@@ -321,6 +339,7 @@ class ShardedModule(GradientFlow):
     def full_state_dict(self) -> Dict[str, Any]:
         """The whole (unsharded) parameters by name, as CPU tensors. A
         collective: every rank must call it."""
+        self._require_open()
         self._end_open_step()
         out = {}
         for b in self._blocks:
@@ -339,6 +358,7 @@ class ShardedModule(GradientFlow):
         """Loads whole parameter values by name (every parameter must be there)
         into this rank's shards, converted to each parameter's dtype (an fp32
         state dict into a bf16 model). Every rank calls it with the same values."""
+        self._require_open()
         self._end_open_step()
         values = []
         for b in self._blocks:
@@ -364,6 +384,7 @@ class ShardedModule(GradientFlow):
 
     def stats(self) -> Dict[str, Any]:
         """The manager's statistics (docs/zero3.md, "Statistics")."""
+        self._require_open()
         n = self._lib.fragctl_zero3_stats_json(self._z, None, 0)
         buffer = ctypes.create_string_buffer(n + 1)
         self._lib.fragctl_zero3_stats_json(self._z, buffer, n + 1)
@@ -371,7 +392,9 @@ class ShardedModule(GradientFlow):
 
     def close(self) -> None:
         """Frees the manager; the module keeps empty parameters and
-        ``parameters()`` is empty (the shards were the manager's memory)."""
+        ``parameters()`` is empty (the shards were the manager's memory).
+        Calling the module, ``stats()`` or a state-dict method afterwards
+        raises Zero3Error. Closing again does nothing."""
         for h in getattr(self, "_hooks", ()):
             h.remove()
         self._hooks = []

@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
-from ._interop import backward_running, current_stream, wrap
+from ._interop import backward_running, current_stream, require_memory, stream_context, wrap
 
 Size = Union[int, str]
 
@@ -85,7 +85,7 @@ class _OnHost:
 class _Saved:
     """What the pack hook returns for a tensor moved into the store."""
 
-    __slots__ = ("owner", "generation", "layer", "nbytes", "shape", "dtype", "unpacked", "__weakref__")
+    __slots__ = ("owner", "generation", "layer", "nbytes", "shape", "dtype", "unpacked", "host", "__weakref__")
 
     def __init__(self, owner: "offload_activations", layer: int, nbytes: int, shape: Any, dtype: Any) -> None:
         self.owner = owner
@@ -95,6 +95,7 @@ class _Saved:
         self.shape = shape
         self.dtype = dtype
         self.unpacked: Optional[Callable[[], Any]] = None  # weak: the tensor the last unpack returned
+        self.host: Optional[Any] = None  # its bytes on the host once dropped from the store (_spill_got)
 
     def __del__(self) -> None:
         owner = self.owner
@@ -189,6 +190,11 @@ class offload_activations:
         if backend is not None and backend not in ("cuda", "hip", "sim"):
             raise ValueError("fragctl.torch.offload_activations: backend=%r: expected 'cuda', 'hip', 'sim' or None"
                              % (backend,))
+        if device is not None:
+            device = _capi.device(device)
+        if allocator is not None and not isinstance(allocator, Allocator):
+            raise TypeError("fragctl.torch.offload_activations: allocator must be a fragctl.Allocator, got %s"
+                            % type(allocator).__name__)
         self.evict_ahead = evict_ahead
         self.keep_backward_saves = keep_backward_saves
         self.cpu_checkpointing = cpu_checkpointing
@@ -197,6 +203,14 @@ class offload_activations:
         self._requested_backend = backend
         self._requested_device = device
         self._allocator = allocator
+        # The store's tensors live in the allocator's blocks, so its memory
+        # decides their device, and memory that none can live in is refused
+        # (issue 27 H4: a sim allocator without memory behind its addresses
+        # crashed the process).
+        self._allocator_kind = allocator.memory_kind if allocator is not None else None
+        if allocator is not None:
+            require_memory(self._allocator_kind, self._torch.device("cpu" if self._backend() == "sim" else "cuda"),
+                           "fragctl.torch.offload_activations")
         self._own_allocator = None  # an Allocator this object created
         self._store = None  # ctypes.c_void_p
         self._device = None  # the torch.device whose tensors move
@@ -211,22 +225,34 @@ class offload_activations:
         self._direct = 0  # tensors the region could not take, copied straight to the host
         self._direct_bytes = 0
         self._shared = 0  # saves of a tensor already in the store this step: no second copy
+        self._spilled = 0  # checkpoints an unpack had pinned, moved to the host to make room (_spill_got)
+        # layer -> (weak _Saved, pointer, stream): checkpoints an unpack got and
+        # autograd still holds; the store keeps each in the region until its drop.
+        self._got: Dict[int, Tuple[Any, int, Optional[int]]] = {}
         # (address, shape, strides, dtype) -> (weak original, its version, weak _Saved), this generation.
         self._packed: Dict[Tuple[Any, ...], Tuple[Any, int, Any]] = {}
 
     # --- the store --------------------------------------------------------
+
+    def _backend(self) -> str:
+        """The backend whose memory the store uses: ``backend`` if given;
+        else the given allocator's ("sim" for host memory); else "cuda" (or
+        "hip" on ROCm torch) where a GPU is available, else "sim"."""
+        torch = self._torch
+        if self._requested_backend is not None:
+            return self._requested_backend
+        if self._allocator_kind == "host":
+            return "sim"
+        if self._allocator_kind == "device" or torch.cuda.is_available():
+            return "hip" if getattr(torch.version, "hip", None) else "cuda"
+        return "sim"
 
     def _resolve(self) -> Tuple[str, Any]:
         """(backend, torch.device whose tensors move) as _open will choose
         them; the device always carries its index ("cuda:0", never "cuda"),
         the form a tensor's ``.device`` has."""
         torch = self._torch
-        backend = self._requested_backend
-        if backend is None:
-            if torch.cuda.is_available():
-                backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
-            else:
-                backend = "sim"
+        backend = self._backend()
         if backend == "sim":
             return backend, torch.device("cpu")
         index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
@@ -248,9 +274,8 @@ class offload_activations:
                 allocator = self._own_allocator
         handle = ctypes.c_void_p()
         try:
-            _capi.check(_capi.library().fragctl_checkpoint_create(allocator._live(), self.budget,
-                                                                  self.prefetch_depth, int(self.evict_ahead),
-                                                                  ctypes.byref(handle)))
+            _capi.check(allocator._call(_capi.library().fragctl_checkpoint_create, self.budget,
+                                        self.prefetch_depth, int(self.evict_ahead), ctypes.byref(handle)))
         except BaseException:
             if self._own_allocator is not None:  # no store: the private allocator goes too
                 self._own_allocator.close()
@@ -268,6 +293,7 @@ class offload_activations:
                 self._store = None
                 self._generation += 1
                 self._live = 0
+                self._got.clear()
             if self._own_allocator is not None:
                 self._own_allocator.close()
                 self._own_allocator = None
@@ -311,6 +337,7 @@ class offload_activations:
         self._generation += 1
         self._next_layer = 0
         self._packed.clear()
+        self._got.clear()
 
     # --- hooks --------------------------------------------------------------
 
@@ -435,19 +462,67 @@ class offload_activations:
             earlier = saved.unpacked() if saved.unpacked is not None else None
             if earlier is not None:  # saved twice, unpacked for the second user while the first holds it
                 return earlier
-            pointer = ctypes.c_void_p()
-            _capi.check(_capi.library().fragctl_checkpoint_get(self._store, saved.layer, self._stream(),
-                                                               ctypes.byref(pointer)))
             out = torch.empty(saved.shape, dtype=saved.dtype, device=self._device)
-            out.reshape(-1).view(torch.uint8).copy_(self._wrap(pointer.value, saved.nbytes))
+            if saved.host is not None:  # moved out of the store by _spill_got
+                out.reshape(-1).view(torch.uint8).copy_(saved.host, non_blocking=True)
+            else:
+                out.reshape(-1).view(torch.uint8).copy_(self._wrap(self._get(saved), saved.nbytes))
             saved.unpacked = weakref.ref(out)
         return out
+
+    def _get(self, saved: _Saved) -> int:
+        """The store's pointer to `saved`'s checkpoint, in place on the
+        current stream. The store keeps a checkpoint it handed out in the
+        region until its drop, and autograd drops a saved tensor only when it
+        frees it: after a backward with ``retain_graph=True`` (or within one
+        node that unpacks several) those pinned checkpoints can fill the
+        region, and the next get could not bring one back from the host
+        (issue 27: OutOfMemoryError in the second backward when the budget
+        equals the largest saved tensor). Then they go to the host first."""
+        lib, stream = _capi.library(), self._stream()
+        if self._got and self.where(saved.layer) == "host" and self._region_free() < _round_up(saved.nbytes,
+                                                                                                _STORE_ALIGNMENT):
+            self._spill_got()
+        pointer = ctypes.c_void_p()
+        status = lib.fragctl_checkpoint_get(self._store, saved.layer, stream, ctypes.byref(pointer))
+        if status == _capi.OUT_OF_MEMORY and self._got:  # fragmented: spill and try once more
+            self._spill_got()
+            status = lib.fragctl_checkpoint_get(self._store, saved.layer, stream, ctypes.byref(pointer))
+        _capi.check(status)
+        self._got[saved.layer] = (weakref.ref(saved), pointer.value, stream)
+        return pointer.value
+
+    def _region_free(self) -> int:
+        """Bytes of the store's region no checkpoint holds."""
+        text = ctypes.c_void_p()
+        _capi.check(_capi.library().fragctl_checkpoint_stats_json(self._store, ctypes.byref(text)))
+        stats = json.loads(_capi.take_string(text))
+        return stats["device_budget"] - stats["device_bytes"]["current"]
+
+    def _spill_got(self) -> None:
+        """Copies each checkpoint an unpack got (and autograd still holds) to
+        a host tensor, on the stream of its get, and drops it from the store:
+        a later unpack of it copies from the host."""
+        torch, lib = self._torch, _capi.library()
+        for layer, (ref, pointer, stream) in list(self._got.items()):
+            del self._got[layer]
+            saved = ref()
+            if saved is None or saved.host is not None:
+                continue
+            host = torch.empty(saved.nbytes, dtype=torch.uint8, device="cpu", pin_memory=self._device.type == "cuda")
+            with stream_context(torch, self._device, stream):
+                host.copy_(self._wrap(pointer, saved.nbytes))  # blocking: complete before the drop
+            lib.fragctl_checkpoint_drop(self._store, layer)
+            saved.host = host
+            self._spilled += 1
 
     def _release(self, saved: _Saved) -> None:
         with self._lock:
             if self._store is None or saved.generation != self._generation:
                 return
-            _capi.library().fragctl_checkpoint_drop(self._store, saved.layer)
+            self._got.pop(saved.layer, None)
+            if saved.host is None:
+                _capi.library().fragctl_checkpoint_drop(self._store, saved.layer)
             self._live -= 1
 
     # --- observation ----------------------------------------------------------
@@ -475,6 +550,11 @@ class offload_activations:
         ``tensors_kept_in_backward`` (movable tensors saved while a backward
         pass ran, left in place), ``tensors_shared`` (saves of a tensor
         already in the store this step, which share its entry),
+        ``tensors_spilled`` (tensors an unpack had brought back, which the
+        store keeps in place until autograd frees them, moved to the host
+        to make room for another unpack: a backward with
+        ``retain_graph=True``, or one operation unpacking more than the
+        budget holds),
         ``tensors_to_host_direct`` and ``bytes_to_host_direct`` (moved
         tensors the region could not take, copied straight to the host)."""
         with self._lock:
@@ -490,6 +570,7 @@ class offload_activations:
             result["tensors_kept"] = self._kept
             result["tensors_kept_in_backward"] = self._kept_in_backward
             result["tensors_shared"] = self._shared
+            result["tensors_spilled"] = self._spilled
             result["saved_alive"] = self._live
             return result
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from .. import Allocator
+from .. import Allocator, ConfigurationError
 from ._blocks import find_blocks
 from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
 from ._sharded import ShardedModule
@@ -105,37 +105,64 @@ class Zero3Config:
                    self.stage3_param_persistence_threshold, gradient_type))
 
 
+#: The largest element count: 2**62 bytes (the most any device may have, as
+#: for every fragctl size) of the widest element, 8 bytes. The manager
+#: multiplies counts by the element size.
+MAX_COUNT = (1 << 62) // 8
+
+
+def _invalid(message: str) -> ConfigurationError:
+    """The error of a bad value: a fragctl.ConfigurationError, also a ValueError."""
+    return ConfigurationError("fragctl.torch.zero3: " + message, "FRAGCTL_ERROR_INVALID_ARGUMENT")
+
+
 def _count(key: str, value: Any) -> int:
     """A DeepSpeed element count: an int, a whole float such as 5e7, or the
-    HF Trainer's "auto" (DeepSpeed's default: nothing fills it here)."""
+    HF Trainer's "auto" (DeepSpeed's default: nothing fills it here); at
+    most MAX_COUNT."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError("fragctl.torch.zero3: %s=%r: expected an element count such as 5e7" % (key, value))
     if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
-        raise ValueError("fragctl.torch.zero3: %s=%r: expected a whole number of elements" % (key, value))
+        raise _invalid("%s=%r: expected a whole number of elements" % (key, value))
     if value < 0:
-        raise ValueError("fragctl.torch.zero3: %s=%r: a count cannot be negative" % (key, value))
+        raise _invalid("%s=%r: a count cannot be negative" % (key, value))
+    if value > MAX_COUNT:
+        raise _invalid("%s=%r: more elements than any device holds; at most 2**59 (%d: 2**62 bytes of 8-byte "
+                       "elements)" % (key, value, MAX_COUNT))
     return int(value)
 
 
 def _block(config: ConfigSource) -> Dict[str, Any]:
     """The zero_optimization block of `config` (a path, a whole ds_config, or
-    the block itself)."""
+    the block itself). Errors about a file name the file."""
     if config is None:
         return {}
+    path = None
     if isinstance(config, (str, os.PathLike)):
+        path = config
         try:
-            with open(config, encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 config = json.load(f)
         except OSError as e:
-            raise ValueError("fragctl.torch.zero3: cannot read the DeepSpeed config %s: %s" % (config, e)) from e
+            raise _invalid("cannot read the DeepSpeed config %s: %s" % (path, e)) from e
+        except UnicodeDecodeError as e:
+            raise _invalid("the DeepSpeed config %s is not UTF-8 text (byte %d), so not JSON" % (path, e.start)) from e
         except json.JSONDecodeError as e:
-            raise ValueError("fragctl.torch.zero3: the DeepSpeed config %s is not JSON: %s" % (config, e)) from e
+            raise _invalid("the DeepSpeed config %s is not JSON: %s" % (path, e)) from e
+        except RecursionError as e:
+            raise _invalid("the DeepSpeed config %s nests deeper than Python's JSON reader goes; a ds_config is "
+                           "a few levels deep" % path) from e
     if not isinstance(config, Mapping):
+        if path is not None:
+            raise _invalid("the DeepSpeed config %s holds a JSON %s, not an object" % (path, type(config).__name__))
         raise TypeError("fragctl.torch.zero3: config must be a ds_config path, a ds_config dict or a "
                         "zero_optimization dict, got %s" % type(config).__name__)
     if "zero_optimization" in config:
         block = config["zero_optimization"]
         if not isinstance(block, Mapping):
+            if path is not None:
+                raise _invalid("the DeepSpeed config %s: zero_optimization must be an object, got %s"
+                               % (path, type(block).__name__))
             raise TypeError("fragctl.torch.zero3: zero_optimization must be an object, got %s"
                             % type(block).__name__)
         return dict(block)
@@ -151,13 +178,22 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
     dict. ``options`` (DeepSpeed's key names) override it. ``"auto"`` values
     (as Hugging Face configs write them) take DeepSpeed's defaults.
 
-    Raises ValueError naming every key that is unknown or unsupported (with
-    the reason), a ``stage`` other than 3, or a bad value; TypeError for a
-    value of the wrong type.
+    Raises fragctl.ConfigurationError (a ValueError) naming every key that
+    is unknown or unsupported (with the reason), a ``stage`` other than 3, a
+    bad value (a count above MAX_COUNT too), or a file that cannot be read or
+    is not a JSON object; TypeError for a value of the wrong type given as a
+    dict or keyword. An error about the file's contents names the file.
     """
     block = _block(config)
+    path = config if isinstance(config, (str, os.PathLike)) else None
+    from_file = set(block) - set(options) if path is not None else set()
     block.update(options)
-    problems = []
+
+    def source(keys: Any) -> str:
+        """"the DeepSpeed config PATH: " when a key of `keys` comes from the file."""
+        return "the DeepSpeed config %s: " % path if from_file.intersection(keys) else ""
+
+    problems, named = [], []
     for key in sorted(block):
         if key in ("offload_param", "offload_optimizer") and _no_offload(block[key]):
             continue  # Hugging Face's stock stage-3 config: {"device": "none"} means no offload
@@ -167,14 +203,25 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
             problems.append("%s=%r (unsupported: %s)" % (key, block[key], _ALWAYS[key][1]))
         elif key not in _ALWAYS and key not in _COUNTS and key != "stage":
             problems.append("%s (unknown)" % key)
+        else:
+            continue
+        named.append(key)
     if problems:
-        raise ValueError("fragctl.torch.zero3: DeepSpeed zero_optimization keys fragctl does not take: %s. "
-                         "Accepted: stage (3), %s, and %s at their DeepSpeed defaults"
-                         % ("; ".join(problems), ", ".join(_COUNTS), ", ".join(sorted(_ALWAYS))))
+        raise _invalid("%sDeepSpeed zero_optimization keys fragctl does not take: %s. "
+                       "Accepted: stage (3), %s, and %s at their DeepSpeed defaults"
+                       % (source(named), "; ".join(problems), ", ".join(_COUNTS), ", ".join(sorted(_ALWAYS))))
     stage = block.get("stage", 3)
     if stage != 3 or isinstance(stage, bool):
-        raise ValueError("fragctl.torch.zero3: stage=%r: fragctl implements ZeRO stage 3 only" % (stage,))
-    counts = {key: _count(key, block[key]) for key in _COUNTS if key in block and block[key] != "auto"}
+        raise _invalid("%sstage=%r: fragctl implements ZeRO stage 3 only" % (source(["stage"]), stage))
+    counts = {}
+    for key in _COUNTS:
+        if key in block and block[key] != "auto":
+            try:
+                counts[key] = _count(key, block[key])
+            except (TypeError, ValueError) as e:
+                if not source([key]):
+                    raise
+                raise _invalid(source([key]) + str(e).replace("fragctl.torch.zero3: ", "", 1)) from e
     return Zero3Config(**counts)
 
 
@@ -233,12 +280,21 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     can hold tensors and the reverse; otherwise it makes two private
     allocators of the environment's policy.
 
+    The manager's memory must be what the parameters can live in: host
+    memory for a CPU model (sim in backed mode), GPU memory for a CUDA one.
+    An ``allocator`` of another kind, or ``FRAGCTL_BACKEND=sim`` without
+    ``sim_backed:true`` in ``FRAGCTL_CONF`` for the manager's own (addresses
+    without memory: every rank died of SIGSEGV, issue 27), raises
+    fragctl.ConfigurationError saying what to pass, before anything is
+    written.
+
     Raises RuntimeError when torch.distributed is not initialized,
     ValueError for bad options, shared parameters, mixed dtypes, a block (with
     ``block_types``, a whole layer) with more trainable elements above the
     persistence threshold than ``reduce_bucket_size``; TypeError for an
     ``allocator`` that is not a ``fragctl.Allocator``, ValueError for one on
-    another backend or device than the manager.
+    another backend or device than the manager, fragctl.ConfigurationError
+    (a ValueError) for memory the parameters cannot live in.
     """
     if allocator is not None and not isinstance(allocator, Allocator):
         raise TypeError("fragctl.torch.zero3.shard: allocator must be a fragctl.Allocator, got %s"
