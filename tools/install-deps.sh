@@ -16,7 +16,7 @@
 # without a package registry (the GPU machine) the dependencies come from
 # CMAKE_PREFIX_PATH instead (DEVKIT_PREFIX set) and this does nothing.
 set -euo pipefail
-base=(build-essential cmake ninja-build pkg-config python3
+base=(build-essential cmake ninja-build pkg-config python3 patchelf
   libabsl-dev libspdlog-dev libfmt-dev libjemalloc-dev nlohmann-json3-dev zlib1g-dev)
 tests=(libgtest-dev libgmock-dev libbenchmark-dev python3-venv python3-pip)
 hip=(libamdhip64-dev)
