@@ -13,15 +13,18 @@ target_link_options(fragctl PRIVATE "LINKER:--whole-archive" ${whole_archive} "L
 add_dependencies(fragctl ${fragctl_layers})
 target_link_libraries(fragctl PRIVATE ${fragctl_layers})
 # Public headers use Abseil Status and spdlog, so consumers see them too.
-target_link_libraries(fragctl PUBLIC absl::status absl::statusor spdlog::spdlog)
+target_link_libraries(fragctl PUBLIC absl::status absl::statusor ${FRAGCTL_LOGGING_LIBRARIES})
 target_include_directories(fragctl PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
   $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 target_compile_features(fragctl PUBLIC cxx_std_20)
-set_target_properties(fragctl PROPERTIES
-  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
-  EXPORT_NAME fragctl)
+set_target_properties(fragctl PROPERTIES EXPORT_NAME fragctl)
+if(FRAGCTL_SELF_CONTAINED)
+  set_target_properties(fragctl PROPERTIES INSTALL_RPATH "$ORIGIN")
+else()
+  set_target_properties(fragctl PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
+endif()
 target_link_options(fragctl PRIVATE ${FRAGCTL_NO_UNDEFINED})
 # Only fragctl's own names are exported (cmake/fragctl.map says why).
 target_link_options(fragctl PRIVATE "LINKER:--version-script=${PROJECT_SOURCE_DIR}/cmake/fragctl.map")

@@ -4,7 +4,7 @@
 #   tools/install-deps.sh --list [GROUP...]               print the package list
 # Groups (the base is always included):
 #   (none)      the library and the fragctl CLI: tools/replay-sample.sh
-#   --tests     GoogleTest, Google Benchmark, python3-venv: tools/test.sh
+#   --tests     GoogleTest, Google Benchmark, python3-venv, python3-pip: tools/test.sh
 #   --hip       libamdhip64-dev (≈190 MiB with libllvm15 and comgr): compiles
 #               the HIP backend, which is otherwise left out with a warning
 #   --browser   chromium (≈350 MiB): the HTML report's browser test
@@ -16,9 +16,9 @@
 # without a package registry (the GPU machine) the dependencies come from
 # CMAKE_PREFIX_PATH instead (DEVKIT_PREFIX set) and this does nothing.
 set -euo pipefail
-base=(build-essential cmake ninja-build pkg-config python3
+base=(build-essential cmake ninja-build pkg-config python3 patchelf
   libabsl-dev libspdlog-dev libfmt-dev libjemalloc-dev nlohmann-json3-dev zlib1g-dev)
-tests=(libgtest-dev libgmock-dev libbenchmark-dev python3-venv)
+tests=(libgtest-dev libgmock-dev libbenchmark-dev python3-venv python3-pip)
 hip=(libamdhip64-dev)
 browser=(chromium)
 torch=(python3-torch)

@@ -14,4 +14,10 @@ cd "$(dirname "$0")/.."
 tools/install-deps.sh --tests ${FRAGCTL_TEST_EXTRAS---hip --browser --torch}
 build=${FRAGCTL_BUILD_DIR:-build}
 FRAGCTL_BUILD_DIR=$build tools/build.sh -DFRAGCTL_BUILD_TESTS=ON -DFRAGCTL_BUILD_BENCHMARKS=ON -DFRAGCTL_WERROR=ON "$@"
+# The wheel users install (tests/python/test_wheel.py tests it): a Release
+# build of the library and the CLI, self-contained, warnings as errors; it is
+# also the check that -O3 adds no warning.
+rm -f "$build"/wheel/fragctl-*.whl
+FRAGCTL_WHEEL_BUILD_DIR=${FRAGCTL_WHEEL_BUILD_DIR:-$build-wheel} FRAGCTL_WHEEL_CMAKE_ARGS=-DFRAGCTL_WERROR=ON \
+  tools/wheel.sh "$build/wheel"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 900

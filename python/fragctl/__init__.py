@@ -24,7 +24,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Union
 
 from ._capi import (ConfigurationError, FragctlError, LibraryNotFoundError, OutOfMemoryError, TooLateError,
-                    library, library_path)
+                    library, library_path, preload_library)
 from . import _capi
 from ._summary import summary
 
@@ -35,7 +35,8 @@ except ImportError:  # imported from a checkout (PYTHONPATH=python): not install
 
 __all__ = [
     "Allocator", "ConfigurationError", "FragctlError", "LibraryNotFoundError", "OutOfMemoryError", "TooLateError",
-    "__version__", "configure", "default_allocator", "flush", "library_path", "policies", "report", "stats",
+    "__version__", "configure", "default_allocator", "flush", "library_path", "policies", "preload_library",
+    "report", "stats",
     "summary", "version",
 ]
 

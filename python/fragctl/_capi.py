@@ -206,6 +206,18 @@ def library_path():
     return _library_path
 
 
+def preload_library():
+    """Absolute path of libfragctl_preload.so, the LD_PRELOAD shim: the one
+    beside the loaded libfragctl.so (the wheel carries both in fragctl/lib).
+    LibraryNotFoundError when it is not there."""
+    path = os.path.join(os.path.dirname(library_path()), "libfragctl_preload.so")
+    if not os.path.isfile(path):
+        raise LibraryNotFoundError("fragctl: no libfragctl_preload.so beside %s (build the target fragctl_preload, "
+                                   "or install the wheel, which carries it)" % library_path(),
+                                   "FRAGCTL_ERROR_BACKEND")
+    return path
+
+
 # What the C API's integer parameters hold: size_t and pointers (64 bits) and
 # int (device ordinals). A Python int outside them is refused here: ctypes
 # would otherwise wrap it silently (2**64 + 100 bytes becomes 100).

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -79,7 +80,10 @@ std::vector<environment_row> make_rows() {
          if (environment_value("FRAGCTL_CONF").has_value()) return absl::OkStatus();
          auto pytorch = util::apply_pytorch_conf(v, c);
          if (!pytorch.ok()) return pytorch.status();
-         logger().warn("FRAGCTL_CONF unset, read PYTORCH_CUDA_ALLOC_CONF: {}", pytorch->summary);
+         // Once per process: every allocator reads the environment.
+         static std::atomic<bool> announced{false};
+         if (!announced.exchange(true))
+           logger().warn("FRAGCTL_CONF unset, read PYTORCH_CUDA_ALLOC_CONF: {}", pytorch->summary);
          c = std::move(pytorch->applied);
          return absl::OkStatus();
        }},

@@ -38,7 +38,9 @@ absl::StatusOr<std::string> expandable_segments(config& c, std::string_view v) {
         fmt::format("expandable_segments:{} asks for the {} policy, but FRAGCTL_POLICY is \"{}\"; drop one of them",
                     v, wanted, c.policy));
   }
-  return fmt::format("policy {}", c.policy);
+  // The program may still name a policy of its own (enable("caching"),
+  // fragctl_create): this one holds only where none is named.
+  return fmt::format("policy {} where the program names none", c.policy);
 }
 
 absl::StatusOr<std::string> no_equivalent(std::string_view key, std::string_view instead) {

@@ -115,6 +115,24 @@ class AllocatorTest(unittest.TestCase):
 
 
 class DefaultsTest(unittest.TestCase):
+    def test_pytorch_conf_is_announced_once_and_true(self):
+        # Issue 28: the mapping line came once per allocator and named the
+        # arena when the program built caching.
+        environment = {k: v for k, v in os.environ.items() if k not in ("FRAGCTL_CONF", "FRAGCTL_POLICY")}
+        environment.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", FRAGCTL_BACKEND="sim",
+                           PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(fragctl.__file__))))
+        code = ("import fragctl\n"
+                "a = fragctl.Allocator('caching', backend='sim', sim_capacity='1GiB')\n"
+                "b = fragctl.Allocator(None, backend='sim', sim_capacity='1GiB')\n"
+                "print(a.policy, b.policy)\n")
+        done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.split(), ["caching", "arena"])
+        lines = [l for l in done.stderr.splitlines() if "PYTORCH_CUDA_ALLOC_CONF" in l]
+        self.assertEqual(len(lines), 1, done.stderr)
+        self.assertIn("policy arena where the program names none", lines[0])
+
     def test_sigusr1_before_the_first_allocator_is_harmless(self):
         # Regression (issue 18): with FRAGCTL_REPORT set, SIGUSR1 sent before
         # the first allocation ended the process.

@@ -63,6 +63,26 @@ TEST_F(FragctlConfig, CurrentShowsWhatTheEnvironmentGives) {
   EXPECT_THAT(bad.out, HasSubstr("FRAGCTL_CONF: bad value \"lots\" for map_chunk"));
 }
 
+TEST_F(FragctlConfig, CurrentRefusesAMisspeltPolicyAndNamesTheEffectiveOne) {
+  ::setenv("FRAGCTL_BACKEND", "sim", 1);
+  ::setenv("FRAGCTL_POLICY", "arean", 1);
+  const run_result bad = run_fragctl("config --current", "2>&1");
+  ::setenv("FRAGCTL_POLICY", "buckets:caching", 1);
+  const run_result named = run_fragctl("config --current --json");
+  ::unsetenv("FRAGCTL_POLICY");
+  const run_result defaulted = run_fragctl("config --current");
+  ::unsetenv("FRAGCTL_BACKEND");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("FRAGCTL_POLICY"));
+  EXPECT_THAT(bad.out, HasSubstr("arean"));
+  ASSERT_EQ(named.status, 0) << named.out;
+  const auto j = nlohmann::json::parse(named.out);
+  EXPECT_EQ(j["effective"]["policy"], "buckets:caching");
+  EXPECT_EQ(j["effective"]["backend"], "sim");
+  ASSERT_EQ(defaulted.status, 0) << defaulted.out;
+  EXPECT_THAT(defaulted.out, HasSubstr("gets: policy arena (the backend's default) on the sim backend"));
+}
+
 TEST_F(FragctlConfig, MainHelpListsEveryEnvironmentVariable) {
   const run_result r = run_fragctl("--help");
   ASSERT_EQ(r.status, 0) << r.out;

@@ -21,6 +21,7 @@ arguments parse_arguments(const command_spec& spec, const std::vector<std::strin
     const std::string& arg = argv[i];
     if (options_done || arg.size() < 2 || arg[0] != '-') {
       out.positional.push_back(arg);
+      options_done = options_done || spec.positional_ends_options;
       continue;
     }
     if (arg == "--") {

@@ -31,6 +31,9 @@ struct command_spec {
   std::string_view summary;  ///< one line for `fragctl --help`
   std::string details;       ///< paragraphs after the options in `fragctl NAME --help`
   std::vector<option_spec> options;
+  /// Options end at the first positional argument, which starts a command
+  /// line of its own (`fragctl run python train.py --lr 1`), as with env(1).
+  bool positional_ends_options = false;
 };
 
 /// A command line the user got wrong: the caller prints it and exits 2.
@@ -99,5 +102,7 @@ const command_spec& config_spec();
 int run_config(const arguments& args);
 const command_spec& report_spec();
 int run_report(const arguments& args);
+const command_spec& run_spec();
+int run_run(const arguments& args);
 
 }  // namespace fragctl::cli

@@ -4,7 +4,9 @@
 
 #include "command.hpp"
 #include "fmt/format.h"
+#include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
+#include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
 
 namespace fragctl::cli {
@@ -24,7 +26,9 @@ const command_spec& config_spec() {
       "",
       "List every FRAGCTL_CONF option and environment variable with its default.",
       "Defaults are those of a default-constructed fragctl::config; docs/configuration.md has a row\n"
-      "for each. With --current, the values the environment gives instead.\n",
+      "for each. With --current, the values the environment gives instead, checked (a bad policy,\n"
+      "option or backend exits 1 with the reason), and the policy and backend a program started\n"
+      "with this environment gets.\n",
       {{"json", "", "print one JSON object ({options, environment}) instead of text"},
        {"current", "", "show the values config_from_environment reads from this environment"}}};
   return spec;
@@ -33,15 +37,29 @@ const command_spec& config_spec() {
 int run_config(const arguments& args) {
   if (!args.positional.empty()) throw usage_error("fragctl config takes no arguments");
   config current;
+  std::string effective;
+  nlohmann::ordered_json effective_json;
   if (args.has("current")) {
     auto read = config_from_environment();
     if (!read.ok()) throw std::runtime_error(std::string(read.status().message()));
     current = *std::move(read);
+    if (!current.policy.empty()) {
+      if (const absl::Status s = validate_policy(current.policy); !s.ok())
+        throw std::runtime_error(fmt::format("FRAGCTL_POLICY: {}", std::string(s.message())));
+    }
+    // What a job started now would get: the backend found from here, and
+    // its default policy where none is named.
+    const std::unique_ptr<device_backend> backend = make_backend(current);
+    const std::string policy = current.policy.empty() ? default_policy(*backend) : current.policy;
+    effective = fmt::format("A program started with this environment gets: policy {}{} on the {} backend, "
+                            "device {}\n\n", policy, current.policy.empty() ? " (the backend's default)" : "",
+                            backend->name(), current.device);
+    effective_json = {{"policy", policy}, {"backend", std::string(backend->name())}, {"device", current.device}};
   }
   const std::string_view column = args.has("current") ? "value" : "default";
   nlohmann::ordered_json options = nlohmann::ordered_json::array();
   nlohmann::ordered_json environment = nlohmann::ordered_json::array();
-  std::string text = fmt::format("FRAGCTL_CONF options (key:value,...):\n  {:<22} {:<18} {:<18} {}\n", "key", "type",
+  std::string text = effective + fmt::format("FRAGCTL_CONF options (key:value,...):\n  {:<22} {:<18} {:<18} {}\n", "key", "type",
                                  column, "meaning");
   for (const option_info& o : config_options()) {
     const std::string value = args.has("current") ? option_value(current, o.key) : o.default_value;
@@ -53,10 +71,13 @@ int run_config(const arguments& args) {
         {{"name", v.name}, {"value", v.value}, {"default", v.default_value}, {"help", v.help}, {"read_by", v.read_by}});
   }
   text += "\nEnvironment variables:\n" + environment_help();
-  if (args.has("json"))
-    std::printf("%s\n", nlohmann::ordered_json{{"options", options}, {"environment", environment}}.dump(2).c_str());
-  else
+  if (args.has("json")) {
+    nlohmann::ordered_json out{{"options", options}, {"environment", environment}};
+    if (!effective_json.is_null()) out["effective"] = effective_json;
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
     std::fputs(text.c_str(), stdout);
+  }
   return 0;
 }
 

@@ -19,6 +19,7 @@ const std::vector<command>& commands() {
   static const std::vector<command> table = {
       {&replay_spec(), run_replay},     {&convert_spec(), run_convert}, {&info_spec(), run_info},
       {&policies_spec(), run_policies}, {&config_spec(), run_config},   {&report_spec(), run_report},
+      {&run_spec(), run_run},
   };
   return table;
 }
@@ -42,6 +43,7 @@ std::string main_help() {
       "  fragctl replay gpt2m.trace.csv.gz --policy all\n"
       "  fragctl convert snapshot.json trace.csv.gz\n"
       "  fragctl report job.report.json --html job.html\n"
+      "  fragctl run --policy arena --report train.json -- python train.py\n"
       "\nEnvironment (docs/configuration.md):\n";
   text += environment_help();
   return text;

@@ -8,6 +8,7 @@ the cached module in well under a second. docs/pytorch.md.
 """
 import hashlib
 import os
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -47,13 +48,17 @@ def load(verbose=False):
             import torch
             from torch.utils import cpp_extension
             include = _include_dirs()
+            directory = _build_directory(torch, include[0])
+            if not any(name.endswith(".so") for name in os.listdir(directory)):
+                print("fragctl: compiling the native PyTorch backend for torch %s (once; cached in %s)"
+                      % (torch.__version__, directory), file=sys.stderr, flush=True)
             _module = cpp_extension.load(
                 name="fragctl_torch_native",
                 sources=[_SOURCE],
                 extra_include_paths=include,
                 extra_cflags=["-O2"],
                 with_cuda=True,
-                build_directory=_build_directory(torch, include[0]),
+                build_directory=directory,
                 verbose=verbose,
             )
         return _module

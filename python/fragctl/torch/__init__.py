@@ -52,6 +52,34 @@ def _torch():
     return torch
 
 
+# The oldest torch each route works with (docs/pytorch.md "Versions").
+# pluggable: torch.cuda.memory.CUDAPluggableAllocator and
+# change_current_allocator came in 2.0. native: torch_allocator.cpp
+# implements the CUDAAllocator interface as of 2.11, the version it is
+# tested with; that interface changes between releases.
+MINIMUM_TORCH = {"pluggable": (2, 0), "native": (2, 11)}
+
+
+def _version_tuple(version):
+    """(major, minor) of a torch version string ("2.11.0+cu130" -> (2, 11))."""
+    parts = []
+    for piece in str(version).split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit()) if piece else ""
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (2 - len(parts)))
+
+
+def _version_gap(torch, route):
+    """None when this torch has what ``route`` needs, else a sentence saying
+    which version was found and which is needed."""
+    needed = MINIMUM_TORCH[route]
+    found = _version_tuple(getattr(torch, "__version__", "0"))
+    if found >= needed:
+        return None
+    return ("the %s route needs torch >= %d.%d, and this is torch %s"
+            % (route, needed[0], needed[1], getattr(torch, "__version__", "of an unknown version")))
+
+
 def enabled():
     """The policy fragctl.torch.enable installed in this process, or None."""
     return _enabled
@@ -104,10 +132,17 @@ def enable(policy="arena", backend=None, route="auto", **options):
             "(a tensor was put on the GPU, or torch.cuda was queried). Call it right after `import torch`, "
             "or use LD_PRELOAD=libfragctl_preload.so with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync.",
             "FRAGCTL_ERROR_STATE")
+    gap = _version_gap(torch, "pluggable")
+    if gap is not None:
+        raise _capi.FragctlError("fragctl.torch.enable(): %s (use LD_PRELOAD=libfragctl_preload.so, or "
+                                 "`fragctl run`, with older torch)" % gap, "FRAGCTL_ERROR_STATE")
+    native_gap = _version_gap(torch, "native")
+    if route == "native" and native_gap is not None:
+        raise _capi.FragctlError("fragctl.torch.enable(route='native'): %s" % native_gap, "FRAGCTL_ERROR_STATE")
     _configure(policy=policy, backend=backend, **options)
     allocator = None
-    why_not_native = None
-    if route in ("auto", "native"):
+    why_not_native = native_gap
+    if route in ("auto", "native") and native_gap is None:
         try:
             allocator = _native_allocator(torch)
         except Exception as e:  # a missing compiler, headers or ninja: say so, fall back
@@ -129,7 +164,7 @@ def enable(policy="arena", backend=None, route="auto", **options):
     if chosen == "native":
         print("fragctl: PyTorch allocates through fragctl (%s, native backend)" % policy, file=sys.stderr)
     else:
-        reason = "the native backend could not be built (%s); " % why_not_native if why_not_native else ""
+        reason = ("the native backend is not used (%s); " % why_not_native) if why_not_native else ""
         print("fragctl: PyTorch allocates through fragctl (%s, pluggable route): %son this route %s"
               % (policy, reason, PLUGGABLE_LOSSES), file=sys.stderr)
     return allocator

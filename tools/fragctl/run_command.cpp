@@ -1,0 +1,244 @@
+// fragctl run: starts a program with libfragctl_preload.so preloaded and
+// fragctl's environment set, the first way to try fragctl (docs/integration.md).
+//
+// The program is a child of this process, not an exec of it, so that the
+// report's path can be printed when it ends. Everything else behaves as if
+// the program had been started directly: signals sent to `fragctl run` reach
+// it, its exit status is ours, and a program killed by a signal makes this
+// process die of the same signal. Children it starts (torchrun's workers)
+// inherit the environment, so each gets the shim.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "fmt/format.h"
+#include "fragctl/config.hpp"
+#include "fragctl/policy.hpp"
+
+namespace fragctl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* shim_name = "libfragctl_preload.so";
+constexpr const char* jemalloc_name = "libfragctl_jemalloc.so";
+constexpr const char* torch_backend = "backend:cudaMallocAsync";
+
+/// The preload library: --preload, else FRAGCTL_PRELOAD_LIBRARY, else beside
+/// this program as the wheel and `cmake --install` lay it out (bin/../lib),
+/// or as the build tree does (tools/../).
+fs::path find_shim(const arguments& args) {
+  if (const auto chosen = args.get("preload")) return fs::absolute(*chosen);
+  if (const char* env = std::getenv("FRAGCTL_PRELOAD_LIBRARY"); env != nullptr && *env != '\0')
+    return fs::absolute(env);
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> looked;
+  if (!ec) {
+    const fs::path dir = self.parent_path();
+    for (const fs::path& candidate : {dir / ".." / "lib" / shim_name, dir / ".." / shim_name, dir / shim_name}) {
+      if (fs::is_regular_file(candidate, ec)) return fs::weakly_canonical(candidate, ec);
+      looked.push_back(candidate.lexically_normal());
+    }
+  }
+  std::string where;
+  for (const fs::path& p : looked) where += "\n  " + p.string();
+  throw std::runtime_error(fmt::format("{} not found; looked in:{}\nName it with --preload PATH or "
+                                       "FRAGCTL_PRELOAD_LIBRARY (fragctl.preload_library() in Python gives the wheel's)",
+                                       shim_name, where));
+}
+
+void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
+
+std::string env_or(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : fallback;
+}
+
+bool says_async_backend(std::string_view conf) {
+  return conf.find("backend:cudaMallocAsync") != std::string_view::npos;
+}
+
+/// PyTorch's own keys of PYTORCH_CUDA_ALLOC_CONF, less `backend`.
+std::string without_backend(std::string_view conf) {
+  std::string kept;
+  std::size_t start = 0;
+  while (start <= conf.size()) {
+    const std::size_t end = std::min(conf.find(',', start), conf.size());
+    const std::string_view item = conf.substr(start, end - start);
+    if (!item.empty() && item.rfind("backend:", 0) != 0) {
+      if (!kept.empty()) kept.push_back(',');
+      kept.append(item);
+    }
+    start = end + 1;
+  }
+  return kept;
+}
+
+/// Sets the child's environment from the options; checks the policy and the
+/// options first, so that a typo stops here rather than in every worker.
+void prepare_environment(const arguments& args, const fs::path& shim) {
+  if (const auto policy = args.get("policy")) {
+    if (const absl::Status s = validate_policy(*policy); !s.ok())
+      throw usage_error(fmt::format("--policy: {}", std::string(s.message())));
+    set("FRAGCTL_POLICY", *policy);
+  }
+  if (const auto backend = args.get("backend")) {
+    if (auto kind = parse_backend_kind(*backend); !kind.ok())
+      throw usage_error(fmt::format("--backend: {}", std::string(kind.status().message())));
+    set("FRAGCTL_BACKEND", *backend);
+  }
+  // PyTorch reaches the shim through cudaMallocAsync. A user's own
+  // PYTORCH_CUDA_ALLOC_CONF keys (max_split_size_mb, expandable_segments)
+  // are fragctl's to apply under the shim: they move to FRAGCTL_CONF unless
+  // fragctl's options are given.
+  const std::string pytorch_conf = env_or("PYTORCH_CUDA_ALLOC_CONF", "");
+  std::string conf = args.get("conf").value_or(env_or("FRAGCTL_CONF", ""));
+  if (!says_async_backend(pytorch_conf)) {
+    const std::string moved = without_backend(pytorch_conf);
+    if (!moved.empty() && !args.has("conf") && std::getenv("FRAGCTL_CONF") == nullptr) {
+      conf = moved;
+      std::fprintf(stderr, "fragctl run: PYTORCH_CUDA_ALLOC_CONF=%s is applied by fragctl (FRAGCTL_CONF); "
+                   "PyTorch gets %s\n", pytorch_conf.c_str(), torch_backend);
+    }
+    set("PYTORCH_CUDA_ALLOC_CONF", torch_backend);
+  }
+  if (!conf.empty()) {
+    if (auto parsed = parse_config(conf); !parsed.ok())
+      throw usage_error(fmt::format("{}: {}", args.has("conf") ? "--conf" : "FRAGCTL_CONF",
+                                    std::string(parsed.status().message())));
+    set("FRAGCTL_CONF", conf);
+  }
+  for (const auto& [option, variable] : {std::pair{"report", "FRAGCTL_REPORT"}, {"prometheus", "FRAGCTL_PROMETHEUS"},
+                                         {"trace", "FRAGCTL_TRACE"}}) {
+    if (const auto path = args.get(option)) set(variable, fs::absolute(*path).string());
+  }
+  if (std::getenv("FRAGCTL_REPORT") == nullptr)
+    set("FRAGCTL_REPORT", (fs::current_path() / fmt::format("fragctl.{}.report.json", ::getpid())).string());
+  // The pinned host tier's jemalloc needs 2.6 KiB of static TLS, which only
+  // a library loaded at start-up gets (docs/packaging.md): preloaded beside
+  // the shim, a Python program's offload store uses it.
+  std::string ours = shim.string();
+  std::error_code ec;
+  if (const fs::path jemalloc = shim.parent_path() / jemalloc_name; fs::is_regular_file(jemalloc, ec))
+    ours.append(":").append(jemalloc.string());
+  if (const std::string preload = env_or("LD_PRELOAD", ""); !preload.empty()) ours.append(":").append(preload);
+  set("LD_PRELOAD", ours);
+}
+
+pid_t child = -1;
+
+/// Passes a signal on to the program. One the terminal sent (Ctrl-C,
+/// Ctrl-\) reached the program's process group already: not sent twice.
+void forward(int sig, siginfo_t* info, void*) {
+  if (child > 0 && (info == nullptr || info->si_code <= 0)) ::kill(child, sig);
+}
+
+constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
+
+/// Files the program wrote under `path`: the path itself and the per-process
+/// names the library chooses when several processes share it (docs/integration.md).
+std::vector<fs::path> written(const fs::path& path, fs::file_time_type since) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  const std::string stem = path.filename().string();
+  for (const fs::directory_entry& e : fs::directory_iterator(path.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = name == stem || (name.rfind(stem + ".", 0) == 0 && name.find(".tmp") == std::string::npos);
+    if (ours && e.is_regular_file(ec) && e.last_write_time(ec) >= since) found.push_back(e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+const command_spec& run_spec() {
+  static const command_spec spec = {
+      "run",
+      "[--] COMMAND [ARGS...]",
+      "Run COMMAND with fragctl's LD_PRELOAD library and print where its reports went.",
+      "COMMAND runs with libfragctl_preload.so preloaded (its children too: torchrun's workers;\n"
+      "libfragctl_jemalloc.so too, for the offload store's pinned host tier),\n"
+      "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync so that PyTorch's allocations reach it,\n"
+      "and FRAGCTL_* set from the options; a PYTORCH_CUDA_ALLOC_CONF of the user's own is applied\n"
+      "by fragctl (moved to FRAGCTL_CONF). Without --report, each process writes its report to\n"
+      "fragctl.<pid>.report.json here. Signals reach COMMAND; fragctl run exits as COMMAND did.\n"
+      "Options end at COMMAND: `fragctl run python train.py --lr 1` passes --lr to train.py.\n"
+      "Example: fragctl run --policy arena --report train.json -- torchrun --nproc-per-node 2 train.py\n",
+      {{"policy", "P", "allocation policy (FRAGCTL_POLICY): arena, caching, buckets:arena, ..."},
+       {"conf", "K:V,...", "options (FRAGCTL_CONF), checked before COMMAND starts"},
+       {"backend", "B", "device backend (FRAGCTL_BACKEND): cuda, hip, sim or auto"},
+       {"report", "FILE", "JSON report at exit (FRAGCTL_REPORT)"},
+       {"prometheus", "FILE", "Prometheus text at exit (FRAGCTL_PROMETHEUS)"},
+       {"trace", "FILE", "record a trace (FRAGCTL_TRACE)"},
+       {"preload", "PATH", "the preload library (default: the one installed beside this command)"}},
+      true};
+  return spec;
+}
+
+int run_run(const arguments& args) {
+  if (args.positional.empty()) throw usage_error("expected a COMMAND to run\nRun 'fragctl run --help' for its options.");
+  const fs::path shim = find_shim(args);
+  if (!fs::is_regular_file(shim)) throw std::runtime_error(fmt::format("{}: no such file", shim.string()));
+  prepare_environment(args, shim);
+  const fs::path report = std::getenv("FRAGCTL_REPORT");
+  const auto started = fs::file_time_type::clock::now() - std::chrono::seconds(1);
+
+  std::vector<char*> argv;
+  for (const std::string& a : args.positional) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  struct sigaction pass {};
+  pass.sa_sigaction = forward;
+  pass.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&pass.sa_mask);
+  for (int sig : forwarded) ::sigaction(sig, &pass, nullptr);
+
+  std::fflush(nullptr);
+  child = ::fork();
+  if (child < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  if (child == 0) {
+    struct sigaction original {};
+    original.sa_handler = SIG_DFL;
+    for (int sig : forwarded) ::sigaction(sig, &original, nullptr);
+    ::execvp(argv[0], argv.data());
+    std::fprintf(stderr, "fragctl run: %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(errno == ENOENT ? 127 : 126);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) throw std::runtime_error(fmt::format("waitpid: {}", std::strerror(errno)));
+  }
+  child = -1;
+  const std::vector<fs::path> reports = written(report, started);
+  for (const fs::path& r : reports) std::fprintf(stderr, "fragctl run: report %s\n", r.c_str());
+  if (reports.empty())
+    std::fprintf(stderr, "fragctl run: no report at %s (the program allocated nothing through fragctl)\n",
+                 report.c_str());
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    std::fflush(nullptr);
+    ::signal(sig, SIG_DFL);
+    sigset_t only{};
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    ::raise(sig);
+    return 128 + sig;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+}  // namespace fragctl::cli
