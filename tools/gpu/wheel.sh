@@ -37,7 +37,7 @@ import json, fragctl
 a = fragctl.Allocator("caching", backend="cuda")
 print("allocator on", a.stats()["backend"])
 PY
-checks="memory_api record_stream graph cudnn_benchmark compile_reduce_overhead snapshot hf_trainer"
+checks="${CHECKS:-memory_api record_stream graph cudnn_benchmark hf_trainer}"
 note "torch_checks under enable() (native route; the first builds the module)"
 for c in $checks; do
   python3 tests/python/torch_checks.py native "$c" 2>"$out/native_$c.err" | tail -1 > "$out/native_$c.json"
@@ -51,6 +51,11 @@ for c in memory_api record_stream graph; do
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'ok' if r.get('ok') else 'FAILED', r.get('error',''))" "$out/run_$c.json" "$c"
   grep "fragctl run" "$out/run_$c.err"
 done
+note "fragctl run with torchrun (the worker gets the shim)"
+fragctl run --policy arena --report "$out/torchrun.report.json" -- \
+  torchrun --standalone --nproc-per-node 1 tests/python/torch_checks.py torch memory_api 2>"$out/torchrun.err" |
+  tail -1 | cut -c1-300
+grep "fragctl run" "$out/torchrun.err"
 note "trainer gpt2m: PyTorch, enable(), fragctl run"
 cd benchmarks/trainers
 python3 train_one.py --model gpt2m --mode native --steps 12 --out "$out/train_native.json" > /dev/null 2>&1
