@@ -258,6 +258,7 @@ class TorchTest(unittest.TestCase):
         import sys, types
         calls = []
         torch = types.ModuleType("torch")
+        torch.__version__ = "2.11.0+fake"
         torch.cuda = types.SimpleNamespace(initialized=False)
         torch.cuda.is_initialized = lambda: torch.cuda.initialized
         class CUDAPluggableAllocator:
@@ -302,6 +303,43 @@ class TorchTest(unittest.TestCase):
         self.assertIn("other policy: fragctl.torch.enable('arena'): fragctl is already enabled", out)
         self.assertIn("live: 1048576 buckets:caching", out)
         self.assertIn("after: 0", out)
+
+    def test_enable_names_the_torch_version_a_route_needs(self):
+        # Issue 28: torch 1.13 gave AttributeError, route='native' "list
+        # index out of range".
+        out = run_child(self.FAKE_TORCH, """
+            torch.__version__ = "1.13.1"
+            for route in ("auto", "native", "pluggable"):
+                try:
+                    fragctl.torch.enable("arena", backend="sim", route=route)
+                except fragctl.FragctlError as e:
+                    print("old", route, type(e).__name__, e)
+            torch.__version__ = "2.5.1+cu124"
+            try:
+                fragctl.torch.enable("arena", backend="sim", route="native")
+            except fragctl.FragctlError as e:
+                print("native", e)
+            print("calls:", calls)
+        """)
+        for route in ("auto", "native", "pluggable"):
+            self.assertIn("old %s FragctlError" % route, out)
+        self.assertIn("needs torch >= 2.0, and this is torch 1.13.1", out)
+        self.assertIn("native fragctl.torch.enable(route='native'): the native route needs torch >= 2.11, "
+                      "and this is torch 2.5.1+cu124", out)
+        self.assertIn("calls: []", out)
+
+    def test_auto_on_a_torch_older_than_native_takes_pluggable_and_says_why(self):
+        environment = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(fragctl.__file__))))
+        code = textwrap.dedent(self.FAKE_TORCH) + textwrap.dedent("""
+            torch.__version__ = "2.5.1"
+            fragctl.torch.enable("caching", backend="sim", sim_capacity="1GiB")
+            print("route:", fragctl.torch.route())
+        """)
+        done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("route: pluggable", done.stdout)
+        self.assertIn("the native route needs torch >= 2.11, and this is torch 2.5.1", done.stderr)
 
     def test_enable_after_cuda_initialization_is_a_clear_error(self):
         out = run_child(self.FAKE_TORCH, """
