@@ -121,14 +121,16 @@ class DefaultsTest(unittest.TestCase):
         environment = {k: v for k, v in os.environ.items() if k not in ("FRAGCTL_CONF", "FRAGCTL_POLICY")}
         environment.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", FRAGCTL_BACKEND="sim",
                            PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(fragctl.__file__))))
+        # What enable("caching") does: an allocator of its own, then the
+        # process defaults configured and built.
         code = ("import fragctl\n"
-                "a = fragctl.Allocator('caching', backend='sim', sim_capacity='1GiB')\n"
-                "b = fragctl.Allocator(None, backend='sim', sim_capacity='1GiB')\n"
-                "print(a.policy, b.policy)\n")
+                "a = fragctl.Allocator(None, backend='sim', sim_capacity='1GiB')\n"
+                "fragctl.configure(policy='caching', backend='sim')\n"
+                "print(a.policy, fragctl.default_allocator(0).policy)\n")
         done = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True,
                               timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(done.stdout.split(), ["caching", "arena"])
+        self.assertEqual(done.stdout.split(), ["arena", "caching"])
         lines = [l for l in done.stderr.splitlines() if "PYTORCH_CUDA_ALLOC_CONF" in l]
         self.assertEqual(len(lines), 1, done.stderr)
         self.assertIn("policy arena where the program names none", lines[0])
