@@ -16,6 +16,15 @@
 // allocator's, so a flush from the hooks' thread never races a row. A forked
 // child drops the rows it inherited and records nothing through its parent's
 // allocators: their trace is the parent's.
+//
+// The file is opened as every output is (core/atomic_file.hpp): a new trace
+// is written under a temporary name beside the path and put there once its
+// header is on disk, so nothing but a regular file is replaced and no link
+// is followed. zlib writes through a duplicate of the file's descriptor and
+// never opens the path itself.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <iterator>
@@ -23,6 +32,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/atomic_file.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
@@ -32,6 +42,18 @@
 #include "zlib.h"
 
 namespace fragctl {
+namespace {
+
+// zlib on a duplicate of `fd` (zlib closes what it is given).
+gzFile gz_on(int fd, bool compressed) noexcept {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return nullptr;
+  gzFile file = gzdopen(copy, compressed ? "wb6" : "wbT");
+  if (file == nullptr) ::close(copy);
+  return file;
+}
+
+}  // namespace
 
 struct tracing_adaptor::sink final : process_client {
   static constexpr std::size_t flush_at = 256 * KiB;
@@ -43,7 +65,9 @@ struct tracing_adaptor::sink final : process_client {
 
   std::mutex mutex;
   std::string path;
+  detail::output_file out;  // the file; zlib writes through a duplicate of its descriptor
   gzFile file = nullptr;  // zlib writes plain files too ("T" mode)
+  bool registered = false;  // opened, and added to the process hooks
   bool compressed = false;  // the path as given ends in .gz
   fmt::memory_buffer buffer;
   bool failed = false;
@@ -66,7 +90,7 @@ struct tracing_adaptor::sink final : process_client {
   // Ends what is written so far with an `end` row holding the count of rows
   // before it (docs/traces.md), then writes the buffer.
   bool close_locked() noexcept {
-    if (inherited || failed) return false;
+    if (inherited || failed || file == nullptr) return false;
     try {
       format_row("end", 0, rows, 0);
     } catch (...) {
@@ -112,8 +136,23 @@ struct tracing_adaptor::sink final : process_client {
       return;
     }
     const int closed = gzclose(file);
-    file = gzopen(path.c_str(), "ab6e");
+    file = gz_on(out.fd(), true);
     if (closed != Z_OK || file == nullptr) fail("finishing the gzip member failed");
+  }
+
+  // Opens `path` as every output is opened; puts the file at the path once
+  // its header is on disk. Throws fragctl::error.
+  void open() {
+    auto created = detail::output_file::open(path, "trace");
+    if (!created.ok()) throw error(std::string(created.status().message()));
+    out = std::move(*created);
+    file = gz_on(out.fd(), compressed);
+    if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", path));
+    fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
+    write_locked();
+    sync_locked();
+    if (failed) throw error(fmt::format("trace: cannot write \"{}\"", path));
+    if (const absl::Status published = out.publish(); !published.ok()) throw error(std::string(published.message()));
   }
 
   void fail(std::string_view what) noexcept {
@@ -158,6 +197,10 @@ open_sinks& sinks() {
 }  // namespace
 
 tracing_adaptor::sink::~sink() {
+  if (!registered) {  // opening failed: nothing published; the temporary goes with `out`
+    if (file != nullptr) gzclose(file);
+    return;
+  }
   remove_process_client(*this);
   const std::lock_guard lock(mutex);
   close_locked();
@@ -178,18 +221,14 @@ tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, con
       sink_ = std::move(shared);
       return;
     }
+    auto opened = std::make_shared<sink>();
+    opened->path = expanded;
     // As the path was given: "t.csv.gz" stays gzip when it is written as "t.csv.gz.<pid>".
-    const bool compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
-    gzFile file = gzopen(expanded.c_str(), compressed ? "wb6e" : "wbTe");
-    if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", expanded));
-    sink_ = std::make_shared<sink>();
-    sink_->path = expanded;
-    sink_->file = file;
-    sink_->compressed = compressed;
-    fmt::format_to(std::back_inserter(sink_->buffer), "action,addr,size,stream,time_us\n");
-    sink_->write_locked();
-    sink_->sync_locked();
-    all.by_path[expanded] = sink_;
+    opened->compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
+    opened->open();  // a throw destroys `opened` unregistered: no hook lock under the table's
+    opened->registered = true;
+    all.by_path[opened->path] = opened;
+    sink_ = std::move(opened);
   }
   // Outside the table's lock, which fork_prepare takes after the hooks' lock.
   add_process_client(*sink_, process_layer_traces);

@@ -1,7 +1,15 @@
 // Writing fragctl CSV, plain or gzip (zlib's "T" mode writes plain files).
+// The file is opened as every output is (core/atomic_file.hpp): written under
+// a temporary name beside the path and put there only once whole, so a
+// convert killed or out of disk leaves what the path held before, and nothing
+// but a regular file is ever replaced.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
+#include "core/atomic_file.hpp"
 #include "fmt/format.h"
 #include "fragctl/trace.hpp"
 #include "util/strings.hpp"
@@ -11,11 +19,16 @@ namespace fragctl {
 
 absl::Status write_trace_csv(const trace& t, const std::string& path) {
   const bool compress = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
+  absl::StatusOr<detail::output_file> out = detail::output_file::open(path, "trace");
+  if (!out.ok()) return out.status();
   errno = 0;
-  gzFile file = gzopen(path.c_str(), compress ? "wb6" : "wbT");
-  if (file == nullptr)
-    return absl::PermissionDeniedError(fmt::format(
-        "{}: cannot open for writing: {}", path, errno != 0 ? std::strerror(errno) : "out of memory"));
+  const int fd = ::fcntl(out->fd(), F_DUPFD_CLOEXEC, 0);  // zlib closes what it is given
+  gzFile file = fd < 0 ? nullptr : gzdopen(fd, compress ? "wb6" : "wbT");
+  if (file == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return absl::UnavailableError(
+        fmt::format("{}: cannot open for writing: {}", path, errno != 0 ? std::strerror(errno) : "out of memory"));
+  }
 
   fmt::memory_buffer buffer;
   bool ok = true;
@@ -39,7 +52,8 @@ absl::Status write_trace_csv(const trace& t, const std::string& path) {
   if (!ok || closed != Z_OK)
     return absl::DataLossError(fmt::format("{}: cannot write: {}", path,
                                            ok ? std::string(std::strerror(errno)) : error));
-  return absl::OkStatus();
+  if (absl::Status s = out->close(); !s.ok()) return s;
+  return out->publish();
 }
 
 }  // namespace fragctl
