@@ -33,6 +33,7 @@
 #include <mutex>
 
 #include "core/atomic_file.hpp"
+#include "core/output_paths.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
@@ -65,7 +66,8 @@ struct tracing_adaptor::sink final : process_client {
 
   std::mutex mutex;
   std::string path;
-  detail::output_file out;  // the file; zlib writes through a duplicate of its descriptor
+  detail::output_claim claim;  // of `path`, held while the file is open
+  detail::output_file out;     // the file; zlib writes through a duplicate of its descriptor
   gzFile file = nullptr;  // zlib writes plain files too ("T" mode)
   bool registered = false;  // opened, and added to the process hooks
   bool compressed = false;  // the path as given ends in .gz
@@ -215,14 +217,15 @@ tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, con
   add_process_client(all, process_layer_trace_files);  // once; later calls find it
   {
     const std::lock_guard lock(all.mutex);
-    const std::string expanded = expand_output_path(path);
+    detail::output_claim claim(path);
     std::erase_if(all.by_path, [](const auto& item) { return item.second.expired(); });
-    if (auto shared = all.by_path[expanded].lock()) {
+    if (auto shared = all.by_path[claim.file()].lock()) {
       sink_ = std::move(shared);
       return;
     }
     auto opened = std::make_shared<sink>();
-    opened->path = expanded;
+    opened->path = claim.file();
+    opened->claim = std::move(claim);
     // As the path was given: "t.csv.gz" stays gzip when it is written as "t.csv.gz.<pid>".
     opened->compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
     opened->open();  // a throw destroys `opened` unregistered: no hook lock under the table's

@@ -1,8 +1,9 @@
-// Every output path of the library (core/atomic_file.hpp;
+// Every output path of the library (core/atomic_file.hpp, core/output_paths.hpp;
 // docs/reliability.md, "Bad inputs" and "Process lifecycle"; issue 27): what
-// is at the path decides how it is written, and no writer (report,
-// Prometheus, trace, convert, HTML, SVG, the NCCL unique id file) replaces
-// anything but a regular file or follows a link it did not create. Tests that need a device node make a private one with
+// is at the path decides how it is written, a claim lives as long as its
+// outputs, and no writer (report, Prometheus, trace, convert, HTML, SVG, the
+// NCCL unique id file) replaces anything but a regular file or follows a link
+// it did not create. Tests that need a device node make a private one with
 // mknod in their own directory (never a system path) and skip when not root.
 #include <fcntl.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "core/atomic_file.hpp"
+#include "core/output_paths.hpp"
 #include "fmt/format.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
@@ -31,6 +33,7 @@
 #include "fragctl/trace.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/log_capture.hpp"
 #include "support/stats_export_support.hpp"
 #include "support/test_support.hpp"
 #include "zero3/collectives/nccl_rendezvous.hpp"
@@ -116,6 +119,25 @@ void run_allocations(const config& cfg, std::size_t n) {
   std::vector<void*> blocks;
   for (std::size_t i = 0; i < n; ++i) blocks.push_back(stack->allocator().allocate(1 * MiB));
   for (void* p : blocks) stack->allocator().deallocate(p, 1 * MiB);
+}
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Binds the claim name of `path` as another process would; the socket, or -1.
+int bind_claim(const fs::path& path) {
+  const std::string name = detail::output_claim_name(path.string());
+  const int s = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, name.data(), name.size());
+  const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (::bind(s, reinterpret_cast<const sockaddr*>(&address), length) == 0) return s;
+  ::close(s);
+  return -1;
 }
 
 // --- What is at the path (issue 27, H2) --------------------------------------
@@ -310,10 +332,120 @@ TEST(output_paths, what_appears_at_the_path_while_writing_is_never_replaced) {
   EXPECT_EQ(temporaries_in(dir), 0u);
 }
 
-// --- Traces (issue 27, M6) --------------------------------------------------
+// --- Claims (issue 27, M5 and M6) ------------------------------------------
 
-// Regression (issue 27, M6): a trace followed a link planted at its path:
-// it is refused, the link and its target left as they are.
+// Regression (issue 27, M5): every distinct path kept its claim's socket until
+// the process ended: 1,000 reports named in a loop held 1,008 descriptors.
+// 250 report paths here (the count must not move at all; each report costs
+// 10 ms under AddressSanitizer); the Python test names 1,000.
+TEST(output_paths, a_claim_is_released_with_the_last_allocator_of_its_path) {
+  const fs::path dir = fresh_dir("claims");
+  config cfg = sim_config();
+  cfg.report_path = (dir / "warm.json").string();
+  run_allocations(cfg, 1);  // the process hooks' pipe, the logger: opened once
+  const std::size_t descriptors = open_descriptors();
+  const std::size_t held = detail::output_claims_held();
+  for (int i = 0; i < 250; ++i) {
+    cfg.report_path = (dir / fmt::format("r{}.json", i)).string();
+    cfg.prometheus_path = i < 100 ? (dir / fmt::format("r{}.prom", i)).string() : std::string();
+    run_allocations(cfg, 1);
+  }
+  cfg.prometheus_path.clear();
+  for (int i = 0; i < 100; ++i) {
+    cfg.report_path.clear();
+    cfg.trace_path = (dir / fmt::format("t{}.csv", i)).string();
+    run_allocations(cfg, 1);
+  }
+  EXPECT_EQ(open_descriptors(), descriptors);
+  EXPECT_EQ(detail::output_claims_held(), held);
+  EXPECT_TRUE(fs::exists(dir / "r0.json") && fs::exists(dir / "r249.json") && fs::exists(dir / "r99.prom") &&
+              fs::exists(dir / "t99.csv"));
+
+  // Held while an allocator names the path, free for another process after.
+  cfg.trace_path.clear();
+  cfg.report_path = (dir / "r5.json").string();
+  auto live = sim_stack(cfg);
+  EXPECT_EQ(bind_claim(dir / "r5.json"), -1);
+  live.reset();
+  const int other = bind_claim(dir / "r5.json");
+  EXPECT_GE(other, 0) << "the claim outlived its last allocator";
+  ::close(other);
+}
+
+// Positive control for M6: the claim held by another process of this user
+// (ranks of one job) moves the output to "<path>.<pid>", as documented.
+TEST(output_paths, a_claim_held_by_this_user_falls_back_to_path_dot_pid) {
+  const fs::path dir = fresh_dir("claim_same_user");
+  const int holder = bind_claim(dir / "r.json");
+  ASSERT_GE(holder, 0);
+  config cfg = sim_config();
+  cfg.report_path = (dir / "r.json").string();
+  run_allocations(cfg, 2);
+  ::close(holder);
+  EXPECT_FALSE(fs::exists(dir / "r.json"));
+  EXPECT_TRUE(fs::exists(dir / fmt::format("r.json.{}", ::getpid())));
+}
+
+// Regression (issue 27, M6): any local user could bind the claim name, force
+// the fallback "<path>.<pid>" and plant a link there, which the trace writer
+// followed (gzopen): a root process overwrote a root-owned file.
+TEST(output_paths, a_claim_held_by_another_user_gets_a_fallback_name_no_one_can_foresee) {
+  SKIP_UNLESS_ROOT("hold a claim as another user");
+  const fs::path dir = fresh_dir("claim_other_user");
+  const fs::path outside = fresh_dir("claim_other_user_victim");
+  write_text(outside / "victim", "keep");
+  const fs::path path = dir / "t.csv";
+  const std::string name = detail::output_claim_name(path.string());
+  int ready[2];
+  int release[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // async-signal-safe calls only
+    char byte = 0;
+    if (::setresgid(nobody, nobody, nobody) != 0 || ::setresuid(nobody, nobody, nobody) != 0) ::_exit(2);
+    const int s = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path + 1, name.data(), name.size());
+    if (::bind(s, reinterpret_cast<const sockaddr*>(&address),
+               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) != 0)
+      ::_exit(3);
+    if (::write(ready[1], &byte, 1) != 1 || ::read(release[0], &byte, 1) < 0) ::_exit(4);
+    ::_exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the other user's process could not bind the claim";
+  fs::create_symlink(outside / "victim", fs::path(path.string() + fmt::format(".{}", ::getpid())));
+
+  const fragctl::testing::log_capture log;
+  config cfg = sim_config();
+  cfg.trace_path = path.string();
+  run_allocations(cfg, 3);
+  ASSERT_EQ(::write(release[1], &byte, 1), 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  EXPECT_EQ(read_file(outside / "victim"), "keep");
+  EXPECT_THAT(log.text(), HasSubstr("another user (uid 65534)"));
+  const std::string prefix = fmt::format("t.csv.{}.", ::getpid());
+  std::vector<std::string> written;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string file = e.path().filename().string();
+    if (file.rfind(prefix, 0) == 0 && file.size() == prefix.size() + 16) written.push_back(e.path().string());
+  }
+  ASSERT_EQ(written.size(), 1u) << log.text();
+  auto t = read_trace(written[0]);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), 6u);
+  EXPECT_FALSE(fs::exists(path));
+}
+
+// Regression (issue 27, M6): a trace followed a link planted at its path
+// (and at the "<path>.<pid>" fallback): it is refused, the link and its
+// target left as they are.
 TEST(output_paths, a_trace_never_follows_a_planted_link) {
   const fs::path dir = fresh_dir("trace_link");
   write_text(dir / "victim", "keep");
@@ -321,6 +453,13 @@ TEST(output_paths, a_trace_never_follows_a_planted_link) {
   config cfg = sim_config();
   cfg.trace_path = (dir / "t.csv").string();
   EXPECT_THROW(sim_stack(cfg), error);
+
+  const int holder = bind_claim(dir / "u.csv");  // this user's other process: the fallback is "<path>.<pid>"
+  ASSERT_GE(holder, 0);
+  fs::create_symlink(dir / "victim", fs::path((dir / "u.csv").string() + fmt::format(".{}", ::getpid())));
+  cfg.trace_path = (dir / "u.csv").string();
+  EXPECT_THROW(sim_stack(cfg), error);
+  ::close(holder);
 
   EXPECT_EQ(read_file(dir / "victim"), "keep");
   EXPECT_EQ(kind_at(dir / "t.csv"), S_IFLNK);
