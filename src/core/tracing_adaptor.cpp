@@ -21,8 +21,11 @@
 // is written under a temporary name beside the path and put there once its
 // header is on disk, so nothing but a regular file is replaced and no link
 // is followed. zlib writes through a duplicate of the file's descriptor and
-// never opens the path itself.
+// never opens the path itself. An allocator given the path that an earlier
+// allocator of this process wrote and closed continues that file (no second
+// header, rows counted on) while the path still holds it.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "core/atomic_file.hpp"
 #include "core/output_paths.hpp"
@@ -44,6 +48,19 @@
 
 namespace fragctl {
 namespace {
+
+// A trace file this process closed: what a later allocator on its path
+// continues.
+struct ended_trace {
+  detail::file_identity identity;
+  off_t size = 0;  // at the close: a file rewritten in place since is not continued
+  std::uint64_t rows = 0;
+};
+
+off_t size_of(int fd) noexcept {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? st.st_size : -1;
+}
 
 // zlib on a duplicate of `fd` (zlib closes what it is given).
 gzFile gz_on(int fd, bool compressed) noexcept {
@@ -142,15 +159,29 @@ struct tracing_adaptor::sink final : process_client {
     if (closed != Z_OK || file == nullptr) fail("finishing the gzip member failed");
   }
 
-  // Opens `path` as every output is opened; puts the file at the path once
-  // its header is on disk. Throws fragctl::error.
-  void open() {
-    auto created = detail::output_file::open(path, "trace");
-    if (!created.ok()) throw error(std::string(created.status().message()));
-    out = std::move(*created);
+  // Opens `path`, continuing the file `ended` holds for it when the path
+  // still holds that file; puts a new file at the path once its header is
+  // on disk. Throws fragctl::error.
+  void open(std::map<std::string, ended_trace>& ended) {
+    std::optional<detail::output_file> opened;
+    if (const auto it = ended.find(path); it != ended.end()) {
+      auto again = detail::output_file::reopen(path, it->second.identity, "trace");
+      if (again.ok() && size_of(again->fd()) == it->second.size) {
+        opened = std::move(*again);
+        rows = it->second.rows;
+      }
+      ended.erase(it);
+    }
+    const bool fresh = !opened;
+    if (fresh) {
+      auto created = detail::output_file::open(path, "trace");
+      if (!created.ok()) throw error(std::string(created.status().message()));
+      opened = std::move(*created);
+    }
+    out = std::move(*opened);
     file = gz_on(out.fd(), compressed);
     if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", path));
-    fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
+    if (fresh) fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
     write_locked();
     sync_locked();
     if (failed) throw error(fmt::format("trace: cannot write \"{}\"", path));
@@ -172,8 +203,11 @@ namespace {
 // is taken with no other fragctl lock held (then only the output claims' and
 // the logger's inside it), and before fork after every trace buffer's.
 struct open_sinks final : process_client {
+  static constexpr std::size_t ended_kept = 256;
+
   std::mutex mutex;
   std::map<std::string, std::weak_ptr<tracing_adaptor::sink>> by_path;
+  std::map<std::string, ended_trace> ended;  // closed traces, by path (at most ended_kept)
 
   std::size_t flush(std::string_view /*reason*/) noexcept override { return 0; }
   void fork_prepare() noexcept override { mutex.lock(); }
@@ -182,6 +216,7 @@ struct open_sinks final : process_client {
   // none of its parent's.
   void fork_child() noexcept override {
     by_path.clear();
+    ended.clear();
     mutex.unlock();
   }
 };
@@ -204,11 +239,19 @@ tracing_adaptor::sink::~sink() {
     return;
   }
   remove_process_client(*this);
-  const std::lock_guard lock(mutex);
-  close_locked();
-  // A forked child must not close its parent's stream: zlib would write the
-  // parent's pending bytes into the shared file.
-  if (file != nullptr && !inherited) gzclose(file);
+  bool whole = false;
+  {
+    const std::lock_guard lock(mutex);
+    close_locked();
+    // A forked child must not close its parent's stream: zlib would write the
+    // parent's pending bytes into the shared file.
+    if (file != nullptr && !inherited) whole = gzclose(file) == Z_OK && !failed;
+  }
+  if (!whole) return;
+  open_sinks& all = sinks();
+  const std::lock_guard lock(all.mutex);
+  if (all.ended.size() >= open_sinks::ended_kept) all.ended.erase(all.ended.begin());
+  all.ended[path] = ended_trace{out.identity(), size_of(out.fd()), rows};
 }
 
 tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path)
@@ -228,7 +271,7 @@ tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, con
     opened->claim = std::move(claim);
     // As the path was given: "t.csv.gz" stays gzip when it is written as "t.csv.gz.<pid>".
     opened->compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
-    opened->open();  // a throw destroys `opened` unregistered: no hook lock under the table's
+    opened->open(all.ended);  // a throw destroys `opened` unregistered: no hook lock under the table's
     opened->registered = true;
     all.by_path[opened->path] = opened;
     sink_ = std::move(opened);

@@ -468,6 +468,37 @@ TEST(output_paths, a_trace_never_follows_a_planted_link) {
 
 // --- Lows ------------------------------------------------------------------
 
+// Regression (issue 27, low): allocators created one after another on one
+// trace path each truncated it; the second now continues the first's file.
+TEST(output_paths, allocators_one_after_another_on_one_trace_path_add_to_the_file) {
+  const fs::path dir = fresh_dir("sequential_traces");
+  for (const char* name : {"seq.csv", "seq.csv.gz"}) {
+    config cfg = sim_config();
+    cfg.trace_path = (dir / name).string();
+    for (std::size_t round = 1; round <= 3; ++round) run_allocations(cfg, round);
+    auto t = read_trace(cfg.trace_path);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    EXPECT_EQ(t->events.size(), 12u) << name;
+  }
+  EXPECT_EQ(fragctl::testing::occurrences(read_file(dir / "seq.csv"), "action,"), 1u);
+
+  // A file put at the path meanwhile, or the file rewritten in place, is not
+  // continued: the next trace replaces it.
+  config cfg = sim_config();
+  cfg.trace_path = (dir / "seq.csv").string();
+  write_text(dir / "other.csv", "someone else's\n");
+  fs::rename(dir / "other.csv", dir / "seq.csv");
+  run_allocations(cfg, 1);
+  auto replaced = read_trace(cfg.trace_path);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(replaced->events.size(), 2u);
+  write_text(dir / "seq.csv", "rewritten in place\n");
+  run_allocations(cfg, 2);
+  auto rewritten = read_trace(cfg.trace_path);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.status();
+  EXPECT_EQ(rewritten->events.size(), 4u);
+}
+
 // Regression (issue 27, low): SIGKILL during a report write left
 // ".<name>.tmp.*" files nothing removed.
 TEST(output_paths, a_dead_writers_temporaries_are_removed_by_the_next_write) {
