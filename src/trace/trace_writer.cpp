@@ -2,7 +2,8 @@
 // The file is opened as every output is (core/atomic_file.hpp): written under
 // a temporary name beside the path and put there only once whole, so a
 // convert killed or out of disk leaves what the path held before, and nothing
-// but a regular file is ever replaced.
+// but a regular file is ever replaced. It ends with an `end` row counting its
+// rows (docs/traces.md), so a reader tells a whole file from a cut one.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -45,6 +46,8 @@ absl::Status write_trace_csv(const trace& t, const std::string& path) {
                    e.size, e.stream, e.time_us);
     if (buffer.size() >= (1u << 20)) flush();
   }
+  fmt::format_to(std::back_inserter(buffer), "end,0,{},0,{}\n", t.events.size(),
+                 t.events.empty() ? 0 : t.events.back().time_us);
   flush();
   int code = Z_OK;
   const std::string error = ok ? std::string() : gzerror(file, &code);

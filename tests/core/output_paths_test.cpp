@@ -559,6 +559,42 @@ TEST(output_paths, the_nccl_unique_id_file_never_follows_a_planted_link) {
 
 class output_paths_cli : public fragctl::testing::fragctl_command_test {};
 
+// Regression (issue 27, M4): `fragctl convert` wrote in place: killed or out
+// of disk it left a shorter file that read as valid, and the earlier file at
+// the output path was destroyed when the write started.
+TEST_F(output_paths_cli, convert_killed_or_out_of_space_leaves_the_earlier_file) {
+  const fs::path dir = fresh_dir("convert");
+  const fs::path in = dir / "in.csv";
+  const fs::path out = dir / "out.csv";
+  {
+    std::ofstream f(in);
+    f << "action,addr,size,stream,time_us\n";
+    for (int i = 0; i < 10000; ++i)
+      f << "alloc," << 4096 * (i + 1) << ",512,0," << 2 * i << "\nfree_requested," << 4096 * (i + 1) << ",512,0,"
+        << 2 * i + 1 << "\n";
+  }
+  write_text(out, "earlier\n");
+  const std::string convert = fmt::format("'{}' convert '{}' '{}' 2>&1", fragctl::testing::fragctl_binary().string(),
+                                          in.string(), out.string());
+  // Out of space: a file size limit with SIGXFSZ ignored makes writes fail (EFBIG).
+  const fragctl::testing::run_result full = fragctl::testing::run_command("trap '' XFSZ; ulimit -f 64; " + convert);
+  EXPECT_EQ(full.status, 1) << full.out;
+  EXPECT_EQ(read_file(out), "earlier\n");
+  EXPECT_EQ(temporaries_in(dir), 0u);
+  // Killed mid-write: SIGXFSZ's default action ends the process.
+  const fragctl::testing::run_result killed = fragctl::testing::run_command("ulimit -f 64; " + convert);
+  EXPECT_NE(killed.status, 0) << killed.out;
+  EXPECT_EQ(read_file(out), "earlier\n");
+
+  // Positive control: the whole file, ended by its end row.
+  const fragctl::testing::run_result whole = fragctl::testing::run_command(convert);
+  ASSERT_EQ(whole.status, 0) << whole.out;
+  auto t = read_trace(out.string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), 20000u);
+  EXPECT_THAT(read_file(out), ::testing::EndsWith("\nend,0,20000,0,19999\n"));
+}
+
 TEST_F(output_paths_cli, report_html_and_svg_are_written_as_every_output) {
   const fs::path dir = fresh_dir("report_cli");
   config cfg = sim_config();
