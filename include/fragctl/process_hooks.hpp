@@ -20,7 +20,7 @@
 //  - Paths: expand_output_path is the one rule for the file an output goes
 //    to: "%p" in the path, a forked child's ".<pid>", and one writing process
 //    per path (a second process that finds a path claimed writes
-//    "<path>.<pid>").
+//    "<path>.<pid>"); the claims themselves are core/output_paths.hpp.
 #pragma once
 
 #include <cstddef>
@@ -85,11 +85,13 @@ void install_process_hooks();
 /// process id and "%%" by "%". In a process started by fork() from one that
 /// had loaded fragctl, a path without "%p" gets ".<pid>" appended, so a child
 /// never writes over its parent's file. Otherwise a path without "%p" is
-/// claimed by this process until it ends (the first call installs the hooks):
-/// if another running process claimed it first (ranks started separately,
-/// given one FRAGCTL_TRACE or FRAGCTL_REPORT), this process writes
-/// "<path>.<pid>" instead and logs one warning saying so. The same `path`
-/// gives the same answer for the life of the process. Thread-safe.
+/// claimed by this process while an output of it (a report registration, a
+/// trace file) names the path, and released with the last: if another running
+/// process claimed it first (ranks started separately, given one
+/// FRAGCTL_TRACE or FRAGCTL_REPORT), this process writes "<path>.<pid>"
+/// instead (with an unpredictable suffix added when that process is another
+/// user's) and logs one warning saying so. This function reads the claim; it
+/// takes none: a path no output holds is returned as it is. Thread-safe.
 [[nodiscard]] std::string expand_output_path(std::string_view path);
 
 /// True in a process started by fork() from one where the hooks were installed.

@@ -9,8 +9,6 @@
 
 #include <fcntl.h>
 #include <pthread.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,14 +19,11 @@
 #include <cstdlib>
 #include <cstddef>
 #include <cstring>
-#include <filesystem>
-#include <map>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <vector>
 
-#include "fmt/format.h"
+#include "core/output_paths.hpp"
 #include "fragctl/log.hpp"
 
 namespace fragctl {
@@ -96,86 +91,6 @@ void on_signal(int signo, siginfo_t* info, void* context) {
     previous.sa_handler(signo);
   }
 }
-
-// Output paths this process claimed: one path, one writing process. A claim
-// is a Unix socket bound to an abstract name made from the file's absolute
-// path: the kernel drops it when the process ends, however it ends, and it
-// creates no file. A path another running process has claimed is written
-// as "<path>.<pid>" instead, said once in a warning. The abstract namespace
-// is per network namespace: processes in separate ones (containers sharing a
-// volume) do not see each other's claims.
-class output_claims {
- public:
-  static output_claims& instance() {
-    static output_claims* const claims = new output_claims();  // never destroyed, see top
-    return *claims;
-  }
-
-  // The path this process writes for `path` (already expanded).
-  std::string claim(const std::string& path) {
-    const std::lock_guard lock(mutex_);
-    if (const auto it = written_as_.find(path); it != written_as_.end()) return it->second.path;
-    claim_slot slot{path, -1};
-    if (!bind_name(path, slot.fd)) {
-      slot.path = fmt::format("{}.{}", path, ::getpid());
-      bind_name(slot.path, slot.fd);
-      logger().warn("{}: another running process writes this file (the same path, without %p); this process "
-                    "writes {}",
-                    path, slot.path);
-    }
-    return written_as_.emplace(path, std::move(slot)).first->second.path;
-  }
-
-  void fork_prepare() noexcept { mutex_.lock(); }
-  void fork_parent() noexcept { mutex_.unlock(); }
-  // The parent keeps its claims; the child lets go of its copies, so that it
-  // never holds a path for a process that ended.
-  void fork_child() noexcept {
-    for (const auto& item : written_as_)
-      if (item.second.fd >= 0) ::close(item.second.fd);
-    written_as_.clear();
-    mutex_.unlock();
-  }
-
- private:
-  struct claim_slot {
-    std::string path;
-    int fd;  // the bound socket, kept open for the process's life; -1 if none
-  };
-
-  output_claims() = default;
-
-  static std::uint64_t fnv1a(std::string_view text) noexcept {
-    std::uint64_t h = 14695981039346656037ull;
-    for (const char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    return h;
-  }
-
-  // Binds the name of `path`; false only when another process holds it (a
-  // failure to tell is not a reason to move the output).
-  static bool bind_name(const std::string& path, int& fd) noexcept {
-    std::error_code ec;
-    std::filesystem::path absolute = std::filesystem::weakly_canonical(path, ec);
-    if (ec) absolute = std::filesystem::absolute(path, ec).lexically_normal();
-    const std::string name = fmt::format("fragctl-output-{:016x}", fnv1a(absolute.native()));
-    const int s = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return true;
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::memcpy(address.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
-    const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    if (::bind(s, reinterpret_cast<const sockaddr*>(&address), length) == 0) {
-      fd = s;
-      return true;
-    }
-    const int error = errno;
-    ::close(s);
-    return error != EADDRINUSE;
-  }
-
-  std::mutex mutex_;
-  std::map<std::string, claim_slot> written_as_;
-};
 
 struct client_slot {
   process_client* client;
@@ -289,18 +204,18 @@ class process_hooks {
   void fork_prepare() noexcept {
     mutex_.lock();
     for (const client_slot& s : clients_) s.client->fork_prepare();
-    output_claims::instance().fork_prepare();
+    detail::output_claims_fork_prepare();
   }
 
   void fork_parent() noexcept {
-    output_claims::instance().fork_parent();
+    detail::output_claims_fork_parent();
     for (auto it = clients_.rbegin(); it != clients_.rend(); ++it) it->client->fork_parent();
     mutex_.unlock();
   }
 
   void fork_child() noexcept {
     forked_child.store(true, std::memory_order_release);
-    output_claims::instance().fork_child();
+    detail::output_claims_fork_child();
     for (auto it = clients_.rbegin(); it != clients_.rend(); ++it) it->client->fork_child();
     // The writer thread stayed in the parent: the child gets its own pipe,
     // and its own writer with its next client.
@@ -337,23 +252,5 @@ std::uint64_t output_failures() noexcept { return failed_outputs.load(std::memor
 void install_process_hooks() { process_hooks::instance().install(); }
 
 bool is_forked_child() noexcept { return forked_child.load(std::memory_order_acquire); }
-
-std::string expand_output_path(std::string_view path) {
-  std::string out;
-  bool has_pid = false;
-  for (std::size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
-      has_pid = has_pid || path[i + 1] == 'p';
-      out += path[i + 1] == 'p' ? fmt::format("{}", ::getpid()) : "%";
-      ++i;
-      continue;
-    }
-    out += path[i];
-  }
-  if (has_pid || out.empty()) return out;
-  if (is_forked_child()) return out + fmt::format(".{}", ::getpid());
-  process_hooks::instance().install();  // a claim must be let go of in a forked child
-  return output_claims::instance().claim(out);
-}
 
 }  // namespace fragctl

@@ -14,8 +14,10 @@
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/atomic_file.hpp"
+#include "core/output_paths.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/process_hooks.hpp"
 #include "fragctl/stats_export.hpp"
@@ -31,6 +33,7 @@ struct registration {
   memory_map_source map_source;             // empty once retired, or never given
   allocator_lock lock;                      // empty once retired, or never given
   std::optional<stats_export_entry> final;  // set once retired
+  std::vector<detail::output_claim> claims;  // its paths', held until retired
 };
 
 class stats_export_registry final : public process_client {
@@ -48,14 +51,14 @@ class stats_export_registry final : public process_client {
       outputs.interval = default_prometheus_interval;
     }
     const std::lock_guard guard(mutex_);
-    // Expanding a path claims it for this process from now on (process_hooks.hpp).
+    // The paths are claimed for this process until the allocator is retired
+    // (core/output_paths.hpp).
+    std::vector<detail::output_claim> claims;
     if (!outputs.json_path.empty()) {
-      const std::string file = expand_output_path(outputs.json_path);
-      logger().info("statistics report will be written to {}", file);
+      logger().info("statistics report will be written to {}", claims.emplace_back(outputs.json_path).file());
     }
     if (!outputs.prometheus_path.empty()) {
-      const std::string file = expand_output_path(outputs.prometheus_path);
-      logger().info("Prometheus metrics will be written to {}", file);
+      logger().info("Prometheus metrics will be written to {}", claims.emplace_back(outputs.prometheus_path).file());
     }
     if (outputs.interval.count() > 0) {
       if (interval_.count() == 0 || outputs.interval < interval_) interval_ = outputs.interval;
@@ -64,8 +67,8 @@ class stats_export_registry final : public process_client {
         std::thread([] { instance().run_intervals(); }).detach();
       }
     }
-    entries_.push_back(
-        {owner, std::move(outputs), std::move(source), std::move(map_source), std::move(lock), std::nullopt});
+    entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::move(lock),
+                        std::nullopt, std::move(claims)});
   }
 
   void retire(const void* owner) noexcept {
@@ -82,9 +85,10 @@ class stats_export_registry final : public process_client {
       paths prometheus;
       add_unique(json, e.outputs.json_path);
       add_unique(prometheus, e.outputs.prometheus_path);
+      std::vector<detail::output_claim> claims = std::move(e.claims);
       forget_old_retired(e.outputs);  // `e` is the newest retired entry: kept
       write_locked(json, prometheus, "destroy");
-      return;
+      return;  // `claims` released: another allocator or process may claim the paths now
     }
   }
 

@@ -16,13 +16,28 @@
 // allocator's, so a flush from the hooks' thread never races a row. A forked
 // child drops the rows it inherited and records nothing through its parent's
 // allocators: their trace is the parent's.
+//
+// The file is opened as every output is (core/atomic_file.hpp): a new trace
+// is written under a temporary name beside the path and put there once its
+// header is on disk, so nothing but a regular file is replaced and no link
+// is followed. zlib writes through a duplicate of the file's descriptor and
+// never opens the path itself. An allocator given the path that an earlier
+// allocator of this process wrote and closed continues that file (no second
+// header, rows counted on) while the path still holds it.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
+#include "core/atomic_file.hpp"
+#include "core/output_paths.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
 #include "fragctl/error.hpp"
@@ -32,6 +47,31 @@
 #include "zlib.h"
 
 namespace fragctl {
+namespace {
+
+// A trace file this process closed: what a later allocator on its path
+// continues.
+struct ended_trace {
+  detail::file_identity identity;
+  off_t size = 0;  // at the close: a file rewritten in place since is not continued
+  std::uint64_t rows = 0;
+};
+
+off_t size_of(int fd) noexcept {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? st.st_size : -1;
+}
+
+// zlib on a duplicate of `fd` (zlib closes what it is given).
+gzFile gz_on(int fd, bool compressed) noexcept {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return nullptr;
+  gzFile file = gzdopen(copy, compressed ? "wb6" : "wbT");
+  if (file == nullptr) ::close(copy);
+  return file;
+}
+
+}  // namespace
 
 struct tracing_adaptor::sink final : process_client {
   static constexpr std::size_t flush_at = 256 * KiB;
@@ -43,7 +83,10 @@ struct tracing_adaptor::sink final : process_client {
 
   std::mutex mutex;
   std::string path;
+  detail::output_claim claim;  // of `path`, held while the file is open
+  detail::output_file out;     // the file; zlib writes through a duplicate of its descriptor
   gzFile file = nullptr;  // zlib writes plain files too ("T" mode)
+  bool registered = false;  // opened, and added to the process hooks
   bool compressed = false;  // the path as given ends in .gz
   fmt::memory_buffer buffer;
   bool failed = false;
@@ -66,7 +109,7 @@ struct tracing_adaptor::sink final : process_client {
   // Ends what is written so far with an `end` row holding the count of rows
   // before it (docs/traces.md), then writes the buffer.
   bool close_locked() noexcept {
-    if (inherited || failed) return false;
+    if (inherited || failed || file == nullptr) return false;
     try {
       format_row("end", 0, rows, 0);
     } catch (...) {
@@ -112,8 +155,37 @@ struct tracing_adaptor::sink final : process_client {
       return;
     }
     const int closed = gzclose(file);
-    file = gzopen(path.c_str(), "ab6e");
+    file = gz_on(out.fd(), true);
     if (closed != Z_OK || file == nullptr) fail("finishing the gzip member failed");
+  }
+
+  // Opens `path`, continuing the file `ended` holds for it when the path
+  // still holds that file; puts a new file at the path once its header is
+  // on disk. Throws fragctl::error.
+  void open(std::map<std::string, ended_trace>& ended) {
+    std::optional<detail::output_file> opened;
+    if (const auto it = ended.find(path); it != ended.end()) {
+      auto again = detail::output_file::reopen(path, it->second.identity, "trace");
+      if (again.ok() && size_of(again->fd()) == it->second.size) {
+        opened = std::move(*again);
+        rows = it->second.rows;
+      }
+      ended.erase(it);
+    }
+    const bool fresh = !opened;
+    if (fresh) {
+      auto created = detail::output_file::open(path, "trace");
+      if (!created.ok()) throw error(std::string(created.status().message()));
+      opened = std::move(*created);
+    }
+    out = std::move(*opened);
+    file = gz_on(out.fd(), compressed);
+    if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", path));
+    if (fresh) fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
+    write_locked();
+    sync_locked();
+    if (failed) throw error(fmt::format("trace: cannot write \"{}\"", path));
+    if (const absl::Status published = out.publish(); !published.ok()) throw error(std::string(published.message()));
   }
 
   void fail(std::string_view what) noexcept {
@@ -131,8 +203,11 @@ namespace {
 // is taken with no other fragctl lock held (then only the output claims' and
 // the logger's inside it), and before fork after every trace buffer's.
 struct open_sinks final : process_client {
+  static constexpr std::size_t ended_kept = 256;
+
   std::mutex mutex;
   std::map<std::string, std::weak_ptr<tracing_adaptor::sink>> by_path;
+  std::map<std::string, ended_trace> ended;  // closed traces, by path (at most ended_kept)
 
   std::size_t flush(std::string_view /*reason*/) noexcept override { return 0; }
   void fork_prepare() noexcept override { mutex.lock(); }
@@ -141,6 +216,7 @@ struct open_sinks final : process_client {
   // none of its parent's.
   void fork_child() noexcept override {
     by_path.clear();
+    ended.clear();
     mutex.unlock();
   }
 };
@@ -158,12 +234,24 @@ open_sinks& sinks() {
 }  // namespace
 
 tracing_adaptor::sink::~sink() {
+  if (!registered) {  // opening failed: nothing published; the temporary goes with `out`
+    if (file != nullptr) gzclose(file);
+    return;
+  }
   remove_process_client(*this);
-  const std::lock_guard lock(mutex);
-  close_locked();
-  // A forked child must not close its parent's stream: zlib would write the
-  // parent's pending bytes into the shared file.
-  if (file != nullptr && !inherited) gzclose(file);
+  bool whole = false;
+  {
+    const std::lock_guard lock(mutex);
+    close_locked();
+    // A forked child must not close its parent's stream: zlib would write the
+    // parent's pending bytes into the shared file.
+    if (file != nullptr && !inherited) whole = gzclose(file) == Z_OK && !failed;
+  }
+  if (!whole) return;
+  open_sinks& all = sinks();
+  const std::lock_guard lock(all.mutex);
+  if (all.ended.size() >= open_sinks::ended_kept) all.ended.erase(all.ended.begin());
+  all.ended[path] = ended_trace{out.identity(), size_of(out.fd()), rows};
 }
 
 tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, const std::string& path)
@@ -172,24 +260,21 @@ tracing_adaptor::tracing_adaptor(std::unique_ptr<device_allocator> upstream, con
   add_process_client(all, process_layer_trace_files);  // once; later calls find it
   {
     const std::lock_guard lock(all.mutex);
-    const std::string expanded = expand_output_path(path);
+    detail::output_claim claim(path);
     std::erase_if(all.by_path, [](const auto& item) { return item.second.expired(); });
-    if (auto shared = all.by_path[expanded].lock()) {
+    if (auto shared = all.by_path[claim.file()].lock()) {
       sink_ = std::move(shared);
       return;
     }
+    auto opened = std::make_shared<sink>();
+    opened->path = claim.file();
+    opened->claim = std::move(claim);
     // As the path was given: "t.csv.gz" stays gzip when it is written as "t.csv.gz.<pid>".
-    const bool compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
-    gzFile file = gzopen(expanded.c_str(), compressed ? "wb6e" : "wbTe");
-    if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", expanded));
-    sink_ = std::make_shared<sink>();
-    sink_->path = expanded;
-    sink_->file = file;
-    sink_->compressed = compressed;
-    fmt::format_to(std::back_inserter(sink_->buffer), "action,addr,size,stream,time_us\n");
-    sink_->write_locked();
-    sink_->sync_locked();
-    all.by_path[expanded] = sink_;
+    opened->compressed = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
+    opened->open(all.ended);  // a throw destroys `opened` unregistered: no hook lock under the table's
+    opened->registered = true;
+    all.by_path[opened->path] = opened;
+    sink_ = std::move(opened);
   }
   // Outside the table's lock, which fork_prepare takes after the hooks' lock.
   add_process_client(*sink_, process_layer_traces);

@@ -1,7 +1,16 @@
 // Writing fragctl CSV, plain or gzip (zlib's "T" mode writes plain files).
+// The file is opened as every output is (core/atomic_file.hpp): written under
+// a temporary name beside the path and put there only once whole, so a
+// convert killed or out of disk leaves what the path held before, and nothing
+// but a regular file is ever replaced. It ends with an `end` row counting its
+// rows (docs/traces.md), so a reader tells a whole file from a cut one.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
+#include "core/atomic_file.hpp"
 #include "fmt/format.h"
 #include "fragctl/trace.hpp"
 #include "util/strings.hpp"
@@ -11,11 +20,16 @@ namespace fragctl {
 
 absl::Status write_trace_csv(const trace& t, const std::string& path) {
   const bool compress = path.size() > 3 && util::lower(path.substr(path.size() - 3)) == ".gz";
+  absl::StatusOr<detail::output_file> out = detail::output_file::open(path, "trace");
+  if (!out.ok()) return out.status();
   errno = 0;
-  gzFile file = gzopen(path.c_str(), compress ? "wb6" : "wbT");
-  if (file == nullptr)
-    return absl::PermissionDeniedError(fmt::format(
-        "{}: cannot open for writing: {}", path, errno != 0 ? std::strerror(errno) : "out of memory"));
+  const int fd = ::fcntl(out->fd(), F_DUPFD_CLOEXEC, 0);  // zlib closes what it is given
+  gzFile file = fd < 0 ? nullptr : gzdopen(fd, compress ? "wb6" : "wbT");
+  if (file == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return absl::UnavailableError(
+        fmt::format("{}: cannot open for writing: {}", path, errno != 0 ? std::strerror(errno) : "out of memory"));
+  }
 
   fmt::memory_buffer buffer;
   bool ok = true;
@@ -32,6 +46,8 @@ absl::Status write_trace_csv(const trace& t, const std::string& path) {
                    e.size, e.stream, e.time_us);
     if (buffer.size() >= (1u << 20)) flush();
   }
+  fmt::format_to(std::back_inserter(buffer), "end,0,{},0,{}\n", t.events.size(),
+                 t.events.empty() ? 0 : t.events.back().time_us);
   flush();
   int code = Z_OK;
   const std::string error = ok ? std::string() : gzerror(file, &code);
@@ -39,7 +55,8 @@ absl::Status write_trace_csv(const trace& t, const std::string& path) {
   if (!ok || closed != Z_OK)
     return absl::DataLossError(fmt::format("{}: cannot write: {}", path,
                                            ok ? std::string(std::strerror(errno)) : error));
-  return absl::OkStatus();
+  if (absl::Status s = out->close(); !s.ok()) return s;
+  return out->publish();
 }
 
 }  // namespace fragctl

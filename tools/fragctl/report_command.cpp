@@ -1,10 +1,11 @@
 // fragctl report: a fragmentation report of JSON reports and traces, as
 // text, a side-by-side comparison, an HTML page or an SVG memory map.
 #include <cstdio>
-#include <fstream>
 #include <set>
+#include <string_view>
 
 #include "command.hpp"
+#include "core/atomic_file.hpp"
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
 #include "fragctl/progress_bar.hpp"
@@ -17,11 +18,11 @@ namespace fragctl::cli {
 
 namespace {
 
-void write_file(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  out.close();
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path));
+// As every output (core/atomic_file.hpp): a regular file is replaced whole,
+// a device or FIFO (/dev/stdout) written into, anything else refused.
+void write_file(const std::string& path, const std::string& content, std::string_view what) {
+  if (const absl::Status s = detail::write_file_atomically(path, content, what); !s.ok())
+    throw std::runtime_error(std::string(s.message()));
 }
 
 std::size_t top_rows(const arguments& args) {
@@ -146,7 +147,7 @@ int run_report(const arguments& args) {
     }
   }
   if (const auto html = args.get("html")) {
-    write_file(*html, render_html(runs));
+    write_file(*html, render_html(runs), "--html");
     std::fprintf(stderr, "fragctl report: wrote %s\n", html->c_str());
   }
   if (const auto svg = args.get("svg")) {
@@ -161,7 +162,7 @@ int run_report(const arguments& args) {
       if (map != nullptr) break;
     }
     if (map == nullptr) throw std::runtime_error("--svg: no run has a memory map (see 'fragctl report --help')");
-    write_file(*svg, render_map_svg(*map));
+    write_file(*svg, render_map_svg(*map), "--svg");
     std::fprintf(stderr, "fragctl report: wrote %s\n", svg->c_str());
   }
   return 0;

@@ -5,16 +5,15 @@
 // launcher that hands the id out itself.
 #include "zero3/collectives/nccl_rendezvous.hpp"
 
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
 
+#include "core/atomic_file.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "util/strings.hpp"
@@ -70,14 +69,12 @@ nccl::unique_id_t obtain_unique_id(const nccl::library& lib, const nccl_options&
     }
     unique_id id{};
     std::copy(raw.internal, raw.internal + 128, reinterpret_cast<char*>(id.data()));
-    const std::string tmp = fmt::format("{}.tmp.{}", o.unique_id_file, getpid());
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << to_hex(id) << "\n";
-      if (!out) throw invalid_argument(fmt::format("zero3 rank 0: cannot write the unique id to {}", tmp));
-    }
-    if (std::rename(tmp.c_str(), o.unique_id_file.c_str()) != 0) {
-      throw invalid_argument(fmt::format("zero3 rank 0: cannot rename {} to {}", tmp, o.unique_id_file));
+    // As every output (core/atomic_file.hpp): a temporary created exclusively,
+    // renamed over nothing or a regular file; no planted link is followed.
+    if (const absl::Status s =
+            detail::write_file_atomically(o.unique_id_file, to_hex(id) + "\n", "zero3 rank 0: the unique id file");
+        !s.ok()) {
+      throw invalid_argument(std::string(s.message()));
     }
     return raw;
   }

@@ -1,0 +1,78 @@
+// Which file an output goes to, and the claims that keep one writing process
+// per path (docs/reports.md, "When reports are written"; the public rule is
+// expand_output_path in fragctl/process_hooks.hpp).
+//
+// A claim is a Unix socket bound to an abstract name made from the file's
+// absolute path: the kernel drops it when the process ends, however it ends,
+// and it creates no file. An owner of an output (a report registration, a
+// trace file) holds an output_claim while it may write; the last holder of a
+// path releases the claim, closing its socket, so a process that names a
+// thousand paths in turn holds no more descriptors than it has live outputs.
+//
+// A path another running process has claimed is written as "<path>.<pid>"
+// when that process is this user's (ranks of one job), said once in a
+// warning. When it belongs to another user, or its user cannot be told
+// (sock_diag unavailable), the name gets an unpredictable suffix as well,
+// "<path>.<pid>.<16 hex digits>": anyone can bind an abstract name, and a
+// predictable fallback would let another user choose where this process
+// writes. The abstract namespace is per network namespace: processes in
+// separate ones (containers sharing a volume) do not see each other's claims.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace fragctl::detail {
+
+/// A reference on the claim of one output path. Thread-safe to create and
+/// destroy; move-only.
+class output_claim {
+ public:
+  output_claim() = default;
+  /// Expands `path` (expand_output_path's "%p" and forked-child rules) and,
+  /// for a path without "%p" in a process that is not a forked child, takes
+  /// a reference on its claim, binding it on the first (the first call
+  /// installs the process hooks, so that a forked child lets go of it).
+  explicit output_claim(std::string_view path);
+  output_claim(output_claim&& other) noexcept;
+  output_claim& operator=(output_claim&& other) noexcept;
+  output_claim(const output_claim&) = delete;
+  output_claim& operator=(const output_claim&) = delete;
+  /// Drops the reference; the last one releases the claim.
+  ~output_claim();
+
+  /// The file this process writes for the path.
+  [[nodiscard]] const std::string& file() const noexcept { return file_; }
+
+ private:
+  void release() noexcept;
+
+  std::string claimed_;  // the expanded path whose claim this references; empty if none
+  std::string file_;
+};
+
+/// `path` with "%p" replaced by the pid and "%%" by "%"; `has_pid` tells
+/// whether it held "%p".
+[[nodiscard]] std::string expand_percent(std::string_view path, bool& has_pid);
+
+/// The file written for `expanded` (a path without "%p") while this process
+/// holds its claim; `expanded` itself when it holds none.
+[[nodiscard]] std::string claimed_file(const std::string& expanded);
+
+/// The abstract socket name that claims `path` (tests bind it to play
+/// another process).
+[[nodiscard]] std::string output_claim_name(const std::string& path);
+
+/// Claims this process holds (tests).
+[[nodiscard]] std::size_t output_claims_held() noexcept;
+
+/// The process hooks' fork handlers (fragctl/process_hooks.hpp): the parent
+/// keeps its claims; the child lets go of its copies, so that it never holds
+/// a path for a process that ended, and references it inherited release
+/// nothing.
+void output_claims_fork_prepare() noexcept;
+void output_claims_fork_parent() noexcept;
+void output_claims_fork_child() noexcept;
+
+}  // namespace fragctl::detail
