@@ -11,30 +11,15 @@ find_path(FRAGCTL_JEMALLOC_INCLUDE_DIR jemalloc/jemalloc.h)
 find_library(FRAGCTL_JEMALLOC_PIC_LIBRARY NAMES jemalloc_pic)
 
 # FRAGCTL_SELF_CONTAINED: the build of the Python wheel (python/build_backend,
-# docs/packaging.md). spdlog and fmt are compiled into fragctl's own objects
-# as header-only libraries (Debian ships no static archives of them), so
-# cmake/fragctl.map keeps every one of their symbols local and none can clash
-# with a copy in the same process (PyTorch links its own fmt); jemalloc is in
-# libfragctl_jemalloc.so as always. Abseil stays a shared library: Debian's
-# static archives are built for executables only (libabsl_base.a and three
-# others use local-exec TLS, which no shared library can hold), so the wheel
-# carries Abseil's shared libraries renamed, as auditwheel does. libfragctl.so
-# gets no version suffix (a wheel holds files, not symbolic links) and finds
-# what it needs beside itself ($ORIGIN).
-option(FRAGCTL_SELF_CONTAINED "spdlog and fmt compiled in with hidden symbols, run paths for the Python wheel" OFF)
-if(FRAGCTL_SELF_CONTAINED)
-  get_target_property(fragctl_spdlog_include spdlog::spdlog INTERFACE_INCLUDE_DIRECTORIES)
-  get_target_property(fragctl_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-  add_library(fragctl_header_only_logging INTERFACE)
-  target_include_directories(fragctl_header_only_logging SYSTEM INTERFACE
-    ${fragctl_spdlog_include} ${fragctl_fmt_include})
-  target_compile_definitions(fragctl_header_only_logging INTERFACE SPDLOG_FMT_EXTERNAL FMT_HEADER_ONLY)
-  target_link_libraries(fragctl_header_only_logging INTERFACE Threads::Threads)
-  install(TARGETS fragctl_header_only_logging EXPORT fragctlTargets)
-  set(FRAGCTL_LOGGING_LIBRARIES fragctl_header_only_logging)
-else()
-  set(FRAGCTL_LOGGING_LIBRARIES spdlog::spdlog fmt::fmt)
-endif()
+# docs/packaging.md). libfragctl.so gets no version suffix (a wheel holds
+# files, not symbolic links) and finds what it needs beside itself
+# ($ORIGIN): the wheel carries Abseil, spdlog and fmt as their own shared
+# libraries, renamed, as auditwheel does. (Debian's static Abseil archives
+# are built for executables only and cannot go into a shared library;
+# header-only spdlog and fmt would double the compile time of every file
+# that logs.)
+option(FRAGCTL_SELF_CONTAINED "Run paths and library names for the Python wheel" OFF)
+set(FRAGCTL_LOGGING_LIBRARIES spdlog::spdlog fmt::fmt)
 # fragctl_optional_extra(VAR PACKAGE TARGET WHAT): resolves VAR (AUTO, ON or
 # OFF) to ON or OFF for the rest of the configure. AUTO without the package
 # is OFF with a warning naming the package to install; ON without it is an

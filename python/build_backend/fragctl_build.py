@@ -6,8 +6,9 @@
    ``FRAGCTL_SELF_CONTAINED=ON``, no tests, no benchmarks), builds it and
    installs it into a staging prefix;
 2. copies in what the binaries load beyond the system libraries a
-   manylinux wheel may assume (``_SYSTEM_LIBRARIES``): Abseil's shared
-   libraries, renamed as auditwheel does (``_bundle``); then checks every
+   manylinux wheel may assume (``_SYSTEM_LIBRARIES``): Abseil's, spdlog's
+   and fmt's shared libraries, renamed as auditwheel does (``_bundle``);
+   then checks every
    ELF file it will ship: each may need only those system libraries and the
    wheel's own files, found through ``$ORIGIN`` run paths; anything else
    stops the build (docs/packaging.md says why the rule is this one);
@@ -19,11 +20,10 @@
    against (``fragctl/include``), ``fragctl/_version.py`` (CMakeLists.txt's
    ``project()`` version) and the LICENSE.
 
-``FRAGCTL_SELF_CONTAINED`` compiles spdlog and fmt in, every symbol of
-theirs kept local; jemalloc lives in libfragctl_jemalloc.so with its symbols
-hidden; Abseil is bundled (Debian's static archives cannot go into a shared
-library). Nothing in the wheel names the checkout. It needs no setuptools
-and no network; ``patchelf`` renames the bundled libraries.
+``FRAGCTL_SELF_CONTAINED`` gives libfragctl.so no version suffix and
+``$ORIGIN`` run paths; jemalloc lives in libfragctl_jemalloc.so with its
+symbols hidden. Nothing in the wheel names the checkout. It needs no
+setuptools and no network; ``patchelf`` renames the bundled libraries.
 
 Where it builds: the config setting ``build-dir`` (``pip wheel
 --config-settings build-dir=PATH ./python``; a relative PATH is taken from
