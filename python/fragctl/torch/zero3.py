@@ -25,6 +25,7 @@ from .. import Allocator
 from ._blocks import find_blocks
 from ._deepspeed import ConfigSource, DeepSpeedKeyNote, invalid, note, read_section, shown
 from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
+from ._progress import DEADLINE_FRACTION, group_timeout
 from ._sharded import ShardedModule
 
 # DeepSpeed's defaults, which are also the block manager's (docs/zero3.md).
@@ -271,7 +272,28 @@ def _check_reduce_bucket(blocks: Any, cfg: Zero3Config) -> None:
 _GRADIENT_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: float = 600.0,
+def _deadline(dist: Any, group: Any, timeout: Optional[float]) -> Tuple[float, Optional[float]]:
+    """(fragctl's deadline per collective, the group's timeout) in seconds.
+    Raises ValueError for a `timeout` that is not a positive number or is not
+    below the group's timeout (the group would give up first)."""
+    group_seconds = group_timeout(dist, group)
+    if timeout is None:
+        if group_seconds is None:
+            from datetime import timedelta
+            group_seconds = getattr(dist, "default_pg_timeout", timedelta(minutes=30)).total_seconds()
+        return DEADLINE_FRACTION * group_seconds, group_seconds
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or timeout <= 0:
+        raise ValueError("fragctl.torch.zero3.shard: timeout=%r: expected seconds > 0, or None for %g x the process "
+                         "group's timeout" % (timeout, DEADLINE_FRACTION))
+    if group_seconds is not None and timeout >= group_seconds:
+        raise ValueError("fragctl.torch.zero3.shard: timeout=%g s is not below the process group's timeout of %g s, "
+                         "which would end the collective first; pass less, or None for %g x the group's"
+                         % (timeout, group_seconds, DEADLINE_FRACTION))
+    return float(timeout), group_seconds
+
+
+def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: Optional[float] = None,
           block_types: Tuple[type, ...] = (), allocator: Optional[Allocator] = None,
           **options: Any) -> ShardedModule:
     """Partitions ``model``'s parameters over the ranks of ``process_group``
@@ -291,10 +313,14 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     ``full_state_dict()`` / ``load_full_state_dict()``.
 
     Collectives run through ``process_group`` (gloo on CPU ranks, NCCL on
-    GPUs); its own timeout (``init_process_group(timeout=...)``) is what
-    expires; ``timeout`` (seconds) is only quoted in messages. A collective
-    that fails or times out raises CollectiveError / CollectiveTimeoutError
-    naming the rank, the collective and the block.
+    GPUs). Each has fragctl's deadline: ``timeout`` seconds, by default
+    (None) DEADLINE_FRACTION (0.8) x the group's timeout (``init_process_group(timeout=...)``),
+    so it comes first; a ``timeout`` not below the group's is a ValueError.
+    On CPU ranks a collective past it raises CollectiveTimeoutError naming
+    the ranks that have not entered it, where each last was and how long it
+    has been silent (every rank publishes its collectives' progress through
+    the group's store); one that fails otherwise raises CollectiveError. On
+    GPUs PyTorch's NCCL watchdog enforces the group's timeout.
 
     CPU models run the manager on fragctl's sim backend in backed mode (set
     here for the call, unless FRAGCTL_BACKEND is set); CUDA models on the
@@ -347,6 +373,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     first = parameters[0]
     text = cfg.options_string(first.element_size(), _GRADIENT_TYPES[str(first.dtype).replace("torch.", "")])
     group = process_group if process_group is not None else dist.group.WORLD
+    deadline, group_seconds = _deadline(dist, group, timeout)
     environment = {}
     if first.device.type == "cpu" and "FRAGCTL_BACKEND" not in os.environ:
         total = sum(p.numel() * p.element_size() for p in parameters)
@@ -358,7 +385,8 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
-        return ShardedModule(torch, model, group, text, int(timeout * 1000), tuple(block_types), allocator)
+        return ShardedModule(torch, model, group, text, deadline, group_seconds, timeout is not None,
+                             tuple(block_types), allocator)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -367,5 +395,5 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
                 os.environ[k] = v
 
 
-__all__ = ["CollectiveError", "CollectiveTimeoutError", "DeepSpeedKeyNote", "ShardedModule", "Zero3Config", "Zero3Error",
-           "parse_config", "shard"]
+__all__ = ["CollectiveError", "CollectiveTimeoutError", "DEADLINE_FRACTION", "DeepSpeedKeyNote", "ShardedModule",
+           "Zero3Config", "Zero3Error", "parse_config", "shard"]
