@@ -5,12 +5,117 @@ no PyTorch.
 
     PYTHONPATH=python python3 -m unittest tests/python/test_zero3_config.py -v
 """
+import copy
 import json
 import os
 import tempfile
 import unittest
+import warnings
 
 from fragctl.torch import zero3
+
+# Hugging Face's "ZeRO-3 Example" (transformers, docs/source/en/main_classes/
+# deepspeed.md: "a full ZeRO-3 auto-configuration file ds_config_zero3.json"),
+# as the page writes it.
+HF_ZERO3_EXAMPLE = """
+{
+    "fp16": {
+        "enabled": "auto",
+        "loss_scale": 0,
+        "loss_scale_window": 1000,
+        "initial_scale_power": 16,
+        "hysteresis": 2,
+        "min_loss_scale": 1
+    },
+
+    "optimizer": {
+        "type": "AdamW",
+        "params": {
+            "lr": "auto",
+            "betas": "auto",
+            "eps": "auto",
+            "weight_decay": "auto"
+        }
+    },
+
+    "scheduler": {
+        "type": "WarmupLR",
+        "params": {
+            "warmup_min_lr": "auto",
+            "warmup_max_lr": "auto",
+            "warmup_num_steps": "auto"
+        }
+    },
+
+    "zero_optimization": {
+        "stage": 3,
+        "offload_optimizer": {
+            "device": "cpu",
+            "pin_memory": true
+        },
+        "offload_param": {
+            "device": "cpu",
+            "pin_memory": true
+        },
+        "overlap_comm": true,
+        "contiguous_gradients": true,
+        "sub_group_size": 1e9,
+        "reduce_bucket_size": "auto",
+        "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto",
+        "stage3_max_live_parameters": 1e9,
+        "stage3_max_reuse_distance": 1e9,
+        "stage3_gather_16bit_weights_on_model_save": true
+    },
+
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "steps_per_print": 2000,
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "wall_clock_breakdown": false
+}
+"""
+
+# DeepSpeed's ZeRO-3 example (DeepSpeed, docs/_tutorials/zero.md, "Offloading
+# to CPU and NVMe with ZeRO-Infinity"), as the tutorial writes it.
+DEEPSPEED_ZERO3_EXAMPLE = """
+{
+    "zero_optimization": {
+        "stage": 3,
+        "contiguous_gradients": true,
+        "stage3_max_live_parameters": 1e9,
+        "stage3_max_reuse_distance": 1e9,
+        "stage3_prefetch_bucket_size": 1e7,
+        "stage3_param_persistence_threshold": 1e5,
+        "reduce_bucket_size": 1e7,
+        "sub_group_size": 1e9,
+        "offload_optimizer": {
+            "device": "cpu"
+         },
+        "offload_param": {
+            "device": "cpu"
+       }
+   }
+}
+"""
+
+
+def parse_noting(config, **options):
+    """(parse_config's result, the DeepSpeedKeyNote messages it emitted)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = zero3.parse_config(config, **options)
+    return result, [str(w.message) for w in caught if issubclass(w.category, zero3.DeepSpeedKeyNote)]
+
+
+def no_offload(config):
+    """`config` with both offload blocks asking for none (Hugging Face's page:
+    "If you don't want to offload to CPU memory, use none instead of cpu")."""
+    config = copy.deepcopy(config)
+    for key in ("offload_optimizer", "offload_param"):
+        config["zero_optimization"][key]["device"] = "none"
+    return config
 
 
 class ParseConfigTest(unittest.TestCase):
@@ -53,11 +158,12 @@ class ParseConfigTest(unittest.TestCase):
 
     def test_unknown_and_unsupported_keys_are_named_together(self):
         with self.assertRaises(ValueError) as e:
-            zero3.parse_config({"stage": 3, "offload_param": {"device": "cpu"}, "stage3_max_reuse_distance": 1e9,
-                                "stage3_max_live_paramters": 1e9, "overlap_comm": False})
+            zero3.parse_config({"stage": 3, "offload_param": {"device": "cpu"}, "zero_quantized_weights": True,
+                                "stage3_max_live_paramters": 1e9, "overlap_comm": "yes"})
         message = str(e.exception)
-        for part in ("offload_param (unsupported", "stage3_max_reuse_distance (unsupported",
-                     "stage3_max_live_paramters (unknown)", "overlap_comm=False (unsupported"):
+        for part in ('offload_param={"device": "cpu"} (unsupported: parameters are not offloaded',
+                     "zero_quantized_weights=true (unsupported: ZeRO++ quantized weights",
+                     "stage3_max_live_paramters (unknown)", 'overlap_comm="yes" (expected true, false or "auto")'):
             self.assertIn(part, message)
         self.assertIn("Accepted: stage (3), stage3_max_live_parameters", message)
 
@@ -140,6 +246,91 @@ class ParseConfigTest(unittest.TestCase):
             with open(good, "w") as f:
                 f.write('{"zero_optimization": {"stage": 3, "reduce_bucket_size": 5e8}}')
             self.assertEqual(zero3.parse_config(good).reduce_bucket_size, 500_000_000)
+
+
+class StockConfigTest(unittest.TestCase):
+    """Issue 31: the stage-3 configs of Hugging Face's and DeepSpeed's docs."""
+
+    def assert_offload_alone_refused(self, config):
+        import fragctl
+        with self.assertRaises(fragctl.ConfigurationError) as e:
+            zero3.parse_config(config)
+        message = str(e.exception)
+        refused = message[:message.index(". Accepted")]
+        self.assertIn('offload_optimizer={"device": "cpu"', refused)
+        self.assertIn("optimizer state is not offloaded", refused)
+        self.assertIn('offload_param={"device": "cpu"', refused)
+        self.assertIn("parameters are not offloaded to CPU or NVMe", refused)
+        for taken in ("sub_group_size", "stage3_max_reuse_distance", "overlap_comm", "contiguous_gradients"):
+            self.assertNotIn(taken, refused)  # only what asks for something fragctl cannot do
+
+    def assert_one_note_for_deepspeeds_internals(self, config, notes):
+        self.assertEqual(len(notes), 1, notes)
+        self.assertIn("sub_group_size=1e9: the torch.optim optimizer steps each rank's shards itself", notes[0])
+        self.assertIn("stage3_max_reuse_distance=1e9: a block is freed by its last consumer", notes[0])
+        self.assertEqual(len(config.notes), 2)
+        for line in config.notes:
+            self.assertIn(line, notes[0])
+
+    def test_hugging_faces_zero3_example_is_refused_for_its_offload_alone(self):
+        # Regression (issue 31): sub_group_size and stage3_max_reuse_distance
+        # were refused beside the offload.
+        self.assert_offload_alone_refused(json.loads(HF_ZERO3_EXAMPLE))
+
+    def test_hugging_faces_zero3_example_without_offload_is_taken_with_one_note(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ds_config_zero3.json")
+            with open(path, "w") as f:
+                json.dump(no_offload(json.loads(HF_ZERO3_EXAMPLE)), f)
+            config, notes = parse_noting(path)
+        # "auto" takes DeepSpeed's defaults; stage3_max_live_parameters is the file's.
+        defaults = zero3.parse_config({})
+        self.assertEqual(config, zero3.Zero3Config(stage3_max_live_parameters=int(1e9),
+                                                   stage3_prefetch_bucket_size=defaults.stage3_prefetch_bucket_size,
+                                                   stage3_param_persistence_threshold=(
+                                                       defaults.stage3_param_persistence_threshold),
+                                                   reduce_bucket_size=defaults.reduce_bucket_size))
+        self.assert_one_note_for_deepspeeds_internals(config, notes)
+
+    def test_deepspeeds_zero3_example_is_refused_for_its_offload_alone(self):
+        self.assert_offload_alone_refused(json.loads(DEEPSPEED_ZERO3_EXAMPLE))
+
+    def test_deepspeeds_zero3_example_without_offload_is_taken_with_one_note(self):
+        example = json.loads(DEEPSPEED_ZERO3_EXAMPLE)
+        config, notes = parse_noting(no_offload(example))
+        block = example["zero_optimization"]
+        self.assertEqual(config, zero3.Zero3Config(
+            **{key: int(block[key]) for key in ("stage3_max_live_parameters", "stage3_prefetch_bucket_size",
+                                                "stage3_param_persistence_threshold", "reduce_bucket_size")}))
+        self.assert_one_note_for_deepspeeds_internals(config, notes)
+
+    def test_deepspeed_defaults_and_stage_1_2_keys_are_taken_with_one_note(self):
+        # DeepSpeed's documented default overlap_comm=false, and the ZeRO-2
+        # keys Hugging Face says DeepSpeed ignores at stage 3.
+        config, notes = parse_noting({"stage": 3, "overlap_comm": False, "allgather_partitions": True,
+                                      "allgather_bucket_size": 5e8, "reduce_scatter": True,
+                                      "round_robin_gradients": True, "zero_quantized_weights": False,
+                                      "zero_hpz_partition_size": 1, "mics_shard_size": -1})
+        self.assertEqual(config, zero3.parse_config())
+        self.assertEqual(len(notes), 1, notes)
+        self.assertEqual(len(config.notes), 4, config.notes)  # not reduce_scatter=true, nor the capability keys
+        self.assertIn("overlap_comm=false: collectives always run on the manager's communication stream", notes[0])
+        for key in ("allgather_partitions=true", "allgather_bucket_size=5e8", "round_robin_gradients=true"):
+            self.assertIn(key + ": a stage 1-2 key, which DeepSpeed ignores at stage 3", notes[0])
+        # A config with nothing to say says nothing.
+        self.assertEqual(parse_noting({"stage": 3, "overlap_comm": True})[1], [])
+
+    def test_values_fragctl_cannot_honour_are_each_named_with_the_reason(self):
+        with self.assertRaises(ValueError) as e:
+            zero3.parse_config({"stage": 3, "zero_hpz_partition_size": 8, "zero_quantized_gradients": True,
+                                "mics_shard_size": 8, "offload_param": {"device": "nvme"}, "sub_group_size": 1e9})
+        message = str(e.exception)
+        for part in ("zero_hpz_partition_size=8 (unsupported: ZeRO++ hierarchical partitioning",
+                     "zero_quantized_gradients=true (unsupported: ZeRO++ quantized gradients",
+                     "mics_shard_size=8 (unsupported: MiCS is not implemented",
+                     'offload_param={"device": "nvme"} (unsupported: parameters are not offloaded'):
+            self.assertIn(part, message)
+        self.assertNotIn("sub_group_size", message[:message.index(". Accepted")])
 
 
 class StatusTest(unittest.TestCase):

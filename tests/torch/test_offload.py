@@ -5,13 +5,48 @@ the budget holds, torch.utils.checkpoint composes, errors are exceptions.
     FRAGCTL_LIBRARY=build/libfragctl.so PYTHONPATH=python /usr/bin/python3 -m unittest tests/torch/test_offload.py -v
 """
 import gc
+import json
+import os
+import tempfile
 import unittest
+import warnings
 
 from support import KiB, MiB, torch, SKIP
 
 if torch is not None:
     import fragctl
     import fragctl.torch
+
+
+# DeepSpeed's activation_checkpointing block (DeepSpeed, docs/_pages/
+# config-json.md, "Activation Checkpointing"), as the reference writes it:
+# every key at its default.
+DEEPSPEED_ACTIVATION_CHECKPOINTING = """
+  "activation_checkpointing": {
+    "partition_activations": false,
+    "cpu_checkpointing": false,
+    "contiguous_memory_optimization": false,
+    "number_checkpoints": null,
+    "synchronize_checkpoint_boundary": false,
+    "profile": false
+    }
+"""
+
+
+def deepspeed_block(**changes):
+    """DeepSpeed's activation_checkpointing block, as a ds_config dict, with `changes`."""
+    config = json.loads("{" + DEEPSPEED_ACTIVATION_CHECKPOINTING + "}")
+    config["activation_checkpointing"].update(changes)
+    return config
+
+
+def make_noting(**arguments):
+    """(offload_activations(**arguments), the DeepSpeedKeyNote messages it emitted)."""
+    from fragctl.torch._deepspeed import DeepSpeedKeyNote
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        offload = fragctl.torch.offload_activations(**arguments)
+    return offload, [str(w.message) for w in caught if issubclass(w.category, DeepSpeedKeyNote)]
 
 
 def mlp(width=256, depth=6):
@@ -265,6 +300,64 @@ class OffloadTest(unittest.TestCase):
                                            "tensors_shared": 0, "tensors_spilled": 0, "saved_alive": 0,
                                            "tensors_to_host_direct": 0, "bytes_to_host_direct": 0})
 
+    def test_deepspeeds_activation_checkpointing_block_is_taken_with_one_note(self):
+        # Issue 31: the block at DeepSpeed's defaults was refused
+        # (contiguous_memory_optimization false) and config= did not exist.
+        model, x = mlp(), batch()
+        expected = gradients(model, x)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ds_config.json")
+            with open(path, "w") as f:
+                json.dump(deepspeed_block(), f)
+            for config in (path, deepspeed_block(), deepspeed_block()["activation_checkpointing"]):
+                offload, notes = make_noting(budget="1MiB", min_bytes="64KiB", config=config, backend="sim")
+                self.assertEqual(len(notes), 1, notes)
+                self.assertIn("cpu_checkpointing=false: no hooks are installed", notes[0])
+                self.assertIn("contiguous_memory_optimization=false: the store keeps every device copy in its one "
+                              "region", notes[0])
+                self.assertEqual(len(offload.notes), 2)
+                # cpu_checkpointing false, as DeepSpeed reads it: nothing offloaded.
+                self.assert_same(expected, gradients(model, x, offload))
+                self.assertEqual(offload.stats()["tensors_moved"], 0)
+                offload.close()
+        # DeepSpeed's CPU checkpointing, from the block or a keyword over it: the store takes them.
+        for arguments in ({"config": deepspeed_block(cpu_checkpointing=True)},
+                          {"config": deepspeed_block(), "cpu_checkpointing": True}):
+            offload, notes = make_noting(budget="1MiB", min_bytes="64KiB", backend="sim", **arguments)
+            self.assertEqual(len(notes), 1, notes)
+            self.assertNotIn("cpu_checkpointing", notes[0])
+            self.assert_same(expected, gradients(model, x, offload))
+            self.assertGreater(offload.stats()["tensors_moved"], 0)
+            offload.close()
+
+    def test_number_checkpoints_is_taken_with_a_note(self):
+        # Regression (issue 31): TypeError.
+        offload, notes = make_noting(budget="1MiB", number_checkpoints=4, backend="sim")
+        self.assertEqual(notes, ["fragctl.torch.offload_activations: DeepSpeed keys taken without DeepSpeed's effect "
+                                 "(what fragctl does instead): number_checkpoints=4: the budget sizes the store's "
+                                 "region"])
+        self.assertTrue(offload.cpu_checkpointing)
+        offload.close()
+        # Without DeepSpeed keys, no note.
+        self.assertEqual(make_noting(budget="1MiB", backend="sim")[1], [])
+
+    def test_activation_values_fragctl_cannot_honour_are_named_with_the_reason_and_the_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ds_config.json")
+            with open(path, "w") as f:
+                json.dump(deepspeed_block(partition_activations=True, profile=True, cpu_checkpionting=True), f)
+            with self.assertRaises(fragctl.ConfigurationError) as e:
+                fragctl.torch.offload_activations(budget="1MiB", config=path, backend="sim")
+            message = str(e.exception)
+            for part in ("partition_activations=true (unsupported: splitting activations over model-parallel ranks",
+                         "profile=true (unsupported: fragctl logs no per-checkpoint times",
+                         "cpu_checkpionting (unknown)"):
+                self.assertIn("the DeepSpeed config %s: %s" % (path, part), message)
+            with open(path, "w") as f:
+                json.dump(deepspeed_block(number_checkpoints="all"), f)
+            with self.assertRaisesRegex(fragctl.ConfigurationError, "number_checkpoints=\"all\": expected a count"):
+                fragctl.torch.offload_activations(budget="1MiB", config=path, backend="sim")
+
     def test_bad_arguments_raise(self):
         make = fragctl.torch.offload_activations
         with self.assertRaises(fragctl.ConfigurationError) as e:
@@ -282,14 +375,14 @@ class OffloadTest(unittest.TestCase):
             make(min_bytes="-1MiB", backend="sim")
         with self.assertRaisesRegex(ValueError, "partition_activations"):
             make(partition_activations=True, backend="sim")
-        with self.assertRaisesRegex(ValueError, "contiguous_memory_optimization"):
-            make(contiguous_memory_optimization=False, backend="sim")
         with self.assertRaisesRegex(TypeError, "evict_ahead"):
             make(evict_ahead="yes", backend="sim")
         with self.assertRaisesRegex(ValueError, "backend"):
             make(backend="tpu")
-        with self.assertRaises(TypeError):
-            make(number_checkpoints=4, backend="sim")  # DeepSpeed's key: the budget sizes the region
+        with self.assertRaisesRegex(TypeError, "number_checkpoints must be an int >= 0 or None"):
+            make(number_checkpoints="4", backend="sim")
+        with self.assertRaisesRegex(TypeError, "cpu_checkpointing must be a bool"):
+            make(cpu_checkpointing="yes", backend="sim")
         # Regression (issue 27): these were accepted at construction and
         # failed (or crashed) only in the first with block.
         with self.assertRaisesRegex(ValueError, "device=-3"):

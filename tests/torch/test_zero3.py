@@ -157,7 +157,7 @@ def worker(rank, world, directory, mode, kind="mlp"):
     import fragctl.torch.zero3 as zero3
     out = {"rank": rank}
     try:
-        timeout = datetime.timedelta(seconds=3 if mode == "timeout" else 60)
+        timeout = datetime.timedelta(seconds=60)
         dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
                                 world_size=world, timeout=timeout)
         if mode == "bucket":
@@ -182,8 +182,8 @@ def worker(rank, world, directory, mode, kind="mlp"):
             allocator = fragctl.Allocator("caching", backend="sim", device=0, sim_backed=True,
                                           sim_capacity="256MiB")
             out["held"] = [requested_bytes(allocator)]
-        sharded = zero3.shard(model, config=config, timeout=timeout.total_seconds(),
-                              block_types=(torch.nn.TransformerEncoderLayer,), allocator=allocator)
+        sharded = zero3.shard(model, config=config, block_types=(torch.nn.TransformerEncoderLayer,),
+                              allocator=allocator)
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
         if allocator is not None:
             out["held"].append(requested_bytes(allocator))
@@ -191,9 +191,7 @@ def worker(rank, world, directory, mode, kind="mlp"):
                 allocator.close()
             except Exception as e:  # noqa: BLE001 (reported to the test)
                 out["close_while_sharded"] = type(e).__name__
-        if mode == "timeout" and rank == world - 1:
-            time.sleep(12)  # stops answering
-        elif mode == "raise":
+        if mode == "raise":
             with contextlib.suppress(KeyError):
                 sharded(torch.ones(2, 16))
             out["state"] = sharded.full_state_dict()  # ends the step: needs every block released
@@ -310,16 +308,56 @@ def worker(rank, world, directory, mode, kind="mlp"):
     os._exit(0)  # gloo's teardown after a timeout may block
 
 
-def run_ranks(world, mode, wait=120, kind="mlp"):
+HANG_TIMEOUT = datetime.timedelta(seconds=3)  # the group's timeout of the hang tests: short (CI has 2 cores)
+HANG_STEP = 1  # the stopping rank stops before this step's forward (the second step)
+
+
+def hang_worker(rank, world, directory, stopper):
+    """One rank of a run in which rank `stopper` stops before step 2's
+    forward: it sleeps past the group's timeout, then tries to go on. Writes
+    rank-<r>.pkl with what it saw and ends as a training script would, by
+    returning (no os._exit): every process must end by itself."""
+    import torch.distributed as dist
+    import fragctl.torch.zero3 as zero3
+    out = {"rank": rank, "done": []}
+    try:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
+                                world_size=world, timeout=HANG_TIMEOUT)
+        sharded = zero3.shard(make_model(), config=DS_CONFIG)
+        opt = optimizer(sharded.parameters())
+        for step, x in enumerate(make_data()):
+            if step == HANG_STEP and rank == stopper:
+                time.sleep(HANG_TIMEOUT.total_seconds() + 2)  # stops answering, then comes back too late
+            out["forward_at"] = time.monotonic()
+            sharded(x.chunk(world)[rank]).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            out["done"].append(sharded.progress()["done"][0])  # the number of its last collective
+    except Exception as e:  # noqa: BLE001 (reported to the test)
+        out["raised_after"] = time.monotonic() - out["forward_at"]
+        out["error"] = {"type": type(e).__name__, "message": str(e), "is_timeout": isinstance(e, TimeoutError)}
+        for name in ("rank", "collective", "block", "sequence", "missing", "deadline", "group_timeout"):
+            out["error"][name] = getattr(e, name, None)
+    with open(os.path.join(directory, "rank-%d.pkl" % rank), "wb") as f:
+        pickle.dump(out, f)
+
+
+def run_ranks(world, mode, wait=120, kind="mlp", target=None, args=None):
+    """Runs `target` (worker) in `world` spawned processes, each with (rank,
+    world, directory) + `args` ((mode, kind)); returns each rank's result
+    with its process's exit code (None: it did not end within `wait` s and
+    was killed)."""
     import multiprocessing
     directory = tempfile.mkdtemp(prefix="fragctl-zero3-")
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=worker, args=(r, world, directory, mode, kind)) for r in range(world)]
+    processes = [context.Process(target=target or worker, args=(r, world, directory) + (args or (mode, kind)))
+                 for r in range(world)]
     for p in processes:
         p.start()
     deadline = time.monotonic() + wait
     for p in processes:
         p.join(max(1, deadline - time.monotonic()))
+    ended = [p.exitcode for p in processes]
     for p in processes:
         if p.is_alive():
             p.kill()
@@ -329,7 +367,7 @@ def run_ranks(world, mode, wait=120, kind="mlp"):
         if not os.path.exists(path):
             raise AssertionError("rank %d wrote no result (exit code %s)" % (r, processes[r].exitcode))
         with open(path, "rb") as f:
-            results.append(pickle.load(f))
+            results.append(dict(pickle.load(f), exitcode=ended[r]))
     return results
 
 
@@ -593,15 +631,60 @@ class Zero3ShardTest(unittest.TestCase):
         self.assertIsNone(r["bucket"][8192])
         self.assertIn("block 1 has 8192 trainable elements to reduce-scatter", r["bucket"][8191] or "")
 
-    def test_a_rank_that_stops_answering_times_out_on_the_others(self):
-        results = run_ranks(2, "timeout", wait=60)
-        error = results[0].get("error")
-        self.assertIsNotNone(error, "rank 0 finished without an error")
+    def assert_names_the_stopped_rank(self, r, stopper, others):
+        """Rank r's error after rank `stopper` stopped before step 2's
+        forward: a CollectiveTimeoutError within the group's timeout plus 2 s
+        naming the stopped rank, the collective, the block and the deadline
+        in force; the ranks in `others` are reported as waiting too."""
+        import fragctl.torch.zero3 as zero3
+        error = r.get("error")
+        self.assertIsNotNone(error, "rank %d finished without an error" % r["rank"])
         self.assertEqual(error["type"], "CollectiveTimeoutError", error)
         self.assertTrue(error["is_timeout"])
-        self.assertEqual((error["rank"], error["collective"]), (0, "all_gather"))
-        self.assertIn("zero3 rank 0: all_gather of block 0 '0'", error["message"])
-        self.assertIn("did not complete within 3000 ms", error["message"])
+        # The collective: the first of step 2, the all-gather of the first block.
+        sequence = r["done"][HANG_STEP - 1] + 1
+        what = "all_gather #%d of block 0 '0'" % sequence
+        self.assertEqual((error["rank"], error["collective"], error["block"], error["sequence"]),
+                         (r["rank"], "all_gather", "block 0 '0'", sequence))
+        self.assertEqual(error["missing"], [stopper])
+        message = error["message"]
+        self.assertIn("zero3 rank %d: %s did not complete" % (r["rank"], what), message)
+        self.assertIn("rank %d has not entered it" % stopper, message)
+        # Where the stopped rank last was: the last collective of step 1, as every rank.
+        self.assertRegex(message, r"rank %d has not entered %s; it completed #%d \(reduce_scatter|all_gather"
+                         % (stopper, what, sequence - 1))
+        self.assertRegex(message, r"and has been silent [0-9.]+ s \(its process last published [0-9.]+ s ago\)")
+        for other in others:  # waiting, or already past its own deadline
+            self.assertRegex(message, "rank %d (is in %s too|gave up on %s)" % (other, what, what))
+        self.assertIn("block 0 '0': module 0;", message)  # the block's modules
+        # The numbers in force, and only those.
+        group = HANG_TIMEOUT.total_seconds()
+        self.assertEqual(error["group_timeout"], group)
+        self.assertEqual(error["deadline"], zero3.DEADLINE_FRACTION * group)
+        self.assertIn("fragctl's deadline of %g s (%g x the process group's timeout of %g s)"
+                      % (error["deadline"], zero3.DEADLINE_FRACTION, group), message)
+        self.assertNotIn("600000", message)
+        self.assertGreaterEqual(r["raised_after"], error["deadline"])
+        self.assertLessEqual(r["raised_after"], group + 2)
+
+    def test_a_rank_that_stops_is_named_by_the_rank_that_waits(self):
+        # Issue 31: rank 0's error named rank 0 itself, quoted 600000 ms for
+        # a 4 s group timeout and said nothing of the rank that was missing.
+        results = run_ranks(2, None, wait=30, target=hang_worker, args=(1,))
+        self.assert_names_the_stopped_rank(results[0], stopper=1, others=())
+        # The rank that came back too late fails too, learning that rank 0 gave up.
+        late = results[1]
+        self.assertIsNotNone(late.get("error"), "the late rank finished without an error")
+        self.assertIn("rank 0 gave up on all_gather #%d of block 0 '0'" % (late["done"][HANG_STEP - 1] + 1),
+                      late["error"]["message"])
+        self.assertEqual([r["exitcode"] for r in results], [0, 0])  # every process ended by itself
+
+    def test_with_three_ranks_only_the_rank_that_stopped_is_named(self):
+        # The control: the ranks that wait are reported as waiting, not missing.
+        results = run_ranks(3, None, wait=40, target=hang_worker, args=(1,))
+        self.assert_names_the_stopped_rank(results[0], stopper=1, others=(2,))
+        self.assert_names_the_stopped_rank(results[2], stopper=1, others=(0,))
+        self.assertEqual([r["exitcode"] for r in results], [0, 0, 0])
 
 
 @unittest.skipIf(SKIP, SKIP)
@@ -618,6 +701,29 @@ class Zero3ArgumentsTest(unittest.TestCase):
         import fragctl.torch.zero3 as zero3
         with self.assertRaisesRegex(TypeError, "allocator must be a fragctl.Allocator, got str"):
             zero3.shard(make_model(), allocator="arena")
+
+    def test_timeout_sets_the_deadline_below_the_groups_timeout(self):
+        # Regression (issue 31): timeout= (600 s by default) was only quoted
+        # in messages while the group's timeout was what expired.
+        from types import SimpleNamespace
+        import fragctl.torch.zero3 as zero3
+        from fragctl.torch import _errors
+        group_seconds = 4.0
+        group = SimpleNamespace(options=SimpleNamespace(_timeout=datetime.timedelta(seconds=group_seconds)))
+        dist = SimpleNamespace()
+        self.assertEqual(zero3._deadline(dist, group, None), (zero3.DEADLINE_FRACTION * group_seconds, group_seconds))
+        self.assertEqual(zero3._deadline(dist, group, group_seconds / 2), (group_seconds / 2, group_seconds))
+        for bad in (group_seconds, 2 * group_seconds):
+            with self.assertRaisesRegex(ValueError, "timeout=%g s is not below the process group's timeout of %g s"
+                                        % (bad, group_seconds)):
+                zero3._deadline(dist, group, bad)
+        for bad in (0, -1.0, float("nan"), True, "3"):
+            with self.assertRaises(ValueError):
+                zero3._deadline(dist, group, bad)
+        # The message quotes the deadline in force and where it comes from.
+        progress = SimpleNamespace(deadline=group_seconds / 2, group_timeout=group_seconds, explicit=True)
+        self.assertEqual(_errors._deadline_text(progress), "fragctl's deadline of %g s (shard()'s timeout=; the "
+                         "process group's timeout of %g s)" % (group_seconds / 2, group_seconds))
 
     def test_the_manager_shares_pytorchs_allocator_while_enable_is_active(self):
         from unittest import mock

@@ -1,6 +1,7 @@
 // The thread communicator: all-gather and reduce-scatter against references
 // for 1 to 4 ranks, in place and not; mismatched calls and a missing rank are
-// errors naming rank, operation and tag. Also the host bf16/fp16 arithmetic.
+// errors naming rank, operation and tag, and a missing rank is named with the
+// last collective it completed. Also the host bf16/fp16 arithmetic.
 #include <atomic>
 #include <cstring>
 #include <latch>
@@ -79,19 +80,22 @@ TEST_P(thread_ranks, reduce_scatter_sums_each_ranks_segment) {
 INSTANTIATE_TEST_SUITE_P(ranks, thread_ranks, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param) + "_ranks"; });
 
-TEST(thread_communicator, a_rank_that_never_joins_times_out_naming_rank_operation_and_tag) {
+TEST(thread_communicator, a_rank_that_never_joins_is_named_with_where_it_last_was) {
+  // Issue 31: the message named the missing rank but not where it was.
+  constexpr auto timeout = 150ms;
   std::atomic<int> timed_out{0};
   std::string message;
   std::mutex message_mutex;
   std::latch failed(1);
-  run_ranks(3, 150ms, [&](rank_env& env) {
+  run_ranks(3, timeout, [&](rank_env& env) {
+    std::vector<unsigned char> a(8), g(24);
+    const gather_part part{a.data(), g.data(), 8};
+    env.comm->all_gather(std::span(&part, 1), nullptr, "block 6 'layer.5'");  // #1, every rank
     if (env.comm->rank() == 2) {
-      failed.wait();  // never joins; checks that the group is aborted afterwards
+      failed.wait();  // never joins #2; checks that the group is aborted afterwards
       EXPECT_THROW(env.comm->check(), collective_error);
       return;
     }
-    std::vector<unsigned char> a(8), g(24);
-    const gather_part part{a.data(), g.data(), 8};
     try {
       env.comm->all_gather(std::span(&part, 1), nullptr, "block 7 'layer.6'");
       ADD_FAILURE() << "the all-gather completed without rank 2";
@@ -109,9 +113,18 @@ TEST(thread_communicator, a_rank_that_never_joins_times_out_naming_rank_operatio
     if (env.comm->rank() == 0) failed.count_down();
   });
   EXPECT_GE(timed_out.load(), 1);
-  EXPECT_NE(message.find("did not complete within 150 ms"), std::string::npos) << message;
-  EXPECT_NE(message.find("rank(s) 2 never joined"), std::string::npos) << message;
-  EXPECT_NE(message.find("all_gather of block 7 'layer.6'"), std::string::npos) << message;
+  const std::string what = "all_gather #2 of block 7 'layer.6'";
+  EXPECT_NE(message.find(what + " did not complete within " + std::to_string(timeout.count()) +
+                         " ms: rank 2 has not entered it"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("rank 2 has not entered " + what + "; it completed #1 (all_gather of block 6 'layer.5') at "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(" s and has been silent "), std::string::npos) << message;
+  // The rank that waited too is not named.
+  EXPECT_EQ(message.find("rank 0 has not"), std::string::npos) << message;
+  EXPECT_EQ(message.find("rank 1 has not"), std::string::npos) << message;
 }
 
 TEST(thread_communicator, mismatched_collectives_are_an_error) {

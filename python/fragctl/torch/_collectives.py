@@ -6,14 +6,30 @@ sim-backed memory; CUDA tensors through __cuda_array_interface__ on the
 manager's communication stream) and runs one torch.distributed collective on
 the given process group. A Python exception never crosses into C: it is
 recorded (``failure``) and the callback returns FRAGCTL_ZERO3_COLLECTIVE, or
-FRAGCTL_ZERO3_TIMEOUT when the group's timeout expired. A BaseException that
-is not an Exception (KeyboardInterrupt, SystemExit) is kept in ``interrupt``
-for the caller to re-raise once the manager has returned.
+FRAGCTL_ZERO3_TIMEOUT when fragctl's deadline passed (or the group's timeout
+expired). A BaseException that is not an Exception (KeyboardInterrupt,
+SystemExit) is kept in ``interrupt`` for the caller to re-raise once the
+manager has returned.
+
+Deadlines (issue 31). Every collective is counted and recorded
+(_progress.Progress: the hot path is a few attribute writes). On CPU ranks
+(gloo) each torch.distributed call is issued with ``async_op=True`` and
+waited for until fragctl's deadline, ``deadline`` seconds after the callback
+was entered, which is earlier than the group's own timeout; past it the
+callback reads every rank's record from the store (``report``: who has not
+entered this collective) and returns FRAGCTL_ZERO3_TIMEOUT. Any other
+failure reads the records too, so a rank that arrives after the others gave
+up learns that they did. On GPUs (NCCL) a call returns once queued, so the
+record says queued, not completed, and the deadline is PyTorch's watchdog's.
 """
 import ctypes
-from typing import Any, Optional, Tuple
+import re
+import time
+from datetime import timedelta
+from typing import Any, Dict, Optional, Tuple
 
 from ._interop import ZERO3_COLLECTIVE, ZERO3_OK, ZERO3_TIMEOUT, stream_context, wrap
+from ._progress import Progress
 
 
 class GatherPart(ctypes.Structure):
@@ -40,10 +56,28 @@ def _is_timeout(error: BaseException) -> bool:
     return "timed out" in text or "timeout" in text
 
 
-class TorchCollectives:
-    """Callbacks over `group` for a manager whose memory is on `device`."""
+_BLOCK_TAG = re.compile(r"block (\d+) '")
 
-    def __init__(self, torch: Any, group: Any, timeout_ms: int, device: Any) -> None:
+
+def block_of(tag: str) -> Any:
+    """The block index the manager's tag names ("block 3 'layers.2'" -> 3),
+    else the tag itself ("persistent gradients")."""
+    match = _BLOCK_TAG.match(tag)
+    return int(match.group(1)) if match else tag
+
+
+class DeadlinePassed(Exception):
+    """fragctl's deadline for the current collective passed."""
+
+
+class TorchCollectives:
+    """Callbacks over `group` for a manager whose memory is on `device`;
+    ``deadline`` (seconds) is fragctl's per collective, ``group_timeout`` the
+    group's own (None where torch does not say), ``explicit`` whether the
+    deadline is shard()'s timeout= rather than derived from the group's."""
+
+    def __init__(self, torch: Any, group: Any, deadline: float, group_timeout: Optional[float], explicit: bool,
+                 device: Any) -> None:
         import torch.distributed as dist
         self.torch = torch
         self.dist = dist
@@ -52,28 +86,72 @@ class TorchCollectives:
         self.size = dist.get_world_size(group)
         self.device = device
         self.use_all_reduce = dist.get_backend(group) == "gloo"  # gloo has no reduce-scatter
+        self.blocking = device.type == "cpu"  # gloo: the call's work is waited for, up to the deadline
         self.failure: Optional[Tuple[str, str, str]] = None  # (collective, tag, message)
+        self.report: Optional[Dict[str, Any]] = None  # the ranks' view at the failure (Progress.report)
+        self.failed: Optional[Tuple[int, str, Any, int, float]] = None  # the record of the failed collective
+        self.deadline_passed = False  # it failed at fragctl's deadline (not at torch's timeout)
         self.interrupt: Optional[BaseException] = None  # a KeyboardInterrupt a callback caught
+        self.progress = Progress(dist, group, self.rank, self.size, deadline, group_timeout, explicit)
         # Keep the ctypes function objects alive as long as the manager.
         self._all_gather = ALL_GATHER(self._gather)
         self._reduce_scatter = REDUCE_SCATTER(self._scatter)
-        self.struct = Collectives(self.rank, self.size, timeout_ms, None, self._all_gather, self._reduce_scatter)
+        self.struct = Collectives(self.rank, self.size, int(deadline * 1000), None, self._all_gather,
+                                  self._reduce_scatter)
+
+    def close(self) -> None:
+        self.progress.close()
 
     def _fail(self, collective: str, tag: bytes, error: BaseException) -> int:
         if not isinstance(error, Exception):
             self.interrupt = error
-        self.failure = (collective, tag.decode(errors="replace") if tag else "", "%s: %s" % (type(error).__name__,
-                                                                                           error))
-        return ZERO3_TIMEOUT if _is_timeout(error) else ZERO3_COLLECTIVE
+        self.deadline_passed = isinstance(error, DeadlinePassed)
+        timed_out = self.deadline_passed or _is_timeout(error)
+        cause = error.__cause__ if isinstance(error, DeadlinePassed) and error.__cause__ else error
+        self.failure = (collective, tag.decode(errors="replace") if tag else "",
+                        "%s: %s" % (type(cause).__name__, cause))
+        self.failed = self.progress.current
+        if isinstance(error, Exception):  # the ranks' records; not for Ctrl-C, which should be quick
+            if timed_out:
+                self.progress.give_up()
+            self.report = self.progress.report()
+        return ZERO3_TIMEOUT if timed_out else ZERO3_COLLECTIVE
+
+    def _wait(self, work: Any) -> None:
+        """Waits for `work` until the current collective's deadline; raises
+        DeadlinePassed past it."""
+        if not self.blocking:
+            return
+        left = self.progress.deadline_at - time.monotonic()
+        if left <= 0:
+            raise DeadlinePassed()
+        try:
+            work.wait(timeout=timedelta(seconds=max(left, 0.001)))  # timedelta(0) would mean "no timeout"
+        except RuntimeError as e:
+            if time.monotonic() >= self.progress.deadline_at - 0.001:
+                raise DeadlinePassed() from e
+            raise
 
     def _gather(self, _context, parts, count, stream, tag) -> int:
+        torch = self.torch
         try:
+            self.progress.enter("all_gather", block_of(tag.decode(errors="replace")),
+                                sum(parts[i].bytes for i in range(count)) * self.size)
             with stream_context(self.torch, self.device, stream):
                 for i in range(count):
                     part = parts[i]
                     recv = wrap(self.torch, self.device, part.recv, part.bytes * self.size)
                     send = wrap(self.torch, self.device, part.send, part.bytes).clone()
-                    self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group)
+                    if self.blocking:
+                        # Into tensors of its own: a collective abandoned at the
+                        # deadline may still complete later, after the manager's
+                        # buffer went back to its allocator.
+                        gathered = [torch.empty_like(send) for _ in range(self.size)]
+                        self._wait(self.dist.all_gather(gathered, send, group=self.group, async_op=True))
+                        torch.cat(gathered, out=recv)
+                    else:
+                        self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group)
+            self.progress.leave()
             return ZERO3_OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("all_gather", tag, e)
@@ -83,20 +161,23 @@ class TorchCollectives:
         try:
             element = {0: torch.uint8, 1: torch.float16, 2: torch.bfloat16, 3: torch.float32}[dtype]
             width = torch.tensor([], dtype=element).element_size()
+            self.progress.enter("reduce_scatter", block_of(tag.decode(errors="replace")),
+                                sum(parts[i].elements for i in range(count)) * width * self.size)
             with stream_context(self.torch, self.device, stream):
                 for i in range(count):
                     part = parts[i]
                     n = part.elements
                     send = wrap(self.torch, self.device, part.send, n * width * self.size).view(element)
                     recv = wrap(self.torch, self.device, part.recv, n * width).view(element)
-                    if self.use_all_reduce:
+                    if self.use_all_reduce:  # into a tensor of its own, copied out once complete
                         total = send.clone()
-                        self.dist.all_reduce(total, group=self.group)
+                        self._wait(self.dist.all_reduce(total, group=self.group, async_op=self.blocking))
                         recv.copy_(total[self.rank * n:(self.rank + 1) * n])
                     elif hasattr(self.dist, "reduce_scatter_tensor"):
                         self.dist.reduce_scatter_tensor(recv, send.clone(), group=self.group)
                     else:  # torch 1.13
                         self.dist._reduce_scatter_base(recv, send.clone(), group=self.group)
+            self.progress.leave()
             return ZERO3_OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("reduce_scatter", tag, e)

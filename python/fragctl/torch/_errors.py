@@ -1,10 +1,11 @@
 """The exceptions of fragctl.torch.zero3 and the one place that turns a
 fragctl_zero3_status into one of them."""
-from typing import Any
+from typing import Any, Dict, Optional, Sequence
 
 from .. import _capi
 from ._interop import (ZERO3_COLLECTIVE, ZERO3_INVALID_ARGUMENT, ZERO3_OUT_OF_MEMORY, ZERO3_TIMEOUT,
                        zero3_status_name)
+from ._progress import DEADLINE_FRACTION
 
 
 class Zero3Error(RuntimeError):
@@ -16,19 +17,80 @@ class Zero3Error(RuntimeError):
 
 
 class CollectiveError(Zero3Error):
-    """A collective failed or timed out: ``rank``, ``collective`` ("all_gather",
-    "reduce_scatter") and ``block`` (the block's name) say which."""
+    """A collective failed or timed out: ``rank`` (this rank), ``collective``
+    ("all_gather", "reduce_scatter") and ``block`` (the manager's tag,
+    "block 3 'layers.2'") say which; ``sequence`` is its number (the same
+    collective has the same number on every rank), ``missing`` the ranks
+    that had not entered it, ``peers`` every other rank's published record
+    ({rank: record}, docs/torch-services.md "Timeouts")."""
 
-    def __init__(self, message: str, status: int, rank: int, collective: str, block: str) -> None:
+    def __init__(self, message: str, status: int, rank: int, collective: str, block: str, sequence: int = 0,
+                 missing: Sequence[int] = (), peers: Optional[Dict[int, Any]] = None) -> None:
         super().__init__(message, status)
         self.rank = rank
         self.collective = collective
         self.block = block
+        self.sequence = sequence
+        self.missing = list(missing)
+        self.peers = dict(peers or {})
 
 
 class CollectiveTimeoutError(CollectiveError, TimeoutError):
-    """A collective did not complete within the process group's timeout (a
-    rank stopped answering)."""
+    """A collective passed fragctl's deadline (or the group's timeout): a rank
+    stopped answering. The message names the ranks that had not entered it
+    and where each last was; ``deadline`` is fragctl's deadline and
+    ``group_timeout`` the process group's timeout, in seconds."""
+
+    def __init__(self, *args: Any, deadline: float = 0.0, group_timeout: Optional[float] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+        self.group_timeout = group_timeout
+
+
+def _seconds(value: float) -> str:
+    return "%g s" % round(value, 3)
+
+
+def _deadline_text(progress: Any) -> str:
+    """What fragctl's deadline is and where it comes from, in the numbers in force."""
+    group = ("the process group's timeout of %s" % _seconds(progress.group_timeout)
+             if progress.group_timeout else "the process group's timeout, which this torch does not tell")
+    if progress.explicit:
+        return "fragctl's deadline of %s (shard()'s timeout=; %s)" % (_seconds(progress.deadline), group)
+    return "fragctl's deadline of %s (%g x %s)" % (_seconds(progress.deadline), DEADLINE_FRACTION, group)
+
+
+def _collective_message(status: int, collectives: Any, rank: int, c_message: str) -> str:
+    """The message of a failed collective: what it was, whom it waited for
+    and where they were (Progress.report), the deadline in force, then the
+    torch.distributed error."""
+    progress = collectives.progress
+    collective, tag, detail = collectives.failure or ("", "", "")
+    report = collectives.report or {"lines": [], "missing": [], "diverged": []}
+    entry = collectives.failed
+    what = progress.where(entry) if entry else "%s of %s" % (collective, tag)
+    if status == ZERO3_TIMEOUT and collectives.deadline_passed:
+        head = "zero3 rank %d: %s did not complete within %s" % (rank, what, _deadline_text(progress))
+    elif status == ZERO3_TIMEOUT:
+        head = "zero3 rank %d: %s timed out in torch.distributed (%s)" % (rank, what, _deadline_text(progress))
+    else:
+        head = "zero3 rank %d: %s failed" % (rank, what)
+    missing, diverged = report["missing"], report["diverged"]
+    if missing:
+        head += "; %s not entered it" % (("rank %d has" % missing[0]) if len(missing) == 1 else
+                                         "ranks %s have" % ", ".join(map(str, missing)))
+    if diverged:
+        head += "; rank%s %s diverged" % ("s" if len(diverged) > 1 else "", ", ".join(map(str, diverged)))
+    lines = [head + "; communicator aborted"] + ["  " + line for line in report["lines"]]
+    if entry is not None:
+        name, modules = progress.describe(entry[2])
+        shown = ", ".join(modules[:6]) + (", +%d more" % (len(modules) - 6) if len(modules) > 6 else "")
+        lines.append("  %s: module%s %s; %d bytes %s" % (name, "s" if len(modules) != 1 else "", shown or "-", entry[3],
+                                                        "gathered" if entry[1] == "all_gather" else "reduced"))
+    if detail or c_message:
+        lines.append("  (%s)" % (detail or c_message))
+    return "\n".join(lines)
 
 
 
@@ -43,11 +105,16 @@ def raise_for_status(status: int, lib: Any, collectives: Any, rank: int) -> None
         raise interrupt
     message = lib.fragctl_zero3_last_error().decode(errors="replace")
     if status in (ZERO3_COLLECTIVE, ZERO3_TIMEOUT):
-        collective, block, detail = collectives.failure or ("", "", "")
-        if detail:
-            message = "%s (%s)" % (message, detail)
-        cls = CollectiveTimeoutError if status == ZERO3_TIMEOUT else CollectiveError
-        raise cls(message, status, rank, collective, block)
+        collective, block, _ = collectives.failure or ("", "", "")
+        text = _collective_message(status, collectives, rank, message)
+        report = collectives.report or {}
+        entry = collectives.failed
+        details = dict(sequence=entry[0] if entry else 0, missing=report.get("missing", ()),
+                       peers=report.get("records"))
+        if status == ZERO3_TIMEOUT:
+            raise CollectiveTimeoutError(text, status, rank, collective, block, deadline=collectives.progress.deadline,
+                                         group_timeout=collectives.progress.group_timeout, **details)
+        raise CollectiveError(text, status, rank, collective, block, **details)
     if status == ZERO3_INVALID_ARGUMENT:
         raise ValueError("fragctl.torch.zero3: " + message)
     if status == ZERO3_OUT_OF_MEMORY:

@@ -51,6 +51,7 @@ torch.distributed collectives; _interop.py memory as tensors and streams.
 """
 import ctypes
 import json
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import Allocator, _capi, default_allocator
@@ -73,6 +74,17 @@ def shared_allocator(torch: Any, device: Any, allocator: Optional[Allocator]) ->
     return default_allocator(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def _weak_describe(sharded: "ShardedModule") -> Any:
+    """sharded._describe, held weakly (the progress publisher must not keep
+    the module alive)."""
+    method = weakref.WeakMethod(sharded._describe)
+
+    def describe(block: Any) -> Tuple[str, List[str]]:
+        bound = method()
+        return bound(block) if bound is not None else (str(block), [])
+    return describe
+
+
 class ShardedModule(GradientFlow):
     """What fragctl.torch.zero3.shard returns: call it as the module, give
     ``parameters()`` to a torch.optim optimizer. Not thread-safe.
@@ -81,8 +93,9 @@ class ShardedModule(GradientFlow):
     here until close(), which sets it to None), or None when the manager
     uses two allocators of its own."""
 
-    def __init__(self, torch: Any, module: Any, group: Any, options: str, timeout_ms: int,
-                 block_types: Tuple[type, ...] = (), allocator: Optional[Allocator] = None) -> None:
+    def __init__(self, torch: Any, module: Any, group: Any, options: str, deadline: float,
+                 group_timeout: Optional[float], explicit_deadline: bool, block_types: Tuple[type, ...] = (),
+                 allocator: Optional[Allocator] = None) -> None:
         self._torch = torch
         self.module = module
         self._lib = _capi.library()
@@ -91,10 +104,12 @@ class ShardedModule(GradientFlow):
             raise ValueError("fragctl.torch.zero3.shard: the model has no parameters")
         self.device = first.device
         self.dtype = first.dtype
-        self._collectives = _collectives.TorchCollectives(torch, group, timeout_ms, self.device)
+        self._blocks = find_blocks(module, block_types)
+        self._collectives = _collectives.TorchCollectives(torch, group, deadline, group_timeout, explicit_deadline,
+                                                          self.device)
+        self._collectives.progress.describe = _weak_describe(self)
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
-        self._blocks = find_blocks(module, block_types)
         self._shards: List[List[Any]] = []
         self._hooks: List[Any] = []
         self.allocator: Optional[Allocator] = None
@@ -166,6 +181,28 @@ class ShardedModule(GradientFlow):
 
     def _stream(self) -> Optional[int]:
         return _interop.current_stream(self._torch, self.device)
+
+    def _describe(self, block: Any) -> Tuple[str, List[str]]:
+        """A block's name as the manager's messages write it ("block 3
+        'layers.2'") and the modules that own its parameters; a tag that
+        names no block ("persistent gradients") as itself."""
+        if isinstance(block, int) and 0 <= block < len(self._blocks):
+            b = self._blocks[block]
+            modules = []
+            for key, attr in zip(b.keys, b.attrs):
+                owner = key[:-len(attr) - 1] if key.endswith("." + attr) else b.name
+                if owner not in modules:
+                    modules.append(owner)
+            return "block %d '%s'" % (b.index, b.name), modules
+        return str(block), []
+
+    def progress(self) -> Dict[str, Any]:
+        """This rank's record of its collectives, as it publishes it through
+        the process group's store: ``in`` the collective it is in and
+        ``done`` the last one completed (queued, on GPUs), each
+        [number, kind, block, bytes, wall time]; ``gave_up`` the one it
+        abandoned at fragctl's deadline, [number, wall time]."""
+        return self._collectives.progress.record()
 
     def _check(self, status: int) -> None:
         if status != _interop.ZERO3_OK:
@@ -405,4 +442,6 @@ class ShardedModule(GradientFlow):
         if getattr(self, "_z", None):
             self._lib.fragctl_zero3_destroy(self._z)
             self._z = None
+        if getattr(self, "_collectives", None) is not None:
+            self._collectives.close()  # stops publishing this rank's record
         self.allocator = None

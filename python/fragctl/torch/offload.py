@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
 from . import _torch, enabled
+from ._deepspeed import ConfigSource, DeepSpeedKeyNote, activation_checkpointing  # noqa: F401 (DeepSpeedKeyNote: API)
 from ._interop import backward_running, current_stream, require_memory, stream_context, wrap
 
 Size = Union[int, str]
@@ -134,16 +135,29 @@ class offload_activations:
             recomputing checkpoint) stay where autograd keeps them. False
             moves them too: for a backward with
             ``create_graph=True`` whose saves serve a later backward.
-        cpu_checkpointing: DeepSpeed's key. True (default) offloads what does
-            not fit the budget to pinned host memory; False installs no hooks,
-            so activations stay where autograd keeps them.
+        config: a DeepSpeed ``ds_config.json`` (a path or a dict) or its
+            ``activation_checkpointing`` block: the DeepSpeed keys below are
+            read from it, keys absent from it at DeepSpeed's defaults (so
+            ``cpu_checkpointing`` false, no offload, unless the block sets it);
+            the keywords below override it. One DeepSpeedKeyNote warning lists
+            the values taken without DeepSpeed's effect and what fragctl does
+            instead.
+        cpu_checkpointing: DeepSpeed's key. True (the default without
+            ``config``) offloads what does not fit the budget to pinned host
+            memory; False installs no hooks, so activations stay where autograd
+            keeps them.
         contiguous_memory_optimization: DeepSpeed's key. The store always
-            keeps device copies in one contiguous region; False is refused.
+            keeps device copies in one contiguous region; False is taken with
+            the note.
         partition_activations: DeepSpeed's key for splitting activations over
             model-parallel ranks, which this store does not do; True is
             refused.
         synchronize_checkpoint_boundary: DeepSpeed's key. True makes the host
             wait for the store's copies at the end of each ``with`` block.
+        number_checkpoints: DeepSpeed's key (it sizes DeepSpeed's contiguous
+            buffers); taken with the note: the budget sizes the region.
+        profile: DeepSpeed's key; True (per-checkpoint timing logs) is
+            refused, ``stats()`` is the store's profile.
         allocator: the fragctl.Allocator the region comes from. Default: the
             process-default allocator of the device when
             ``fragctl.torch.enable`` is active, else a private ``caching``
@@ -157,36 +171,35 @@ class offload_activations:
     Raises:
         TypeError: a budget or size of the wrong type.
         ValueError: a size below 1 byte, an unsupported DeepSpeed key value.
-        fragctl.ConfigurationError: a size string that does not parse.
+        fragctl.ConfigurationError: a size string that does not parse; a
+            DeepSpeed config that cannot be read, holds an unknown key or a
+            value fragctl cannot honour (named with the reason and the file).
         fragctl.OutOfMemoryError: the region cannot be allocated. A tensor
             larger than the budget, or one that finds the rest of the region
             in use, is copied straight to (pinned) host memory instead and
             counted in ``stats()["tensors_to_host_direct"]``.
     """
 
-    def __init__(self, budget: Size = "8GiB", *, min_bytes: Size = "1MiB", prefetch_depth: int = 2,
-                 evict_ahead: bool = True, keep_backward_saves: bool = True, cpu_checkpointing: bool = True,
-                 contiguous_memory_optimization: bool = True, partition_activations: bool = False,
-                 synchronize_checkpoint_boundary: bool = False, allocator: Optional[Allocator] = None,
-                 backend: Optional[str] = None, device: Optional[int] = None) -> None:
+    def __init__(self, budget: Size = "8GiB", *, config: ConfigSource = None, min_bytes: Size = "1MiB",
+                 prefetch_depth: int = 2, evict_ahead: bool = True, keep_backward_saves: bool = True,
+                 cpu_checkpointing: Optional[bool] = None, contiguous_memory_optimization: Optional[bool] = None,
+                 partition_activations: Optional[bool] = None, synchronize_checkpoint_boundary: Optional[bool] = None,
+                 number_checkpoints: Optional[int] = None, profile: Optional[bool] = None,
+                 allocator: Optional[Allocator] = None, backend: Optional[str] = None,
+                 device: Optional[int] = None) -> None:
         self.budget = _capi.parse_size(budget, "budget")
         if self.budget == 0:
             raise ValueError("fragctl.torch.offload_activations: budget=%r: the store needs at least one byte" % budget)
         self.min_bytes = _capi.parse_size(min_bytes, "min_bytes")
         self.prefetch_depth = _capi.size(prefetch_depth, "prefetch_depth")
-        for name, value in (("evict_ahead", evict_ahead), ("keep_backward_saves", keep_backward_saves),
-                            ("cpu_checkpointing", cpu_checkpointing),
-                            ("contiguous_memory_optimization", contiguous_memory_optimization),
-                            ("partition_activations", partition_activations),
-                            ("synchronize_checkpoint_boundary", synchronize_checkpoint_boundary)):
+        for name, value in (("evict_ahead", evict_ahead), ("keep_backward_saves", keep_backward_saves)):
             if not isinstance(value, bool):
                 raise TypeError("fragctl.torch.offload_activations: %s must be a bool, got %r" % (name, value))
-        if partition_activations:
-            raise ValueError("fragctl.torch.offload_activations: partition_activations=True splits activations over "
-                             "model-parallel ranks, which fragctl does not do; leave it False")
-        if not contiguous_memory_optimization:
-            raise ValueError("fragctl.torch.offload_activations: contiguous_memory_optimization=False: the store "
-                             "always keeps device copies in one contiguous region; leave it True")
+        deepspeed, self.notes = activation_checkpointing(config, {
+            "cpu_checkpointing": cpu_checkpointing, "contiguous_memory_optimization": contiguous_memory_optimization,
+            "partition_activations": partition_activations,
+            "synchronize_checkpoint_boundary": synchronize_checkpoint_boundary,
+            "number_checkpoints": number_checkpoints, "profile": profile}, "fragctl.torch.offload_activations")
         if backend is not None and backend not in ("cuda", "hip", "sim"):
             raise ValueError("fragctl.torch.offload_activations: backend=%r: expected 'cuda', 'hip', 'sim' or None"
                              % (backend,))
@@ -197,8 +210,8 @@ class offload_activations:
                             % type(allocator).__name__)
         self.evict_ahead = evict_ahead
         self.keep_backward_saves = keep_backward_saves
-        self.cpu_checkpointing = cpu_checkpointing
-        self.synchronize_checkpoint_boundary = synchronize_checkpoint_boundary
+        self.cpu_checkpointing = deepspeed["cpu_checkpointing"]
+        self.synchronize_checkpoint_boundary = deepspeed["synchronize_checkpoint_boundary"]
         self._torch = _torch()
         self._requested_backend = backend
         self._requested_device = device

@@ -6,22 +6,27 @@ arguments, as a ``zero_optimization`` block (a dict), or as a whole
 ``ds_config.json`` (a path or a dict holding ``zero_optimization``), and
 returns a ``Zero3Config`` whose ``options_string()`` is what the block
 manager's C API (``fragctl_zero3_create``, fragctl/zero3/zero3.h) takes.
-Keys fragctl does not implement are refused by name, with the reason, rather
-than silently ignored: a DeepSpeed user who sets ``offload_param`` must learn
-that nothing is offloaded.
+Stock Hugging Face and DeepSpeed stage-3 configs are taken (issue 31): keys
+that tune DeepSpeed's own internals (``sub_group_size``,
+``stage3_max_reuse_distance``, ...) and values at DeepSpeed's defaults are
+accepted with one DeepSpeedKeyNote warning that says what fragctl does
+instead. Values that ask for something fragctl cannot do are refused by name,
+with the reason, rather than silently ignored: a DeepSpeed user who sets
+``offload_param`` to ``cpu`` must learn that nothing is offloaded; so are
+keys DeepSpeed does not have (misspellings).
 """
-import json
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Tuple
 
-from .. import Allocator, ConfigurationError
+from .. import Allocator
 from ._blocks import find_blocks
+from ._deepspeed import ConfigSource, DeepSpeedKeyNote, invalid, note, read_section, shown
 from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
+from ._progress import DEADLINE_FRACTION, group_timeout
 from ._sharded import ShardedModule
-
-ConfigSource = Union[None, str, "os.PathLike[str]", Mapping[str, Any]]
 
 # DeepSpeed's defaults, which are also the block manager's (docs/zero3.md).
 _DEFAULT_MAX_LIVE = 1_000_000_000
@@ -29,47 +34,95 @@ _DEFAULT_PREFETCH = 50_000_000
 _DEFAULT_PERSISTENCE = 100_000
 _DEFAULT_REDUCE_BUCKET = 500_000_000
 
-# Keys accepted with a value that changes nothing, because fragctl always does
-# what the value asks: key -> (the accepted value, why).
+# What parse_config does with each DeepSpeed zero_optimization key (issue 31:
+# stock Hugging Face and DeepSpeed stage-3 configs are taken). Every rule is
+# in one of these tables; a key in none of them is refused as unknown.
+
+# Behaviours fragctl always has: key -> what fragctl does. True (or "auto") is
+# silent; false is taken with the note, since fragctl does it anyway.
 _ALWAYS = {
-    "overlap_comm": (True, "collectives always run on the manager's own stream, overlapped with compute"),
-    "contiguous_gradients": (True, "gradients are always reduced into one contiguous gradient shard"),
-    "reduce_scatter": (True, "gradients are always reduce-scattered"),
-    "stage3_gather_16bit_weights_on_model_save": (True, "state_dict() always gathers the full parameters"),
-    "stage3_gather_fp16_weights_on_model_save": (True, "state_dict() always gathers the full parameters"),
+    "overlap_comm": "collectives always run on the manager's communication stream, overlapped with compute",
+    "contiguous_gradients": "gradients are always reduced into one contiguous gradient slice per block",
+    "reduce_scatter": "gradients are always reduce-scattered",
+    "stage3_gather_16bit_weights_on_model_save": "full_state_dict() gathers the whole parameters whenever it is "
+                                                 "called",
+    "stage3_gather_fp16_weights_on_model_save": "full_state_dict() gathers the whole parameters whenever it is "
+                                                "called",
 }
 
+_STAGE_1_2 = "a stage 1-2 key, which DeepSpeed ignores at stage 3; so does fragctl"
+_NO_CHECKPOINT = ("fragctl writes no DeepSpeed checkpoint: full_state_dict() gives whole parameters, the optimizer's "
+                  "state is torch.optim's state_dict()")
+
+# Keys that tune DeepSpeed's own internals, taken with any value and the
+# note: key -> what fragctl does instead.
+_INTERNAL = {
+    "sub_group_size": "the torch.optim optimizer steps each rank's shards itself; there are no sub-groups to tile",
+    "stage3_max_reuse_distance": "a block is freed by its last consumer and gathered again when needed; "
+                                 "stage3_max_live_parameters alone bounds gathered memory",
+    "stage3_module_granularity_threshold": "blocks are the modules given (block_types), never merged by size",
+    "stage3_use_all_reduce_for_fetch_params": "a block is gathered by one all-gather into one buffer",
+    "stage3_allgather_sequential": "a block is gathered by one all-gather into one buffer",
+    "stage3_partition_stream_chunk_size": "shard() partitions a model that is already built, one parameter at a "
+                                          "time",
+    "memory_efficient_linear": "no Linear is replaced: tensors autograd saves that alias a gathered weight are "
+                               "re-gathered in backward",
+    "override_module_apply": "nn.Module.apply is not overridden",
+    "log_trace_cache_warnings": "a fetch out of the recorded order is counted in stats()['prefetch']['trace_misses']",
+    "enable_sanity_checks": "the manager always checks its calls (consumers, buckets, budget)",
+    "pipeline_loading_checkpoint": _NO_CHECKPOINT,
+    "load_from_fp32_weights": _NO_CHECKPOINT,
+    "elastic_checkpoint": _NO_CHECKPOINT,
+    "leaf_module": "pass block_types= to shard() for modules gathered whole",
+    "save_muon_momentum_buffer_in_memory": "nothing is offloaded to NVMe",
+    "cpu_offload_use_pin_memory": "nothing is offloaded, so nothing is pinned",
+    "zeropp_loco_param": "gradients are not quantized, so there is no quantization error to track",
+    "allgather_partitions": _STAGE_1_2,
+    "allgather_bucket_size": _STAGE_1_2,
+    "use_multi_rank_bucket_allreduce": _STAGE_1_2,
+    "round_robin_gradients": _STAGE_1_2,
+    "ignore_unused_parameters": _STAGE_1_2 + " (a parameter without a gradient keeps .grad None, as torch leaves "
+                                             "it)",
+    "legacy_stage1": _STAGE_1_2,
+    "compute_grad_norm": _STAGE_1_2,
+    "parameter_alignment": _STAGE_1_2 + " (every parameter is aligned to 512 bytes anyway)",
+}
+
+
 def _no_offload(value: Any) -> bool:
-    """Whether an offload_param / offload_optimizer block asks for no offload (device "none" or absent)."""
-    return isinstance(value, dict) and str(value.get("device", "none")).lower() == "none"
+    """Whether an offload_param / offload_optimizer block asks for no offload
+    (device "none" or absent; Hugging Face's stock config writes "none")."""
+    return isinstance(value, Mapping) and str(value.get("device", "none")).lower() == "none"
 
 
-# DeepSpeed keys fragctl refuses: key -> why.
-_UNSUPPORTED = {
-    "offload_param": "parameters are not offloaded to CPU or NVMe (use fragctl.torch.offload_activations for "
-                     "activations)",
-    "offload_optimizer": "optimizer state is not offloaded; the torch.optim optimizer keeps it beside the shards",
-    "cpu_offload": "offload is not implemented",
-    "cpu_offload_params": "offload is not implemented",
-    "cpu_offload_use_pin_memory": "offload is not implemented",
-    "stage3_max_reuse_distance": "a block is released when its last user releases it; there is no reuse window",
-    "sub_group_size": "the optimizer steps each rank's shard as one group",
-    "allgather_partitions": "a stage 1-2 key",
-    "allgather_bucket_size": "a stage 1-2 key: stage 3 gathers one block at a time",
-    "round_robin_gradients": "a stage 1-2 key",
-    "elastic_checkpoint": "a stage 1-2 key",
-    "load_from_fp32_weights": "the optimizer's state is torch.optim's",
-    "zero_hpz_partition_size": "ZeRO++ hierarchical partitioning is not implemented",
-    "zero_quantized_weights": "ZeRO++ quantized weights are not implemented",
-    "zero_quantized_nontrainable_weights": "ZeRO++ quantized weights are not implemented",
-    "zero_quantized_gradients": "ZeRO++ quantized gradients are not implemented",
-    "mics_shard_size": "MiCS is not implemented",
-    "mics_hierarchical_params_gather": "MiCS is not implemented",
-    "memory_efficient_linear": "no Linear is replaced",
-    "stage3_module_granularity_threshold": "blocks are the modules given, never merged",
-    "ignore_unused_parameters": "every parameter of a block is gathered with it",
-    "legacy_stage1": "a stage 1 key",
-    "use_multi_rank_bucket_allreduce": "a stage 1-2 key",
+def _off(value: Any) -> bool:
+    return value is False or value is None
+
+
+# Keys whose values may ask for something fragctl cannot do: key -> (whether
+# a value asks for nothing fragctl lacks, why other values are refused).
+# "auto" always passes (Hugging Face fills it with DeepSpeed's default).
+_CAPABILITY = {
+    "offload_param": (_no_offload, "parameters are not offloaded to CPU or NVMe (use "
+                                   "fragctl.torch.offload_activations for activations)"),
+    "offload_optimizer": (_no_offload, "optimizer state is not offloaded; the torch.optim optimizer keeps it beside "
+                                       "the shards"),
+    "cpu_offload": (_off, "optimizer offload is not implemented"),
+    "cpu_offload_param": (_off, "parameter offload is not implemented"),
+    "cpu_offload_params": (_off, "parameter offload is not implemented"),
+    "zenflow": (lambda v: v is None, "ZenFlow's CPU optimizer offload is not implemented"),
+    "zero_hpz_partition_size": (lambda v: v in (0, 1), "ZeRO++ hierarchical partitioning is not implemented: each "
+                                                       "rank gathers from every rank"),
+    "zero_quantized_weights": (_off, "ZeRO++ quantized weights are not implemented"),
+    "zero_quantized_nontrainable_weights": (_off, "ZeRO++ quantized weights are not implemented"),
+    "zero_quantized_gradients": (_off, "ZeRO++ quantized gradients are not implemented"),
+    "mics_shard_size": (lambda v: not isinstance(v, bool) and isinstance(v, int) and v <= 0,
+                        "MiCS is not implemented: parameters are sharded over the whole process group"),
+    "mics_hierarchical_params_gather": (_off, "MiCS is not implemented"),
+    "stage3_model_persistence_threshold": (lambda v: not isinstance(v, bool) and isinstance(v, int)
+                                           and v >= sys.maxsize,
+                                           "the persistent parameters' total is not capped; lower "
+                                           "stage3_param_persistence_threshold instead"),
 }
 
 _COUNTS = ("stage3_max_live_parameters", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
@@ -89,6 +142,9 @@ class Zero3Config:
     #: whole subtree) may not have more trainable elements above the
     #: persistence threshold than this (checked by ``shard``).
     reduce_bucket_size: int = _DEFAULT_REDUCE_BUCKET
+    #: The lines of the DeepSpeedKeyNote parse_config emitted: keys taken
+    #: without DeepSpeed's effect, each with what fragctl does instead.
+    notes: Tuple[str, ...] = field(default=(), compare=False)
 
     def options_string(self, element_bytes: int = 2, gradient_type: str = "bf16") -> str:
         """The block manager's option text (docs/zero3.md, "Options") for
@@ -111,9 +167,12 @@ class Zero3Config:
 MAX_COUNT = (1 << 62) // 8
 
 
-def _invalid(message: str) -> ConfigurationError:
+_WHO = "fragctl.torch.zero3"
+
+
+def _invalid(message: str) -> Exception:
     """The error of a bad value: a fragctl.ConfigurationError, also a ValueError."""
-    return ConfigurationError("fragctl.torch.zero3: " + message, "FRAGCTL_ERROR_INVALID_ARGUMENT")
+    return invalid(_WHO, message)
 
 
 def _count(key: str, value: Any) -> int:
@@ -132,43 +191,6 @@ def _count(key: str, value: Any) -> int:
     return int(value)
 
 
-def _block(config: ConfigSource) -> Dict[str, Any]:
-    """The zero_optimization block of `config` (a path, a whole ds_config, or
-    the block itself). Errors about a file name the file."""
-    if config is None:
-        return {}
-    path = None
-    if isinstance(config, (str, os.PathLike)):
-        path = config
-        try:
-            with open(path, encoding="utf-8") as f:
-                config = json.load(f)
-        except OSError as e:
-            raise _invalid("cannot read the DeepSpeed config %s: %s" % (path, e)) from e
-        except UnicodeDecodeError as e:
-            raise _invalid("the DeepSpeed config %s is not UTF-8 text (byte %d), so not JSON" % (path, e.start)) from e
-        except json.JSONDecodeError as e:
-            raise _invalid("the DeepSpeed config %s is not JSON: %s" % (path, e)) from e
-        except RecursionError as e:
-            raise _invalid("the DeepSpeed config %s nests deeper than Python's JSON reader goes; a ds_config is "
-                           "a few levels deep" % path) from e
-    if not isinstance(config, Mapping):
-        if path is not None:
-            raise _invalid("the DeepSpeed config %s holds a JSON %s, not an object" % (path, type(config).__name__))
-        raise TypeError("fragctl.torch.zero3: config must be a ds_config path, a ds_config dict or a "
-                        "zero_optimization dict, got %s" % type(config).__name__)
-    if "zero_optimization" in config:
-        block = config["zero_optimization"]
-        if not isinstance(block, Mapping):
-            if path is not None:
-                raise _invalid("the DeepSpeed config %s: zero_optimization must be an object, got %s"
-                               % (path, type(block).__name__))
-            raise TypeError("fragctl.torch.zero3: zero_optimization must be an object, got %s"
-                            % type(block).__name__)
-        return dict(block)
-    return dict(config)
-
-
 def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
     """DeepSpeed stage-3 options -> Zero3Config.
 
@@ -184,8 +206,7 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
     is not a JSON object; TypeError for a value of the wrong type given as a
     dict or keyword. An error about the file's contents names the file.
     """
-    block = _block(config)
-    path = config if isinstance(config, (str, os.PathLike)) else None
+    block, path = read_section(config, "zero_optimization", _WHO)
     from_file = set(block) - set(options) if path is not None else set()
     block.update(options)
 
@@ -193,22 +214,32 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
         """"the DeepSpeed config PATH: " when a key of `keys` comes from the file."""
         return "the DeepSpeed config %s: " % path if from_file.intersection(keys) else ""
 
-    problems, named = [], []
+    problems, named, taken = [], [], []
     for key in sorted(block):
-        if key in ("offload_param", "offload_optimizer") and _no_offload(block[key]):
-            continue  # Hugging Face's stock stage-3 config: {"device": "none"} means no offload
-        if key in _UNSUPPORTED:
-            problems.append("%s (unsupported: %s)" % (key, _UNSUPPORTED[key]))
-        elif key in _ALWAYS and block[key] != _ALWAYS[key][0]:
-            problems.append("%s=%r (unsupported: %s)" % (key, block[key], _ALWAYS[key][1]))
-        elif key not in _ALWAYS and key not in _COUNTS and key != "stage":
-            problems.append("%s (unknown)" % key)
-        else:
+        value = block[key]
+        if key in _COUNTS or key == "stage":
             continue
+        if key in _ALWAYS:
+            if value is False:
+                taken.append((key, value, _ALWAYS[key]))
+            if isinstance(value, bool) or value == "auto":
+                continue
+            problems.append("%s=%s (expected true, false or \"auto\")" % (key, shown(value)))
+        elif key in _INTERNAL:
+            taken.append((key, value, _INTERNAL[key]))
+            continue
+        elif key in _CAPABILITY:
+            accepts, why = _CAPABILITY[key]
+            if value == "auto" or accepts(value):
+                continue
+            problems.append("%s=%s (unsupported: %s)" % (key, shown(value), why))
+        else:
+            problems.append("%s (unknown)" % key)
         named.append(key)
     if problems:
-        raise _invalid("%sDeepSpeed zero_optimization keys fragctl does not take: %s. "
-                       "Accepted: stage (3), %s, and %s at their DeepSpeed defaults"
+        raise _invalid("%sDeepSpeed zero_optimization keys fragctl does not take: %s. Accepted: stage (3), %s; "
+                       "%s (true, false or \"auto\"); the keys that tune DeepSpeed's internals (with a note); "
+                       "offload, ZeRO++ and MiCS keys where they ask for none"
                        % (source(named), "; ".join(problems), ", ".join(_COUNTS), ", ".join(sorted(_ALWAYS))))
     stage = block.get("stage", 3)
     if stage != 3 or isinstance(stage, bool):
@@ -222,7 +253,7 @@ def parse_config(config: ConfigSource = None, **options: Any) -> Zero3Config:
                 if not source([key]):
                     raise
                 raise _invalid(source([key]) + str(e).replace("fragctl.torch.zero3: ", "", 1)) from e
-    return Zero3Config(**counts)
+    return Zero3Config(**counts, notes=note(_WHO, taken))
 
 
 def _check_reduce_bucket(blocks: Any, cfg: Zero3Config) -> None:
@@ -241,7 +272,28 @@ def _check_reduce_bucket(blocks: Any, cfg: Zero3Config) -> None:
 _GRADIENT_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: float = 600.0,
+def _deadline(dist: Any, group: Any, timeout: Optional[float]) -> Tuple[float, Optional[float]]:
+    """(fragctl's deadline per collective, the group's timeout) in seconds.
+    Raises ValueError for a `timeout` that is not a positive number or is not
+    below the group's timeout (the group would give up first)."""
+    group_seconds = group_timeout(dist, group)
+    if timeout is None:
+        if group_seconds is None:
+            from datetime import timedelta
+            group_seconds = getattr(dist, "default_pg_timeout", timedelta(minutes=30)).total_seconds()
+        return DEADLINE_FRACTION * group_seconds, group_seconds
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or timeout <= 0:
+        raise ValueError("fragctl.torch.zero3.shard: timeout=%r: expected seconds > 0, or None for %g x the process "
+                         "group's timeout" % (timeout, DEADLINE_FRACTION))
+    if group_seconds is not None and timeout >= group_seconds:
+        raise ValueError("fragctl.torch.zero3.shard: timeout=%g s is not below the process group's timeout of %g s, "
+                         "which would end the collective first; pass less, or None for %g x the group's"
+                         % (timeout, group_seconds, DEADLINE_FRACTION))
+    return float(timeout), group_seconds
+
+
+def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *, timeout: Optional[float] = None,
           block_types: Tuple[type, ...] = (), allocator: Optional[Allocator] = None,
           **options: Any) -> ShardedModule:
     """Partitions ``model``'s parameters over the ranks of ``process_group``
@@ -261,10 +313,14 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     ``full_state_dict()`` / ``load_full_state_dict()``.
 
     Collectives run through ``process_group`` (gloo on CPU ranks, NCCL on
-    GPUs); its own timeout (``init_process_group(timeout=...)``) is what
-    expires; ``timeout`` (seconds) is only quoted in messages. A collective
-    that fails or times out raises CollectiveError / CollectiveTimeoutError
-    naming the rank, the collective and the block.
+    GPUs). Each has fragctl's deadline: ``timeout`` seconds, by default
+    (None) DEADLINE_FRACTION (0.8) x the group's timeout (``init_process_group(timeout=...)``),
+    so it comes first; a ``timeout`` not below the group's is a ValueError.
+    On CPU ranks a collective past it raises CollectiveTimeoutError naming
+    the ranks that have not entered it, where each last was and how long it
+    has been silent (every rank publishes its collectives' progress through
+    the group's store); one that fails otherwise raises CollectiveError. On
+    GPUs PyTorch's NCCL watchdog enforces the group's timeout.
 
     CPU models run the manager on fragctl's sim backend in backed mode (set
     here for the call, unless FRAGCTL_BACKEND is set); CUDA models on the
@@ -317,6 +373,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     first = parameters[0]
     text = cfg.options_string(first.element_size(), _GRADIENT_TYPES[str(first.dtype).replace("torch.", "")])
     group = process_group if process_group is not None else dist.group.WORLD
+    deadline, group_seconds = _deadline(dist, group, timeout)
     environment = {}
     if first.device.type == "cpu" and "FRAGCTL_BACKEND" not in os.environ:
         total = sum(p.numel() * p.element_size() for p in parameters)
@@ -328,7 +385,8 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
     try:
-        return ShardedModule(torch, model, group, text, int(timeout * 1000), tuple(block_types), allocator)
+        return ShardedModule(torch, model, group, text, deadline, group_seconds, timeout is not None,
+                             tuple(block_types), allocator)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -337,5 +395,5 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
                 os.environ[k] = v
 
 
-__all__ = ["CollectiveError", "CollectiveTimeoutError", "ShardedModule", "Zero3Config", "Zero3Error", "parse_config",
-           "shard"]
+__all__ = ["CollectiveError", "CollectiveTimeoutError", "DEADLINE_FRACTION", "DeepSpeedKeyNote", "ShardedModule",
+           "Zero3Config", "Zero3Error", "parse_config", "shard"]

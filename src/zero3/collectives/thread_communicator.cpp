@@ -7,7 +7,11 @@
 // send buffers directly (backed sim memory is host memory), and waits at the
 // second rendezvous so no rank overwrites a send buffer a peer still reads.
 // A rendezvous that passes its deadline aborts the group; every rank waiting
-// in it, or arriving later, gets a collective_error. The data moves at once on
+// in it, or arriving later, gets a collective_error. The rank that times out
+// names the ranks that have not entered the collective (or not finished it),
+// each with the last collective it completed and how long ago: collectives
+// are numbered per rank, and every rank calls the same ones in the same order,
+// so #n is the same collective on every rank (issue 31). The data moves at once on
 // the host; the collective also counts as one unit of sim work on its stream,
 // so with manual completion the events after it stay pending as on a GPU.
 #include <condition_variable>
@@ -39,13 +43,23 @@ struct post {
 
 using clock = std::chrono::steady_clock;
 
+// The last collective a rank completed: its number, operation and tag, and when.
+struct completed_op {
+  std::uint64_t number = 0;
+  op_kind kind = op_kind::all_gather;
+  std::string tag;
+  clock::time_point at{};
+};
+
 }  // namespace
 
 class thread_group {
  public:
   thread_group(int size, std::chrono::milliseconds timeout)
       : size_(size), timeout_(timeout), taken_(static_cast<std::size_t>(size)),
-        arrived_at_(static_cast<std::size_t>(size)), posts_(static_cast<std::size_t>(size)) {}
+        arrived_at_(static_cast<std::size_t>(size)), posts_(static_cast<std::size_t>(size)),
+        entered_(static_cast<std::size_t>(size)), completed_(static_cast<std::size_t>(size)),
+        started_(clock::now()) {}
 
   [[nodiscard]] int size() const noexcept { return size_; }
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -66,8 +80,9 @@ class thread_group {
     std::unique_lock lock(mutex_);
     const op_kind kind = mine.kind;
     const std::string tag = mine.tag;
+    const std::uint64_t number = ++entered_[static_cast<std::size_t>(rank)];
     posts_[static_cast<std::size_t>(rank)] = std::move(mine);
-    rendezvous(lock, rank, kind, tag);
+    rendezvous(lock, rank, kind, tag, number, false);
     check_posts(rank);
     const std::vector<post> all = posts_;  // this collective's posts; a fast rank may post its next one
     lock.unlock();
@@ -75,7 +90,8 @@ class thread_group {
     move(all);
     const auto second = clock::now();
     lock.lock();
-    rendezvous(lock, rank, kind, tag);
+    rendezvous(lock, rank, kind, tag, number, true);
+    completed_[static_cast<std::size_t>(rank)] = {number, kind, tag, clock::now()};
     return static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(waited + (clock::now() - second)).count());
   }
@@ -98,7 +114,10 @@ class thread_group {
   }
 
  private:
-  void rendezvous(std::unique_lock<std::mutex>& lock, int rank, op_kind kind, const std::string& tag) {
+  // `finishing`: the second rendezvous of collective `number` (every rank
+  // entered it; the missing ones have not finished moving their data).
+  void rendezvous(std::unique_lock<std::mutex>& lock, int rank, op_kind kind, const std::string& tag,
+                  std::uint64_t number, bool finishing) {
     const char* op = op_name(kind);
     if (aborted_) throw aborted(rank, op, tag);
     const std::uint64_t generation = generation_;
@@ -118,15 +137,39 @@ class thread_group {
         if (arrived_at_[static_cast<std::size_t>(r)] != generation + 1) missing.push_back(r);
       }
       aborted_ = true;
-      abort_reason_ = fmt::format("rank {} timed out in {} of {}", rank, op, tag);
+      abort_reason_ = fmt::format("rank {} timed out in {} #{} of {}", rank, op, number, tag);
       cv_.notify_all();
-      throw collective_error(
-          fmt::format("zero3 rank {}: {} of {} did not complete within {} ms: rank(s) {} never joined; "
-                      "communicator aborted",
-                      rank, op, tag, timeout_.count(), fmt::join(missing, ", ")),
-          rank, op, tag, true);
+      throw collective_error(fmt::format("zero3 rank {}: {} #{} of {} did not complete within {} ms: rank{} {} {} "
+                                         "{}; communicator aborted{}",
+                                         rank, op, number, tag, timeout_.count(), missing.size() == 1 ? "" : "s",
+                                         fmt::join(missing, ", "), missing.size() == 1 ? "has" : "have",
+                                         finishing ? "not finished it" : "not entered it",
+                                         where(missing, kind, tag, number, finishing)),
+                             rank, op, tag, true);
     }
     if (generation_ == generation) throw aborted(rank, op, tag);
+  }
+
+  // "; rank 2 has not entered all_gather #4 of block 7 'layer.6'; it completed
+  // #3 (reduce_scatter of block 7 'layer.6') at 0.2 s and has been silent 0.4 s"
+  // for each rank of `missing` (times since the group was made).
+  [[nodiscard]] std::string where(const std::vector<int>& missing, op_kind kind, const std::string& tag,
+                                  std::uint64_t number, bool finishing) const {
+    const auto now = clock::now();
+    const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    std::string out;
+    for (const int r : missing) {
+      const completed_op& last = completed_[static_cast<std::size_t>(r)];
+      out += fmt::format("; rank {} has {} {} #{} of {}", r, finishing ? "not finished" : "not entered",
+                         op_name(kind), number, tag);
+      if (last.number == 0) {
+        out += fmt::format("; it has completed no collective and has been silent {:.1f} s", seconds(now - started_));
+      } else {
+        out += fmt::format("; it completed #{} ({} of {}) at {:.1f} s and has been silent {:.1f} s", last.number,
+                           op_name(last.kind), last.tag, seconds(last.at - started_), seconds(now - last.at));
+      }
+    }
+    return out;
   }
 
   collective_error aborted(int rank, const char* op, const std::string& tag) const {
@@ -168,6 +211,9 @@ class thread_group {
   int arrived_ = 0;
   std::vector<std::uint64_t> arrived_at_;  // generation + 1 a rank last arrived for
   std::vector<post> posts_;
+  std::vector<std::uint64_t> entered_;     // collectives each rank entered
+  std::vector<completed_op> completed_;    // the last one each rank completed
+  clock::time_point started_;
   bool aborted_ = false;
   std::string abort_reason_;
 };
