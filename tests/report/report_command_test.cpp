@@ -16,6 +16,7 @@
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/process_hooks.hpp"
+#include "nlohmann/json.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
@@ -148,6 +149,33 @@ TEST_F(report_command, errors) {
   EXPECT_EQ(no_map.status, 1);
   EXPECT_THAT(no_map.out, HasSubstr("no run has a memory map"));
   EXPECT_THAT(run_fragctl("report --help").out, HasSubstr("Usage: fragctl report [OPTIONS] FILE..."));
+}
+
+// Issue 27, H3: 100,000 nested arrays (200 KB) crashed `fragctl report`
+// with SIGSEGV (status 139).
+TEST_F(report_command, a_report_nested_100000_levels_is_an_error_not_a_crash) {
+  const fs::path deep = dir_ / "deep.json";
+  std::ofstream(deep) << "{\"schema_version\": 1, \"allocators\": " << std::string(100000, '[')
+                      << std::string(100000, ']') << "}";
+  const run_result r = run_fragctl("report '" + deep.string() + "'", "2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("deep.json: JSON nested deeper than 256 levels (byte 291); fragctl reads at most 256"));
+  // Positive control: an ordinary report still reads.
+  EXPECT_EQ(run_fragctl("report '" + write_report("ok.json", "caching", MiB) + "'").status, 0);
+}
+
+// A trace named by a file name that is not UTF-8 made every --json fail
+// with "[json.exception.type_error.316] invalid UTF-8 byte".
+TEST_F(report_command, a_trace_name_that_is_not_utf8_keeps_every_json_output) {
+  const fs::path trace = dir_ / "tr\xff.csv";
+  fs::copy_file(test_data("tiny_fragctl.csv"), trace);
+  for (const std::string command : {"report", "replay --backend sim", "info"}) {
+    const run_result r = run_fragctl(command + " '" + trace.string() + "' --json", "2>&1");
+    ASSERT_EQ(r.status, 0) << command << ": " << r.out;
+    const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << command << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("tr\xef\xbf\xbd")) << command;  // U+FFFD
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "command.hpp"
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
@@ -74,7 +75,7 @@ int run_config(const arguments& args) {
   if (args.has("json")) {
     nlohmann::ordered_json out{{"options", options}, {"environment", environment}};
     if (!effective_json.is_null()) out["effective"] = effective_json;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", detail::dump_json(out).c_str());
   } else {
     std::fputs(text.c_str(), stdout);
   }

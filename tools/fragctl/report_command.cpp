@@ -10,6 +10,7 @@
 #include "fragctl/policy.hpp"
 #include "fragctl/progress_bar.hpp"
 #include "fragctl/run_report.hpp"
+#include "core/json_io.hpp"
 #include "fragctl/stats.hpp"
 #include "nlohmann/json.hpp"
 #include "util/strings.hpp"
@@ -58,7 +59,7 @@ std::string runs_json(const std::vector<fragctl::run_report>& runs) {
                    {"device", r.stats.device},
                    {"stats", nlohmann::ordered_json::parse(to_json(r.stats))}});
   }
-  return all.dump(2) + "\n";
+  return detail::dump_json(all) + "\n";
 }
 
 }  // namespace
