@@ -31,22 +31,6 @@ std::string pow2_label(std::size_t log2) {
 std::string stream_name(std::uintptr_t s) { return s == 0 ? "default" : fmt::format("{:#x}", s); }
 std::string stream_name(stream_t s) { return stream_name(reinterpret_cast<std::uintptr_t>(s)); }
 
-std::string escape_xml(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return out;
-}
-
 std::vector<segment_waste> rank_wasted(const memory_snapshot& m) {
   std::vector<segment_waste> out;
   for (const memory_segment& s : m.segments) {

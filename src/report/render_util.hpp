@@ -21,8 +21,6 @@ namespace fragctl::report_detail {
 /// "default" for the default stream, else its handle in hex.
 [[nodiscard]] std::string stream_name(std::uintptr_t s);
 [[nodiscard]] std::string stream_name(stream_t s);
-/// Escapes &, <, >, " and ' for HTML and XML text and attributes.
-[[nodiscard]] std::string escape_xml(std::string_view s);
 
 /// One segment of a map and where its bytes went.
 struct segment_waste {

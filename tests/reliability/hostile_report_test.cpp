@@ -1,7 +1,9 @@
 // Hostile reports (issue 27; docs/reliability.md, "Bad inputs"): a report,
 // a trace or a file name written to attack whoever reads it with `fragctl
 // report`. Each test names what the code before the fix did and keeps a
-// positive control.
+// positive control. The HTML and SVG checks use fuzz_report_render's oracle
+// (fuzz/harness/markup_check.hpp); the browser's view is in
+// tests/report/html_browser_test.cpp.
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -21,16 +23,140 @@
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
 #include "fragctl/stats_export.hpp"
+#include "fuzz/harness/report_render.hpp"
 #include "nlohmann/json.hpp"
 #include "support/test_support.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl {
 namespace {
 
 namespace fs = std::filesystem;
+using fragctl::testing::fragmenting_trace;
+using fragctl::testing::occurrences;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string pwned = "</title></rect></g></svg><script>document.title=\"PWNED\"</script><svg><g><rect><title>";
 
 std::string message_of(const absl::Status& s) { return std::string(s.message()); }
+
+// A report of one allocator whose memory map has one segment in `pool`.
+std::string report_with_pool(const std::string& pool) {
+  const nlohmann::json doc = {
+      {"schema_version", 1},
+      {"reason", "exit"},
+      {"allocators",
+       {{{"schema_version", 1},
+         {"allocator", "caching"},
+         {"backend", "sim"},
+         {"requested_bytes", {{"current", 1024}, {"peak", 1024}}},
+         {"reserved_bytes", {{"current", 2 * MiB}, {"peak", 2 * MiB}}},
+         {"memory_map",
+          {{"available", true},
+           {"allocator", "caching"},
+           {"segments",
+            {{{"address", "0x200000"},
+              {"size", 2 * MiB},
+              {"stream", "0x0"},
+              {"pool", pool},
+              {"blocks",
+               {{{"address", "0x200000"}, {"size", 1024}, {"requested", 1000}, {"use", "live"}, {"stream", "0x0"}},
+                {{"address", "0x200400"},
+                 {"size", 2 * MiB - 1024},
+                 {"requested", 0},
+                 {"use", "free"},
+                 {"stream", "0x0"}}}}}}}}}}}}};
+  return doc.dump();
+}
+
+// A replayed run with every kind of string a renderer shows: maps, an OOM
+// with its advice, a timeline.
+run_report replayed_run() {
+  report_options o;
+  o.replay.policy = "caching";
+  o.replay.cfg.backend = backend_kind::sim;
+  o.replay.cfg.sim_capacity = 64 * MiB;
+  o.replay.cfg.log_level = "off";
+  return replay_run_report(fragmenting_trace(), o);
+}
+
+// H1: map_svg wrote the pool raw into each segment's <title>: the page ran
+// the payload's script.
+TEST(hostile_report, a_pool_name_with_markup_stays_text_in_html_and_svg) {
+  const auto runs = run_reports_from_json(report_with_pool(pwned), "r.json");
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  const std::string html = render_html(*runs);
+  const std::string svg = render_map_svg(runs->front().maps.front());
+  for (const std::string* page : {&html, &svg}) {
+    EXPECT_THAT(*page, Not(HasSubstr("<script>document")));
+    EXPECT_THAT(*page, Not(HasSubstr("</svg><script>")));
+    // The pool is there, as text, in the segment's title and data-pool.
+    EXPECT_THAT(*page, HasSubstr("&lt;/title&gt;&lt;/rect&gt;&lt;/g&gt;&lt;/svg&gt;&lt;script&gt;document.title="
+                                 "&quot;PWNED&quot;&lt;/script&gt;"));
+  }
+  EXPECT_EQ(occurrences(html, "<script"), 1u);  // the page's own
+  EXPECT_EQ(occurrences(svg, "<script"), 0u);
+  EXPECT_NO_THROW(fuzz::check_renders_escaped(*runs));
+  // Positive control: a plain pool reads and shows as itself.
+  const auto plain = run_reports_from_json(report_with_pool("large"), "r.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_THAT(render_map_svg(plain->front().maps.front()), HasSubstr("(large pool, stream default)</title>"));
+}
+
+// The oracle fuzz_report_render relies on catches what the old map_svg
+// wrote (its positive control: a checker that accepts everything proves
+// nothing).
+TEST(hostile_report, the_fuzz_oracle_catches_a_string_written_as_markup) {
+  const auto runs = run_reports_from_json(report_with_pool("x"), "r.json");
+  ASSERT_TRUE(runs.ok());
+  const std::string clean = render_html(*runs);
+  const fuzz::markup_skeleton expected = fuzz::parse_markup(clean, "clean");
+  EXPECT_EQ(expected.scripts, 1u);
+  // The old writer: the pool unescaped in the segment's title.
+  std::string injected = clean;
+  const std::size_t at = injected.find("(x pool");
+  ASSERT_NE(at, std::string::npos);
+  injected.replace(at + 1, 1, pwned);
+  const fuzz::markup_skeleton got = fuzz::parse_markup(injected, "injected");
+  EXPECT_NE(got, expected);
+  EXPECT_EQ(got.scripts, 2u);
+  // An attribute breakout, an entity-less '&', a '>' in text, an unknown element, a control character.
+  for (const std::string payload : {"\"><svg onload=alert(1)>", "a & b", "a > b", "<img src=x>", "\x1b[2J"}) {
+    std::string page = clean;
+    page.replace(page.find("(x pool") + 1, 1, payload);
+    EXPECT_THROW((void)fuzz::parse_markup(page, "injected"), fuzz::invariant_violation) << payload;
+  }
+}
+
+// H1, every string: each field a renderer shows gets each hostile payload
+// (pass p gives field k payload p + k, so every pair is rendered) and
+// renders as text in the HTML page, the SVG, the terminal summary and the
+// comparison.
+TEST(hostile_report, every_string_field_stays_text_in_every_rendering) {
+  const run_report base = replayed_run();
+  ASSERT_EQ(base.stats.oom_events.size(), 1u);
+  ASSERT_EQ(base.maps.size(), 3u);
+  std::size_t fields = 0;
+  run_report counted = base;
+  fuzz::report_render_detail::for_each_string(counted, [&](std::string&) { ++fields; });
+  EXPECT_GE(fields, 20u);  // 3 maps of 3 or more segments
+  const std::vector<std::string>& payloads = fuzz::hostile_payloads();
+  std::size_t rendered = 0;
+  for (std::size_t pass = 0; pass < payloads.size(); ++pass) {
+    std::vector<run_report> runs = {base, base};
+    std::size_t field = 0;
+    fuzz::report_render_detail::for_each_string(
+        runs[0], [&](std::string& s) { s = payloads[(pass + field++) % payloads.size()]; });
+    try {
+      fuzz::check_renders_escaped(runs);
+      rendered += fields;
+    } catch (const fuzz::invariant_violation& e) {
+      ADD_FAILURE() << "pass " << pass << ": " << e.what();
+    }
+  }
+  EXPECT_EQ(rendered, fields * payloads.size());
+}
 
 // H3: `fragctl report` on 100,000 nested arrays overflowed the stack (the
 // copy in load.cpp); the other readers took such documents or crashed later.
@@ -113,6 +239,35 @@ TEST(hostile_report, a_name_that_is_not_utf8_is_written_as_u_fffd) {
   EXPECT_EQ(nlohmann::json::parse(to_json(r))["trace"],
             "tr\xc3\xa4"
             "ce");
+}
+
+// Low: an allocator, pool, advice or name with terminal escapes reached
+// the terminal raw (clear the screen, colours, a forged line, reordered text).
+TEST(hostile_report, terminal_controls_in_report_strings_are_shown_escaped) {
+  run_report r = replayed_run();
+  r.name = "job\nfragctl report: all fine";
+  r.replay.trace = "t\x1b[2J";
+  r.stats.allocator = "caching\x1b]0;title\x07";
+  r.stats.backend =
+      "sim\xc2\x9b"
+      "31m";
+  r.stats.oom_events.front().advice =
+      "raise \xe2\x80\xae"
+      "capacity";
+  r.maps.front().map.segments.front().pool = "large\r\x08";
+  const std::string text = render_text(r);
+  fuzz::check_terminal_text(text, "text");
+  EXPECT_THAT(text, HasSubstr("fragctl report: job\\x0afragctl report: all fine\n"));
+  EXPECT_THAT(text, HasSubstr("trace t\\x1b[2J replayed through caching\\x1b]0;title\\x07 on sim\\u009b31m"));
+  EXPECT_THAT(text, HasSubstr("raise \\u202ecapacity"));
+  const std::string comparison = render_comparison({r, replayed_run()});
+  fuzz::check_terminal_text(comparison, "comparison");
+  EXPECT_THAT(comparison, HasSubstr("A = job\\x0afragctl report: all fine"));
+  // Positive control: UTF-8 text that is not a control shows as it is.
+  EXPECT_EQ(util::printable("arena \xce\xbc \xe2\x80\x94 \xf0\x9f\x93\x88"),
+            "arena \xce\xbc \xe2\x80\x94 \xf0\x9f\x93\x88");
+  EXPECT_EQ(util::printable("\xff\xed\xa0\x80\xc0\xbc"), "\\xff\\xed\\xa0\\x80\\xc0\\xbc");
+  EXPECT_EQ(util::printable("\x7f\xef\xbf\xbe\xe2\x81\xa6"), "\\x7f\\ufffe\\u2066");
 }
 
 }  // namespace

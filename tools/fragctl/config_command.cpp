@@ -9,6 +9,7 @@
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::cli {
 
@@ -65,7 +66,7 @@ int run_config(const arguments& args) {
   for (const option_info& o : config_options()) {
     const std::string value = args.has("current") ? option_value(current, o.key) : o.default_value;
     options.push_back({{"key", o.key}, {"type", o.type}, {column, value}, {"help", o.help}});
-    text += fmt::format("  {:<22} {:<18} {:<18} {}\n", o.key, o.type, value, o.help);
+    text += fmt::format("  {:<22} {:<18} {:<18} {}\n", o.key, o.type, util::printable(value), o.help);
   }
   for (const environment_variable& v : environment_variables()) {
     environment.push_back(
