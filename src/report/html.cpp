@@ -38,6 +38,7 @@ th, td { border: 1px solid var(--line); padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 td.delta { color: var(--muted); }
 .headline { font-weight: 600; }
+p.warning { color: #c62828; font-weight: 600; margin: 4px 0; }
 .figure { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 6px; overflow-x: auto; }
 .bars td.bar { text-align: left; width: 60%; }
 .bars .fill { background: #1f78b4; height: 10px; border-radius: 2px; }
@@ -194,6 +195,8 @@ void run_section(markup& out, const run_report& r, std::size_t index) {
   }
   out.emit("<p class=\"meta\">{} &middot; allocator <b>{}</b> on {} device {}{}</p>\n", r.source, s.allocator,
            s.backend, s.device, replayed);
+  for (const std::string& warning : report_detail::inconsistencies(s))
+    out.emit("<p class=\"warning\">warning: {}</p>\n", warning);
   out.emit("<div class=\"cards\">\n");
   card(out, "peak reserved", bytes(s.reserved.peak), false, s.reserved.peak);
   card(out, "peak requested", bytes(s.requested.peak), false, s.requested.peak);

@@ -166,6 +166,7 @@ std::string render_text(const run_report& r, const text_options& options) {
     line(out, fmt::format("  {}: allocator {} on {} device {}", printable(r.source), printable(s.allocator),
                           printable(s.backend), s.device));
   }
+  for (const std::string& warning : report_detail::inconsistencies(s)) line(out, "  warning: " + warning);
   memory_section(out, s);
   replay_section(out, r);
   wasted_section(out, r, options.top_regions);
@@ -197,6 +198,8 @@ std::string render_comparison(const std::vector<run_report>& runs) {
     const char letter = static_cast<char>('A' + std::min<std::size_t>(i, 25));
     out += fmt::format("  {} = {} ({}, {} on {})\n", letter, names[i], printable(runs[i].source),
                        printable(runs[i].stats.allocator), printable(runs[i].stats.backend));
+    for (const std::string& warning : report_detail::inconsistencies(runs[i].stats))
+      out += fmt::format("      warning ({}): {}\n", letter, warning);
   }
   out.push_back('\n');
   std::string head = fmt::format("  {:<{}}", "", label_width);

@@ -25,6 +25,7 @@
 #include "fragctl/stats_export.hpp"
 #include "fuzz/harness/report_render.hpp"
 #include "nlohmann/json.hpp"
+#include "report/render_util.hpp"
 #include "support/test_support.hpp"
 #include "util/strings.hpp"
 
@@ -268,6 +269,38 @@ TEST(hostile_report, terminal_controls_in_report_strings_are_shown_escaped) {
             "arena \xce\xbc \xe2\x80\x94 \xf0\x9f\x93\x88");
   EXPECT_EQ(util::printable("\xff\xed\xa0\x80\xc0\xbc"), "\\xff\\xed\\xa0\\x80\\xc0\\xbc");
   EXPECT_EQ(util::printable("\x7f\xef\xbf\xbe\xe2\x81\xa6"), "\\x7f\\ufffe\\u2066");
+}
+
+// Low: a report whose current bytes exceed their peak, or that requested
+// more than it reserved, rendered as if nothing were wrong.
+TEST(hostile_report, inconsistent_figures_are_named_in_a_warning) {
+  run_report r = replayed_run();
+  r.stats.requested = {10 * MiB, 5 * MiB};
+  r.stats.reserved = {4 * MiB, 4 * MiB};
+  const std::string text = render_text(r);
+  EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: current requested bytes (10.00 MiB) above their peak "
+                              "(5.00 MiB)\n"));
+  EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: 10.00 MiB requested now, more than the 4.00 MiB "
+                              "reserved\n"));
+  EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: peak requested 5.00 MiB above peak reserved "
+                              "4.00 MiB\n"));
+  EXPECT_THAT(render_comparison({r, replayed_run()}), HasSubstr("      warning (A): inconsistent report: "));
+  EXPECT_EQ(occurrences(render_html({r}), "<p class=\"warning\">warning: inconsistent report: "), 3u);
+  // Positive control: the statistics of real runs, every policy, raise none.
+  const auto resnet = read_trace(fragctl::testing::test_data("resnet50.trace.csv.gz"));
+  ASSERT_TRUE(resnet.ok()) << resnet.status();
+  for (const std::string& policy : replay_policy_set()) {
+    for (const trace& t : {fragmenting_trace(), *resnet}) {
+      report_options o;
+      o.replay.policy = policy;
+      o.replay.cfg.backend = backend_kind::sim;
+      o.replay.cfg.sim_capacity = t.name == "fragmenting" ? 64 * MiB : 80 * GiB;
+      o.replay.cfg.log_level = "off";
+      const run_report real = replay_run_report(t, o);
+      EXPECT_THAT(report_detail::inconsistencies(real.stats), ::testing::IsEmpty()) << policy;
+      EXPECT_THAT(render_text(real), Not(HasSubstr("warning:"))) << policy;
+    }
+  }
 }
 
 }  // namespace
