@@ -51,6 +51,11 @@ std::size_t row_bytes_for(const memory_snapshot& m) {
   std::size_t largest = 0;
   for (const memory_segment& s : m.segments) largest = std::max(largest, s.size);
   const std::size_t wanted = std::max(largest, m.reserved_bytes() / target_rows);
+  // A damaged report's segment can claim up to 2^64 - 1 bytes, whose power of
+  // two is not representable (std::bit_ceil's undefined case): rows then hold
+  // 2^63 bytes and the one segment overflows its row.
+  constexpr std::size_t largest_row = std::size_t{1} << 63;
+  if (wanted > largest_row) return largest_row;
   return std::bit_ceil(std::max<std::size_t>(wanted, 2 * MiB));
 }
 

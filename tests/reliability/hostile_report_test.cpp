@@ -303,5 +303,20 @@ TEST(hostile_report, inconsistent_figures_are_named_in_a_warning) {
   }
 }
 
+// A damaged map's segment of 2^64 - 1 bytes took std::bit_ceil past 2^63,
+// its undefined case (found by fuzz_report_render; UBSan: "shift exponent
+// 64 is too large"), which on x86 drew rows of 1 byte.
+TEST(hostile_report, a_segment_above_2_63_bytes_draws_rows_of_2_63_bytes) {
+  labelled_map m;
+  m.map.available = true;
+  m.map.segments.push_back({0x1000, SIZE_MAX, nullptr, "large", {}});
+  const std::string svg = render_map_svg(m);
+  EXPECT_THAT(svg, HasSubstr("data-row-bytes=\"9223372036854775808\""));
+  EXPECT_NO_THROW((void)fuzz::parse_markup(svg, "SVG"));
+  // Positive control: an ordinary segment keeps rows of at least 2 MiB.
+  m.map.segments.front().size = 3 * MiB;
+  EXPECT_THAT(render_map_svg(m), HasSubstr("data-row-bytes=\"4194304\""));
+}
+
 }  // namespace
 }  // namespace fragctl
