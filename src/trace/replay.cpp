@@ -9,17 +9,18 @@
 // unknown addresses, allocs over a live address (a lost free), and the frees
 // of blocks whose allocation ran out of memory.
 
-#include "absl/container/flat_hash_map.h"
-#include "fragctl/allocator_stack.hpp"
-#include "fragctl/error.hpp"
-#include "fragctl/policy.hpp"
 #include "fragctl/replay.hpp"
-#include "nlohmann/json.hpp"
-#include "trace/gpu_lag.hpp"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include "absl/container/flat_hash_map.h"
+#include "core/json_io.hpp"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "nlohmann/json.hpp"
+#include "trace/gpu_lag.hpp"
 
 namespace fragctl {
 
@@ -239,12 +240,12 @@ nlohmann::ordered_json result_json(const replay_result& r) {
 
 }  // namespace
 
-std::string to_json(const replay_result& r) { return result_json(r).dump(2); }
+std::string to_json(const replay_result& r) { return detail::dump_json(result_json(r)); }
 
 std::string to_json(const std::vector<replay_result>& results) {
   nlohmann::ordered_json array = nlohmann::ordered_json::array();
   for (const replay_result& r : results) array.push_back(result_json(r));
-  return array.dump(2);
+  return detail::dump_json(array);
 }
 
 }  // namespace fragctl

@@ -209,5 +209,21 @@ TEST_F(FragctlCli, InfoJson) {
   EXPECT_EQ(j[0]["allocs"].get<std::size_t>(), 3u);
 }
 
+// Issue 27 (low): an environment value fragctl quotes reached the terminal
+// with its escapes (here one that clears the screen).
+TEST_F(FragctlCli, RunShowsAQuotedEnvironmentValueWithItsEscapesWrittenOut) {
+  const auto run = [](const std::string& pytorch_conf) {
+    return fragctl::testing::run_command("env -u FRAGCTL_CONF PYTORCH_CUDA_ALLOC_CONF='" + pytorch_conf + "' '" +
+                                         fragctl::testing::fragctl_binary().string() +
+                                         "' run --backend sim -- true 2>&1");
+  };
+  const run_result hostile = run("max_split_size_mb:128\x1b[2J");
+  EXPECT_THAT(hostile.out, HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128\\x1b[2J is applied"));
+  EXPECT_EQ(hostile.out.find('\x1b'), std::string::npos) << hostile.out;
+  // Positive control: a plain value is quoted as it is.
+  EXPECT_THAT(run("max_split_size_mb:128").out,
+              HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 is applied"));
+}
+
 }  // namespace
 }  // namespace fragctl

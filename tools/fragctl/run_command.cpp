@@ -25,6 +25,7 @@
 #include "fmt/format.h"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::cli {
 namespace {
@@ -110,7 +111,7 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
     if (!moved.empty() && !args.has("conf") && !environment_value("FRAGCTL_CONF")) {
       conf = moved;
       std::fprintf(stderr, "fragctl run: PYTORCH_CUDA_ALLOC_CONF=%s is applied by fragctl (FRAGCTL_CONF); "
-                   "PyTorch gets %s\n", pytorch_conf.c_str(), torch_backend);
+                   "PyTorch gets %s\n", util::printable(pytorch_conf).c_str(), torch_backend);
     }
     set("PYTORCH_CUDA_ALLOC_CONF", torch_backend);
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "command.hpp"
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
@@ -97,7 +98,7 @@ int run_info(const arguments& args) {
         s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end,
         s.unmatched_frees, static_cast<double>(s.duration_us) / 1e6);
   }
-  if (args.has("json")) std::printf("%s\n", all.dump(2).c_str());
+  if (args.has("json")) std::printf("%s\n", detail::dump_json(all).c_str());
   return 0;
 }
 
@@ -123,7 +124,7 @@ int run_policies(const arguments& args) {
     else
       std::printf("%-10s %-8s %s\n", std::string(p.name).c_str(), kind, std::string(p.help).c_str());
   }
-  if (args.has("json")) std::printf("%s\n", all.dump(2).c_str());
+  if (args.has("json")) std::printf("%s\n", detail::dump_json(all).c_str());
   return 0;
 }
 
