@@ -109,15 +109,16 @@ class stream_use_adaptor final : public forwarding_adaptor {
 
 /// Serializes every call to the upstream with one mutex, except
 /// allocation_size, backend and name, which are pure functions of the
-/// upstream's configuration and forwarded without it.
+/// upstream's configuration and forwarded without it. Fork-safe: the mutex
+/// is held across fork() (fragctl/process_hooks.hpp), so a forked child
+/// inherits the allocator consistent and unlocked, whatever the parent's
+/// threads were doing.
 class thread_safe_adaptor final : public forwarding_adaptor {
  public:
   explicit thread_safe_adaptor(std::unique_ptr<device_allocator> upstream);
-  /// Takes and releases the lock every call takes (BasicLockable), for
-  /// fork(): the report registry holds it across a fork so that the child
-  /// inherits a consistent, unlocked allocator.
-  void lock() const { mutex_.lock(); }
-  void unlock() const noexcept { mutex_.unlock(); }
+  ~thread_safe_adaptor() override;
+  /// Holds the mutex across fork() (defined in the source).
+  struct process_guard;
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
@@ -128,6 +129,7 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   void do_record_stream(void* ptr, stream_t stream) override;
 
   mutable std::mutex mutex_;
+  std::unique_ptr<process_guard> guard_;
 };
 
 /// Refuses (out_of_memory, nothing changed) any allocation that would take the

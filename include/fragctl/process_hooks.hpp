@@ -1,7 +1,8 @@
-// The process lifecycle that the stats export (fragctl/stats_export.hpp) and
-// traces (tracing_adaptor) share (docs/reliability.md, "Process lifecycle"): one
-// mechanism writes every output on exit(), on SIGTERM / SIGINT / SIGUSR1 and
-// on an explicit flush, and keeps them sane across fork().
+// The process lifecycle that the stats export (fragctl/stats_export.hpp),
+// traces (tracing_adaptor) and thread-safe allocators share
+// (docs/reliability.md, "Process lifecycle"): one mechanism writes every
+// output on exit(), on SIGTERM / SIGINT / SIGUSR1 and on an explicit flush,
+// and keeps every allocator usable across fork().
 //
 //  - exit(): one atexit hook flushes every client (reason "exit").
 //  - Signals: one handler for SIGTERM, SIGINT and SIGUSR1 that only writes
@@ -13,10 +14,11 @@
 //    a signal the process ignores is left ignored. A second SIGTERM or SIGINT
 //    while the first is being written ends the process at once.
 //  - fork(): pthread_atfork, as malloc implementations do it. Before fork
-//    every client takes its locks (clients in ascending `layer` order: a
-//    lower layer's locks are taken first); the parent and the child release
-//    them; the child's clients then forget what they inherited, so a child
-//    never writes its parent's report or trace rows.
+//    every client takes its locks (clients in ascending `layer` order, the
+//    newest first within a layer); the parent and the child release them;
+//    the child's clients then forget what they inherited, so a child never
+//    writes its parent's report or trace rows. Then the leaf locks
+//    (util/fork_safe_mutex.hpp) and, last, the logger's.
 //  - Paths: expand_output_path is the one rule for the file an output goes
 //    to: "%p" in the path, a forked child's ".<pid>", and one writing process
 //    per path (a second process that finds a path claimed writes
@@ -47,18 +49,27 @@ class process_client {
   virtual void fork_child() noexcept {}
 };
 
-/// Lock order between clients: the stats export registry (whose lock is taken
-/// before the allocators' locks) comes before the trace sinks (whose locks an
-/// allocator takes while holding its own), and the table of open trace files
-/// (which takes no client's lock inside its own) after them.
+/// Lock order between clients: the stats export registry (whose lock is held
+/// while it reads allocators) comes first, then the thread-safe allocators
+/// (an adaptor is created after the allocator it wraps: newest first within
+/// the layer takes a wrapper's lock before its upstream's, as a call does),
+/// then the trace sinks (whose locks an allocator takes while holding its
+/// own), and the table of open trace files (which takes no client's lock
+/// inside its own) last.
 inline constexpr int process_layer_stats_export = 0;
-inline constexpr int process_layer_traces = 1;
-inline constexpr int process_layer_trace_files = 2;
+inline constexpr int process_layer_allocators = 1;
+inline constexpr int process_layer_traces = 2;
+inline constexpr int process_layer_trace_files = 3;
 
 /// Adds `client` (not owned; it must stay alive until removed). The first
-/// call installs the exit hook, the signal handlers and the fork handlers,
-/// and starts the writer thread (again in a forked child). Thread-safe.
+/// call installs the exit hook and the signal handlers, and starts the writer
+/// thread (again in a forked child). Thread-safe.
 void add_process_client(process_client& client, int layer);
+
+/// Adds a client that writes nothing, only holds locks across fork():
+/// installs no exit hook, no signal handler and no thread. Thread-safe; must
+/// not be called with a client's lock held.
+void add_fork_client(process_client& client, int layer);
 
 /// Removes `client`; after it returns the client is never called again.
 /// Thread-safe; an unknown client is ignored.

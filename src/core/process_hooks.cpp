@@ -3,8 +3,9 @@
 // The hooks' state is created on first use and never destroyed, so the exit
 // hook, the writer thread and late destructors never meet a destroyed object.
 // Lock order: the hooks' mutex, then each client's locks in layer order, then
-// the output claims' mutex, then the logger's (fork_prepare takes them all in
-// that order).
+// the output claims' mutex, then the leaf locks (util/fork_safe_mutex.hpp),
+// then the logger's (fork_prepare, with the handlers registered before these,
+// takes them all in that order).
 #include "fragctl/process_hooks.hpp"
 
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 
 #include "core/output_paths.hpp"
 #include "fragctl/log.hpp"
+#include "util/fork_safe_mutex.hpp"
 
 namespace fragctl {
 namespace {
@@ -106,14 +108,32 @@ class process_hooks {
 
   void install() { std::call_once(installed_, [this] { install_once(); }); }
 
-  void add(process_client& client, int layer) {
-    install();
+  // The fork handlers alone; registered when the library loads.
+  void install_fork() {
+    std::call_once(fork_installed_, [] {
+      // Their handlers first, so that their locks are taken after the clients'
+      // (fragctl/log.hpp, util/fork_safe_mutex.hpp).
+      (void)logger();
+      util::install_fork_safe_mutexes();
+      ::pthread_atfork([] { instance().fork_prepare(); }, [] { instance().fork_parent(); },
+                       [] { instance().fork_child(); });
+    });
+  }
+
+  // `writes`: a client with outputs, which needs the exit hook, the signal
+  // handlers and the writer thread.
+  void add(process_client& client, int layer, bool writes) {
+    if (writes)
+      install();
+    else
+      install_fork();
     const std::lock_guard lock(mutex_);
-    start_writer_locked();
+    if (writes) start_writer_locked();
     const auto same = [&](const client_slot& s) { return s.client == &client; };
     if (std::find_if(clients_.begin(), clients_.end(), same) != clients_.end()) return;
-    const auto after = [&](const client_slot& s) { return s.layer > layer; };
-    clients_.insert(std::find_if(clients_.begin(), clients_.end(), after), client_slot{&client, layer});
+    // Newest first within a layer (process_hooks.hpp).
+    const auto from = [&](const client_slot& s) { return s.layer >= layer; };
+    clients_.insert(std::find_if(clients_.begin(), clients_.end(), from), client_slot{&client, layer});
   }
 
   void remove(process_client& client) noexcept {
@@ -132,10 +152,9 @@ class process_hooks {
   process_hooks() = default;
 
   void install_once() {
-    (void)logger();  // created first, so that its fork handlers run after these (fragctl/log.hpp)
+    install_fork();
+    outputs_installed_.store(true, std::memory_order_release);
     std::atexit([] { instance().flush("exit"); });
-    ::pthread_atfork([] { instance().fork_prepare(); }, [] { instance().fork_parent(); },
-                     [] { instance().fork_child(); });
     open_pipe();
     struct sigaction action {};
     action.sa_sigaction = &on_signal;
@@ -213,31 +232,46 @@ class process_hooks {
     mutex_.unlock();
   }
 
+  // Only a parent that had outputs (install_once) makes a "forked child"
+  // whose paths get ".<pid>" (expand_output_path).
   void fork_child() noexcept {
-    forked_child.store(true, std::memory_order_release);
+    const bool outputs = outputs_installed_.load(std::memory_order_acquire);
+    if (outputs) forked_child.store(true, std::memory_order_release);
     detail::output_claims_fork_child();
     for (auto it = clients_.rbegin(); it != clients_.rend(); ++it) it->client->fork_child();
-    // The writer thread stayed in the parent: the child gets its own pipe,
-    // and its own writer with its next client.
-    signals.writer_pid.store(0, std::memory_order_release);
-    signals.terminating.store(false, std::memory_order_release);
-    const int old_write = signals.pipe_write.exchange(-1, std::memory_order_acq_rel);
-    if (old_write >= 0) ::close(old_write);
-    if (pipe_read_ >= 0) ::close(pipe_read_);
-    pipe_read_ = -1;
-    open_pipe();
+    if (outputs) {
+      // The writer thread stayed in the parent: the child gets its own pipe,
+      // and its own writer with its next client.
+      signals.writer_pid.store(0, std::memory_order_release);
+      signals.terminating.store(false, std::memory_order_release);
+      const int old_write = signals.pipe_write.exchange(-1, std::memory_order_acq_rel);
+      if (old_write >= 0) ::close(old_write);
+      if (pipe_read_ >= 0) ::close(pipe_read_);
+      pipe_read_ = -1;
+      open_pipe();
+    }
     mutex_.unlock();
   }
 
   std::mutex mutex_;
-  std::vector<client_slot> clients_;  // ascending layer, then in order of addition
+  std::vector<client_slot> clients_;  // ascending layer, the newest first within one
   std::once_flag installed_;
+  std::once_flag fork_installed_;
+  std::atomic<bool> outputs_installed_{false};  // install_once ran
   int pipe_read_ = -1;
 };
 
+// When the library loads, before any thread of the program's: every
+// thread-safe allocator relies on the fork handlers, and a fork() while
+// another thread is inside a first initialization would leave the child's
+// copy of its guard taken.
+[[maybe_unused]] const bool fork_handlers_at_load = (process_hooks::instance().install_fork(), true);
+
 }  // namespace
 
-void add_process_client(process_client& client, int layer) { process_hooks::instance().add(client, layer); }
+void add_process_client(process_client& client, int layer) { process_hooks::instance().add(client, layer, true); }
+
+void add_fork_client(process_client& client, int layer) { process_hooks::instance().add(client, layer, false); }
 
 void remove_process_client(process_client& client) noexcept { process_hooks::instance().remove(client); }
 
