@@ -154,6 +154,11 @@ class limiting_adaptor final : public forwarding_adaptor {
   std::size_t used_ = 0;
 };
 
+/// The line a tracing_adaptor writes after the header of every trace: its
+/// writer ends what it wrote with an `end` row (docs/traces.md), so a reader
+/// tells a file without one at its end as cut (a comment: every reader skips it).
+inline constexpr std::string_view trace_end_row_promise = "# fragctl trace: complete when its last row is an end row";
+
 /// Writes every allocate and free as a row of fragctl's trace CSV
 /// (action,addr,size,stream,time_us; actions alloc and free_requested) to a
 /// file, so `fragctl replay` can replay it. Not thread-safe (wrap it); the

@@ -32,6 +32,7 @@
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats_export.hpp"
 #include "fragctl/trace.hpp"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/log_capture.hpp"
@@ -342,6 +343,29 @@ TEST(process_lifecycle, sigterm_writes_outputs_then_ends_the_process_by_the_sign
   ASSERT_NE(c.status, -1) << "the child did not end on SIGTERM";
   EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGTERM);
   EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
+}
+
+// Regression (issue 27 M3): a trace whose process was killed (SIGKILL, the
+// OOM killer) read as a whole run with its tail missing. Every trace now
+// begins with an end row, so a cut one has rows after its last end row and
+// reads as cut.
+TEST(process_lifecycle, a_sigkilled_trace_reads_as_cut) {
+  const fs::path dir = fresh_dir("sigkill");
+  const ended_child c = run_child(dir, 40000, [] {
+    ::raise(SIGKILL);
+    for (;;) ::pause();
+  });
+  ASSERT_TRUE(c.status != -1 && WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL) << c.status;
+  EXPECT_GT(c.trace_allocs, 0u) << "no row reached the file: the test shows nothing";
+  EXPECT_LT(c.trace_allocs, 40000u);
+  fs::path trace_path;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".csv") trace_path = entry.path();
+  auto t = read_trace(trace_path.string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->completeness, trace_completeness::cut);
+  EXPECT_GT(t->rows_after_end + (t->cut_row ? 1 : 0), 0u);
+  EXPECT_THAT(completeness_note(*t), ::testing::HasSubstr("the trace is cut"));
 }
 
 TEST(process_lifecycle, flush_before_underscore_exit_keeps_every_row) {
