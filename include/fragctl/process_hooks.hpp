@@ -1,17 +1,23 @@
 // The process lifecycle that the stats export (fragctl/stats_export.hpp),
 // traces (tracing_adaptor) and thread-safe allocators share
 // (docs/reliability.md, "Process lifecycle"): one mechanism writes every
-// output on exit(), on SIGTERM / SIGINT / SIGUSR1 and on an explicit flush,
-// and keeps every allocator usable across fork().
+// output on exit(), on a signal and on an explicit flush, and keeps every
+// allocator usable across fork().
 //
 //  - exit(): one atexit hook flushes every client (reason "exit").
-//  - Signals: one handler for SIGTERM, SIGINT and SIGUSR1 that only writes
-//    the signal number to a self-pipe (async-signal-safe); a writer thread
-//    flushes every client (reason "signal"). For SIGTERM and SIGINT it then
-//    restores the default action and re-raises the signal, so the process
-//    ends as it would have without fragctl. A handler installed before
-//    fragctl's is called from fragctl's, and then fragctl does not re-raise;
-//    a signal the process ignores is left ignored. A second SIGTERM or SIGINT
+//  - Signals: one handler that only writes the signal number to a self-pipe
+//    (async-signal-safe); a writer thread flushes every client (reason
+//    "signal"). SIGUSR1 only writes. SIGTERM and SIGINT end the process:
+//    the writer restores the default action and re-raises the signal, so the
+//    process ends as it would have without fragctl; a handler installed
+//    before fragctl's is called from fragctl's instead, and then fragctl does
+//    not re-raise; a signal the process ignores is left ignored. SIGHUP,
+//    SIGQUIT, SIGABRT, SIGALRM and SIGUSR2 are caught only where their action
+//    is the default (the process ends by them) and then end the process the
+//    same way. A terminating signal a thread sent itself (raise(), abort())
+//    keeps that thread in the handler until the writer ends the process, as
+//    the signal would have ended it there; after self_signal_wait_s without
+//    that, the handler ends the process itself. A second terminating signal
 //    while the first is being written ends the process at once.
 //  - fork(): pthread_atfork, as malloc implementations do it. Before fork
 //    every client takes its locks (clients in ascending `layer` order, the
@@ -60,6 +66,11 @@ inline constexpr int process_layer_stats_export = 0;
 inline constexpr int process_layer_allocators = 1;
 inline constexpr int process_layer_traces = 2;
 inline constexpr int process_layer_trace_files = 3;
+
+/// How long a thread that sent itself a terminating signal waits in the
+/// handler for the writer to end the process (a lock the writer needs is
+/// held by that very thread) before it ends the process itself.
+inline constexpr int self_signal_wait_s = 10;
 
 /// Adds `client` (not owned; it must stay alive until removed). The first
 /// call installs the exit hook and the signal handlers, and starts the writer

@@ -10,6 +10,8 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,11 +33,24 @@
 namespace fragctl {
 namespace {
 
-constexpr std::array<int, 3> handled_signals{SIGUSR1, SIGTERM, SIGINT};
+struct handled_signal {
+  int signo;
+  bool terminates;       // fragctl ends the process with it after the flush (unless a handler was there)
+  bool only_if_default;  // caught only where its action is the default, never chained
+};
+
+constexpr std::array<handled_signal, 8> handled_signals{{{SIGUSR1, false, false},
+                                                         {SIGTERM, true, false},
+                                                         {SIGINT, true, false},
+                                                         {SIGHUP, true, true},
+                                                         {SIGQUIT, true, true},
+                                                         {SIGABRT, true, true},
+                                                         {SIGALRM, true, true},
+                                                         {SIGUSR2, true, true}}};
 
 constexpr std::size_t signal_index(int signo) noexcept {
   for (std::size_t i = 0; i < handled_signals.size(); ++i)
-    if (handled_signals[i] == signo) return i;
+    if (handled_signals[i].signo == signo) return i;
   return 0;
 }
 
@@ -44,7 +59,8 @@ constexpr std::size_t signal_index(int signo) noexcept {
 struct signal_state {
   std::atomic<int> pipe_write{-1};
   std::atomic<pid_t> writer_pid{0};        // the process whose writer thread reads the pipe
-  std::atomic<bool> terminating{false};    // a SIGTERM/SIGINT is being written
+  std::atomic<pid_t> writer_tid{0};        // that thread (gettid)
+  std::atomic<bool> terminating{false};    // a terminating signal is being written
   std::array<struct sigaction, handled_signals.size()> previous{};
   std::array<bool, handled_signals.size()> installed{};
 };
@@ -53,9 +69,18 @@ signal_state signals;  // constant-initialized: usable before any constructor ru
 std::atomic<bool> forked_child{false};
 std::atomic<std::uint64_t> failed_outputs{0};
 
+pid_t this_thread_id() noexcept { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
 bool is_handler(const struct sigaction& a) noexcept {
   if ((a.sa_flags & SA_SIGINFO) != 0) return a.sa_sigaction != nullptr;
   return a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN && a.sa_handler != nullptr;
+}
+
+// Whether fragctl ends the process with `signo` after writing the outputs:
+// a terminating signal whose earlier handler, if any, fragctl does not call.
+bool ends_process(int signo) noexcept {
+  const std::size_t i = signal_index(signo);
+  return handled_signals[i].terminates && !is_handler(signals.previous[i]);
 }
 
 // Ends the process with `signo`'s default action. Async-signal-safe.
@@ -71,14 +96,38 @@ void die_of(int signo) noexcept {
   ::raise(signo);
 }
 
+// A signal this very thread sent itself (raise, abort): the thread would not
+// have gone on without fragctl.
+bool sent_by_this_thread(const siginfo_t* info) noexcept {
+  return info != nullptr && info->si_code == SI_TKILL && info->si_pid == ::getpid();
+}
+
+// Keeps the thread in the handler while the writer writes and ends the
+// process; ends it after self_signal_wait_s if the writer has not (it waits
+// for a lock this thread holds). Async-signal-safe.
+void wait_for_the_writer(int signo) noexcept {
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    const timespec step{0, 10'000'000};
+    ::nanosleep(&step, nullptr);
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec >= self_signal_wait_s) die_of(signo);
+  }
+}
+
 void on_signal(int signo, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   const struct sigaction& previous = signals.previous[signal_index(signo)];
   const bool chained = is_handler(previous);
-  const bool terminate = signo != SIGUSR1 && !chained;
+  const bool terminate = ends_process(signo);
   const bool writer = signals.writer_pid.load(std::memory_order_acquire) == ::getpid();
-  if (terminate && (!writer || signals.terminating.exchange(true))) die_of(signo);
+  // The writer thread itself (abort() during a flush) cannot wait for itself.
+  const bool on_writer = signals.writer_tid.load(std::memory_order_acquire) == this_thread_id();
+  if (terminate && (!writer || on_writer || signals.terminating.exchange(true))) die_of(signo);
   const int fd = signals.pipe_write.load(std::memory_order_acquire);
+  if (terminate && fd < 0) die_of(signo);  // no pipe: nothing would ever end the process
   if (writer && fd >= 0) {
     const auto byte = static_cast<unsigned char>(signo);
     // A full pipe means writes are pending already: dropping the byte is right,
@@ -86,6 +135,7 @@ void on_signal(int signo, siginfo_t* info, void* context) {
     if (::write(fd, &byte, 1) != 1 && terminate) die_of(signo);
   }
   errno = saved_errno;
+  if (terminate && sent_by_this_thread(info)) wait_for_the_writer(signo);
   if (!chained) return;
   if ((previous.sa_flags & SA_SIGINFO) != 0) {
     previous.sa_sigaction(signo, info, context);
@@ -161,11 +211,15 @@ class process_hooks {
     action.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&action.sa_mask);
     for (std::size_t i = 0; i < handled_signals.size(); ++i) {
-      const int signo = handled_signals[i];
+      const int signo = handled_signals[i].signo;
       struct sigaction current {};
       ::sigaction(signo, nullptr, &current);
-      // A terminating signal the process ignores stays ignored.
-      if (signo != SIGUSR1 && (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN) continue;
+      const bool is_default = (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL;
+      const bool ignored = (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN;
+      // A terminating signal the process ignores stays ignored; one of the
+      // others with a handler of the program's keeps it.
+      if (handled_signals[i].terminates && ignored) continue;
+      if (handled_signals[i].only_if_default && !is_default) continue;
       signals.previous[i] = current;
       if (::sigaction(signo, &action, nullptr) != 0) {
         logger().warn("cannot install the handler of signal {} ({}); outputs are not written on it", signo,
@@ -181,8 +235,7 @@ class process_hooks {
   void open_pipe() noexcept {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
-      logger().warn("no pipe for signals ({}); outputs are not written on SIGTERM, SIGINT or SIGUSR1",
-                    std::strerror(errno));
+      logger().warn("no pipe for signals ({}); outputs are not written on a signal", std::strerror(errno));
       return;
     }
     ::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK);
@@ -199,9 +252,10 @@ class process_hooks {
   // The writer thread: one flush per batch of signals; a terminating signal
   // whose default action fragctl took over is re-raised after the flush.
   void run_writer(int fd) noexcept {
+    signals.writer_tid.store(this_thread_id(), std::memory_order_release);
     sigset_t set;
     sigemptyset(&set);
-    for (const int signo : handled_signals) sigaddset(&set, signo);
+    for (const handled_signal& h : handled_signals) sigaddset(&set, h.signo);
     ::pthread_sigmask(SIG_BLOCK, &set, nullptr);  // the handler runs on the other threads
     std::array<unsigned char, 64> bytes{};
     for (;;) {
@@ -210,11 +264,17 @@ class process_hooks {
         if (n < 0 && errno == EINTR) continue;
         return;
       }
-      flush("signal");
-      for (ssize_t i = 0; i < n; ++i) {
+      int ending = 0;
+      for (ssize_t i = 0; i < n && ending == 0; ++i) {
         const int signo = bytes[static_cast<std::size_t>(i)];
-        if (signo != SIGUSR1 && !is_handler(signals.previous[signal_index(signo)])) die_of(signo);
+        if (ends_process(signo)) ending = signo;
       }
+      if (ending == 0) {
+        flush("signal");
+        continue;
+      }
+      flush("signal");
+      die_of(ending);
     }
   }
 
@@ -243,6 +303,7 @@ class process_hooks {
       // The writer thread stayed in the parent: the child gets its own pipe,
       // and its own writer with its next client.
       signals.writer_pid.store(0, std::memory_order_release);
+      signals.writer_tid.store(0, std::memory_order_release);
       signals.terminating.store(false, std::memory_order_release);
       const int old_write = signals.pipe_write.exchange(-1, std::memory_order_acq_rel);
       if (old_write >= 0) ::close(old_write);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -343,6 +345,74 @@ TEST(process_lifecycle, sigterm_writes_outputs_then_ends_the_process_by_the_sign
   ASSERT_NE(c.status, -1) << "the child did not end on SIGTERM";
   EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGTERM);
   EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
+}
+
+// No core file from a child that a signal ends with one (SIGQUIT, SIGABRT).
+void no_core_dump() {
+  const rlimit none{0, 0};
+  ::setrlimit(RLIMIT_CORE, &none);
+}
+
+// Regression (issue 27 M3): SIGHUP, SIGQUIT, SIGABRT, SIGALRM and SIGUSR2
+// (default action: the process ends) ended the process with no report, and a
+// trace without its end row or the rows still buffered. Now each is caught
+// as SIGTERM is: every output written, then the default action, so the
+// process still ends by the signal. raise() and abort() are signals a thread
+// sends itself (it waits in the handler for the writer); alarm() comes from
+// the kernel (the handler returns).
+TEST(process_lifecycle, caught_signals_write_every_output_then_end_the_process_by_the_signal) {
+  for (const int signo : {SIGHUP, SIGQUIT, SIGABRT, SIGALRM, SIGUSR2}) {
+    SCOPED_TRACE(::strsignal(signo));
+    const fs::path dir = fresh_dir(fmt::format("signal_{}", signo));
+    const ended_child c = run_child(dir, 2000, [signo] {
+      no_core_dump();
+      if (signo == SIGABRT) std::abort();
+      if (signo == SIGALRM)
+        ::alarm(1);
+      else
+        ::raise(signo);
+      for (;;) ::pause();
+    });
+    ASSERT_NE(c.status, -1) << "the child did not end";
+    EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == signo) << c.status;
+    EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.path().extension() != ".csv") continue;
+      auto t = read_trace(entry.path().string());
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ(t->completeness, trace_completeness::complete) << completeness_note(*t);
+    }
+  }
+}
+
+// Those signals are caught only where their action is the default: a
+// program's own handler (installed before fragctl's hooks) runs, and an
+// ignored one stays ignored; the process goes on and ends normally, its
+// outputs whole. A separately started process, so that nothing of this
+// program's hooks is inherited.
+TEST(process_lifecycle, a_programs_own_signal_handlers_are_left_to_it) {
+  const fs::path dir = fresh_dir("own_handlers");
+  scoped_environment env;
+  env.set("FRAGCTL_BACKEND", "sim");
+  env.set("FRAGCTL_POLICY", "caching");
+  env.set("FRAGCTL_TRACE", (dir / "trace.%p.csv").c_str());
+  env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
+  { std::ofstream(dir / "go").put('\n'); }
+  std::string program = FRAGCTL_LIFECYCLE_WORKER;
+  std::string dir_arg = dir.string();
+  std::string n_arg = "100";
+  std::string devices_arg = "1";
+  std::string mode = "own-handlers";
+  std::vector<char*> argv{program.data(), dir_arg.data(), n_arg.data(), devices_arg.data(), mode.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ), 0) << program;
+  const int status = wait_bounded(pid, std::chrono::seconds(60));
+  ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "the worker was ended by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "5: its own SIGUSR2 handler did not run once";
+  counted c;
+  count_report(dir / fmt::format("report.{}.json", pid), c);
+  count_trace(dir / fmt::format("trace.{}.csv", pid), c);
+  EXPECT_EQ(c, (counted{100, 100, 100, 100}));
 }
 
 // Regression (issue 27 M3): a trace whose process was killed (SIGKILL, the
