@@ -112,7 +112,8 @@ class stream_use_adaptor final : public forwarding_adaptor {
 /// upstream's configuration and forwarded without it. Fork-safe: the mutex
 /// is held across fork() (fragctl/process_hooks.hpp), so a forked child
 /// inherits the allocator consistent and unlocked, whatever the parent's
-/// threads were doing.
+/// threads were doing; when a signal ends the process it stays held from
+/// before the report and the trace are written, so both describe one moment.
 class thread_safe_adaptor final : public forwarding_adaptor {
  public:
   explicit thread_safe_adaptor(std::unique_ptr<device_allocator> upstream);

@@ -14,11 +14,14 @@
 //    not re-raise; a signal the process ignores is left ignored. SIGHUP,
 //    SIGQUIT, SIGABRT, SIGALRM and SIGUSR2 are caught only where their action
 //    is the default (the process ends by them) and then end the process the
-//    same way. A terminating signal a thread sent itself (raise(), abort())
-//    keeps that thread in the handler until the writer ends the process, as
-//    the signal would have ended it there; after self_signal_wait_s without
-//    that, the handler ends the process itself. A second terminating signal
-//    while the first is being written ends the process at once.
+//    same way. Before the last flush the writer freezes every client
+//    (process_client::freeze): no allocator changes between the report and
+//    the trace's end row. A terminating signal a thread sent itself (raise(),
+//    abort()) keeps that thread in the handler until the writer ends the
+//    process, as the signal would have ended it there; after
+//    self_signal_wait_s without that, the handler ends the process itself. A
+//    second terminating signal while the first is being written ends the
+//    process at once.
 //  - fork(): pthread_atfork, as malloc implementations do it. Before fork
 //    every client takes its locks (clients in ascending `layer` order, the
 //    newest first within a layer); the parent and the child release them;
@@ -53,6 +56,12 @@ class process_client {
   virtual void fork_parent() noexcept {}
   /// After fork(), in the child: release them and forget the parent's state.
   virtual void fork_child() noexcept {}
+  /// Before the last flush of a process a signal ends, on the writer thread:
+  /// take the locks that keep other threads from changing what any client
+  /// writes, and keep them (the process ends after the flush). The flush
+  /// that follows runs on this thread with them held: a client must not take
+  /// them again where outputs_frozen_by_this_thread().
+  virtual void freeze() noexcept {}
 };
 
 /// Lock order between clients: the stats export registry (whose lock is held
@@ -77,9 +86,9 @@ inline constexpr int self_signal_wait_s = 10;
 /// thread (again in a forked child). Thread-safe.
 void add_process_client(process_client& client, int layer);
 
-/// Adds a client that writes nothing, only holds locks across fork():
-/// installs no exit hook, no signal handler and no thread. Thread-safe; must
-/// not be called with a client's lock held.
+/// Adds a client that writes nothing, only holds locks across fork() (and
+/// for the last flush): installs no exit hook, no signal handler and no
+/// thread. Thread-safe; must not be called with a client's lock held.
 void add_fork_client(process_client& client, int layer);
 
 /// Removes `client`; after it returns the client is never called again.
@@ -118,5 +127,9 @@ void install_process_hooks();
 
 /// True in a process started by fork() from one where the hooks were installed.
 [[nodiscard]] bool is_forked_child() noexcept;
+
+/// True on the writer thread once it has frozen every client for the last
+/// flush (process_client::freeze): the clients' locks are this thread's.
+[[nodiscard]] bool outputs_frozen_by_this_thread() noexcept;
 
 }  // namespace fragctl

@@ -68,6 +68,7 @@ signal_state signals;  // constant-initialized: usable before any constructor ru
 
 std::atomic<bool> forked_child{false};
 std::atomic<std::uint64_t> failed_outputs{0};
+thread_local bool frozen_here = false;  // outputs_frozen_by_this_thread()
 
 pid_t this_thread_id() noexcept { return static_cast<pid_t>(::syscall(SYS_gettid)); }
 
@@ -198,6 +199,16 @@ class process_hooks {
     return files;
   }
 
+  // The last flush, before a signal ends the process: every client frozen
+  // first, so that the report and the traces describe one moment. The locks
+  // are never released.
+  void flush_frozen(std::string_view reason) noexcept {
+    mutex_.lock();
+    frozen_here = true;
+    for (const client_slot& s : clients_) s.client->freeze();
+    for (const client_slot& s : clients_) s.client->flush(reason);
+  }
+
  private:
   process_hooks() = default;
 
@@ -250,7 +261,7 @@ class process_hooks {
   }
 
   // The writer thread: one flush per batch of signals; a terminating signal
-  // whose default action fragctl took over is re-raised after the flush.
+  // whose default action fragctl took over is re-raised after a frozen flush.
   void run_writer(int fd) noexcept {
     signals.writer_tid.store(this_thread_id(), std::memory_order_release);
     sigset_t set;
@@ -273,7 +284,7 @@ class process_hooks {
         flush("signal");
         continue;
       }
-      flush("signal");
+      flush_frozen("signal");
       die_of(ending);
     }
   }
@@ -347,5 +358,7 @@ std::uint64_t output_failures() noexcept { return failed_outputs.load(std::memor
 void install_process_hooks() { process_hooks::instance().install(); }
 
 bool is_forked_child() noexcept { return forked_child.load(std::memory_order_acquire); }
+
+bool outputs_frozen_by_this_thread() noexcept { return frozen_here; }
 
 }  // namespace fragctl

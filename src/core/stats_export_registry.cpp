@@ -92,8 +92,10 @@ class stats_export_registry final : public process_client {
 
   // Writes each file that has a live allocator once. A file whose allocators
   // are all retired is left alone: its last write holds the final numbers.
+  // On the writer thread after freeze(), the mutex is its own already.
   std::size_t write_all(std::string_view reason) noexcept {
-    const std::lock_guard guard(mutex_);
+    std::unique_lock guard(mutex_, std::defer_lock);
+    if (!outputs_frozen_by_this_thread()) guard.lock();
     paths json;
     paths prometheus;
     for (const registration& e : entries_) {
@@ -108,6 +110,9 @@ class stats_export_registry final : public process_client {
 
   void fork_prepare() noexcept override { mutex_.lock(); }
   void fork_parent() noexcept override { mutex_.unlock(); }
+  // No allocator is registered or retired, no interval write starts, until
+  // the process ends.
+  void freeze() noexcept override { mutex_.lock(); }
 
   // The child forgets its parent's allocators: their reports are the
   // parent's to write. Its own threads are gone, so the interval thread

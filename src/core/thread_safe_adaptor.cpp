@@ -5,7 +5,10 @@
 //
 // The lock is a client of the process hooks (fragctl/process_hooks.hpp), in
 // the allocators' layer: taken before fork() and released in parent and
-// child, as malloc implementations keep their heap usable in a child.
+// child, as malloc implementations keep their heap usable in a child, and
+// taken for good before the last flush when a signal ends the process. The
+// reads a report makes (state, memory map) then run on the writer thread,
+// which holds the lock already.
 #include "fragctl/adaptors.hpp"
 #include "fragctl/process_hooks.hpp"
 
@@ -17,6 +20,7 @@ struct thread_safe_adaptor::process_guard final : process_client {
   void fork_prepare() noexcept override { mutex.lock(); }
   void fork_parent() noexcept override { mutex.unlock(); }
   void fork_child() noexcept override { mutex.unlock(); }
+  void freeze() noexcept override { mutex.lock(); }
 
   std::mutex& mutex;
 };
@@ -39,6 +43,7 @@ free_result thread_safe_adaptor::do_deallocate(void* ptr, std::size_t bytes, str
 }
 
 pool_state thread_safe_adaptor::do_state() const {
+  if (outputs_frozen_by_this_thread()) return upstream().state();
   const std::lock_guard lock(mutex_);
   return upstream().state();
 }
@@ -49,6 +54,7 @@ void thread_safe_adaptor::do_release_cached() {
 }
 
 memory_snapshot thread_safe_adaptor::do_memory_map() const {
+  if (outputs_frozen_by_this_thread()) return upstream().memory_map();
   const std::lock_guard lock(mutex_);
   return upstream().memory_map();
 }
