@@ -111,6 +111,7 @@ replay_result replay(const trace& t, const replay_options& options) {
 
   replay_result r;
   r.trace = t.name;
+  r.completeness = t.completeness;
   r.backend = std::string(backend.name());
   r.policy = options.policy.empty() ? default_policy(backend) : options.policy;
   r.clock_overhead_ns = clock_overhead_ns();
@@ -217,6 +218,11 @@ namespace {
 nlohmann::ordered_json result_json(const replay_result& r) {
   nlohmann::ordered_json j;
   j["trace"] = r.trace;
+  // true, false (cut) or null (the file cannot tell): trace.hpp.
+  if (r.completeness == trace_completeness::unknown)
+    j["trace_complete"] = nullptr;
+  else
+    j["trace_complete"] = r.completeness == trace_completeness::complete;
   j["policy"] = r.policy;
   j["backend"] = r.backend;
   j["peak_requested"] = r.peak_requested;

@@ -92,6 +92,7 @@ absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::stri
 
   trace t;
   t.format = "pytorch-snapshot";
+  t.completeness = trace_completeness::complete;  // read whole or refused
   if (devices.empty()) return t;
   const json& events = devices[device];
   if (!events.is_array())
