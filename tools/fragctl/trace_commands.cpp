@@ -132,8 +132,7 @@ int run_info(const arguments& args) {
         s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end, s.unmatched_frees,
         static_cast<double>(s.duration_us) / 1e6);
   }
-  if (args.has("json")) std::printf("%s
-", detail::dump_json(all).c_str());
+  if (args.has("json")) std::printf("%s\n", detail::dump_json(all).c_str());
   return status;
 }
 
