@@ -21,7 +21,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import unittest
 import venv
