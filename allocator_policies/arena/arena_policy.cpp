@@ -77,8 +77,16 @@
 // Out of memory. No fitting block usable on the stream: query pending events,
 // then wait for them. Mapping short of handles: wait for pending frees and
 // steal or exchange every cached span; then unmap and release everything unused and
-// try once more; then out_of_memory with requested, reserved, free in cache,
-// the largest free block and device free/total.
+// try once more; then give back what that attempt left unused and throw
+// out_of_memory with requested, reserved, free in cache, the largest free
+// block and device free/total.
+//
+// Failures midway. Mapping is transactional (granule_map.hpp): each attempt
+// maps the block's whole range or leaves it unmapped, and the block is taken
+// from the free lists only once its range is mapped, so a failed create, map
+// or set_access leaves the arena as it was apart from cache and pool, and it
+// serves the next request that fits. A failed unmap or release is a runtime
+// error (backend_error), with the same guarantee.
 //
 // Without virtual memory (HIP 5.2, sim without it) the arena is one raw block
 // of fallback_size bytes, tiled the same way; nothing is mapped, reserved is
@@ -126,6 +134,8 @@ struct arena_policy::impl {
   [[nodiscard]] spot closer_to_mapped(std::size_t size, std::uint32_t stream, std::uintptr_t at);
   [[nodiscard]] block_index::fit find_fit_slow(std::size_t bytes, std::uint32_t stream, std::size_t requested);
   void map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested);
+  /// release_unused(), logging a runtime error instead of throwing it.
+  void give_back_unused() noexcept;
   void trim() noexcept;
   [[nodiscard]] std::size_t largest_free() const;
   [[nodiscard]] out_of_memory oom(std::size_t requested) const;
@@ -252,14 +262,32 @@ arena_policy::impl::spot arena_policy::impl::closer_to_mapped(std::size_t size, 
   return best;
 }
 
+// Each map_range either maps the whole range or leaves the granules as they
+// were (stolen spans and what it created wait in the pool, granule_map.hpp).
+// Before the last attempt, and after it fails, everything unused goes back
+// to the device, so an out_of_memory leaves nothing held for the failed
+// request. Giving back is best effort here: a runtime error while doing it
+// is logged and the out_of_memory, with its diagnosis, still reaches the
+// caller; a runtime error of the mapping itself propagates.
 void arena_policy::impl::map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
   if (granules->map_range(addr, bytes, /*wait=*/false)) return;
   if (!granules->map_range(addr, bytes, /*wait=*/true)) {
     clock.synchronize_all();
-    granules->release_unused();
-    if (!granules->map_range(addr, bytes, /*wait=*/true)) throw oom(requested);
+    give_back_unused();
+    if (!granules->map_range(addr, bytes, /*wait=*/true)) {
+      give_back_unused();
+      throw oom(requested);
+    }
   }
   ++retries;
+}
+
+void arena_policy::impl::give_back_unused() noexcept {
+  try {
+    granules->release_unused();
+  } catch (const std::exception& e) {
+    logger().error("arena: giving back unused memory before out_of_memory failed: {}", e.what());
+  }
 }
 
 void arena_policy::impl::trim() noexcept {

@@ -32,16 +32,30 @@ granule_map::granule_map(device_backend& backend, stream_clock& clock, std::uint
 }
 
 granule_map::~granule_map() {
-  try {
-    for (std::size_t s = 1; s < spans_.size(); ++s) {
-      const span& sp = spans_[s];
-      if (sp.count == 0) continue;
-      backend_.unmap(address(sp.first), std::size_t{sp.count} << shift_);
-      backend_.release_physical(physical_handle{sp.handle}, std::size_t{sp.count} << shift_);
+  // Best effort: a call that fails is logged and everything else is still
+  // given back (a handle whose unmap failed is not released: it is mapped).
+  const auto attempt = [](const char* what, auto&& call) {
+    try {
+      call();
+      return true;
+    } catch (const std::exception& e) {
+      logger().error("arena: {} at destruction failed: {}", what, e.what());
+      return false;
     }
-    for (const pooled& p : pool_) backend_.release_physical(physical_handle{p.handle}, std::size_t{p.count} << shift_);
-  } catch (const std::exception& e) {
-    logger().error("arena: releasing physical memory failed: {}", e.what());
+  };
+  const auto give_back = [&](std::uint32_t first, std::uint32_t count, std::uint64_t handle) {
+    const std::size_t bytes = std::size_t{count} << shift_;
+    if (attempt("unmap", [&] { backend_.unmap(address(first), bytes); })) {
+      attempt("release_physical", [&] { backend_.release_physical(physical_handle{handle}, bytes); });
+    }
+  };
+  for (std::size_t s = 1; s < spans_.size(); ++s) {
+    if (spans_[s].count != 0) give_back(spans_[s].first, spans_[s].count, spans_[s].handle);
+  }
+  for (const piece& p : stranded_) give_back(p.first, p.count, p.handle);
+  for (const pooled& p : pool_) {
+    attempt("release_physical",
+            [&] { backend_.release_physical(physical_handle{p.handle}, std::size_t{p.count} << shift_); });
   }
 }
 
@@ -277,20 +291,22 @@ bool granule_map::map_plan(const std::vector<piece>& plan) {
   }
   std::vector<std::uint32_t>& made = made_;  // capacity reserved in map_range
   made.clear();
+  std::size_t granted = 0;  // made[0, granted) are in runs that were granted access
+  // Unmaps what this call mapped, and only that (never a range it did not
+  // map: pytorch#188008 unmapped a partly mapped range whole). A span whose
+  // unmap throws stays mapped: with access granted, as a cached span any
+  // later steal or trim unmaps; without, stranded, so that no block is ever
+  // served from memory the device cannot access.
   const auto undo = [&](std::size_t next_piece) noexcept {
-    for (const std::uint32_t s : made) {
-      span& sp = spans_[s];
+    for (std::size_t k = 0; k < made.size(); ++k) {
+      const std::uint32_t s = made[k];
       try {
-        backend_.unmap(address(sp.first), std::size_t{sp.count} << shift_);
+        backend_.unmap(address(spans_[s].first), std::size_t{spans_[s].count} << shift_);
       } catch (...) {
-        continue;  // the mapping stays where it is, a cached span
+        if (k >= granted) strand(s);
+        continue;
       }
-      put_pooled({sp.handle, sp.count});
-      for (std::uint32_t g = sp.first; g < sp.first + sp.count; ++g) granules_[g].span = nil;
-      lru_remove(s);
-      mapped_ -= sp.count;
-      sp = span{};
-      free_spans_.push_back(s);
+      forget_unmapped(s);
     }
     pool_plan(plan, next_piece);
   };
@@ -321,6 +337,7 @@ bool granule_map::map_plan(const std::vector<piece>& plan) {
         undo(i);
         return false;
       }
+      granted = made.size();
     }
   } catch (...) {
     undo(i);  // a map or set_access threw: nothing of this call stays mapped
@@ -335,10 +352,13 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
   std::uint32_t need = 0;
   for (std::uint32_t g = lo; g <= hi; ++g) need += granules_[g].span == nil ? 1 : 0;
   if (need == 0) return true;
+  // A stranded span's granules look unmapped: unmap it before planning there.
+  if (!stranded_.empty()) unstrand();
   if (wait) clock_.synchronize_all();
   // Room for every handle this call may hand back to the pool, the plan and
-  // the spans it maps, so that undoing never allocates.
+  // the spans it maps or strands, so that undoing never allocates.
   pool_.reserve(pool_.size() + need);
+  stranded_.reserve(stranded_.size() + need);
   plan_.clear();
   plan_.reserve(need);
   made_.reserve(need);
@@ -391,7 +411,28 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
   return map_plan(plan_);
 }
 
+void granule_map::strand(std::uint32_t s) noexcept {
+  span& sp = spans_[s];
+  stranded_.push_back({sp.first, sp.count, sp.handle});  // capacity reserved in map_range
+  for (std::uint32_t g = sp.first; g < sp.first + sp.count; ++g) granules_[g].span = nil;
+  lru_remove(s);
+  sp = span{};               // still mapped: mapped_ keeps counting it
+  free_spans_.push_back(s);  // capacity reserved in new_span
+}
+
+void granule_map::unstrand() {
+  pool_.reserve(pool_.size() + stranded_.size());
+  while (!stranded_.empty()) {
+    const piece p = stranded_.back();
+    backend_.unmap(address(p.first), std::size_t{p.count} << shift_);
+    stranded_.pop_back();
+    put_pooled({p.handle, p.count});
+    mapped_ -= p.count;
+  }
+}
+
 void granule_map::release_unused() {
+  unstrand();
   while (spans_[lru].next != lru) unmap_to_pool(spans_[lru].next);
   while (!pool_.empty()) {
     const pooled p = pool_.back();

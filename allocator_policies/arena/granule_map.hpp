@@ -49,6 +49,26 @@
 // then plans again. The cost is a host wait on the GPU where a new peak
 // would otherwise have been made, never a driver call more.
 //
+// Failures midway. map_range is a transaction over the granules of its
+// range: it maps all of them, with access granted, or leaves them unmapped.
+// Each step is undone in its own way: handles taken from the pool go back to
+// it; cached spans stolen for the range stay unmapped, their handles pooled
+// (a state trim() reaches too, so nothing is remapped); handles created are
+// released, or pooled when the mapping failed after them (the caller's next
+// attempt takes them, and its last gives them back); spans mapped are
+// unmapped, each by exactly the range it was mapped at, never a range some of
+// which was not mapped (pytorch#188008's unusable process began that way).
+// The counts (mapped_, pooled_, created_, the LRU) change with each call that
+// succeeded and never before it, so a call that fails or throws leaves them
+// exact. The undoing itself calls unmap, which can throw: a span whose
+// access was granted then stays a cached span (trim or a steal unmaps it
+// later); one without access is *stranded*: its granules read unmapped, so no
+// block is ever served there, but it still counts as mapped, as the device
+// sees it, until the next map_range or release_unused unmaps it first.
+// trim(), release_unused() and the destructor unmap and release span by span:
+// a failing call leaves that span and the ones not reached as they were (the
+// destructor goes on past it).
+//
 // Not thread-safe. The hot calls (covered, on_allocate, on_free) make no
 // backend call and no heap allocation.
 #pragma once
@@ -74,8 +94,9 @@ class granule_map {
   /// granule); `wait_before_growing` as in the theory above.
   granule_map(device_backend& backend, stream_clock& clock, std::uintptr_t base, std::size_t bytes,
               std::size_t granularity, std::size_t physical_limit, std::size_t max_span, bool wait_before_growing);
-  /// Unmaps and releases every handle. The owner must first make sure no
-  /// queued work uses the memory (stream_clock::synchronize_all).
+  /// Unmaps and releases every handle, logging a call that fails and going
+  /// on with the others. The owner must first make sure no queued work uses
+  /// the memory (stream_clock::synchronize_all).
   ~granule_map();
   granule_map(const granule_map&) = delete;
   granule_map& operator=(const granule_map&) = delete;
@@ -128,17 +149,22 @@ class granule_map {
   /// pool, then spans stolen from complete cached ones outside the range,
   /// then created. With `wait`, blocks for every pending free first; else,
   /// with wait_before_growing, for those of cached spans before creating.
-  /// Returns false when out of memory; then only cache and pool changed.
+  /// Returns false when out of memory; then the range is as it was and only
+  /// cache and pool changed (and, if an undoing unmap threw, a span is
+  /// stranded). Throws backend_error when a call throws, with the same
+  /// guarantee.
   [[nodiscard]] bool map_range(std::uintptr_t addr, std::size_t bytes, bool wait) {
     return map_range(addr, bytes, wait, wait_before_growing_);
   }
 
   /// Unmaps cached spans that became cached at or before `before`, oldest
   /// first, while more than `keep` bytes are cached; skips spans whose frees
-  /// are not complete yet. Never blocks.
+  /// are not complete yet. Never blocks. A throwing unmap stops it there.
   void trim(std::size_t keep, std::uint64_t before);
-  /// Unmaps every cached span and releases every pooled handle. The owner
-  /// must have synchronized pending frees (stream_clock::synchronize_all).
+  /// Unmaps every cached and stranded span and releases every pooled
+  /// handle. The owner must have synchronized pending frees
+  /// (stream_clock::synchronize_all). If a call throws, what it did not reach
+  /// stays as it was.
   void release_unused();
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
@@ -146,6 +172,7 @@ class granule_map {
   [[nodiscard]] std::size_t max_span_bytes() const noexcept { return std::size_t{max_span_} << shift_; }
   /// Bytes of spans no live block touches.
   [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_ << shift_; }
+  /// Bytes mapped, stranded spans included (the device holds them mapped).
   [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_ << shift_; }
   [[nodiscard]] std::size_t pooled_bytes() const noexcept { return pooled_ << shift_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return mapped_bytes() + pooled_bytes(); }
@@ -260,8 +287,16 @@ class granule_map {
                          std::vector<piece>& plan, std::uint64_t& refreshed);
   /// Maps every piece of `plan` as a new span; on a failed (or throwing) map
   /// or set_access undoes what it mapped, handles back to the pool, and
-  /// returns false (or rethrows).
+  /// returns false (or rethrows). A span whose undoing unmap throws stays
+  /// mapped: cached if its access was granted, else stranded.
   [[nodiscard]] bool map_plan(const std::vector<piece>& plan);
+  /// Span s, mapped without access granted, could not be unmapped: its
+  /// granules are marked unmapped, so no block is served there, and the
+  /// mapping waits in stranded_ (still counted in mapped_) for unstrand().
+  void strand(std::uint32_t s) noexcept;
+  /// Unmaps every stranded span, its handle to the pool. Throws what a
+  /// failing unmap throws; that span and the ones not reached stay stranded.
+  void unstrand();
   /// Creates handles for [from, to), cut at multiples of max_span; appended to
   /// `plan`. False, having released what it created, when the limit or the
   /// device refuses.
@@ -289,6 +324,7 @@ class granule_map {
   std::vector<std::uint32_t> free_spans_;
   std::vector<pooled> pool_;   // sorted by count
   std::vector<mapped_run> runs_;  // index_runs()
+  std::vector<piece> stranded_;  // mapped without access, unmap failed: see strand()
   // Scratch of map_range.
   std::vector<piece> plan_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> holes_;  // [from, to) still to create

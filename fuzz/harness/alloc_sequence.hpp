@@ -17,12 +17,19 @@
 //    when reported, names its size; a free of a pointer that is not a live
 //    block (interior, freed before, host memory) is not_owned and changes
 //    nothing; misuse counters equal the misuse the program did;
-//  * out_of_memory changes nothing a caller sees; an injected failure never
-//    surfaces as anything but out_of_memory (no backend_error, no crash);
+//  * out_of_memory changes nothing a caller sees; an injected failure of an
+//    allocating call (allocate, create_physical, map, set_access) never
+//    surfaces as anything but out_of_memory (no backend_error, no crash); an
+//    injected unmap or release_physical failure (a runtime error) surfaces,
+//    if at all, as that backend_error ("injected_fault") from allocate or
+//    release_cached, and changes nothing a caller sees either;
 //    sizes above 2^62 are invalid_argument, 0 bytes nullptr;
+//  * every segment of the memory map is accessible on the device (no
+//    mapping is left without access after a failure midway), and the bare
+//    arena's reserved bytes are what the device has mapped;
 //  * in backed mode every live block keeps its data across everything;
-//  * at the end, with every block freed, allocated is 0, and once the policy
-//    is destroyed the sim device holds nothing: no allocation, handle,
+//  * at the end (faults cleared), with every block freed, allocated is 0, and
+//    once the policy is destroyed the sim device holds nothing: no allocation, handle,
 //    mapping, reservation or event, and 0 bytes in use. A constructor that
 //    fails leaves nothing behind either.
 #pragma once
@@ -40,6 +47,7 @@
 #include "fragctl/adaptors.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
+#include "fragctl/memory_map.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fuzz/harness/block_model.hpp"
@@ -84,7 +92,12 @@ class alloc_sequence {
       check_device_empty(*sim_, "after a constructor ran out of memory");
       return summary_;
     } catch (const backend_error& e) {
-      throw invariant_violation(fmt::format("constructing {}: backend_error escaped: {}", summary_.expression, e.what()));
+      if (e.code_name() != "injected_fault") {
+        throw invariant_violation(
+            fmt::format("constructing {}: backend_error escaped: {}", summary_.expression, e.what()));
+      }
+      check_device_empty(*sim_, "after a constructor met a failed unmap or release");
+      return summary_;
     }
     summary_.constructed = true;
     if (limit_ != 0) policy = std::make_unique<limiting_adaptor>(std::move(policy), limit_);
@@ -104,7 +117,8 @@ class alloc_sequence {
  private:
   static constexpr std::size_t max_steps = 4096;
   static constexpr std::array fault_targets = {sim_fault_target::allocate, sim_fault_target::create_physical,
-                                               sim_fault_target::map, sim_fault_target::set_access};
+                                               sim_fault_target::map,      sim_fault_target::set_access,
+                                               sim_fault_target::unmap,    sim_fault_target::release_physical};
 
   struct pending_free {
     std::uintptr_t address;
@@ -208,7 +222,13 @@ class alloc_sequence {
             before, top_->state().allocated);
       return false;
     } catch (const backend_error& e) {
-      throw invariant_violation(fmt::format("allocate({}): backend_error escaped: {}", bytes, e.what()));
+      if (e.code_name() != "injected_fault") {
+        throw invariant_violation(fmt::format("allocate({}): backend_error escaped: {}", bytes, e.what()));
+      }
+      check(top_->state().allocated == before,
+            "a failed unmap or release during allocate({}) changed allocated from {} to {}", bytes, before,
+            top_->state().allocated);
+      return false;
     } catch (const invalid_argument& e) {
       throw invariant_violation(fmt::format("allocate({}): invalid_argument for a valid size: {}", bytes, e.what()));
     }
@@ -324,15 +344,20 @@ class alloc_sequence {
 
   void inject_fault() {
     const sim_fault_target target = fault_targets[in_.below(fault_targets.size())];
-    switch (in_.byte() % 4) {
+    switch (in_.byte() % 5) {
       case 0: case 1: sim_->fail_nth(target, 1 + in_.below(16)); break;
       case 2: sim_->fail_every(target, 2 + in_.below(8)); break;
+      case 3: sim_->fail_from(target, 1 + in_.below(16)); break;  // pressure that stays
       default: sim_->reset_faults(); break;
     }
   }
 
   void release_cached() {
-    top_->release_cached();
+    try {
+      top_->release_cached();
+    } catch (const backend_error& e) {
+      if (e.code_name() != "injected_fault") throw;  // else: what it did not reach stays cached
+    }
     if (options_.backed) model_.check_patterns();
   }
 
@@ -405,6 +430,10 @@ class alloc_sequence {
           s.misuse_size_mismatch, expected_not_owned_, expected_mismatches_);
     check(s.backend_calls.held_bytes == sim_->used_bytes(), "backend held bytes {} differ from the device's {}",
           s.backend_calls.held_bytes, sim_->used_bytes());
+    if (case_.expression == "arena" && case_.virtual_memory && limit_ == 0) {
+      check(pool.reserved == sim_->mapped_bytes(), "arena reserved {} differs from the {} bytes the device has mapped",
+            pool.reserved, sim_->mapped_bytes());
+    }
   }
 
   void check_all() {
@@ -413,9 +442,14 @@ class alloc_sequence {
     model_.for_each([&](void* p, const block_model::block& b) {
       check(sim_->accessible(p, b.bytes), "live block [{}, +{}) is no longer accessible", p, b.bytes);
     });
+    for (const memory_segment& seg : top_->memory_map().segments) {
+      check(sim_->accessible(reinterpret_cast<void*>(seg.address), seg.size),
+            "segment [{:#x}, +{}) of the memory map is not accessible", seg.address, seg.size);
+    }
   }
 
   void teardown() {
+    sim_->reset_faults();
     check_all();
     while (!model_.empty()) {
       const auto [p, b] = model_.at(0);

@@ -31,9 +31,15 @@
 // (backed) or not at all when a side is a fake device address (accounting).
 //
 // Fault injection is deterministic: fail the N-th call of a kind (1-based,
-// counting from when the rule is set), or every k-th.
-// A failed allocate/create_physical/map/set_access reports out of memory
-// (nullptr, nullopt or false) as the contract says.
+// counting from when the rule is set), every k-th, or the N-th and every
+// later one (memory pressure that does not go away). A failed
+// allocate/create_physical/map/set_access reports out of memory (nullptr,
+// nullopt or false) as the contract says; a failed unmap/release_physical
+// throws backend_error with code name "injected_fault" (999, CUDA's
+// CUDA_ERROR_UNKNOWN), the only way the contract lets them fail. A failing
+// call changes nothing: no memory, mapping or access is left half made or
+// half gone. Misuse is still checked first, so a bad call reports its own
+// error, never the injected one.
 #pragma once
 
 #include <cstddef>
@@ -59,7 +65,16 @@ struct sim_options {
 [[nodiscard]] sim_options sim_options_from(const config& cfg);
 
 /// Which calls a fault rule applies to.
-enum class sim_fault_target : std::uint8_t { allocate, create_physical, map, set_access, allocate_host };
+enum class sim_fault_target : std::uint8_t {
+  allocate,
+  create_physical,
+  map,
+  set_access,
+  allocate_host,
+  unmap,
+  release_physical,
+  count_  ///< number of targets; not a target
+};
 
 class sim_backend final : public device_backend {
  public:
@@ -90,11 +105,16 @@ class sim_backend final : public device_backend {
   void fail_nth(sim_fault_target target, std::uint64_t nth);
   /// Makes every `k`-th call of `target` from now fail (k = 0 turns it off).
   void fail_every(sim_fault_target target, std::uint64_t k);
+  /// Makes the `nth` call (1-based) of `target` from now and every later one
+  /// fail, until reset_faults.
+  void fail_from(sim_fault_target target, std::uint64_t nth);
   /// Clears every fault rule and restarts the per-target call numbering.
   void reset_faults();
 
   /// Device bytes in use now (raw + physical), as the simulated device sees them.
   [[nodiscard]] std::size_t used_bytes() const noexcept;
+  /// Bytes of address space mapped now (the sum of the live mappings).
+  [[nodiscard]] std::size_t mapped_bytes() const;
   /// Number of live raw allocations, physical handles, reservations, mappings,
   /// events and host allocations: all zero when a user released everything.
   struct live_objects {

@@ -381,6 +381,59 @@ TEST_P(sim_modes, fault_injection_is_deterministic_and_leaves_state_unchanged) {
   EXPECT_EQ(total(sim.live()), 0u);
 }
 
+// Releasing calls fail only as runtime errors: an injected unmap or release
+// throws "injected_fault" and changes nothing, so the same call then works.
+// fail_from keeps failing until reset_faults.
+TEST_P(sim_modes, injected_unmap_and_release_failures_throw_and_change_nothing) {
+  sim_backend sim(small(backed()));
+  void* base = sim.reserve_address(2 * gran);
+  auto h1 = sim.create_physical(gran);
+  auto h2 = sim.create_physical(gran);
+  ASSERT_TRUE(h1 && h2);
+  ASSERT_TRUE(sim.map(base, gran, *h1));
+  ASSERT_TRUE(sim.map(static_cast<char*>(base) + gran, gran, *h2));
+  ASSERT_TRUE(sim.set_access(base, 2 * gran));
+  EXPECT_EQ(sim.mapped_bytes(), 2 * gran);
+  if (backed()) static_cast<char*>(base)[gran] = 42;
+
+  sim.fail_nth(sim_fault_target::unmap, 1);
+  EXPECT_EQ(error_of([&] { sim.unmap(base, 2 * gran); }), "injected_fault");
+  EXPECT_EQ(sim.live().mappings, 2u);
+  EXPECT_TRUE(sim.accessible(base, 2 * gran));
+  if (backed()) {
+    EXPECT_EQ(static_cast<char*>(base)[gran], 42);
+  }
+  // Misuse is reported as such, never as the injected fault.
+  sim.fail_from(sim_fault_target::unmap, 1);
+  EXPECT_EQ(error_of([&] { sim.unmap(base, gran / 2); }), "invalid_value");
+  EXPECT_EQ(error_of([&] { sim.unmap(base, 2 * gran); }), "injected_fault");
+  EXPECT_EQ(error_of([&] { sim.unmap(base, 2 * gran); }), "injected_fault");
+  sim.reset_faults();
+  sim.unmap(base, 2 * gran);
+  EXPECT_EQ(sim.mapped_bytes(), 0u);
+
+  sim.fail_nth(sim_fault_target::release_physical, 2);
+  sim.release_physical(*h1, gran);
+  EXPECT_EQ(error_of([&] { sim.release_physical(*h2, gran); }), "injected_fault");
+  EXPECT_EQ(sim.live().physical, 1u);
+  EXPECT_EQ(sim.used_bytes(), gran);
+  EXPECT_EQ(sim.counters().held_bytes, gran);
+  sim.release_physical(*h2, gran);
+
+  sim.fail_from(sim_fault_target::create_physical, 2);
+  auto a = sim.create_physical(gran);
+  EXPECT_TRUE(a);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(sim.create_physical(gran));
+  sim.reset_faults();
+  auto b = sim.create_physical(gran);
+  EXPECT_TRUE(b);
+  sim.release_physical(*a, gran);
+  sim.release_physical(*b, gran);
+  sim.release_address(base, 2 * gran);
+  EXPECT_THROW(sim.fail_from(sim_fault_target::map, 0), invalid_argument);
+  EXPECT_EQ(total(sim.live()), 0u);
+}
+
 TEST_P(sim_modes, counters_count_calls_and_held_bytes) {
   sim_backend sim(small(backed()));
   void* a = sim.allocate(1000);

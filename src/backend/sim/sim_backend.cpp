@@ -30,6 +30,7 @@ void fail(sim_error code, const std::string& message) {
     case sim_error::out_of_memory: name = "out_of_memory"; break;
     case sim_error::invalid_handle: name = "invalid_handle"; break;
     case sim_error::not_supported: name = "not_supported"; break;
+    case sim_error::injected: name = "injected_fault"; break;
   }
   throw backend_error(fmt::format("sim: {}", message), static_cast<int>(code), name);
 }
@@ -164,6 +165,13 @@ std::size_t sim_backend::used_bytes() const noexcept {
   return state_->used;
 }
 
+std::size_t sim_backend::mapped_bytes() const {
+  const std::lock_guard lock(state_->mu);
+  std::size_t bytes = 0;
+  for (const auto& [a, m] : state_->mappings) bytes += m.bytes;
+  return bytes;
+}
+
 sim_backend::live_objects sim_backend::live() const {
   state& s = *state_;
   const std::lock_guard lock(s.mu);
@@ -202,6 +210,13 @@ void sim_backend::fail_every(sim_fault_target target, std::uint64_t k) {
   auto& rule = state_->faults[static_cast<std::size_t>(target)];
   rule.every = k;
   rule.every_from = rule.calls;
+}
+
+void sim_backend::fail_from(sim_fault_target target, std::uint64_t nth) {
+  if (nth == 0) throw invalid_argument("sim_backend::fail_from: nth is 1-based, got 0");
+  const std::lock_guard lock(state_->mu);
+  auto& rule = state_->faults[static_cast<std::size_t>(target)];
+  rule.fail_from = rule.calls + nth;
 }
 
 void sim_backend::reset_faults() {

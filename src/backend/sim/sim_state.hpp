@@ -47,7 +47,8 @@ enum class sim_error : int {
   invalid_value = 1,
   out_of_memory = 2,
   invalid_handle = 400,
-  not_supported = 801
+  not_supported = 801,
+  injected = 999  ///< a fault rule made an unmap or release fail ("injected_fault")
 };
 
 /// Throws backend_error("sim: <message>", code, "<code name>").
@@ -102,12 +103,14 @@ struct fault_rule {
   absl::btree_set<std::uint64_t> fail_at;  ///< call numbers that fail
   std::uint64_t every = 0;                 ///< 0: off
   std::uint64_t every_from = 0;            ///< call number when `every` was set
+  std::uint64_t fail_from = 0;             ///< this call number and later ones fail; 0: off
 
   /// Numbers one call; true when it must fail.
   bool next_call_fails() {
     ++calls;
     bool fails = fail_at.erase(calls) > 0;
     if (every != 0 && (calls - every_from) % every == 0) fails = true;
+    if (fail_from != 0 && calls >= fail_from) fails = true;
     return fails;
   }
 };
@@ -183,7 +186,7 @@ struct sim_backend::state {
   sim_detail::address_ranges accessible ABSL_GUARDED_BY(mu);  ///< mapped and granted access
   absl::flat_hash_map<std::uintptr_t, sim_detail::stream_state> streams ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::uintptr_t, sim_detail::event_state> events ABSL_GUARDED_BY(mu);
-  std::array<sim_detail::fault_rule, 5> faults ABSL_GUARDED_BY(mu);
+  std::array<sim_detail::fault_rule, static_cast<std::size_t>(sim_fault_target::count_)> faults ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace fragctl

@@ -130,6 +130,9 @@ void sim_backend::do_release_physical(physical_handle handle, std::size_t bytes)
     fail(sim_error::invalid_value,
          fmt::format("release_physical: handle {} is still mapped {} times", handle.value, block.mappings));
   }
+  if (s.take_fault(sim_fault_target::release_physical)) {
+    fail(sim_error::injected, fmt::format("release_physical: injected fault (handle {})", handle.value));
+  }
   if (s.options.backed) sim_detail::discard_file_range(s.memory_file, block.file_offset, block.bytes);
   s.used -= bytes;
   s.handles.erase(it);
@@ -195,6 +198,9 @@ void sim_backend::do_unmap(void* va, std::size_t bytes) {
   if (first == s.mappings.end() || covered - a != bytes) {
     fail(sim_error::invalid_value,
          fmt::format("unmap: [{}, +{}) is not exactly a run of whole mappings", va, bytes));
+  }
+  if (s.take_fault(sim_fault_target::unmap)) {
+    fail(sim_error::injected, fmt::format("unmap: injected fault at [{}, +{})", va, bytes));
   }
   if (s.options.backed) sim_detail::clear_pages(va, bytes);
   for (auto it = first; it != last; ++it) --s.handles[it->second.handle].mappings;
