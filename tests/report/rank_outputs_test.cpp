@@ -2,7 +2,8 @@
 // "Output paths"): "{rank}", "{local_rank}", "{world_size}", "{pid}" and
 // "{host}" in FRAGCTL_REPORT, FRAGCTL_PROMETHEUS and FRAGCTL_TRACE come from
 // the launcher's environment (torchrun, Open MPI, Slurm), a missing figure
-// has a stated fallback, and the report document records the rank.
+// has a stated fallback, and the report document records the rank and the
+// device's memory beside the allocator's.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -237,6 +238,34 @@ TEST(rank_outputs, a_report_without_a_launcher_records_null_figures) {
   EXPECT_TRUE(doc["world_size"].is_null());
   EXPECT_TRUE(doc["launcher"].is_null());
   EXPECT_EQ(doc["host"], host());
+}
+
+// The report file carries the device's free and total memory, asked of the
+// backend when it is written, beside the allocator's reserved bytes: on sim
+// the device holds nothing else, so used = reserved.
+TEST(rank_outputs, the_report_file_records_the_device_memory_beside_the_allocators) {
+  const fs::path dir = fresh_dir("device_memory");
+  config cfg;
+  cfg.policy = "caching";
+  cfg.report_path = (dir / "r.json").string();
+  auto stack = std::make_unique<allocator_stack>(std::make_unique<sim_backend>(sim_options{.capacity = 1 * GiB}), cfg);
+  void* p = stack->allocator().allocate(30 * MiB);
+  ASSERT_EQ(flush_process_outputs("request"), 1u);
+  const nlohmann::json a = read_json(dir / "r.json")["allocators"][0];
+  ASSERT_TRUE(a.contains("device_memory")) << a.dump();
+  const std::size_t reserved = a["reserved_bytes"]["current"].get<std::size_t>();
+  EXPECT_GE(reserved, 30 * MiB);
+  EXPECT_EQ(a["device_memory"]["total"].get<std::size_t>(), 1 * GiB);
+  EXPECT_EQ(a["device_memory"]["free"].get<std::size_t>(), 1 * GiB - reserved);
+  EXPECT_EQ(a["device_memory"]["outside_at_start"].get<std::size_t>(), 0u);
+  // Read back: the statistics keep it; statistics taken for anything else do not ask the device.
+  const auto back = stats_export_from_json(read_file(dir / "r.json"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->front().device_memory.measured);
+  EXPECT_EQ(back->front().device_memory.total, 1 * GiB);
+  EXPECT_FALSE(stack->stats().device_memory.measured);
+  EXPECT_THAT(to_json(stack->stats()), Not(HasSubstr("device_memory")));
+  stack->allocator().deallocate(p, 30 * MiB);
 }
 
 }  // namespace
