@@ -36,7 +36,7 @@ void picture(std::string& out, const std::vector<rank_row>& rows, const rank_ext
     scale = std::max({scale, s.reserved.peak, s.allocated.current + row.cached + row.not_fragctl});
   }
   const auto px = [scale](std::size_t n) { return bar_width * static_cast<double>(n) / static_cast<double>(scale); };
-  const double height = pair_height * static_cast<double>(rows.size()) + 30;
+  const double height = pair_height * static_cast<double>(rows.size()) + 44;
   auto it = std::back_inserter(out);
   fmt::format_to(it,
                  "<svg class=\"rank-bars\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
@@ -60,10 +60,10 @@ void picture(std::string& out, const std::vector<rank_row>& rows, const rank_ext
             "not fragctl's (device used - reserved)", row.not_fragctl);
   }
   fmt::format_to(it,
-                 "<text x=\"{:.0f}\" y=\"{:.1f}\" fill=\"#607d8b\">scale: {} across; upper bar: peak reserved (red) "
-                 "and peak requested (blue); lower bar, when the report was written: allocated (blue), cached "
-                 "(orange), not fragctl's (grey)</text>\n</svg>\n",
-                 label_width, height - 8, bytes(scale));
+                 "<text x=\"{0:.0f}\" y=\"{1:.1f}\" fill=\"#607d8b\">{2} across. Upper bar, at peak: reserved (red), "
+                 "requested (blue).</text>\n<text x=\"{0:.0f}\" y=\"{3:.1f}\" fill=\"#607d8b\">Lower bar, when the "
+                 "report was written: allocated (blue), cached (orange), not fragctl's (grey).</text>\n</svg>\n",
+                 label_width, height - 22, bytes(scale), height - 8);
 }
 
 }  // namespace
