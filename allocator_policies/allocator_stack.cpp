@@ -44,12 +44,8 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
                                        std::chrono::milliseconds(cfg_.report_interval_ms)};
     memory_map_source map;
     if (cfg_.report_map) map = [this] { return top_->memory_map(); };
-    allocator_lock lock;
-    if (const auto* safe = dynamic_cast<const thread_safe_adaptor*>(top_.get())) {
-      lock = {[safe] { safe->lock(); }, [safe] { safe->unlock(); }};
-    }
     register_stats_export(
-        this, outputs, [this] { return report_stats(); }, std::move(map), std::move(lock));
+        this, outputs, [this] { return report_stats(); }, std::move(map));
   }
 }
 

@@ -6,8 +6,9 @@
 #   tools/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default ${FRAGCTL_FUZZ_SECONDS:-25}); TARGETs among
-# config trace pickle stats_json report alloc_sequence (default: all). Built in
-# ${FRAGCTL_FUZZ_DIR:-build-asan}, the address build of tools/sanitize.sh
+# config trace pickle stats_json report report_render alloc_sequence
+# (default: all). Built in ${FRAGCTL_FUZZ_DIR:-build-asan}, the address build
+# of tools/sanitize.sh
 # (same configuration, tools/sanitize/configure.sh, so nothing is built twice);
 # new inputs go to <build>/fuzz-corpus/<target> (the committed seeds in
 # fuzz/corpus/ are only read), crashes to <build>/fuzz-artifacts/. A crash
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-${FRAGCTL_FUZZ_SECONDS:-25}}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config trace pickle stats_json report alloc_sequence)
+[ ${#targets[@]} -gt 0 ] || targets=(config trace pickle stats_json report report_render alloc_sequence)
 dir=${FRAGCTL_FUZZ_DIR:-build-asan}  # the address build of tools/sanitize.sh
 
 source tools/sanitize/configure.sh

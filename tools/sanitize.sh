@@ -22,7 +22,7 @@ root=$PWD
 jobs=$(nproc)
 
 # Programs that start threads, or whose code is shared between threads.
-default_tsan_tests="concurrency_stress_test adaptors_test stats_export_test sim_backend_test
+default_tsan_tests="concurrency_stress_test adaptors_test fork_safety_test stats_export_test sim_backend_test
   caching_conformance_test arena_conformance_test buckets_arena_conformance_test
   warmup_arena_conformance_test capi_test interposer_test thread_communicator_test
   block_manager_test"

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/error.hpp"
@@ -50,8 +51,9 @@ constexpr std::size_t threshold_margin = 32 * MiB;
 /// report entry on that device with the largest peak reserved (any device
 /// when none matches).
 [[nodiscard]] absl::StatusOr<allocator_stats> stats_for_device(const std::string& text, int device) {
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
+  auto parsed = detail::parse_json(text, "");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& doc = *parsed;
   if (!doc.is_object() || !doc.contains("allocators") || !doc["allocators"].is_array() ||
       doc["allocators"].size() <= 1) {
     return stats_from_json(text);

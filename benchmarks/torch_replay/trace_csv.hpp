@@ -68,6 +68,10 @@ inline trace read_trace(const std::string& path) {
       continue;
     }
     if (line.empty()) continue;
+    if (line[0] == '#') {  // a comment (docs/traces.md)
+      line.clear();
+      continue;
+    }
     std::vector<std::string> cells;
     std::size_t start = 0;
     for (;;) {

@@ -109,15 +109,17 @@ class stream_use_adaptor final : public forwarding_adaptor {
 
 /// Serializes every call to the upstream with one mutex, except
 /// allocation_size, backend and name, which are pure functions of the
-/// upstream's configuration and forwarded without it.
+/// upstream's configuration and forwarded without it. Fork-safe: the mutex
+/// is held across fork() (fragctl/process_hooks.hpp), so a forked child
+/// inherits the allocator consistent and unlocked, whatever the parent's
+/// threads were doing; when a signal ends the process it stays held from
+/// before the report and the trace are written, so both describe one moment.
 class thread_safe_adaptor final : public forwarding_adaptor {
  public:
   explicit thread_safe_adaptor(std::unique_ptr<device_allocator> upstream);
-  /// Takes and releases the lock every call takes (BasicLockable), for
-  /// fork(): the report registry holds it across a fork so that the child
-  /// inherits a consistent, unlocked allocator.
-  void lock() const { mutex_.lock(); }
-  void unlock() const noexcept { mutex_.unlock(); }
+  ~thread_safe_adaptor() override;
+  /// Holds the mutex across fork() (defined in the source).
+  struct process_guard;
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
@@ -128,6 +130,7 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   void do_record_stream(void* ptr, stream_t stream) override;
 
   mutable std::mutex mutex_;
+  std::unique_ptr<process_guard> guard_;
 };
 
 /// Refuses (out_of_memory, nothing changed) any allocation that would take the
@@ -151,6 +154,11 @@ class limiting_adaptor final : public forwarding_adaptor {
   std::atomic<std::size_t> limit_;
   std::size_t used_ = 0;
 };
+
+/// The line a tracing_adaptor writes after the header of every trace: its
+/// writer ends what it wrote with an `end` row (docs/traces.md), so a reader
+/// tells a file without one at its end as cut (a comment: every reader skips it).
+inline constexpr std::string_view trace_end_row_promise = "# fragctl trace: complete when its last row is an end row";
 
 /// Writes every allocate and free as a row of fragctl's trace CSV
 /// (action,addr,size,stream,time_us; actions alloc and free_requested) to a

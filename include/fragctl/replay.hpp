@@ -65,6 +65,9 @@ struct replay_options {
 
 struct replay_result {
   std::string trace;    ///< trace name
+  /// The trace's completeness (trace.hpp): a cut trace replays only the
+  /// part recorded before its writer was killed.
+  trace_completeness completeness = trace_completeness::unknown;
   std::string policy;   ///< the policy expression replayed (default resolved)
   std::string backend;  ///< backend name ("sim", "cuda", "hip")
   std::size_t peak_requested = 0;  ///< stats.requested.peak: peak live bytes the allocator saw

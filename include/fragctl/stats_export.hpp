@@ -100,23 +100,16 @@ inline constexpr std::size_t stats_export_map_max_blocks = 50000;
 /// Destroyed allocators whose final statistics an export file keeps.
 inline constexpr std::size_t stats_export_retired_kept = 64;
 
-/// The lock that guards one allocator's state, for fork(): the registry takes
-/// it before fork and releases it after, in the parent and in the child.
-/// Both empty for an allocator that has no lock (not thread-safe).
-struct allocator_lock {
-  std::function<void()> lock;
-  std::function<void()> unlock;
-};
-
 /// Adds a live allocator, identified by `owner`, to the files `outputs`
 /// names: the JSON document and/or a Prometheus file, a rewrite interval (a
-/// nonzero one starts the interval thread, once per process), an optional
-/// memory map source for the JSON document, and the allocator's lock for
-/// fork(). Empty paths are ignored. Thread-safe. The first call installs the
+/// nonzero one starts the interval thread, once per process) and an optional
+/// memory map source for the JSON document. Empty paths are ignored. The
+/// allocator keeps its own locks safe across fork() (a thread_safe_adaptor
+/// does; fragctl/process_hooks.hpp). Thread-safe. The first call installs the
 /// process hooks (fragctl/process_hooks.hpp), whose flush writes every file
 /// that has a live allocator (flush_process_outputs).
 void register_stats_export(const void* owner, const stats_export_outputs& outputs, stats_source source,
-                           memory_map_source map_source = {}, allocator_lock lock = {});
+                           memory_map_source map_source = {});
 
 /// Takes `owner`'s final statistics, stops calling its source and rewrites its
 /// files (reason "destroy"). Call before the allocator is torn down; after

@@ -42,6 +42,24 @@ struct trace_event {
   friend bool operator==(const trace_event&, const trace_event&) = default;
 };
 
+/// Whether a trace file shows that it holds all its writer recorded
+/// (docs/traces.md, "fragctl CSV").
+enum class trace_completeness : std::uint8_t {
+  /// The file cannot tell: an RMM log, or a fragctl CSV without any `end`
+  /// row (written by another tool, or by fragctl before it began every trace
+  /// with one).
+  unknown,
+  /// A fragctl CSV whose last row is an `end` row counting every row before
+  /// it, or a PyTorch snapshot (read whole or refused).
+  complete,
+  /// A fragctl CSV that does not end with its `end` row: rows after the
+  /// last one, a last row cut short, or none at all where the file promises
+  /// one (its line after the header says so: tracing_adaptor). Its writer was
+  /// killed (SIGKILL, the OOM killer) or ended by _exit() without
+  /// fragctl_flush(); the tail it recorded is missing.
+  cut,
+};
+
 /// A whole trace in memory.
 struct trace {
   std::string name;    ///< file name without directories and known suffixes ("gpt2m")
@@ -50,7 +68,18 @@ struct trace {
   /// Rows read and deliberately not replayed: segment_alloc/free/map/unmap,
   /// free_completed, snapshot, oom, RMM "allocate failure".
   std::uint64_t ignored_rows = 0;
+  trace_completeness completeness = trace_completeness::unknown;
+  /// Cut: rows read after the last `end` row, or all of them where there is
+  /// none (they are in `events`).
+  std::uint64_t rows_after_end = 0;
+  /// Cut: the last row had no newline and was dropped unread.
+  bool cut_row = false;
 };
+
+/// What a reader tells its user about `t`'s completeness: empty for a
+/// complete trace, else one sentence without the file name ("the trace is
+/// cut: 3 rows follow its last end row ...; its tail is missing").
+[[nodiscard]] std::string completeness_note(const trace& t);
 
 /// Options of the readers.
 struct trace_options {
@@ -60,12 +89,15 @@ struct trace_options {
 };
 
 /// Reads a trace file in any supported format, gzip-compressed or not
-/// (detected by its magic bytes). Errors (never throws):
+/// (detected by its magic bytes). A trace cut short (trace_completeness::cut)
+/// is read, what is there, and says so in `completeness`. Errors (never throws):
 ///  * the file cannot be opened or read: NotFound / DataLoss naming the file;
 ///  * truncated or corrupt gzip data: DataLoss "<file>:<line>: ..." where
 ///    <line> is the line at which the data stops;
 ///  * an empty file, an unknown format, a malformed row: InvalidArgument
-///    "<file>:<line>: <what is wrong>".
+///    "<file>:<line>: <what is wrong>";
+///  * a fragctl CSV `end` row that counts other than the rows before it
+///    (rows lost, or several processes writing one file): DataLoss.
 /// The trace's name is the file name without directories and without the
 /// suffixes .gz, .csv, .json and .trace.
 [[nodiscard]] absl::StatusOr<trace> read_trace(const std::string& path,

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "core/json_io.hpp"
 #include "core/memory_map_json.hpp"
 #include "fmt/format.h"
 
@@ -191,13 +192,13 @@ absl::StatusOr<memory_snapshot> memory_snapshot_from_json_value(const json& j, s
 }  // namespace detail
 
 std::string to_json(const memory_snapshot& m, std::size_t max_blocks) {
-  return detail::memory_snapshot_to_json_value(m, max_blocks).dump(2);
+  return detail::dump_json(detail::memory_snapshot_to_json_value(m, max_blocks));
 }
 
 absl::StatusOr<memory_snapshot> memory_snapshot_from_json(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("memory map JSON: not valid JSON");
-  return detail::memory_snapshot_from_json_value(j, "memory map JSON");
+  auto j = detail::parse_json(text, "memory map JSON");
+  if (!j.ok()) return j.status();
+  return detail::memory_snapshot_from_json_value(*j, "memory map JSON");
 }
 
 }  // namespace fragctl

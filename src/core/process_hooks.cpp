@@ -3,12 +3,15 @@
 // The hooks' state is created on first use and never destroyed, so the exit
 // hook, the writer thread and late destructors never meet a destroyed object.
 // Lock order: the hooks' mutex, then each client's locks in layer order, then
-// the output claims' mutex, then the logger's (fork_prepare takes them all in
-// that order).
+// the output claims' mutex, then the leaf locks (util/fork_safe_mutex.hpp),
+// then the logger's (fork_prepare, with the handlers registered before these,
+// takes them all in that order).
 #include "fragctl/process_hooks.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,15 +28,29 @@
 
 #include "core/output_paths.hpp"
 #include "fragctl/log.hpp"
+#include "util/fork_safe_mutex.hpp"
 
 namespace fragctl {
 namespace {
 
-constexpr std::array<int, 3> handled_signals{SIGUSR1, SIGTERM, SIGINT};
+struct handled_signal {
+  int signo;
+  bool terminates;       // fragctl ends the process with it after the flush (unless a handler was there)
+  bool only_if_default;  // caught only where its action is the default, never chained
+};
+
+constexpr std::array<handled_signal, 8> handled_signals{{{SIGUSR1, false, false},
+                                                         {SIGTERM, true, false},
+                                                         {SIGINT, true, false},
+                                                         {SIGHUP, true, true},
+                                                         {SIGQUIT, true, true},
+                                                         {SIGABRT, true, true},
+                                                         {SIGALRM, true, true},
+                                                         {SIGUSR2, true, true}}};
 
 constexpr std::size_t signal_index(int signo) noexcept {
   for (std::size_t i = 0; i < handled_signals.size(); ++i)
-    if (handled_signals[i] == signo) return i;
+    if (handled_signals[i].signo == signo) return i;
   return 0;
 }
 
@@ -42,7 +59,8 @@ constexpr std::size_t signal_index(int signo) noexcept {
 struct signal_state {
   std::atomic<int> pipe_write{-1};
   std::atomic<pid_t> writer_pid{0};        // the process whose writer thread reads the pipe
-  std::atomic<bool> terminating{false};    // a SIGTERM/SIGINT is being written
+  std::atomic<pid_t> writer_tid{0};        // that thread (gettid)
+  std::atomic<bool> terminating{false};    // a terminating signal is being written
   std::array<struct sigaction, handled_signals.size()> previous{};
   std::array<bool, handled_signals.size()> installed{};
 };
@@ -50,10 +68,20 @@ signal_state signals;  // constant-initialized: usable before any constructor ru
 
 std::atomic<bool> forked_child{false};
 std::atomic<std::uint64_t> failed_outputs{0};
+thread_local bool frozen_here = false;  // outputs_frozen_by_this_thread()
+
+pid_t this_thread_id() noexcept { return static_cast<pid_t>(::syscall(SYS_gettid)); }
 
 bool is_handler(const struct sigaction& a) noexcept {
   if ((a.sa_flags & SA_SIGINFO) != 0) return a.sa_sigaction != nullptr;
   return a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN && a.sa_handler != nullptr;
+}
+
+// Whether fragctl ends the process with `signo` after writing the outputs:
+// a terminating signal whose earlier handler, if any, fragctl does not call.
+bool ends_process(int signo) noexcept {
+  const std::size_t i = signal_index(signo);
+  return handled_signals[i].terminates && !is_handler(signals.previous[i]);
 }
 
 // Ends the process with `signo`'s default action. Async-signal-safe.
@@ -69,14 +97,38 @@ void die_of(int signo) noexcept {
   ::raise(signo);
 }
 
+// A signal this very thread sent itself (raise, abort): the thread would not
+// have gone on without fragctl.
+bool sent_by_this_thread(const siginfo_t* info) noexcept {
+  return info != nullptr && info->si_code == SI_TKILL && info->si_pid == ::getpid();
+}
+
+// Keeps the thread in the handler while the writer writes and ends the
+// process; ends it after self_signal_wait_s if the writer has not (it waits
+// for a lock this thread holds). Async-signal-safe.
+void wait_for_the_writer(int signo) noexcept {
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    const timespec step{0, 10'000'000};
+    ::nanosleep(&step, nullptr);
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec >= self_signal_wait_s) die_of(signo);
+  }
+}
+
 void on_signal(int signo, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   const struct sigaction& previous = signals.previous[signal_index(signo)];
   const bool chained = is_handler(previous);
-  const bool terminate = signo != SIGUSR1 && !chained;
+  const bool terminate = ends_process(signo);
   const bool writer = signals.writer_pid.load(std::memory_order_acquire) == ::getpid();
-  if (terminate && (!writer || signals.terminating.exchange(true))) die_of(signo);
+  // The writer thread itself (abort() during a flush) cannot wait for itself.
+  const bool on_writer = signals.writer_tid.load(std::memory_order_acquire) == this_thread_id();
+  if (terminate && (!writer || on_writer || signals.terminating.exchange(true))) die_of(signo);
   const int fd = signals.pipe_write.load(std::memory_order_acquire);
+  if (terminate && fd < 0) die_of(signo);  // no pipe: nothing would ever end the process
   if (writer && fd >= 0) {
     const auto byte = static_cast<unsigned char>(signo);
     // A full pipe means writes are pending already: dropping the byte is right,
@@ -84,6 +136,7 @@ void on_signal(int signo, siginfo_t* info, void* context) {
     if (::write(fd, &byte, 1) != 1 && terminate) die_of(signo);
   }
   errno = saved_errno;
+  if (terminate && sent_by_this_thread(info)) wait_for_the_writer(signo);
   if (!chained) return;
   if ((previous.sa_flags & SA_SIGINFO) != 0) {
     previous.sa_sigaction(signo, info, context);
@@ -106,14 +159,32 @@ class process_hooks {
 
   void install() { std::call_once(installed_, [this] { install_once(); }); }
 
-  void add(process_client& client, int layer) {
-    install();
+  // The fork handlers alone; registered when the library loads.
+  void install_fork() {
+    std::call_once(fork_installed_, [] {
+      // Their handlers first, so that their locks are taken after the clients'
+      // (fragctl/log.hpp, util/fork_safe_mutex.hpp).
+      (void)logger();
+      util::install_fork_safe_mutexes();
+      ::pthread_atfork([] { instance().fork_prepare(); }, [] { instance().fork_parent(); },
+                       [] { instance().fork_child(); });
+    });
+  }
+
+  // `writes`: a client with outputs, which needs the exit hook, the signal
+  // handlers and the writer thread.
+  void add(process_client& client, int layer, bool writes) {
+    if (writes)
+      install();
+    else
+      install_fork();
     const std::lock_guard lock(mutex_);
-    start_writer_locked();
+    if (writes) start_writer_locked();
     const auto same = [&](const client_slot& s) { return s.client == &client; };
     if (std::find_if(clients_.begin(), clients_.end(), same) != clients_.end()) return;
-    const auto after = [&](const client_slot& s) { return s.layer > layer; };
-    clients_.insert(std::find_if(clients_.begin(), clients_.end(), after), client_slot{&client, layer});
+    // Newest first within a layer (process_hooks.hpp).
+    const auto from = [&](const client_slot& s) { return s.layer >= layer; };
+    clients_.insert(std::find_if(clients_.begin(), clients_.end(), from), client_slot{&client, layer});
   }
 
   void remove(process_client& client) noexcept {
@@ -128,25 +199,38 @@ class process_hooks {
     return files;
   }
 
+  // The last flush, before a signal ends the process: every client frozen
+  // first, so that the report and the traces describe one moment. The locks
+  // are never released.
+  void flush_frozen(std::string_view reason) noexcept {
+    mutex_.lock();
+    frozen_here = true;
+    for (const client_slot& s : clients_) s.client->freeze();
+    for (const client_slot& s : clients_) s.client->flush(reason);
+  }
+
  private:
   process_hooks() = default;
 
   void install_once() {
-    (void)logger();  // created first, so that its fork handlers run after these (fragctl/log.hpp)
+    install_fork();
+    outputs_installed_.store(true, std::memory_order_release);
     std::atexit([] { instance().flush("exit"); });
-    ::pthread_atfork([] { instance().fork_prepare(); }, [] { instance().fork_parent(); },
-                     [] { instance().fork_child(); });
     open_pipe();
     struct sigaction action {};
     action.sa_sigaction = &on_signal;
     action.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&action.sa_mask);
     for (std::size_t i = 0; i < handled_signals.size(); ++i) {
-      const int signo = handled_signals[i];
+      const int signo = handled_signals[i].signo;
       struct sigaction current {};
       ::sigaction(signo, nullptr, &current);
-      // A terminating signal the process ignores stays ignored.
-      if (signo != SIGUSR1 && (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN) continue;
+      const bool is_default = (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_DFL;
+      const bool ignored = (current.sa_flags & SA_SIGINFO) == 0 && current.sa_handler == SIG_IGN;
+      // A terminating signal the process ignores stays ignored; one of the
+      // others with a handler of the program's keeps it.
+      if (handled_signals[i].terminates && ignored) continue;
+      if (handled_signals[i].only_if_default && !is_default) continue;
       signals.previous[i] = current;
       if (::sigaction(signo, &action, nullptr) != 0) {
         logger().warn("cannot install the handler of signal {} ({}); outputs are not written on it", signo,
@@ -162,8 +246,7 @@ class process_hooks {
   void open_pipe() noexcept {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
-      logger().warn("no pipe for signals ({}); outputs are not written on SIGTERM, SIGINT or SIGUSR1",
-                    std::strerror(errno));
+      logger().warn("no pipe for signals ({}); outputs are not written on a signal", std::strerror(errno));
       return;
     }
     ::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK);
@@ -178,11 +261,12 @@ class process_hooks {
   }
 
   // The writer thread: one flush per batch of signals; a terminating signal
-  // whose default action fragctl took over is re-raised after the flush.
+  // whose default action fragctl took over is re-raised after a frozen flush.
   void run_writer(int fd) noexcept {
+    signals.writer_tid.store(this_thread_id(), std::memory_order_release);
     sigset_t set;
     sigemptyset(&set);
-    for (const int signo : handled_signals) sigaddset(&set, signo);
+    for (const handled_signal& h : handled_signals) sigaddset(&set, h.signo);
     ::pthread_sigmask(SIG_BLOCK, &set, nullptr);  // the handler runs on the other threads
     std::array<unsigned char, 64> bytes{};
     for (;;) {
@@ -191,11 +275,17 @@ class process_hooks {
         if (n < 0 && errno == EINTR) continue;
         return;
       }
-      flush("signal");
-      for (ssize_t i = 0; i < n; ++i) {
+      int ending = 0;
+      for (ssize_t i = 0; i < n && ending == 0; ++i) {
         const int signo = bytes[static_cast<std::size_t>(i)];
-        if (signo != SIGUSR1 && !is_handler(signals.previous[signal_index(signo)])) die_of(signo);
+        if (ends_process(signo)) ending = signo;
       }
+      if (ending == 0) {
+        flush("signal");
+        continue;
+      }
+      flush_frozen("signal");
+      die_of(ending);
     }
   }
 
@@ -213,31 +303,47 @@ class process_hooks {
     mutex_.unlock();
   }
 
+  // Only a parent that had outputs (install_once) makes a "forked child"
+  // whose paths get ".<pid>" (expand_output_path).
   void fork_child() noexcept {
-    forked_child.store(true, std::memory_order_release);
+    const bool outputs = outputs_installed_.load(std::memory_order_acquire);
+    if (outputs) forked_child.store(true, std::memory_order_release);
     detail::output_claims_fork_child();
     for (auto it = clients_.rbegin(); it != clients_.rend(); ++it) it->client->fork_child();
-    // The writer thread stayed in the parent: the child gets its own pipe,
-    // and its own writer with its next client.
-    signals.writer_pid.store(0, std::memory_order_release);
-    signals.terminating.store(false, std::memory_order_release);
-    const int old_write = signals.pipe_write.exchange(-1, std::memory_order_acq_rel);
-    if (old_write >= 0) ::close(old_write);
-    if (pipe_read_ >= 0) ::close(pipe_read_);
-    pipe_read_ = -1;
-    open_pipe();
+    if (outputs) {
+      // The writer thread stayed in the parent: the child gets its own pipe,
+      // and its own writer with its next client.
+      signals.writer_pid.store(0, std::memory_order_release);
+      signals.writer_tid.store(0, std::memory_order_release);
+      signals.terminating.store(false, std::memory_order_release);
+      const int old_write = signals.pipe_write.exchange(-1, std::memory_order_acq_rel);
+      if (old_write >= 0) ::close(old_write);
+      if (pipe_read_ >= 0) ::close(pipe_read_);
+      pipe_read_ = -1;
+      open_pipe();
+    }
     mutex_.unlock();
   }
 
   std::mutex mutex_;
-  std::vector<client_slot> clients_;  // ascending layer, then in order of addition
+  std::vector<client_slot> clients_;  // ascending layer, the newest first within one
   std::once_flag installed_;
+  std::once_flag fork_installed_;
+  std::atomic<bool> outputs_installed_{false};  // install_once ran
   int pipe_read_ = -1;
 };
 
+// When the library loads, before any thread of the program's: every
+// thread-safe allocator relies on the fork handlers, and a fork() while
+// another thread is inside a first initialization would leave the child's
+// copy of its guard taken.
+[[maybe_unused]] const bool fork_handlers_at_load = (process_hooks::instance().install_fork(), true);
+
 }  // namespace
 
-void add_process_client(process_client& client, int layer) { process_hooks::instance().add(client, layer); }
+void add_process_client(process_client& client, int layer) { process_hooks::instance().add(client, layer, true); }
+
+void add_fork_client(process_client& client, int layer) { process_hooks::instance().add(client, layer, false); }
 
 void remove_process_client(process_client& client) noexcept { process_hooks::instance().remove(client); }
 
@@ -252,5 +358,7 @@ std::uint64_t output_failures() noexcept { return failed_outputs.load(std::memor
 void install_process_hooks() { process_hooks::instance().install(); }
 
 bool is_forked_child() noexcept { return forked_child.load(std::memory_order_acquire); }
+
+bool outputs_frozen_by_this_thread() noexcept { return frozen_here; }
 
 }  // namespace fragctl

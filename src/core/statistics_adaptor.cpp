@@ -19,6 +19,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/oom.hpp"
+#include "util/fork_safe_mutex.hpp"
 
 namespace fragctl {
 
@@ -68,7 +69,8 @@ struct statistics_adaptor::counters {
   std::array<std::atomic<std::uint64_t>, size_histogram_buckets> histogram{};
   std::atomic<std::uint64_t> histogram_sum{0};
   // The latest OOM events; OOMs are rare, so a lock is cheap enough here.
-  mutable std::mutex oom_mutex;
+  // Fork-safe: a leaf, taken under the allocator's lock or none.
+  mutable util::fork_safe_mutex oom_mutex;
   std::deque<oom_event> oom_events;
 
   void freed(std::size_t requested_bytes, std::size_t allocated_bytes) noexcept {

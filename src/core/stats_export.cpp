@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/atomic_file.hpp"
+#include "core/json_io.hpp"
 #include "core/launcher_identity.hpp"
 #include "core/memory_map_json.hpp"
 #include "core/stats_json.hpp"
@@ -45,12 +46,13 @@ std::string stats_export_to_json(const std::vector<stats_export_entry>& allocato
       {"world_size", figure(who.world_size)},
       {"allocators", std::move(list)},
   };
-  return doc.dump(2);
+  return detail::dump_json(doc);
 }
 
 absl::StatusOr<std::vector<allocator_stats>> stats_export_from_json(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("report JSON: not valid JSON");
+  auto parsed = detail::parse_json(text, "report JSON");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = *parsed;
   std::vector<allocator_stats> out;
   if (!j.is_object() || !j.contains("allocators")) {
     auto one = detail::stats_from_json_value(j, "report JSON");

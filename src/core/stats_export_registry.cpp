@@ -7,7 +7,8 @@
 // file is written; sources are called under it, which is what lets
 // retire_stats_export promise that a source is never called after it
 // returns. Lock order: the process hooks' lock, this mutex, the allocators'
-// locks (fork_prepare takes them in that order, as a write does).
+// locks (a source takes its allocator's; at fork each allocator takes its
+// own as a client of the hooks, after this one: process_hooks.hpp).
 #include <algorithm>
 #include <exception>
 #include <mutex>
@@ -31,7 +32,6 @@ struct registration {
   stats_export_outputs outputs;
   stats_source source;                      // empty once retired
   memory_map_source map_source;             // empty once retired, or never given
-  allocator_lock lock;                      // empty once retired, or never given
   std::optional<stats_export_entry> final;  // set once retired
   std::vector<detail::output_claim> claims;  // its paths', held until retired
 };
@@ -43,8 +43,7 @@ class stats_export_registry final : public process_client {
     return *registry;
   }
 
-  void add(const void* owner, stats_export_outputs outputs, stats_source source, memory_map_source map_source,
-           allocator_lock lock) {
+  void add(const void* owner, stats_export_outputs outputs, stats_source source, memory_map_source map_source) {
     if (outputs.json_path.empty() && outputs.prometheus_path.empty()) return;
     add_process_client(*this, process_layer_stats_export);
     if (!outputs.prometheus_path.empty() && outputs.interval.count() == 0) {
@@ -67,8 +66,8 @@ class stats_export_registry final : public process_client {
         std::thread([] { instance().run_intervals(); }).detach();
       }
     }
-    entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::move(lock),
-                        std::nullopt, std::move(claims)});
+    entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::nullopt,
+                        std::move(claims)});
   }
 
   void retire(const void* owner) noexcept {
@@ -79,7 +78,6 @@ class stats_export_registry final : public process_client {
       e.final = item_of(e, /*with_map=*/true);
       e.source = nullptr;
       e.map_source = nullptr;
-      e.lock = {};
       e.owner = nullptr;
       paths json;
       paths prometheus;
@@ -94,8 +92,10 @@ class stats_export_registry final : public process_client {
 
   // Writes each file that has a live allocator once. A file whose allocators
   // are all retired is left alone: its last write holds the final numbers.
+  // On the writer thread after freeze(), the mutex is its own already.
   std::size_t write_all(std::string_view reason) noexcept {
-    const std::lock_guard guard(mutex_);
+    std::unique_lock guard(mutex_, std::defer_lock);
+    if (!outputs_frozen_by_this_thread()) guard.lock();
     paths json;
     paths prometheus;
     for (const registration& e : entries_) {
@@ -108,22 +108,16 @@ class stats_export_registry final : public process_client {
 
   std::size_t flush(std::string_view reason) noexcept override { return write_all(reason); }
 
-  void fork_prepare() noexcept override {
-    mutex_.lock();
-    for (const registration& e : entries_)
-      if (e.lock.lock) e.lock.lock();
-  }
-
-  void fork_parent() noexcept override {
-    unlock_allocators();
-    mutex_.unlock();
-  }
+  void fork_prepare() noexcept override { mutex_.lock(); }
+  void fork_parent() noexcept override { mutex_.unlock(); }
+  // No allocator is registered or retired, no interval write starts, until
+  // the process ends.
+  void freeze() noexcept override { mutex_.lock(); }
 
   // The child forgets its parent's allocators: their reports are the
   // parent's to write. Its own threads are gone, so the interval thread
   // starts again with the child's first interval registration.
   void fork_child() noexcept override {
-    unlock_allocators();
     entries_.clear();
     interval_ = std::chrono::milliseconds{0};
     interval_thread_started_ = false;
@@ -137,11 +131,6 @@ class stats_export_registry final : public process_client {
 
   static void add_unique(paths& list, const std::string& path) {
     if (!path.empty() && std::find(list.begin(), list.end(), path) == list.end()) list.push_back(path);
-  }
-
-  void unlock_allocators() noexcept {
-    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
-      if (it->lock.unlock) it->lock.unlock();
   }
 
   // Keeps the final statistics of the newest stats_export_retired_kept retired
@@ -236,8 +225,8 @@ class stats_export_registry final : public process_client {
 }  // namespace
 
 void register_stats_export(const void* owner, const stats_export_outputs& outputs, stats_source source,
-                           memory_map_source map_source, allocator_lock lock) {
-  stats_export_registry::instance().add(owner, outputs, std::move(source), std::move(map_source), std::move(lock));
+                           memory_map_source map_source) {
+  stats_export_registry::instance().add(owner, outputs, std::move(source), std::move(map_source));
 }
 
 void retire_stats_export(const void* owner) noexcept { stats_export_registry::instance().retire(owner); }

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/json_io.hpp"
 #include "core/stats_json.hpp"
 #include "fmt/format.h"
 #include "fragctl/stats.hpp"
@@ -259,11 +260,12 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
 
 }  // namespace detail
 
-std::string to_json(const allocator_stats& s) { return detail::stats_to_json_value(s).dump(2); }
+std::string to_json(const allocator_stats& s) { return detail::dump_json(detail::stats_to_json_value(s)); }
 
 absl::StatusOr<allocator_stats> stats_from_json(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("stats JSON: not valid JSON");
+  auto parsed = detail::parse_json(text, "stats JSON");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& j = *parsed;
   if (j.is_object() && j.contains("allocators")) {
     const nlohmann::json& list = j["allocators"];
     if (!list.is_array()) return absl::InvalidArgumentError("report JSON: \"allocators\" is not an array");

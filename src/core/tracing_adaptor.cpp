@@ -8,8 +8,10 @@
 // meets a free of an unknown address. Addresses and streams are decimal
 // integers, time_us is a monotonic clock in microseconds. Every flush by the
 // process hooks and the close end what is written with an `end` row whose
-// size column is the number of rows before it, so a reader tells a complete
-// trace from a truncated or interleaved one. Rows are formatted
+// size column is the number of rows before it, and the line after the header
+// says so (trace_end_row_promise): a file cut anywhere (SIGKILL) does not end
+// with its `end` row, so a reader tells a complete trace from a cut or
+// interleaved one (trace_completeness). Rows are formatted
 // into a memory buffer and written in large chunks, and whenever the process
 // hooks flush (fragctl/process_hooks.hpp): at exit(), on SIGTERM / SIGINT /
 // SIGUSR1, on fragctl_flush(). The buffer has its own lock, taken inside the
@@ -181,7 +183,10 @@ struct tracing_adaptor::sink final : process_client {
     out = std::move(*opened);
     file = gz_on(out.fd(), compressed);
     if (file == nullptr) throw error(fmt::format("trace: cannot open \"{}\" for writing", path));
-    if (fresh) fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
+    if (fresh) {
+      fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
+      fmt::format_to(std::back_inserter(buffer), "{}\n", trace_end_row_promise);
+    }
     write_locked();
     sync_locked();
     if (failed) throw error(fmt::format("trace: cannot write \"{}\"", path));

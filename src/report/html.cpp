@@ -1,12 +1,14 @@
 // The HTML report: one self-contained page (inline CSS, JavaScript and SVG;
 // nothing is fetched), readable without scripts. The script adds a tooltip
 // that follows the pointer over the memory maps and marks the page ready
-// (<body data-ready="1">) once it ran, which the browser test checks.
+// (<body data-ready="1">) once it ran, which the browser test checks. Every
+// string is written through markup::emit, so escaped (report/markup.hpp).
 #include <algorithm>
 #include <iterator>
 
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
+#include "report/markup.hpp"
 #include "report/ranks.hpp"
 #include "report/render_util.hpp"
 #include "report/svg.hpp"
@@ -16,9 +18,10 @@ namespace fragctl {
 namespace {
 
 using report_detail::bytes;
-using report_detail::escape_xml;
+using report_detail::constant_markup;
+using report_detail::markup;
 
-constexpr std::string_view style = R"css(
+constexpr constant_markup style{R"css(
 :root { --ink: #263238; --muted: #607d8b; --line: #cfd8dc; --bg: #fafafa; }
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink); background: var(--bg);
        margin: 0 auto; padding: 16px 24px 48px; max-width: 1120px; }
@@ -36,6 +39,7 @@ th, td { border: 1px solid var(--line); padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 td.delta { color: var(--muted); }
 .headline { font-weight: 600; }
+p.warning { color: #c62828; font-weight: 600; margin: 4px 0; }
 .figure { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 6px; overflow-x: auto; }
 .bars td.bar { text-align: left; width: 60%; }
 .bars .fill { background: #1f78b4; height: 10px; border-radius: 2px; }
@@ -47,9 +51,9 @@ td.delta { color: var(--muted); }
            border-radius: 4px; display: none; white-space: pre; z-index: 10; }
 svg .block:hover { stroke: #000; stroke-width: 1; }
 details > summary { cursor: pointer; color: var(--muted); margin: 6px 0; }
-)css";
+)css"};
 
-constexpr std::string_view script = R"js(
+constexpr constant_markup script{R"js(
 (function () {
   function human(n) {
     n = Number(n);
@@ -88,112 +92,113 @@ constexpr std::string_view script = R"js(
   document.body.dataset.blocks = String(blocks.length);
   document.body.dataset.ready = "1";
 })();
-)js";
+)js"};
 
-void card(std::string& out, std::string_view label, const std::string& value, bool bad = false,
-          std::size_t raw_bytes = 0) {
-  fmt::format_to(std::back_inserter(out), "<div class=\"card{}\"{}><div class=\"value\">{}</div><div class=\"label\">{}</div></div>\n",
-                 bad ? " bad" : "", raw_bytes > 0 ? fmt::format(" data-bytes=\"{}\"", raw_bytes) : "",
-                 escape_xml(value), escape_xml(label));
+void card(markup& out, std::string_view label, const std::string& value, bool bad = false, std::size_t raw_bytes = 0) {
+  markup data;
+  if (raw_bytes > 0) data.emit(" data-bytes=\"{}\"", raw_bytes);
+  out.emit("<div class=\"card{}\"{}><div class=\"value\">{}</div><div class=\"label\">{}</div></div>\n",
+           bad ? constant_markup(" bad") : constant_markup(""), data, value, label);
 }
 
-void comparison(std::string& out, const std::vector<run_report>& runs) {
-  auto it = std::back_inserter(out);
-  out += "<section id=\"comparison\"><h2>Comparison</h2>\n";
+void comparison(markup& out, const std::vector<run_report>& runs) {
+  out.emit("<section id=\"comparison\"><h2>Comparison</h2>\n");
   for (std::size_t i = 1; i < runs.size(); ++i) {
-    fmt::format_to(it, "<p class=\"headline\">{}</p>\n", escape_xml(report_detail::comparison_headline(runs[0], runs[i])));
+    out.emit("<p class=\"headline\">{}</p>\n", report_detail::comparison_headline(runs[0], runs[i]));
   }
-  out += "<table class=\"comparison\"><tr><th></th>";
+  out.emit("<table class=\"comparison\"><tr><th></th>");
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    fmt::format_to(it, "<th>{}</th>", escape_xml(runs[i].name));
-    if (i > 0) fmt::format_to(it, "<th>vs {}</th>", escape_xml(runs[0].name));
+    out.emit("<th>{}</th>", runs[i].name);
+    if (i > 0) out.emit("<th>vs {}</th>", runs[0].name);
   }
-  out += "</tr>\n";
+  out.emit("</tr>\n");
   for (const report_detail::comparison_row& row : report_detail::comparison_rows(runs)) {
-    fmt::format_to(it, "<tr><td>{}</td>", escape_xml(row.label));
+    out.emit("<tr><td>{}</td>", row.label);
     for (std::size_t i = 0; i < runs.size(); ++i) {
-      fmt::format_to(it, "<td>{}</td>", escape_xml(row.values[i]));
-      if (i > 0) fmt::format_to(it, "<td class=\"delta\">{}</td>", escape_xml(row.deltas[i - 1]));
+      out.emit("<td>{}</td>", row.values[i]);
+      if (i > 0) out.emit("<td class=\"delta\">{}</td>", row.deltas[i - 1]);
     }
-    out += "</tr>\n";
+    out.emit("</tr>\n");
   }
-  out += "</table></section>\n";
+  out.emit("</table></section>\n");
 }
 
-void histogram(std::string& out, const allocator_stats& s) {
+void histogram(markup& out, const allocator_stats& s) {
   std::uint64_t most = 0;
   for (const std::uint64_t n : s.size_histogram) most = std::max(most, n);
-  out += "<h3>Request sizes</h3>\n";
+  out.emit("<h3>Request sizes</h3>\n");
   if (most == 0) {
-    out += "<p class=\"note\">no allocations</p>\n";
+    out.emit("<p class=\"note\">no allocations</p>\n");
     return;
   }
-  out += "<table class=\"bars\"><tr><th>size</th><th>allocations</th><th></th></tr>\n";
+  out.emit("<table class=\"bars\"><tr><th>size</th><th>allocations</th><th></th></tr>\n");
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) {
     if (s.size_histogram[i] == 0) continue;
-    fmt::format_to(std::back_inserter(out),
-                   "<tr><td>{} - {}</td><td>{}</td><td class=\"bar\"><div class=\"fill\" style=\"width:{:.1f}%\">"
-                   "</div></td></tr>\n",
-                   report_detail::pow2_label(i), report_detail::pow2_label(i + 1), s.size_histogram[i],
-                   100.0 * static_cast<double>(s.size_histogram[i]) / static_cast<double>(most));
+    out.emit(
+        "<tr><td>{} - {}</td><td>{}</td><td class=\"bar\"><div class=\"fill\" style=\"width:{:.1f}%\">"
+        "</div></td></tr>\n",
+        report_detail::pow2_label(i), report_detail::pow2_label(i + 1), s.size_histogram[i],
+        100.0 * static_cast<double>(s.size_histogram[i]) / static_cast<double>(most));
   }
-  out += "</table>\n";
+  out.emit("</table>\n");
 }
 
-void wasted(std::string& out, const memory_snapshot& m) {
+void wasted(markup& out, const memory_snapshot& m) {
   const auto ranked = report_detail::rank_wasted(m);
-  out += "<h3>Top wasted regions</h3>\n";
+  out.emit("<h3>Top wasted regions</h3>\n");
   if (ranked.empty()) {
-    out += "<p class=\"note\">no segment holds free or pending bytes</p>\n";
+    out.emit("<p class=\"note\">no segment holds free or pending bytes</p>\n");
     return;
   }
-  out += "<table class=\"wasted\"><tr><th>segment</th><th>size</th><th>pool</th><th>stream</th><th>live</th>"
-         "<th>free</th><th>pending</th><th>holes</th><th>largest hole</th></tr>\n";
+  out.emit(
+      "<table class=\"wasted\"><tr><th>segment</th><th>size</th><th>pool</th><th>stream</th><th>live</th>"
+      "<th>free</th><th>pending</th><th>holes</th><th>largest hole</th></tr>\n");
   for (std::size_t i = 0; i < ranked.size() && i < 10; ++i) {
     const auto& w = ranked[i];
-    fmt::format_to(std::back_inserter(out),
-                   "<tr><td>{:#x}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                   "<td>{}</td></tr>\n",
-                   w.segment->address, bytes(w.segment->size), escape_xml(w.segment->pool),
-                   report_detail::stream_name(w.segment->stream), bytes(w.live), bytes(w.free), bytes(w.pending),
-                   w.free_blocks, bytes(w.largest_free));
+    out.emit(
+        "<tr><td>{:#x}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        w.segment->address, bytes(w.segment->size), w.segment->pool, report_detail::stream_name(w.segment->stream),
+        bytes(w.live), bytes(w.free), bytes(w.pending), w.free_blocks, bytes(w.largest_free));
   }
-  out += "</table>\n";
+  out.emit("</table>\n");
 }
 
-void ooms(std::string& out, const allocator_stats& s) {
+void ooms(markup& out, const allocator_stats& s) {
   if (s.ooms == 0) return;
-  fmt::format_to(std::back_inserter(out), "<h3>OOM events ({}{})</h3>\n<ul class=\"oom-list\">\n", s.ooms,
-                 s.oom_events.size() < s.ooms ? fmt::format(", the last {} kept", s.oom_events.size()) : "");
+  out.emit("<h3>OOM events ({}{})</h3>\n<ul class=\"oom-list\">\n", s.ooms,
+           s.oom_events.size() < s.ooms ? fmt::format(", the last {} kept", s.oom_events.size()) : "");
   for (const oom_event& e : s.oom_events) {
-    fmt::format_to(std::back_inserter(out), "<li><span class=\"verdict {}\">{}</span> allocation #{}: {}</li>\n",
-                   to_string(e.verdict), to_string(e.verdict), e.sequence, escape_xml(describe(e, s.allocator)));
+    out.emit("<li><span class=\"verdict {}\">{}</span> allocation #{}: {}</li>\n", to_string(e.verdict),
+             to_string(e.verdict), e.sequence, describe(e, s.allocator));
   }
-  out += "</ul>\n";
+  out.emit("</ul>\n");
 }
 
-void backend_calls(std::string& out, const allocator_stats& s) {
-  fmt::format_to(std::back_inserter(out), "<h3>Backend calls ({} memory calls, {} in all)</h3>\n<table class=\"calls\"><tr>",
-                 s.backend_calls.memory_calls(), s.backend_calls.total_calls());
-  std::string values;
+void backend_calls(markup& out, const allocator_stats& s) {
+  out.emit("<h3>Backend calls ({} memory calls, {} in all)</h3>\n<table class=\"calls\"><tr>",
+           s.backend_calls.memory_calls(), s.backend_calls.total_calls());
+  markup values;
   for (std::size_t i = 0; i < s.backend_calls.calls.size(); ++i) {
     if (s.backend_calls.calls[i] == 0) continue;
-    fmt::format_to(std::back_inserter(out), "<th>{}</th>", to_string(static_cast<backend_call>(i)));
-    fmt::format_to(std::back_inserter(values), "<td>{}</td>", s.backend_calls.calls[i]);
+    out.emit("<th>{}</th>", to_string(static_cast<backend_call>(i)));
+    values.emit("<td>{}</td>", s.backend_calls.calls[i]);
   }
-  out += "</tr><tr>" + values + "</tr></table>\n";
+  out.emit("</tr><tr>{}</tr></table>\n", values);
 }
 
-void run_section(std::string& out, const run_report& r, std::size_t index) {
-  auto it = std::back_inserter(out);
+void run_section(markup& out, const run_report& r, std::size_t index) {
   const allocator_stats& s = r.stats;
-  fmt::format_to(it, "<section class=\"run\" id=\"run-{}\"><h2>{}</h2>\n", index, escape_xml(r.name));
-  fmt::format_to(it, "<p class=\"meta\">{} &middot; allocator <b>{}</b> on {} device {}{}</p>\n", escape_xml(r.source),
-                 escape_xml(s.allocator), escape_xml(s.backend), s.device,
-                 r.kind == "replay" ? fmt::format(" &middot; replayed: {} operations, median {:.0f} ns",
-                                                  r.replay.operations, r.replay.median_ns)
-                                    : "");
-  out += "<div class=\"cards\">\n";
+  out.emit("<section class=\"run\" id=\"run-{}\"><h2>{}</h2>\n", index, r.name);
+  markup replayed;
+  if (r.kind == "replay") {
+    replayed.emit(" &middot; replayed: {} operations, median {:.0f} ns", r.replay.operations, r.replay.median_ns);
+  }
+  out.emit("<p class=\"meta\">{} &middot; allocator <b>{}</b> on {} device {}{}</p>\n", r.source, s.allocator,
+           s.backend, s.device, replayed);
+  for (const std::string& warning : report_detail::inconsistencies(s))
+    out.emit("<p class=\"warning\">warning: {}</p>\n", warning);
+  out.emit("<div class=\"cards\">\n");
   card(out, "peak reserved", bytes(s.reserved.peak), false, s.reserved.peak);
   card(out, "peak requested", bytes(s.requested.peak), false, s.requested.peak);
   card(out, "reserved / requested", fmt::format("{:.3f}", s.reserved_over_requested()), s.reserved_over_requested() > 1.2);
@@ -202,16 +207,15 @@ void run_section(std::string& out, const run_report& r, std::size_t index) {
   card(out, "largest free block", bytes(s.pool.largest_free_block), false, s.pool.largest_free_block);
   card(out, "reserved now", bytes(s.reserved.current), false, s.reserved.current);
   card(out, "OOMs", fmt::format("{}", s.ooms), s.ooms > 0);
-  out += "</div>\n";
+  out.emit("</div>\n");
 
   if (r.kind == "replay" && !r.time.points.empty()) {
-    out += "<h3>Timeline: requested vs reserved</h3>\n<div class=\"figure\">\n";
-    out += report_detail::timeline_svg(r.time, 1060, 300);
-    out += "</div>\n";
+    out.emit("<h3>Timeline: requested vs reserved</h3>\n<div class=\"figure\">\n{}</div>\n",
+             report_detail::timeline_svg(r.time, 1060, 300));
   }
   const labelled_map* primary = report_detail::primary_map(r);
   if (primary == nullptr) {
-    fmt::format_to(it, "<h3>Memory map</h3>\n<p class=\"note\">{}</p>\n", escape_xml(report_detail::no_map_reason(r)));
+    out.emit("<h3>Memory map</h3>\n<p class=\"note\">{}</p>\n", report_detail::no_map_reason(r));
   } else {
     std::size_t map_index = 0;
     for (const labelled_map& m : r.maps) {
@@ -219,11 +223,11 @@ void run_section(std::string& out, const run_report& r, std::size_t index) {
       const std::string id = fmt::format("r{}m{}", index, map_index++);
       const map_options options{960, 14, 400};
       if (&m == primary) {
-        fmt::format_to(it, "<h3>Memory map {}</h3>\n<div class=\"figure\">\n{}</div>\n", escape_xml(m.label),
-                       report_detail::map_svg(m, options, false, id));
+        out.emit("<h3>Memory map {}</h3>\n<div class=\"figure\">\n{}</div>\n", m.label,
+                 report_detail::map_svg(m, options, false, id));
       } else {
-        fmt::format_to(it, "<details><summary>Memory map {}</summary>\n<div class=\"figure\">\n{}</div></details>\n",
-                       escape_xml(m.label), report_detail::map_svg(m, options, false, id));
+        out.emit("<details><summary>Memory map {}</summary>\n<div class=\"figure\">\n{}</div></details>\n", m.label,
+                 report_detail::map_svg(m, options, false, id));
       }
     }
     wasted(out, primary->map);
@@ -231,31 +235,31 @@ void run_section(std::string& out, const run_report& r, std::size_t index) {
   histogram(out, s);
   ooms(out, s);
   backend_calls(out, s);
-  out += "</section>\n";
+  out.emit("</section>\n");
 }
 
 }  // namespace
 
 std::string render_html(const std::vector<run_report>& runs) {
-  std::string out;
-  auto it = std::back_inserter(out);
+  markup out;
   std::string title = "fragctl report";
   if (runs.size() == 1) title += ": " + runs.front().name;
-  fmt::format_to(it,
-                 "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n"
-                 "<style>{}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
-                 escape_xml(title), style, escape_xml(title));
-  out += "<p class=\"meta\">Where the memory went: bytes held from the device (reserved) against bytes the program "
-         "had live (requested). Hover a block of a memory map for its address, size and stream.</p>\n";
+  out.emit(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n"
+      "<style>{}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
+      title, style, title);
+  out.emit(
+      "<p class=\"meta\">Where the memory went: bytes held from the device (reserved) against bytes the program "
+      "had live (requested). Hover a block of a memory map for its address, size and stream.</p>\n");
   if (runs_are_ranks(runs)) {
     report_detail::rank_section_html(out, runs);
   } else if (runs.size() > 1) {
     comparison(out, runs);
   }
   for (std::size_t i = 0; i < runs.size(); ++i) run_section(out, runs[i], i);
-  fmt::format_to(it, "<div id=\"tooltip\"></div>\n<script>{}</script>\n</body>\n</html>\n", script);
-  return out;
+  out.emit("<div id=\"tooltip\"></div>\n<script>{}</script>\n</body>\n</html>\n", script);
+  return std::move(out).str();
 }
 
 }  // namespace fragctl

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/json_io.hpp"
 #include "core/memory_map_json.hpp"
 #include "core/stats_json.hpp"
 #include "fmt/format.h"
@@ -227,10 +228,10 @@ absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, con
 }  // namespace
 
 absl::StatusOr<std::vector<run_report>> run_reports_from_json(std::string_view text, const std::string& source) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(fmt::format("{}: not valid JSON", source));
+  auto j = detail::parse_json(text, source);
+  if (!j.ok()) return j.status();
   try {
-    return reports_from_document(j, source);
+    return reports_from_document(*j, source);
   } catch (const json::exception& e) {  // a check above missed a type: still an error naming the file
     return absl::InvalidArgumentError(fmt::format("{}: unexpected JSON content: {}", source, e.what()));
   }
@@ -267,6 +268,8 @@ absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path
   const std::size_t first = content.find_first_not_of(" \t\r\n");
   const bool json_like = first != std::string::npos && (content[first] == '{' || content[first] == '[');
   if (json_like) {
+    // Neither a report nor a snapshot nests this deep: the error is the file's.
+    if (const auto deep = detail::json_too_deep(content)) return detail::json_too_deep_error(path, *deep);
     const json j = json::parse(content, nullptr, /*allow_exceptions=*/false);
     if (!j.is_discarded() && (is_report_json(j) || is_replay_json(j))) return run_reports_from_json(content, path);
   }

@@ -14,6 +14,7 @@
 #include <iterator>
 
 #include "fmt/format.h"
+#include "report/markup.hpp"
 #include "report/render_util.hpp"
 #include "report/svg.hpp"
 
@@ -50,6 +51,11 @@ std::size_t row_bytes_for(const memory_snapshot& m) {
   std::size_t largest = 0;
   for (const memory_segment& s : m.segments) largest = std::max(largest, s.size);
   const std::size_t wanted = std::max(largest, m.reserved_bytes() / target_rows);
+  // A damaged report's segment can claim up to 2^64 - 1 bytes, whose power of
+  // two is not representable (std::bit_ceil's undefined case): rows then hold
+  // 2^63 bytes and the one segment overflows its row.
+  constexpr std::size_t largest_row = std::size_t{1} << 63;
+  if (wanted > largest_row) return largest_row;
   return std::bit_ceil(std::max<std::size_t>(wanted, 2 * MiB));
 }
 
@@ -87,42 +93,43 @@ class map_writer {
     return header_height + static_cast<double>(rows_) * options_.row_height + (omitted_ > 0 ? 16 : 0) + legend_height;
   }
 
-  std::string draw(const std::string& label, bool standalone) {
-    std::string out;
-    auto it = std::back_inserter(out);
-    fmt::format_to(it,
-                   "<svg {}class=\"memory-map\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
-                   "data-segments=\"{}\" data-blocks=\"{}\" data-row-bytes=\"{}\" font-family=\"sans-serif\" "
-                   "font-size=\"11\">\n",
-                   standalone ? "xmlns=\"http://www.w3.org/2000/svg\" " : "", width(), height(), width(), height(),
-                   map_.segments.size(), map_.block_count(), row_bytes_);
+  markup draw(const std::string& label, bool standalone) {
+    markup out;
+    out.emit(
+        "<svg {}class=\"memory-map\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
+        "data-segments=\"{}\" data-blocks=\"{}\" data-row-bytes=\"{}\" font-family=\"sans-serif\" "
+        "font-size=\"11\">\n",
+        standalone ? constant_markup("xmlns=\"http://www.w3.org/2000/svg\" ") : constant_markup(""), width(), height(),
+        width(), height(), map_.segments.size(), map_.block_count(), row_bytes_);
     if (standalone) {
-      out += "<style>.block:hover{stroke:#000;stroke-width:1}.segment{fill:none;stroke:#455a64;stroke-width:0.6}"
-             "text{fill:#263238}</style>\n";
+      out.emit(
+          "<style>.block:hover{{stroke:#000;stroke-width:1}}.segment{{fill:none;stroke:#455a64;stroke-width:0.6}}"
+          "text{{fill:#263238}}</style>\n");
     }
-    fmt::format_to(it, "<defs><pattern id=\"{}-pending\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
-           "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff3c4\"/><line x1=\"0\" y1=\"0\" "
-           "x2=\"0\" y2=\"6\" stroke=\"#f9a825\" stroke-width=\"3\"/></pattern></defs>\n", id_);
-    fmt::format_to(it,
-                   "<text class=\"map-title\" x=\"{}\" y=\"16\" font-size=\"13\">{}{}{} segment{}, {} reserved: {} live, "
-                   "{} free, {} pending; one row = {}</text>\n",
-                   margin_left, escape_xml(label), label.empty() ? "" : " \u2014 ", map_.segments.size(),
-                   map_.segments.size() == 1 ? "" : "s",
-                   bytes(map_.reserved_bytes()), bytes(map_.bytes(block_use::live)), bytes(map_.bytes(block_use::free)),
-                   bytes(map_.bytes(block_use::pending)), bytes(row_bytes_));
+    out.emit(
+        "<defs><pattern id=\"{}-pending\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+        "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff3c4\"/><line x1=\"0\" y1=\"0\" "
+        "x2=\"0\" y2=\"6\" stroke=\"#f9a825\" stroke-width=\"3\"/></pattern></defs>\n",
+        id_);
+    out.emit(
+        "<text class=\"map-title\" x=\"{}\" y=\"16\" font-size=\"13\">{}{}{} segment{}, {} reserved: {} live, "
+        "{} free, {} pending; one row = {}</text>\n",
+        margin_left, label, label.empty() ? "" : " \u2014 ", map_.segments.size(), map_.segments.size() == 1 ? "" : "s",
+        bytes(map_.reserved_bytes()), bytes(map_.bytes(block_use::live)), bytes(map_.bytes(block_use::free)),
+        bytes(map_.bytes(block_use::pending)), bytes(row_bytes_));
     for (std::size_t r = 0; r < rows_; ++r) {
-      fmt::format_to(it, "<text class=\"row-label\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
-                     margin_left - 6, y_of(r) + options_.row_height * 0.75, bytes(r * row_bytes_));
+      out.emit("<text class=\"row-label\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", margin_left - 6,
+               y_of(r) + options_.row_height * 0.75, bytes(r * row_bytes_));
     }
     for (const placed_segment& p : placed_) segment(out, p);
     double y = header_height + static_cast<double>(rows_) * options_.row_height;
     if (omitted_ > 0) {
-      fmt::format_to(it, "<text class=\"omitted\" x=\"{}\" y=\"{:.1f}\">{} more segments ({}) not drawn</text>\n",
-                     margin_left, y + 12, omitted_, bytes(omitted_bytes_));
+      out.emit("<text class=\"omitted\" x=\"{}\" y=\"{:.1f}\">{} more segments ({}) not drawn</text>\n", margin_left,
+               y + 12, omitted_, bytes(omitted_bytes_));
       y += 16;
     }
     legend(out, y + 8);
-    out += "</svg>\n";
+    out.emit("</svg>\n");
     return out;
   }
 
@@ -134,20 +141,19 @@ class map_writer {
     return static_cast<double>(bytes_in_row) / static_cast<double>(row_bytes_) * options_.width;
   }
 
-  void segment(std::string& out, const placed_segment& p) {
-    auto it = std::back_inserter(out);
+  void segment(markup& out, const placed_segment& p) {
     const memory_segment& s = *p.segment;
     const double x0 = margin_left + px(p.offset);
     const double y = y_of(p.row) + 1;
     const double h = options_.row_height - 2;
-    fmt::format_to(it,
-                   "<g class=\"segment-group\" data-address=\"{:#x}\" data-size=\"{}\" data-pool=\"{}\" "
-                   "data-stream=\"{}\">\n",
-                   s.address, s.size, escape_xml(s.pool), stream_name(s.stream));
+    out.emit(
+        "<g class=\"segment-group\" data-address=\"{:#x}\" data-size=\"{}\" data-pool=\"{}\" data-stream=\"{}\">\n",
+        s.address, s.size, s.pool, stream_name(s.stream));
     // Free space shows where no block covers the segment (blocks omitted too).
-    fmt::format_to(it, "<rect class=\"segment-free\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
-                       "fill=\"#eceff1\"/>\n",
-                   x0, y, std::max(px(s.size), 0.5), h);
+    out.emit(
+        "<rect class=\"segment-free\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
+        "fill=\"#eceff1\"/>\n",
+        x0, y, std::max(px(s.size), 0.5), h);
     std::size_t i = 0;
     while (i < s.blocks.size()) {
       const memory_block& b = s.blocks[i];
@@ -173,12 +179,12 @@ class map_writer {
       }
       i = j;
     }
-    fmt::format_to(it,
-                   "<rect class=\"segment\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"none\" "
-                   "stroke=\"#455a64\" stroke-width=\"0.6\"><title>segment {:#x}: {} ({} pool, stream {})</title></rect>\n"
-                   "</g>\n",
-                   x0, y, std::max(px(s.size), 0.5), h, s.address, bytes(s.size), s.pool.empty() ? "-" : s.pool,
-                   stream_name(s.stream));
+    out.emit(
+        "<rect class=\"segment\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"none\" "
+        "stroke=\"#455a64\" stroke-width=\"0.6\"><title>segment {:#x}: {} ({} pool, stream {})</title></rect>\n"
+        "</g>\n",
+        x0, y, std::max(px(s.size), 0.5), h, s.address, bytes(s.size), s.pool.empty() ? "-" : s.pool,
+        stream_name(s.stream));
   }
 
   [[nodiscard]] std::string fill_of(block_use use, std::size_t size) const {
@@ -193,31 +199,29 @@ class map_writer {
     return "#eceff1";
   }
 
-  void block(std::string& out, const memory_block& b, double x, double y, double w, double h) const {
+  void block(markup& out, const memory_block& b, double x, double y, double w, double h) const {
     const std::string use(to_string(b.use));
-    fmt::format_to(std::back_inserter(out),
-                   "<rect class=\"block {}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\" "
-                   "data-address=\"{:#x}\" data-size=\"{}\" data-requested=\"{}\" data-stream=\"{}\"><title>{} block "
-                   "{:#x}: {}{}, stream {}</title></rect>\n",
-                   use, x, y, w, h, fill_of(b.use, b.size), b.address, b.size, b.requested, stream_name(b.stream), use,
-                   b.address, bytes(b.size),
-                   b.use == block_use::live ? fmt::format(" (requested {})", bytes(b.requested)) : "",
-                   stream_name(b.stream));
+    out.emit(
+        "<rect class=\"block {}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\" "
+        "data-address=\"{:#x}\" data-size=\"{}\" data-requested=\"{}\" data-stream=\"{}\"><title>{} block "
+        "{:#x}: {}{}, stream {}</title></rect>\n",
+        use, x, y, w, h, fill_of(b.use, b.size), b.address, b.size, b.requested, stream_name(b.stream), use, b.address,
+        bytes(b.size), b.use == block_use::live ? fmt::format(" (requested {})", bytes(b.requested)) : "",
+        stream_name(b.stream));
   }
 
-  void cluster(std::string& out, block_use use, std::size_t count, std::size_t total, std::size_t largest, double x,
+  void cluster(markup& out, block_use use, std::size_t count, std::size_t total, std::size_t largest, double x,
                double y, double w, double h) const {
     const std::string name(to_string(use));
-    fmt::format_to(std::back_inserter(out),
-                   "<rect class=\"block cluster {}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
-                   "fill=\"{}\" data-blocks=\"{}\" data-size=\"{}\"><title>{} {} blocks, {} in all (largest {})</title>"
-                   "</rect>\n",
-                   name, x, y, w, h, fill_of(use, largest), count, total, count, name, bytes(total), bytes(largest));
+    out.emit(
+        "<rect class=\"block cluster {}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
+        "fill=\"{}\" data-blocks=\"{}\" data-size=\"{}\"><title>{} {} blocks, {} in all (largest {})</title>"
+        "</rect>\n",
+        name, x, y, w, h, fill_of(use, largest), count, total, count, name, bytes(total), bytes(largest));
   }
 
-  void legend(std::string& out, double y) const {
-    auto it = std::back_inserter(out);
-    fmt::format_to(it, "<g class=\"legend\" transform=\"translate({},{:.1f})\">\n", margin_left, y);
+  void legend(markup& out, double y) const {
+    out.emit("<g class=\"legend\" transform=\"translate({},{:.1f})\">\n", margin_left, y);
     double x = 0;
     double row_y = 0;
     const auto item = [&](std::string_view label, std::string_view fill, std::string_view kind) {
@@ -226,17 +230,17 @@ class map_writer {
         x = 0;
         row_y += 18;
       }
-      fmt::format_to(it,
-                     "<g class=\"legend-item\" data-kind=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" "
-                     "height=\"12\" fill=\"{}\" stroke=\"#455a64\" stroke-width=\"0.5\"/><text x=\"{:.1f}\" "
-                     "y=\"{:.1f}\">{}</text></g>\n",
-                     kind, x, row_y, fill, x + 16, row_y + 10, escape_xml(label));
+      out.emit(
+          "<g class=\"legend-item\" data-kind=\"{}\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" "
+          "height=\"12\" fill=\"{}\" stroke=\"#455a64\" stroke-width=\"0.5\"/><text x=\"{:.1f}\" "
+          "y=\"{:.1f}\">{}</text></g>\n",
+          kind, x, row_y, fill, x + 16, row_y + 10, label);
       x += w;
     };
     for (const size_class& c : map_size_classes()) item(fmt::format("live {}", c.label), c.colour, "live");
     item("free (cached)", "#eceff1", "free");
     item("pending (freed on another stream)", pending_fill_, "pending");
-    out += "</g>\n";
+    out.emit("</g>\n");
   }
 
   const memory_snapshot& map_;
@@ -252,7 +256,7 @@ class map_writer {
 
 }  // namespace
 
-std::string map_svg(const labelled_map& m, const map_options& options, bool standalone, std::string_view id) {
+markup map_svg(const labelled_map& m, const map_options& options, bool standalone, std::string_view id) {
   map_writer writer(m.map, options, std::string(id));
   return writer.draw(m.label, standalone);
 }
@@ -260,7 +264,7 @@ std::string map_svg(const labelled_map& m, const map_options& options, bool stan
 }  // namespace report_detail
 
 std::string render_map_svg(const labelled_map& m, const map_options& options) {
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + report_detail::map_svg(m, options, true, "map");
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + report_detail::map_svg(m, options, true, "map").str();
 }
 
 }  // namespace fragctl

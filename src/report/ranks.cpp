@@ -8,9 +8,11 @@
 #include <set>
 #include <utility>
 
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "report/render_util.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl {
 
@@ -94,15 +96,7 @@ namespace {
 using report_detail::bytes;
 using report_detail::rank_extremes;
 using report_detail::rank_row;
-
-// Text from a report (a file name, a host) with control characters shown as
-// '?', so that a report cannot move the cursor of the terminal it is printed on.
-std::string terminal_safe(std::string_view text) {
-  std::string out(text);
-  for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return out;
-}
+using util::printable;
 
 std::string oom_cell(const rank_row& row) {
   const allocator_stats& s = row.run->stats;
@@ -129,7 +123,7 @@ std::string job_line(const std::vector<rank_row>& rows) {
     if (row.run->writer.world_size) world = row.run->writer.world_size;
   }
   std::string details;
-  for (const std::string& l : launchers) details += terminal_safe(l) + ", ";
+  for (const std::string& l : launchers) details += printable(l) + ", ";
   if (world) details += fmt::format("world size {}, ", *world);
   details += fmt::format("{} host{}", hosts.size(), hosts.size() == 1 ? "" : "s");
   std::string missing;
@@ -219,9 +213,11 @@ std::string render_rank_table(const std::vector<run_report>& runs) {
   std::string out = job_line(rows) + "\n";
   for (const rank_row& row : rows) {
     const run_report& r = *row.run;
-    out += fmt::format("  {} = {} ({} on {} device {}{})\n", report_detail::rank_label(row, rows),
-                       terminal_safe(r.source), terminal_safe(r.stats.allocator), terminal_safe(r.stats.backend),
-                       r.stats.device, r.writer.host.empty() ? "" : ", host " + terminal_safe(r.writer.host));
+    out += fmt::format("  {} = {} ({} on {} device {}{})\n", report_detail::rank_label(row, rows), printable(r.source),
+                       printable(r.stats.allocator), printable(r.stats.backend), r.stats.device,
+                       r.writer.host.empty() ? "" : ", host " + printable(r.writer.host));
+    for (const std::string& warning : report_detail::inconsistencies(r.stats))
+      out += fmt::format("      warning ({}): {}\n", report_detail::rank_label(row, rows), warning);
   }
   struct column {
     std::string_view head;
@@ -327,8 +323,7 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
                  {"over_threshold", reserved.imbalanced()}};
   }
   const ordered_json doc{{"ranks", std::move(ranks)}, {"imbalance", std::move(imbalance)}};
-  // Text from a report that is not UTF-8 (a host name) is written as U+FFFD, not thrown over.
-  return doc.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+  return detail::dump_json(doc) + "\n";
 }
 
 }  // namespace fragctl

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fragctl/run_report.hpp"
+#include "report/markup.hpp"
 
 namespace fragctl::report_detail {
 
@@ -56,6 +57,6 @@ struct rank_extremes {
 
 /// Appends the HTML section of the ranks (the table, the imbalance and one
 /// SVG picture: a pair of bars per rank) to `out`.
-void rank_section_html(std::string& out, const std::vector<run_report>& runs);
+void rank_section_html(markup& out, const std::vector<run_report>& runs);
 
 }  // namespace fragctl::report_detail

@@ -31,19 +31,22 @@ std::string pow2_label(std::size_t log2) {
 std::string stream_name(std::uintptr_t s) { return s == 0 ? "default" : fmt::format("{:#x}", s); }
 std::string stream_name(stream_t s) { return stream_name(reinterpret_cast<std::uintptr_t>(s)); }
 
-std::string escape_xml(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
+std::vector<std::string> inconsistencies(const allocator_stats& s) {
+  std::vector<std::string> out;
+  const auto above_peak = [&](std::string_view name, const byte_gauge& g) {
+    if (g.current > g.peak)
+      out.push_back(fmt::format("inconsistent report: current {} bytes ({}) above their peak ({})", name,
+                                bytes(g.current), bytes(g.peak)));
+  };
+  above_peak("requested", s.requested);
+  above_peak("allocated", s.allocated);
+  above_peak("reserved", s.reserved);
+  if (s.requested.current > s.reserved.current)
+    out.push_back(fmt::format("inconsistent report: {} requested now, more than the {} reserved",
+                              bytes(s.requested.current), bytes(s.reserved.current)));
+  if (s.requested.peak > s.reserved.peak)
+    out.push_back(fmt::format("inconsistent report: peak requested {} above peak reserved {}", bytes(s.requested.peak),
+                              bytes(s.reserved.peak)));
   return out;
 }
 

@@ -21,8 +21,13 @@ namespace fragctl::report_detail {
 /// "default" for the default stream, else its handle in hex.
 [[nodiscard]] std::string stream_name(std::uintptr_t s);
 [[nodiscard]] std::string stream_name(stream_t s);
-/// Escapes &, <, >, " and ' for HTML and XML text and attributes.
-[[nodiscard]] std::string escape_xml(std::string_view s);
+
+/// Sentences naming the figures of `s` that contradict each other, as a
+/// damaged or hand-edited report has them: a current value above its peak
+/// (requested, allocated, reserved), or more bytes requested than reserved
+/// (now or at peak; requested bytes live in reserved memory). Empty for the
+/// statistics of a real run.
+[[nodiscard]] std::vector<std::string> inconsistencies(const allocator_stats& s);
 
 /// One segment of a map and where its bytes went.
 struct segment_waste {

@@ -1,16 +1,21 @@
 // The terminal renderers: one run's summary and the side-by-side comparison.
+// Every string that came from outside (names, paths, pools, advice) is
+// shown through util::printable, so a report cannot move the cursor, change
+// colours or add lines on the terminal it is printed on.
 #include <algorithm>
 #include <iterator>
 
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
 #include "report/render_util.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl {
 
 namespace {
 
 using report_detail::bytes;
+using util::printable;
 
 void line(std::string& out, std::string_view text = {}) {
   out.append(text);
@@ -59,10 +64,10 @@ void wasted_section(std::string& out, const run_report& r, std::size_t top) {
   const labelled_map* m = report_detail::primary_map(r);
   if (m == nullptr) {
     section(out, "Top wasted regions");
-    line(out, "  " + report_detail::no_map_reason(r));
+    line(out, "  " + printable(report_detail::no_map_reason(r)));
     return;
   }
-  section(out, fmt::format("Top wasted regions (memory map {})", m->label));
+  section(out, fmt::format("Top wasted regions (memory map {})", printable(m->label)));
   const std::vector<report_detail::segment_waste> ranked = report_detail::rank_wasted(m->map);
   out += fmt::format("  {} segment{}, {} reserved: {} live, {} free, {} pending\n", m->map.segments.size(),
                      m->map.segments.size() == 1 ? "" : "s",
@@ -77,9 +82,9 @@ void wasted_section(std::string& out, const run_report& r, std::size_t top) {
   for (std::size_t i = 0; i < ranked.size() && i < top; ++i) {
     const auto& w = ranked[i];
     out += fmt::format("  {:>3}  {:<18} {:>11} {:<6} {:<14} {:>11} {:>11} {:>11} {:>6} {:>12}\n", i + 1,
-                       fmt::format("{:#x}", w.segment->address), bytes(w.segment->size), w.segment->pool,
-                       report_detail::stream_name(w.segment->stream), bytes(w.live), bytes(w.free),
-                       bytes(w.pending), w.free_blocks, bytes(w.largest_free));
+                       fmt::format("{:#x}", w.segment->address), bytes(w.segment->size), printable(w.segment->pool),
+                       report_detail::stream_name(w.segment->stream), bytes(w.live), bytes(w.free), bytes(w.pending),
+                       w.free_blocks, bytes(w.largest_free));
   }
   if (ranked.size() > top) out += fmt::format("  ... {} more segments with free bytes\n", ranked.size() - top);
 }
@@ -143,7 +148,8 @@ void oom_section(std::string& out, const allocator_stats& s) {
   section(out, fmt::format("OOM events: {}{}", s.ooms,
                            s.oom_events.size() < s.ooms ? fmt::format(" (the last {} kept)", s.oom_events.size()) : ""));
   for (const oom_event& e : s.oom_events) {
-    out += fmt::format("  allocation #{} [{}] {}\n", e.sequence, to_string(e.verdict), describe(e, s.allocator));
+    out += fmt::format("  allocation #{} [{}] {}\n", e.sequence, to_string(e.verdict),
+                       printable(describe(e, s.allocator)));
   }
 }
 
@@ -152,13 +158,15 @@ void oom_section(std::string& out, const allocator_stats& s) {
 std::string render_text(const run_report& r, const text_options& options) {
   const allocator_stats& s = r.stats;
   std::string out;
-  line(out, fmt::format("fragctl report: {}", r.name));
+  line(out, fmt::format("fragctl report: {}", printable(r.name)));
   if (r.kind == "replay") {
-    line(out, fmt::format("  trace {} replayed through {} on {} (device {})", r.replay.trace, s.allocator, s.backend,
-                          s.device));
+    line(out, fmt::format("  trace {} replayed through {} on {} (device {})", printable(r.replay.trace),
+                          printable(s.allocator), printable(s.backend), s.device));
   } else {
-    line(out, fmt::format("  {}: allocator {} on {} device {}", r.source, s.allocator, s.backend, s.device));
+    line(out, fmt::format("  {}: allocator {} on {} device {}", printable(r.source), printable(s.allocator),
+                          printable(s.backend), s.device));
   }
+  for (const std::string& warning : report_detail::inconsistencies(s)) line(out, "  warning: " + warning);
   memory_section(out, s);
   replay_section(out, r);
   wasted_section(out, r, options.top_regions);
@@ -173,9 +181,11 @@ std::string render_comparison(const std::vector<run_report>& runs) {
   const std::vector<report_detail::comparison_row> rows = report_detail::comparison_rows(runs);
   std::size_t label_width = 6;
   for (const auto& row : rows) label_width = std::max(label_width, row.label.size());
+  std::vector<std::string> names;
+  for (const run_report& r : runs) names.push_back(printable(r.name));
   std::vector<std::size_t> widths;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    std::size_t w = runs[i].name.size();
+    std::size_t w = names[i].size();
     for (const auto& row : rows) {
       w = std::max(w, row.values[i].size());
       if (i > 0) w = std::max(w, row.deltas[i - 1].size() + 2);
@@ -185,8 +195,11 @@ std::string render_comparison(const std::vector<run_report>& runs) {
   std::string out;
   line(out, "fragctl report: comparison");
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    out += fmt::format("  {} = {} ({}, {} on {})\n", static_cast<char>('A' + std::min<std::size_t>(i, 25)),
-                       runs[i].name, runs[i].source, runs[i].stats.allocator, runs[i].stats.backend);
+    const char letter = static_cast<char>('A' + std::min<std::size_t>(i, 25));
+    out += fmt::format("  {} = {} ({}, {} on {})\n", letter, names[i], printable(runs[i].source),
+                       printable(runs[i].stats.allocator), printable(runs[i].stats.backend));
+    for (const std::string& warning : report_detail::inconsistencies(runs[i].stats))
+      out += fmt::format("      warning ({}): {}\n", letter, warning);
   }
   out.push_back('\n');
   std::string head = fmt::format("  {:<{}}", "", label_width);
@@ -206,7 +219,8 @@ std::string render_comparison(const std::vector<run_report>& runs) {
     }
   }
   out.push_back('\n');
-  for (std::size_t i = 1; i < runs.size(); ++i) line(out, report_detail::comparison_headline(runs[0], runs[i]));
+  for (std::size_t i = 1; i < runs.size(); ++i)
+    line(out, printable(report_detail::comparison_headline(runs[0], runs[i])));
   return out;
 }
 

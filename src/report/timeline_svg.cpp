@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "fmt/format.h"
+#include "report/markup.hpp"
 #include "report/render_util.hpp"
 #include "report/svg.hpp"
 
@@ -50,9 +51,8 @@ std::string tick_number(double v) {
 
 }  // namespace
 
-std::string timeline_svg(const timeline& t, double width, double height) {
-  std::string out;
-  auto it = std::back_inserter(out);
+markup timeline_svg(const timeline& t, double width, double height) {
+  markup out;
   const double plot_w = width - margin_left - margin_right;
   const double plot_h = height - margin_top - margin_bottom;
   double x_max = 0;
@@ -72,29 +72,28 @@ std::string timeline_svg(const timeline& t, double width, double height) {
   const auto sx = [&](double x) { return margin_left + x / x_max * plot_w; };
   const auto sy = [&](double y) { return margin_top + plot_h - y / y_max * plot_h; };
 
-  fmt::format_to(it,
-                 "<svg class=\"timeline\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
-                 "data-points=\"{}\" data-count=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
-                 width, height, width, height, t.points.size(), t.ooms.size());
+  out.emit(
+      "<svg class=\"timeline\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
+      "data-points=\"{}\" data-count=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+      width, height, width, height, t.points.size(), t.ooms.size());
   // Grid and axes.
-  out += "<g class=\"axis y\">\n";
+  out.emit("<g class=\"axis y\">\n");
   for (double y = 0; y <= y_max * 1.0001; y += y_step) {
-    fmt::format_to(it,
-                   "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>"
-                   "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{} {}</text>\n",
-                   margin_left, sy(y), margin_left + plot_w, sy(y), margin_left - 6, sy(y) + 4,
-                   tick_number(y / unit.unit), unit.name);
+    out.emit(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e0e0e0\"/>"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{} {}</text>\n",
+        margin_left, sy(y), margin_left + plot_w, sy(y), margin_left - 6, sy(y) + 4, tick_number(y / unit.unit),
+        unit.name);
   }
-  out += "</g>\n<g class=\"axis x\">\n";
+  out.emit("</g>\n<g class=\"axis x\">\n");
   for (double x = 0; x <= x_max * 1.0001; x += x_step) {
-    fmt::format_to(it,
-                   "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#9e9e9e\"/>"
-                   "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                   sx(x), margin_top + plot_h, sx(x), margin_top + plot_h + 4, sx(x), margin_top + plot_h + 16,
-                   tick_number(x));
+    out.emit(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#9e9e9e\"/>"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+        sx(x), margin_top + plot_h, sx(x), margin_top + plot_h + 4, sx(x), margin_top + plot_h + 16, tick_number(x));
   }
-  fmt::format_to(it, "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n</g>\n",
-                 margin_left + plot_w / 2, height - 6, t.by_time ? "trace time (ms)" : "trace event");
+  out.emit("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n</g>\n", margin_left + plot_w / 2,
+           height - 6, t.by_time ? "trace time (ms)" : "trace event");
 
   // Lines, and the gap between them.
   std::string requested;
@@ -113,40 +112,40 @@ std::string timeline_svg(const timeline& t, double width, double height) {
                    sy(static_cast<double>(p.requested)));
   }
   if (!t.points.empty()) {
-    fmt::format_to(it, "<path class=\"gap\" d=\"{}{}Z\" fill=\"#ffccbc\" fill-opacity=\"0.6\"/>\n", reserved, gap_back);
-    fmt::format_to(it, "<path class=\"line reserved\" d=\"{}\" fill=\"none\" stroke=\"#d84315\" stroke-width=\"1.6\"/>\n",
-                   reserved);
-    fmt::format_to(it,
-                   "<path class=\"line requested\" d=\"{}\" fill=\"none\" stroke=\"#1565c0\" stroke-width=\"1.6\"/>\n",
-                   requested);
+    out.emit("<path class=\"gap\" d=\"{}{}Z\" fill=\"#ffccbc\" fill-opacity=\"0.6\"/>\n", reserved, gap_back);
+    out.emit("<path class=\"line reserved\" d=\"{}\" fill=\"none\" stroke=\"#d84315\" stroke-width=\"1.6\"/>\n",
+             reserved);
+    out.emit("<path class=\"line requested\" d=\"{}\" fill=\"none\" stroke=\"#1565c0\" stroke-width=\"1.6\"/>\n",
+             requested);
   }
   // OOM marks.
   const std::size_t every = std::max<std::size_t>(1, (t.ooms.size() + max_oom_marks - 1) / max_oom_marks);
   for (std::size_t i = 0; i < t.ooms.size(); i += every) {
     const timeline_oom& o = t.ooms[i];
     const double x = sx(x_of_point(o.time_ms, o.event));
-    fmt::format_to(it,
-                   "<g class=\"oom\" data-event=\"{}\"><line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
-                   "stroke=\"#b71c1c\" stroke-dasharray=\"3,2\"/><circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" "
-                   "fill=\"#b71c1c\"/><title>OOM at event {} ({:.1f} ms): {} requested with {} live, {} reserved"
-                   "</title></g>\n",
-                   o.event, x, margin_top, x, margin_top + plot_h, x, sy(static_cast<double>(o.reserved)), o.event,
-                   o.time_ms, bytes(o.bytes), bytes(o.requested), bytes(o.reserved));
+    out.emit(
+        "<g class=\"oom\" data-event=\"{}\"><line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+        "stroke=\"#b71c1c\" stroke-dasharray=\"3,2\"/><circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" "
+        "fill=\"#b71c1c\"/><title>OOM at event {} ({:.1f} ms): {} requested with {} live, {} reserved"
+        "</title></g>\n",
+        o.event, x, margin_top, x, margin_top + plot_h, x, sy(static_cast<double>(o.reserved)), o.event, o.time_ms,
+        bytes(o.bytes), bytes(o.requested), bytes(o.reserved));
   }
   // Legend.
-  fmt::format_to(it,
-                 "<g class=\"timeline-legend\" transform=\"translate({:.1f},{:.1f})\">"
-                 "<line x1=\"0\" y1=\"0\" x2=\"18\" y2=\"0\" stroke=\"#d84315\" stroke-width=\"2\"/>"
-                 "<text x=\"22\" y=\"4\">reserved</text>"
-                 "<line x1=\"90\" y1=\"0\" x2=\"108\" y2=\"0\" stroke=\"#1565c0\" stroke-width=\"2\"/>"
-                 "<text x=\"112\" y=\"4\">requested (live)</text>"
-                 "<rect x=\"220\" y=\"-6\" width=\"18\" height=\"12\" fill=\"#ffccbc\"/>"
-                 "<text x=\"242\" y=\"4\">held beyond live</text>"
-                 "{}</g>\n",
-                 margin_left + 8, margin_top + 8,
-                 t.ooms.empty() ? std::string()
-                                : "<circle cx=\"356\" cy=\"0\" r=\"4\" fill=\"#b71c1c\"/><text x=\"364\" y=\"4\">OOM</text>");
-  out += "</svg>\n";
+  out.emit(
+      "<g class=\"timeline-legend\" transform=\"translate({:.1f},{:.1f})\">"
+      "<line x1=\"0\" y1=\"0\" x2=\"18\" y2=\"0\" stroke=\"#d84315\" stroke-width=\"2\"/>"
+      "<text x=\"22\" y=\"4\">reserved</text>"
+      "<line x1=\"90\" y1=\"0\" x2=\"108\" y2=\"0\" stroke=\"#1565c0\" stroke-width=\"2\"/>"
+      "<text x=\"112\" y=\"4\">requested (live)</text>"
+      "<rect x=\"220\" y=\"-6\" width=\"18\" height=\"12\" fill=\"#ffccbc\"/>"
+      "<text x=\"242\" y=\"4\">held beyond live</text>"
+      "{}</g>\n",
+      margin_left + 8, margin_top + 8,
+      t.ooms.empty() ? constant_markup("")
+                     : constant_markup("<circle cx=\"356\" cy=\"0\" r=\"4\" fill=\"#b71c1c\"/><text x=\"364\" "
+                                       "y=\"4\">OOM</text>"));
+  out.emit("</svg>\n");
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <optional>
 
+#include "fragctl/adaptors.hpp"
 #include "trace/formats.hpp"
 #include "util/strings.hpp"
 
@@ -125,9 +126,21 @@ absl::StatusOr<trace> parse_fragctl_csv(std::string_view content, std::string_vi
   std::string_view line;
   std::uint64_t rows = 0;               // rows read, `end` rows aside
   std::optional<std::uint64_t> ended;   // `rows` at the last `end` row
+  bool promised = false;                // the file says it ends with an `end` row
+  bool cut_line = false;                // a last row without its newline, in such a file
   while (lines.next(line)) {
-    if (skippable(line)) continue;
+    if (skippable(line)) {
+      promised = promised || util::trim(line) == trace_end_row_promise;
+      continue;
+    }
     const std::size_t n = lines.line_number();
+    // A writer of `end` rows ends every row with a newline: one without it
+    // was cut inside the row, which may read as valid ("alloc,4096,1" of
+    // "alloc,4096,1048576,0,5"), so it is dropped, never read.
+    if ((promised || ended) && lines.unterminated()) {
+      cut_line = true;
+      break;
+    }
     split_row(line, f);
     if (f.size() != header.size())
       return line_error(file, n, "expected {} columns, found {}", header.size(), f.size());
@@ -167,11 +180,12 @@ absl::StatusOr<trace> parse_fragctl_csv(std::string_view content, std::string_vi
       return line_error(file, n, "bad time_us {} (expected a decimal integer)", quote(f[*col[time_us]]));
     t.events.push_back(e);
   }
-  if (ended && *ended != rows)
-    return absl::DataLossError(fmt::format(
-        "{}: {} rows follow the last end row: the recording process ended without writing its end (killed, or "
-        "_exit without fragctl_flush), so the trace is truncated",
-        file, rows - *ended));
+  if (promised || ended) {
+    t.rows_after_end = rows - ended.value_or(0);
+    t.cut_row = cut_line;
+    t.completeness =
+        ended && t.rows_after_end == 0 && !cut_line ? trace_completeness::complete : trace_completeness::cut;
+  }
   return t;
 }
 

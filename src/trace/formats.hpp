@@ -23,10 +23,13 @@ class line_scanner {
   bool next(std::string_view& line) noexcept;
   /// Number of the line next() returned last.
   [[nodiscard]] std::size_t line_number() const noexcept { return number_; }
+  /// True when the line next() returned last ends the content without a newline.
+  [[nodiscard]] bool unterminated() const noexcept { return unterminated_; }
 
  private:
   std::string_view rest_;
   std::size_t number_ = 0;
+  bool unterminated_ = false;
 };
 
 /// Splits a CSV row at commas into `out` (cleared first), each field trimmed.

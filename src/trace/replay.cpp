@@ -9,17 +9,18 @@
 // unknown addresses, allocs over a live address (a lost free), and the frees
 // of blocks whose allocation ran out of memory.
 
-#include "absl/container/flat_hash_map.h"
-#include "fragctl/allocator_stack.hpp"
-#include "fragctl/error.hpp"
-#include "fragctl/policy.hpp"
 #include "fragctl/replay.hpp"
-#include "nlohmann/json.hpp"
-#include "trace/gpu_lag.hpp"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include "absl/container/flat_hash_map.h"
+#include "core/json_io.hpp"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/error.hpp"
+#include "fragctl/policy.hpp"
+#include "nlohmann/json.hpp"
+#include "trace/gpu_lag.hpp"
 
 namespace fragctl {
 
@@ -110,6 +111,7 @@ replay_result replay(const trace& t, const replay_options& options) {
 
   replay_result r;
   r.trace = t.name;
+  r.completeness = t.completeness;
   r.backend = std::string(backend.name());
   r.policy = options.policy.empty() ? default_policy(backend) : options.policy;
   r.clock_overhead_ns = clock_overhead_ns();
@@ -216,6 +218,11 @@ namespace {
 nlohmann::ordered_json result_json(const replay_result& r) {
   nlohmann::ordered_json j;
   j["trace"] = r.trace;
+  // true, false (cut) or null (the file cannot tell): trace.hpp.
+  if (r.completeness == trace_completeness::unknown)
+    j["trace_complete"] = nullptr;
+  else
+    j["trace_complete"] = r.completeness == trace_completeness::complete;
   j["policy"] = r.policy;
   j["backend"] = r.backend;
   j["peak_requested"] = r.peak_requested;
@@ -239,12 +246,12 @@ nlohmann::ordered_json result_json(const replay_result& r) {
 
 }  // namespace
 
-std::string to_json(const replay_result& r) { return result_json(r).dump(2); }
+std::string to_json(const replay_result& r) { return detail::dump_json(result_json(r)); }
 
 std::string to_json(const std::vector<replay_result>& results) {
   nlohmann::ordered_json array = nlohmann::ordered_json::array();
   for (const replay_result& r : results) array.push_back(result_json(r));
-  return array.dump(2);
+  return detail::dump_json(array);
 }
 
 }  // namespace fragctl

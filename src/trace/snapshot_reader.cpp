@@ -6,6 +6,7 @@
 // with one event list per device; an event is {"action", "addr", "size",
 // "stream", "time_us", "frames", ...}. Only device_traces is kept while
 // parsing (stack frames and segments can be most of a large snapshot).
+#include "core/json_io.hpp"
 #include "nlohmann/json.hpp"
 #include "trace/formats.hpp"
 #include "trace/pickle_reader.hpp"
@@ -51,6 +52,11 @@ absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::stri
     if (!read.ok()) return read.status();
     doc = std::move(*read);
   } else {
+    if (const auto deep = detail::json_too_deep(content)) {
+      return line_error(file, line_of_byte(content, *deep + 1),
+                        "JSON nested deeper than {} levels; fragctl reads at most {}", detail::json_max_depth,
+                        detail::json_max_depth);
+    }
     const json::parser_callback_t keep = [](int depth, json::parse_event_t event, json& parsed) {
       return event != json::parse_event_t::key ||
              keep_entry(static_cast<std::size_t>(depth), parsed.get_ref<const std::string&>());
@@ -86,6 +92,7 @@ absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::stri
 
   trace t;
   t.format = "pytorch-snapshot";
+  t.completeness = trace_completeness::complete;  // read whole or refused
   if (devices.empty()) return t;
   const json& events = devices[device];
   if (!events.is_array())

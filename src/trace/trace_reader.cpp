@@ -21,7 +21,8 @@ namespace trace_detail {
 bool line_scanner::next(std::string_view& line) noexcept {
   if (rest_.empty()) return false;
   const std::size_t end = rest_.find('\n');
-  if (end == std::string_view::npos) {
+  unterminated_ = end == std::string_view::npos;
+  if (unterminated_) {
     line = rest_;
     rest_ = {};
   } else {
@@ -173,6 +174,28 @@ absl::StatusOr<trace> parse_labelled(std::string_view content, std::string_view 
 }
 
 }  // namespace
+
+std::string completeness_note(const trace& t) {
+  switch (t.completeness) {
+    case trace_completeness::complete: return {};
+    case trace_completeness::cut: {
+      std::string what;
+      if (t.rows_after_end != 0)
+        what = fmt::format("{} row{} that no end row counts", t.rows_after_end, t.rows_after_end == 1 ? "" : "s");
+      if (t.cut_row) what += fmt::format("{}a last row cut short", what.empty() ? "" : ", ");
+      if (what.empty()) what = "no end row";
+      return fmt::format(
+          "the trace is cut ({}): the recording process was killed (SIGKILL, the OOM killer) or "
+          "ended by _exit without fragctl_flush; its tail is missing",
+          what);
+    }
+    case trace_completeness::unknown: break;
+  }
+  if (t.format == "fragctl-csv")
+    return "the trace has no end row, so it cannot show that it is whole (another tool or an older fragctl wrote "
+           "it; fragctl's own traces begin with one)";
+  return fmt::format("a trace in the {} format has no end marker, so it cannot show that it is whole", t.format);
+}
 
 std::string trace_name_from_path(std::string_view path) {
   const std::size_t slash = path.find_last_of('/');

@@ -32,4 +32,18 @@ namespace fragctl::util {
 /// "1.50 GiB": a byte count for people.
 [[nodiscard]] std::string human_bytes(std::size_t bytes);
 
+/// `s` as text safe to show a person on a terminal or a page: valid UTF-8
+/// with no character that moves the cursor, changes colours, reorders the
+/// line or hides. Control characters (U+0000-U+001F and U+007F, newline and
+/// tab included) and every byte that is not part of a well-formed UTF-8
+/// character are written as a backslash, 'x' and two hex digits (ESC shows
+/// as the four characters \x1b); C1 controls (U+0080-U+009F), the
+/// bidirectional controls (U+061C, U+200E, U+200F, U+202A-U+202E,
+/// U+2066-U+2069), the line and paragraph separators (U+2028, U+2029) and
+/// the non-characters U+FFFE and U+FFFF as a backslash, 'u' and four hex
+/// digits. Everything else is unchanged (a backslash too: the form is for
+/// reading, not reversible). Text from files, file names and the environment
+/// passes through this before it is printed. Thread-safe.
+[[nodiscard]] std::string printable(std::string_view s);
+
 }  // namespace fragctl::util

@@ -142,20 +142,22 @@ TEST(tracing_adaptor, writes_the_rows_of_our_trace_csv) {
     trace.deallocate(a, 1000);
   }
   const auto rows = read_csv(path);
-  ASSERT_EQ(rows.size(), 7u);
+  ASSERT_EQ(rows.size(), 8u);
   EXPECT_EQ(rows[0], (std::vector<std::string>{"action", "addr", "size", "stream", "time_us"}));
   const auto expect_row = [&](std::size_t i, const std::vector<std::string>& first_four) {
     ASSERT_EQ(rows[i].size(), 5u) << "row " << i;
     EXPECT_EQ(std::vector<std::string>(rows[i].begin(), rows[i].begin() + 4), first_four) << "row " << i;
   };
-  expect_row(1, {"alloc", a_addr, "1000", "0"});
-  expect_row(2, {"alloc", b_addr, "2048", "5"});
-  expect_row(3, {"free_requested", b_addr, "2048", "5"});
-  expect_row(4, {"oom", "0", std::to_string(32 * MiB), "0"});
-  expect_row(5, {"free_requested", a_addr, "1000", "0"});
-  expect_row(6, {"end", "0", "5", "0"});  // the close counts the rows before it
+  // The promise of an end row: a file cut anywhere reads as cut.
+  EXPECT_EQ(rows[1], std::vector<std::string>{std::string(trace_end_row_promise)});
+  expect_row(2, {"alloc", a_addr, "1000", "0"});
+  expect_row(3, {"alloc", b_addr, "2048", "5"});
+  expect_row(4, {"free_requested", b_addr, "2048", "5"});
+  expect_row(5, {"oom", "0", std::to_string(32 * MiB), "0"});
+  expect_row(6, {"free_requested", a_addr, "1000", "0"});
+  expect_row(7, {"end", "0", "5", "0"});  // the close counts the rows before it
   std::uint64_t previous = 0;
-  for (std::size_t i = 1; i < rows.size(); ++i) {
+  for (std::size_t i = 2; i < rows.size(); ++i) {
     std::uint64_t t = 0;
     ASSERT_TRUE(util::parse_u64(rows[i][4], t)) << rows[i][4];
     EXPECT_GE(t, previous);
@@ -170,7 +172,7 @@ TEST(tracing_adaptor, flush_makes_rows_visible_before_destruction) {
   tracing_adaptor trace(std::make_unique<passthrough_allocator>(backend), path);
   void* p = trace.allocate(512);
   trace.flush();
-  EXPECT_EQ(read_csv(path).size(), 3u);  // header, alloc, end
+  EXPECT_EQ(read_csv(path).size(), 4u);  // header, promise of an end row, alloc, end
   trace.deallocate(p, 512);
   std::remove(path.c_str());
 }
@@ -191,11 +193,13 @@ TEST(tracing_adaptor, gz_path_writes_gzip_readable_after_each_flush) {
     auto early = read_trace(path);
     ASSERT_TRUE(early.ok()) << early.status();
     EXPECT_EQ(early->events.size(), 1u);
+    EXPECT_EQ(early->completeness, trace_completeness::complete);
     trace.deallocate(p, 512);
   }
   auto whole = read_trace(path);
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(whole->events.size(), 2u);
+  EXPECT_EQ(whole->completeness, trace_completeness::complete);
   std::remove(path.c_str());
 }
 

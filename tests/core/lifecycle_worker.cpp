@@ -2,16 +2,24 @@
 // given one FRAGCTL_TRACE and FRAGCTL_REPORT (and FRAGCTL_BACKEND=sim), stand
 // for the ranks of a job started by a launcher.
 //
-//   lifecycle_worker DIR N DEVICES
+//   lifecycle_worker DIR N DEVICES [own-handlers]
 //
 // Builds the process-default allocator of devices 0..DEVICES-1 through the C
 // API, creates DIR/ready.<pid>, waits (at most 60 s) for DIR/go, so that every
 // worker holds its outputs before any ends, then allocates and frees N blocks
 // on each device and returns from main: a normal exit. Exit status 0, or 2 for
 // bad arguments, 3 for a failed C API call, 4 when DIR/go never came.
+//
+// With own-handlers, the program first installs a handler of its own for
+// SIGUSR2 and ignores SIGHUP, as a program that uses them does, and sends
+// itself both after the allocations: fragctl must leave them to it (exit
+// status 5 when its handler did not run once).
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,12 +30,21 @@
 
 #include "fragctl/fragctl.h"
 
+namespace {
+std::atomic<int> own_handler_calls{0};
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 4) return 2;
+  if (argc != 4 && argc != 5) return 2;
   const std::filesystem::path dir = argv[1];
   const long n = std::strtol(argv[2], nullptr, 10);
   const int devices = static_cast<int>(std::strtol(argv[3], nullptr, 10));
-  if (n <= 0 || devices <= 0) return 2;
+  const bool own_handlers = argc == 5 && std::string(argv[4]) == "own-handlers";
+  if (n <= 0 || devices <= 0 || (argc == 5 && !own_handlers)) return 2;
+  if (own_handlers) {
+    std::signal(SIGUSR2, [](int) { ++own_handler_calls; });
+    std::signal(SIGHUP, SIG_IGN);
+  }
 
   std::vector<fragctl_allocator*> allocators;
   for (int d = 0; d < devices; ++d) {
@@ -51,6 +68,11 @@ int main(int argc, char** argv) {
       if (fragctl_malloc(a, &p, bytes, nullptr) != FRAGCTL_OK || fragctl_free(a, p, bytes, nullptr) != FRAGCTL_OK)
         return 3;
     }
+  }
+  if (own_handlers) {
+    std::raise(SIGUSR2);
+    std::raise(SIGHUP);
+    if (own_handler_calls.load() != 1) return 5;
   }
   return 0;
 }

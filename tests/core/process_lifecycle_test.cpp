@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -32,6 +34,7 @@
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats_export.hpp"
 #include "fragctl/trace.hpp"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/log_capture.hpp"
@@ -342,6 +345,143 @@ TEST(process_lifecycle, sigterm_writes_outputs_then_ends_the_process_by_the_sign
   ASSERT_NE(c.status, -1) << "the child did not end on SIGTERM";
   EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGTERM);
   EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
+}
+
+// No core file from a child that a signal ends with one (SIGQUIT, SIGABRT).
+void no_core_dump() {
+  const rlimit none{0, 0};
+  ::setrlimit(RLIMIT_CORE, &none);
+}
+
+// Regression (issue 27 M3): SIGHUP, SIGQUIT, SIGABRT, SIGALRM and SIGUSR2
+// (default action: the process ends) ended the process with no report, and a
+// trace without its end row or the rows still buffered. Now each is caught
+// as SIGTERM is: every output written, then the default action, so the
+// process still ends by the signal. raise() and abort() are signals a thread
+// sends itself (it waits in the handler for the writer); alarm() comes from
+// the kernel (the handler returns).
+TEST(process_lifecycle, caught_signals_write_every_output_then_end_the_process_by_the_signal) {
+  for (const int signo : {SIGHUP, SIGQUIT, SIGABRT, SIGALRM, SIGUSR2}) {
+    SCOPED_TRACE(::strsignal(signo));
+    const fs::path dir = fresh_dir(fmt::format("signal_{}", signo));
+    const ended_child c = run_child(dir, 2000, [signo] {
+      no_core_dump();
+      if (signo == SIGABRT) std::abort();
+      if (signo == SIGALRM)
+        ::alarm(1);
+      else
+        ::raise(signo);
+      for (;;) ::pause();
+    });
+    ASSERT_NE(c.status, -1) << "the child did not end";
+    EXPECT_TRUE(WIFSIGNALED(c.status) && WTERMSIG(c.status) == signo) << c.status;
+    EXPECT_EQ(static_cast<const counted&>(c), all_of_2000);
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.path().extension() != ".csv") continue;
+      auto t = read_trace(entry.path().string());
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ(t->completeness, trace_completeness::complete) << completeness_note(*t);
+    }
+  }
+}
+
+// Those signals are caught only where their action is the default: a
+// program's own handler (installed before fragctl's hooks) runs, and an
+// ignored one stays ignored; the process goes on and ends normally, its
+// outputs whole. A separately started process, so that nothing of this
+// program's hooks is inherited.
+TEST(process_lifecycle, a_programs_own_signal_handlers_are_left_to_it) {
+  const fs::path dir = fresh_dir("own_handlers");
+  scoped_environment env;
+  env.set("FRAGCTL_BACKEND", "sim");
+  env.set("FRAGCTL_POLICY", "caching");
+  env.set("FRAGCTL_TRACE", (dir / "trace.%p.csv").c_str());
+  env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
+  { std::ofstream(dir / "go").put('\n'); }
+  std::string program = FRAGCTL_LIFECYCLE_WORKER;
+  std::string dir_arg = dir.string();
+  std::string n_arg = "100";
+  std::string devices_arg = "1";
+  std::string mode = "own-handlers";
+  std::vector<char*> argv{program.data(), dir_arg.data(), n_arg.data(), devices_arg.data(), mode.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ), 0) << program;
+  const int status = wait_bounded(pid, std::chrono::seconds(60));
+  ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "the worker was ended by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "5: its own SIGUSR2 handler did not run once";
+  counted c;
+  count_report(dir / fmt::format("report.{}.json", pid), c);
+  count_trace(dir / fmt::format("trace.{}.csv", pid), c);
+  EXPECT_EQ(c, (counted{100, 100, 100, 100}));
+}
+
+// Regression (issue 27 M3): a trace whose process was killed (SIGKILL, the
+// OOM killer) read as a whole run with its tail missing. Every trace now
+// begins with an end row, so a cut one has rows after its last end row and
+// reads as cut.
+TEST(process_lifecycle, a_sigkilled_trace_reads_as_cut) {
+  const fs::path dir = fresh_dir("sigkill");
+  const ended_child c = run_child(dir, 40000, [] {
+    ::raise(SIGKILL);
+    for (;;) ::pause();
+  });
+  ASSERT_TRUE(c.status != -1 && WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL) << c.status;
+  EXPECT_GT(c.trace_allocs, 0u) << "no row reached the file: the test shows nothing";
+  EXPECT_LT(c.trace_allocs, 40000u);
+  fs::path trace_path;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().extension() == ".csv") trace_path = entry.path();
+  auto t = read_trace(trace_path.string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->completeness, trace_completeness::cut);
+  EXPECT_GT(t->rows_after_end + (t->cut_row ? 1 : 0), 0u);
+  EXPECT_THAT(completeness_note(*t), ::testing::HasSubstr("the trace is cut"));
+}
+
+// Regression (issue 27, low): report and trace disagreed after SIGTERM while
+// threads allocated (7 of 12 runs): the report was read, then more rows were
+// recorded before the trace's end row. The writer now freezes every
+// allocator before it writes either. Signals come from outside here (the
+// handler returns; the allocating threads run on).
+TEST(process_lifecycle, report_and_trace_agree_when_a_signal_ends_allocating_threads) {
+  for (int run = 0; run < 12; ++run) {
+    const int signo = run % 2 == 0 ? SIGTERM : SIGHUP;
+    SCOPED_TRACE(fmt::format("run {}, {}", run, ::strsignal(signo)));
+    const fs::path dir = fresh_dir(fmt::format("agree_{}", run));
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = fork_child();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(ready[0]);
+      config cfg = sim_config();
+      cfg.report_path = (dir / "report.%p.json").string();
+      cfg.trace_path = (dir / "trace.%p.csv").string();
+      device_allocator& a = sim_stack(cfg).release()->allocator();
+      const auto work = [&a] {
+        for (std::size_t i = 0;; ++i) a.deallocate(a.allocate(4096 + i % 8192), 4096 + i % 8192);
+      };
+      std::thread(work).detach();
+      std::thread(work).detach();
+      const char byte = 1;
+      (void)!::write(ready[1], &byte, 1);
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char byte = 0;
+    ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+    ::close(ready[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + 5 * run));
+    ::kill(child, signo);
+    const int status = wait_bounded(child, std::chrono::seconds(20));
+    ASSERT_TRUE(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == signo) << status;
+    counted c;
+    count_report(dir / fmt::format("report.{}.json", child), c);
+    count_trace(dir / fmt::format("trace.{}.csv", child), c);
+    EXPECT_GT(c.report_allocations, 0u);
+    EXPECT_EQ(c.trace_allocs, c.report_allocations) << c;
+    EXPECT_EQ(c.trace_frees, c.report_frees) << c;
+  }
 }
 
 TEST(process_lifecycle, flush_before_underscore_exit_keeps_every_row) {

@@ -206,7 +206,7 @@ class InstalledWheelTest(unittest.TestCase):
         code = ("import ctypes, json, fragctl; from fragctl import _capi; "
                 "a = fragctl.Allocator('caching', backend='sim', sim_capacity='1GiB', sim_backed=True); "
                 "lib = _capi.library(); store = ctypes.c_void_p(); "
-                "_capi.check(lib.fragctl_checkpoint_create(a._live(), 64 << 20, 2, 0, ctypes.byref(store))); "
+                "_capi.check(a._call(lib.fragctl_checkpoint_create, 64 << 20, 2, 0, ctypes.byref(store))); "
                 "text = ctypes.c_void_p(); "
                 "_capi.check(lib.fragctl_checkpoint_stats_json(store, ctypes.byref(text))); "
                 "print(json.dumps(json.loads(ctypes.string_at(text.value))))")

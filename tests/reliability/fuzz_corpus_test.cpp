@@ -18,6 +18,7 @@
 #include "fragctl/log.hpp"
 #include "fuzz/harness/alloc_sequence.hpp"
 #include "fuzz/harness/parsers.hpp"
+#include "fuzz/harness/report_render.hpp"
 
 namespace fragctl::fuzz {
 namespace {
@@ -88,6 +89,12 @@ TEST_F(fuzz_corpus, stats_json_inputs_parse_or_fail_cleanly) {
 // fields of the wrong type (an escaped json::type_error before).
 TEST_F(fuzz_corpus, report_inputs_read_or_fail_naming_the_file) {
   EXPECT_GE(run_inputs("report", run_report_json), 13U);
+}
+
+// Issue 27: hostile strings in every field of a report and its memory map,
+// documents nested around the depth limit (H1, H3).
+TEST_F(fuzz_corpus, report_render_inputs_render_escaped) {
+  EXPECT_GE(run_inputs("report_render", run_report_render), 18U);
 }
 
 TEST_F(fuzz_corpus, alloc_sequence_inputs_keep_every_invariant) {

@@ -2,7 +2,8 @@
 // its script, and the DOM it dumps is checked for what a reader sees (the
 // memory maps' blocks and legends, the timeline's lines and OOM mark, the
 // tooltip a hover shows); a screenshot checks that it renders at all.
-// Skipped, with a message, where Chromium is not installed
+// A hostile report (issue 27, H1) runs no script, in the page or in the
+// standalone SVG. Skipped, with a message, where Chromium is not installed
 // (tools/install-deps.sh installs Debian's `chromium`).
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
+#include "fuzz/harness/report_render.hpp"
+#include "report/markup.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
@@ -30,6 +33,7 @@ using fragctl::testing::fragmenting_trace;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string find_chromium() {
   if (const char* given = std::getenv("FRAGCTL_CHROMIUM"); given != nullptr && *given != '\0') return given;
@@ -160,6 +164,70 @@ TEST_F(html_browser, screenshot_renders) {
   EXPECT_EQ(be32(16), 1200u);  // IHDR width
   EXPECT_EQ(be32(20), 900u);   // IHDR height
   EXPECT_GT(fs::file_size(png), 20000u) << "a blank page compresses to almost nothing";
+}
+
+// `page` with every escaped occurrence of `payload` that `context` follows
+// written raw: what the renderers wrote before issue 27 (map_svg's segment
+// title, " pool, stream ..."), the positive control of the tests below.
+std::string unescaped(std::string page, const std::string& payload, const std::string& context = "") {
+  const std::string escaped = report_detail::escape_markup(payload) + context;
+  std::size_t replaced = 0;
+  for (std::size_t at = page.find(escaped); at != std::string::npos; at = page.find(escaped, at + payload.size())) {
+    page.replace(at, escaped.size(), payload + context);
+    ++replaced;
+  }
+  EXPECT_GT(replaced, 0u);
+  return page;
+}
+
+// Issue 27, H1: every string of the report (name, source, allocator,
+// backend, OOM advice, map labels and allocators, pools, trace and policy)
+// holds a script that renames the page. Before, the pool reached the page
+// raw in each segment's <title> and the page's title became "PWNED".
+TEST_F(html_browser, a_report_whose_strings_hold_scripts_runs_none) {
+  const std::string payload = "</title></rect></g></svg><script>document.title=\"PWNED\"</script><svg><g><rect><title>";
+  fuzz::report_render_detail::for_each_string(run_, [&](std::string& s) { s = payload; });
+  const std::string html = render_html({run_});
+  const fs::path page = dir_ / "hostile.html";
+  std::ofstream(page) << html;
+  const run_result browser = run_chromium(chromium_, dir_ / "profile", "--dump-dom", page);
+  ASSERT_EQ(browser.status, 0) << "chromium failed";
+  EXPECT_THAT(browser.out, HasSubstr("data-ready=\"1\""));  // the page's own script ran
+  EXPECT_THAT(browser.out, HasSubstr("<title>fragctl report: &lt;/title&gt;"));
+  EXPECT_THAT(browser.out, Not(HasSubstr("<title>PWNED</title>")));
+
+  // Positive control: the same page with the payload written raw renames
+  // itself in this browser.
+  const fs::path raw = dir_ / "raw.html";
+  std::ofstream(raw) << unescaped(html, payload);
+  const run_result control = run_chromium(chromium_, dir_ / "profile", "--dump-dom", raw);
+  ASSERT_EQ(control.status, 0);
+  EXPECT_THAT(control.out, HasSubstr("<title>PWNED</title>"));
+}
+
+// The standalone SVG (`fragctl report --svg`) is XML: a pool that closes
+// the segment's <title> and opens an SVG <script> ran it when the file was
+// opened in a browser.
+TEST_F(html_browser, a_standalone_svg_whose_pool_holds_a_script_runs_none) {
+  const std::string payload =
+      "</title><script>document.documentElement.setAttribute(\"data-pwned\",\"1\")</script><title>";
+  labelled_map map = run_.maps.front();
+  for (memory_segment& s : map.map.segments) s.pool = payload;
+  const std::string svg = render_map_svg(map);
+  const fs::path file = dir_ / "hostile.svg";
+  std::ofstream(file) << svg;
+  const run_result browser = run_chromium(chromium_, dir_ / "profile", "--dump-dom", file);
+  ASSERT_EQ(browser.status, 0) << "chromium failed";
+  EXPECT_THAT(browser.out, HasSubstr("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"memory-map\""));
+  EXPECT_THAT(browser.out, Not(HasSubstr("parsererror")));  // well-formed XML
+  EXPECT_THAT(browser.out, Not(HasSubstr("data-pwned=\"1\"")));
+
+  // The old writer: the pool escaped in data-pool, raw in the title.
+  const fs::path raw = dir_ / "raw.svg";
+  std::ofstream(raw) << unescaped(svg, payload, " pool, stream");
+  const run_result control = run_chromium(chromium_, dir_ / "profile", "--dump-dom", raw);
+  ASSERT_EQ(control.status, 0);
+  EXPECT_THAT(control.out, HasSubstr("data-pwned=\"1\""));
 }
 
 }  // namespace

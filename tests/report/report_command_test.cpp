@@ -16,6 +16,7 @@
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/process_hooks.hpp"
+#include "nlohmann/json.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
@@ -148,6 +149,72 @@ TEST_F(report_command, errors) {
   EXPECT_EQ(no_map.status, 1);
   EXPECT_THAT(no_map.out, HasSubstr("no run has a memory map"));
   EXPECT_THAT(run_fragctl("report --help").out, HasSubstr("Usage: fragctl report [OPTIONS] FILE..."));
+}
+
+// Issue 27, H1 and the terminal: a report whose pool would close the SVG and
+// open a <script>, whose allocator clears the screen.
+TEST_F(report_command, a_hostile_report_stays_text_in_html_svg_and_terminal) {
+  const std::string pool = "</title></rect></g></svg><script>document.title=\"PWNED\"</script><svg><g><rect><title>";
+  const std::string report = write_report("hostile.json", "caching", 3 * MiB);
+  nlohmann::json doc = nlohmann::json::parse(read_file(report));
+  doc["allocators"][0]["allocator"] = "caching\x1b[2J\x1b[31m";
+  for (auto& segment : doc["allocators"][0]["memory_map"]["segments"]) segment["pool"] = pool;
+  std::ofstream(report) << doc.dump();
+  const fs::path html = dir_ / "h.html";
+  const fs::path svg = dir_ / "h.svg";
+  const run_result r =
+      run_fragctl("report '" + report + "' --html '" + html.string() + "' --svg '" + svg.string() + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_THAT(r.out, HasSubstr(": allocator caching\\x1b[2J\\x1b[31m on sim device 0\n"));
+  for (const fs::path& page : {html, svg}) {
+    const std::string text = read_file(page);
+    EXPECT_EQ(text.find("<script>document"), std::string::npos) << page;
+    EXPECT_THAT(text, HasSubstr("&lt;script&gt;document.title=&quot;PWNED&quot;&lt;/script&gt;")) << page;
+  }
+  EXPECT_EQ(occurrences(read_file(html), "<script"), 1u);
+  EXPECT_EQ(occurrences(read_file(svg), "<script"), 0u);
+}
+
+// Issue 27, H3: 100,000 nested arrays (200 KB) crashed `fragctl report`
+// with SIGSEGV (status 139).
+TEST_F(report_command, a_report_nested_100000_levels_is_an_error_not_a_crash) {
+  const fs::path deep = dir_ / "deep.json";
+  std::ofstream(deep) << "{\"schema_version\": 1, \"allocators\": " << std::string(100000, '[')
+                      << std::string(100000, ']') << "}";
+  const run_result r = run_fragctl("report '" + deep.string() + "'", "2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("deep.json: JSON nested deeper than 256 levels (byte 291); fragctl reads at most 256"));
+  // Positive control: an ordinary report still reads.
+  EXPECT_EQ(run_fragctl("report '" + write_report("ok.json", "caching", MiB) + "'").status, 0);
+}
+
+// A trace named by a file name that is not UTF-8 made every --json fail
+// with "[json.exception.type_error.316] invalid UTF-8 byte".
+TEST_F(report_command, a_trace_name_that_is_not_utf8_keeps_every_json_output) {
+  const fs::path trace = dir_ / "tr\xff.csv";
+  fs::copy_file(test_data("tiny_fragctl.csv"), trace);
+  for (const std::string command : {"report", "replay --backend sim", "info"}) {
+    const run_result r = run_fragctl(command + " '" + trace.string() + "' --json", "2>&1");
+    ASSERT_EQ(r.status, 0) << command << ": " << r.out;
+    const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << command << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("tr\xef\xbf\xbd")) << command;  // U+FFFD
+  }
+}
+
+// Error messages quote files (a trace row's action here): their control
+// characters reached the terminal raw.
+TEST_F(report_command, an_error_quoting_a_file_shows_its_control_characters_escaped) {
+  const fs::path trace = dir_ / "bad.csv";
+  std::ofstream(trace) << "action,addr,size,stream,time_us\nalloc\x1b[2J\x1b]0;x\x07,4096,512,0,1\n";
+  const run_result r = run_fragctl("report '" + trace.string() + "'", "2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("unknown action 'alloc\\x1b[2J\\x1b]0;x\\x07'"));
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  // Positive control: the message's own line structure is kept.
+  EXPECT_THAT(run_fragctl("report", "2>&1").out, HasSubstr("no file given\nRun 'fragctl report --help'"));
 }
 
 }  // namespace

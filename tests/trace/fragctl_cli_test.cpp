@@ -117,6 +117,69 @@ TEST_F(FragctlCli, ReplayOfATraceWithoutEventsSaysSoAndExitsThree) {
   fs::remove_all(dir);
 }
 
+// Regression (issue 27 M3): a trace whose writer was killed (no end row at
+// its end) was summarized and replayed as a whole run. Now `info` and
+// `replay` say it is cut (a warning in text, "complete"/"trace_complete":
+// false in JSON), and --require-complete refuses it with exit status 1; a
+// trace that ends with its end row passes, and one that cannot tell (no end
+// row, another tool's) is null in JSON and refused only under
+// --require-complete.
+TEST_F(FragctlCli, InfoAndReplaySayATraceIsCutAndRequireCompleteRefusesIt) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("fragctl_cli_cut_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string head =
+      "action,addr,size,stream,time_us\n# fragctl trace: complete when its last row is an end row\n"
+      "alloc,4096,512,0,1\nalloc,8192,1024,0,2\n";
+  const fs::path cut = dir / "cut.csv";
+  const fs::path whole = dir / "whole.csv";
+  const fs::path foreign = dir / "foreign.csv";
+  std::ofstream(cut) << head << "end,0,2,0,3\nfree_requested,4096,512,0,4\n";
+  std::ofstream(whole) << head << "free_requested,4096,512,0,4\nend,0,3,0,5\n";
+  std::ofstream(foreign) << "action,addr,size,stream,time_us\nalloc,4096,512,0,1\n";
+  const fs::path err = dir / "stderr.txt";
+  const auto quoted = [](const fs::path& p) { return "'" + p.string() + "'"; };
+
+  run_result r = run_fragctl("info " + quoted(cut), "2>" + quoted(err));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.out, HasSubstr("complete        no: cut, its tail is missing"));
+  EXPECT_THAT(fragctl::testing::read_file(err), HasSubstr("fragctl info: warning: " + cut.string() +
+                                                          ": the trace is cut (1 row that no end row counts)"));
+
+  r = run_fragctl("info --json " + quoted(cut) + " " + quoted(whole) + " " + quoted(foreign), "2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto info = nlohmann::json::parse(r.out);
+  ASSERT_EQ(info.size(), 3u);
+  EXPECT_EQ(info[0]["complete"], false);
+  EXPECT_EQ(info[1]["complete"], true);
+  EXPECT_TRUE(info[2]["complete"].is_null());
+
+  r = run_fragctl("info --require-complete " + quoted(cut), "2>" + quoted(err));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(fragctl::testing::read_file(err), HasSubstr("refused (--require-complete)"));
+  EXPECT_EQ(run_fragctl("info --require-complete " + quoted(foreign), "2>/dev/null").status, 1);
+  EXPECT_EQ(run_fragctl("info --require-complete " + quoted(whole), "2>" + quoted(err)).status, 0);  // control
+  EXPECT_EQ(fragctl::testing::read_file(err), "");
+
+  r = run_fragctl("replay --json --policy caching --backend sim " + quoted(cut) + " " + quoted(whole),
+                  "2>" + quoted(err));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto replayed = nlohmann::json::parse(r.out);
+  ASSERT_EQ(replayed.size(), 2u);
+  EXPECT_EQ(replayed[0]["trace_complete"], false);
+  EXPECT_EQ(replayed[1]["trace_complete"], true);
+  EXPECT_THAT(fragctl::testing::read_file(err), HasSubstr("fragctl replay: warning: " + cut.string()));
+
+  r = run_fragctl(
+      "replay --json --require-complete --policy caching --backend sim " + quoted(cut) + " " + quoted(whole),
+      "2>" + quoted(err));
+  EXPECT_EQ(r.status, 1);
+  const auto required = nlohmann::json::parse(r.out);
+  ASSERT_EQ(required.size(), 1u) << r.out;  // the whole trace still replays
+  EXPECT_EQ(required[0]["trace"], "whole");
+  EXPECT_THAT(fragctl::testing::read_file(err), HasSubstr(cut.string() + ": the trace is cut"));
+  fs::remove_all(dir);
+}
+
 TEST_F(FragctlCli, UsageErrorsExitTwo) {
   run_result r = run_fragctl("replay --frobnicate x", "2>&1");
   EXPECT_EQ(r.status, 2);
@@ -207,6 +270,22 @@ TEST_F(FragctlCli, InfoJson) {
   ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0]["peak_live_bytes"].get<std::size_t>(), 3004096u);
   EXPECT_EQ(j[0]["allocs"].get<std::size_t>(), 3u);
+}
+
+// Issue 27 (low): an environment value fragctl quotes reached the terminal
+// with its escapes (here one that clears the screen).
+TEST_F(FragctlCli, RunShowsAQuotedEnvironmentValueWithItsEscapesWrittenOut) {
+  const auto run = [](const std::string& pytorch_conf) {
+    return fragctl::testing::run_command("env -u FRAGCTL_CONF PYTORCH_CUDA_ALLOC_CONF='" + pytorch_conf + "' '" +
+                                         fragctl::testing::fragctl_binary().string() +
+                                         "' run --backend sim -- true 2>&1");
+  };
+  const run_result hostile = run("max_split_size_mb:128\x1b[2J");
+  EXPECT_THAT(hostile.out, HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128\\x1b[2J is applied"));
+  EXPECT_EQ(hostile.out.find('\x1b'), std::string::npos) << hostile.out;
+  // Positive control: a plain value is quoted as it is.
+  EXPECT_THAT(run("max_split_size_mb:128").out,
+              HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 is applied"));
 }
 
 }  // namespace

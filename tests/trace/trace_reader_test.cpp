@@ -11,11 +11,12 @@
 #include <ostream>
 #include <string>
 
+#include "fragctl/adaptors.hpp"
 #include "fragctl/trace.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "zlib.h"
 #include "support/test_support.hpp"
+#include "zlib.h"
 
 namespace fragctl {
 namespace {
@@ -208,23 +209,64 @@ TEST(TraceReader, TruncatedGzipNamesTheLine) {
 }
 
 // Issue 16 item 4: a truncated or interleaved trace of the tracing adaptor
-// must be detectable; a file without `end` rows (older recordings) reads as before.
-TEST(TraceReader, EndRowsDetectTruncationAndInterleaving) {
+// must be detectable; a file without `end` rows (older recordings, other
+// tools) reads as before, its completeness unknown. Issue 27 M3: a cut trace
+// is read, what it holds, and says it is cut (it was a DataLoss error when it
+// had an earlier `end` row, and read as whole when it had none).
+TEST(TraceReader, EndRowsTellCompleteCutAndInterleavedTraces) {
   const std::string head = "action,addr,size,stream,time_us\nalloc,4096,10,0,1\noom,0,99,0,2\n";
   auto complete = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\nend,0,3,0,5\n", "ok.csv");
   ASSERT_TRUE(complete.ok()) << complete.status();
   EXPECT_EQ(complete->events.size(), 2u);
-  EXPECT_TRUE(parse_trace(head, "old.csv").ok());
+  EXPECT_EQ(complete->completeness, trace_completeness::complete);
+  EXPECT_EQ(completeness_note(*complete), "");
 
-  auto truncated = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\n", "cut.csv");
-  ASSERT_FALSE(truncated.ok());
-  EXPECT_TRUE(absl::IsDataLoss(truncated.status()));
-  EXPECT_THAT(message_of(truncated.status()), HasSubstr("cut.csv: 1 rows follow the last end row"));
+  auto old = parse_trace(head, "old.csv");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->completeness, trace_completeness::unknown);
+  EXPECT_THAT(completeness_note(*old), HasSubstr("no end row, so it cannot show that it is whole"));
+
+  auto cut = parse_trace(head + "end,0,2,0,3\nfree_requested,4096,10,0,4\n", "cut.csv");
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(cut->events.size(), 2u);  // what it holds
+  EXPECT_EQ(cut->completeness, trace_completeness::cut);
+  EXPECT_EQ(cut->rows_after_end, 1u);
+  EXPECT_THAT(completeness_note(*cut), HasSubstr("the trace is cut (1 row that no end row counts)"));
 
   auto interleaved = parse_trace(head + "alloc,8192,10,0,3\nend,0,2,0,3\n", "mixed.csv");
   ASSERT_FALSE(interleaved.ok());
   EXPECT_TRUE(absl::IsDataLoss(interleaved.status()));
   EXPECT_THAT(message_of(interleaved.status()), HasSubstr("mixed.csv:5: the end row counts 2 rows but 3 precede it"));
+}
+
+// Issue 27 M3: what the tracing adaptor writes after the header promises an
+// end row, so a trace killed before its first flush (only rows, or nothing,
+// after the header) reads as cut rather than as a whole run, and a last row
+// cut short (no newline) is dropped unread rather than read as a smaller one.
+TEST(TraceReader, APromisedEndRowThatNeverCameIsACutTrace) {
+  const std::string head = "action,addr,size,stream,time_us\n" + std::string(trace_end_row_promise) + "\n";
+  auto nothing = parse_trace(head, "killed_early.csv");
+  ASSERT_TRUE(nothing.ok()) << nothing.status();
+  EXPECT_EQ(nothing->completeness, trace_completeness::cut);
+  EXPECT_THAT(completeness_note(*nothing), HasSubstr("the trace is cut (no end row)"));
+
+  auto rows = parse_trace(head + "alloc,4096,10,0,1\nalloc,8192,1048576,0,2\nalloc,9", "killed.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->completeness, trace_completeness::cut);
+  EXPECT_EQ(rows->events.size(), 2u);
+  EXPECT_EQ(rows->rows_after_end, 2u);
+  EXPECT_TRUE(rows->cut_row);
+  EXPECT_THAT(completeness_note(*rows), HasSubstr("(2 rows that no end row counts, a last row cut short)"));
+
+  // Positive control: the same rows closed by their end row.
+  auto whole = parse_trace(head + "alloc,4096,10,0,1\nalloc,8192,1048576,0,2\nend,0,2,0,3\n", "whole.csv");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->completeness, trace_completeness::complete);
+  // A file without the promise or an end row keeps its last line without a newline.
+  auto hand_written = parse_trace("action,addr,size,stream,time_us\nalloc,4096,10,0,1", "hand.csv");
+  ASSERT_TRUE(hand_written.ok()) << hand_written.status();
+  EXPECT_EQ(hand_written->events.size(), 1u);
+  EXPECT_EQ(hand_written->completeness, trace_completeness::unknown);
 }
 
 // Regression (issue 18): the peak of live bytes wrapped past 2^64.

@@ -15,6 +15,7 @@
 
 #include "fragctl/config.hpp"
 #include "fragctl/trace.hpp"
+#include "nlohmann/json.hpp"
 
 namespace fragctl::cli {
 
@@ -77,6 +78,19 @@ extern const option_spec snapshot_device_option;
 /// Throws usage_error for a bad option value, std::runtime_error carrying the
 /// reader's message ("<file>:<line>: ...") when the trace cannot be read.
 [[nodiscard]] trace load_trace(const std::string& path, const arguments& args);
+
+/// The --require-complete switch the trace-reading commands share.
+extern const option_spec require_complete_option;
+
+/// Says on stderr what `command` must say of `t`'s completeness: a warning
+/// for a cut trace; with --require-complete, an error for every trace that
+/// does not show it is whole (cut, or no end marker). Returns false for the
+/// latter, which the command then counts as a failure (exit status 1).
+[[nodiscard]] bool check_completeness(std::string_view command, const std::string& path, const trace& t,
+                                      const arguments& args);
+
+/// `t`'s completeness as JSON: true, false (cut) or null (the file cannot tell).
+[[nodiscard]] nlohmann::ordered_json completeness_json(const trace& t);
 
 /// The --policy list of the replaying commands: expressions split at
 /// commas, "all" for replay_policy_set(), {""} (the default) when absent.

@@ -3,11 +3,13 @@
 #include <cstdio>
 
 #include "command.hpp"
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::cli {
 
@@ -64,7 +66,7 @@ int run_config(const arguments& args) {
   for (const option_info& o : config_options()) {
     const std::string value = args.has("current") ? option_value(current, o.key) : o.default_value;
     options.push_back({{"key", o.key}, {"type", o.type}, {column, value}, {"help", o.help}});
-    text += fmt::format("  {:<22} {:<18} {:<18} {}\n", o.key, o.type, value, o.help);
+    text += fmt::format("  {:<22} {:<18} {:<18} {}\n", o.key, o.type, util::printable(value), o.help);
   }
   for (const environment_variable& v : environment_variables()) {
     environment.push_back(
@@ -74,7 +76,7 @@ int run_config(const arguments& args) {
   if (args.has("json")) {
     nlohmann::ordered_json out{{"options", options}, {"environment", environment}};
     if (!effective_json.is_null()) out["effective"] = effective_json;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", detail::dump_json(out).c_str());
   } else {
     std::fputs(text.c_str(), stdout);
   }

@@ -11,6 +11,7 @@
 #include "command.hpp"
 #include "fmt/format.h"
 #include "fragctl/version.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::cli {
 namespace {
@@ -22,6 +23,18 @@ const std::vector<command>& commands() {
       {&run_spec(), run_run},
   };
   return table;
+}
+
+// An error message for the terminal: it may quote a file's content or name
+// (a trace row, a report field), so each line is shown through
+// util::printable; the message's own line breaks stay.
+std::string printable_lines(std::string_view message) {
+  std::string out;
+  for (const std::string_view line : util::split(message, '\n')) {
+    if (!out.empty()) out.push_back('\n');
+    out += util::printable(line);
+  }
+  return out;
 }
 
 const command* find_command(std::string_view name) {
@@ -88,10 +101,10 @@ int run(const std::vector<std::string>& args) {
     }
     return c->run(parsed);
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), e.what());
+    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), printable_lines(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), e.what());
+    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), printable_lines(e.what()).c_str());
     return 1;
   }
 }

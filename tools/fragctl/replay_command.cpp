@@ -137,7 +137,8 @@ replay_lag replay_lag_option(const arguments& args, const config& cfg) {
 
 const command_spec& replay_spec() {
   static const command_spec spec = {
-      "replay", "TRACE...",
+      "replay",
+      "TRACE...",
       "Replay allocation traces through policies: peak bytes held against live, cost per call.",
       "Each TRACE (fragctl CSV, PyTorch snapshot JSON or pickle, or RMM log CSV, plain or .gz) is replayed\n"
       "once per policy through a fresh allocator. Printed per trace and policy: peak requested\n"
@@ -147,16 +148,21 @@ const command_spec& replay_spec() {
       "docs/replay.md has the details.\n\n"
       "Policies:\n" +
           policy_lines() +
-          "\nExit status: 0 success, 1 unreadable trace or failed replay, 2 usage error, 3 a trace with no\n"
-          "allocation or free to replay (skipped; the others replay).\n"
+          "\nA cut trace (its writer was killed: rows after its last end row) replays what it holds, with a\n"
+          "warning on stderr; JSON results say \"trace_complete\": true, false (cut) or null (no end row).\n"
+          "\nExit status: 0 success, 1 unreadable trace, failed replay, or (with --require-complete) a trace\n"
+          "that does not show it is whole (skipped), 2 usage error, 3 a trace with no allocation or free to\n"
+          "replay (skipped; the others replay).\n"
           "Example: fragctl replay gpt2m.trace.csv.gz --policy caching,arena --backend sim\n",
       {{"policy", "NAME", "policy expression, a comma-separated list, or 'all' (default: the backend's default)"},
        {"backend", "KIND", "sim, cuda, hip or auto (default auto: a GPU when present, else sim)"},
        {"capacity", "BYTES", "simulated device size, e.g. 141GiB (default: sim_capacity, 80GiB)"},
        {"conf", "KEY:VALUE,...", "options as in FRAGCTL_CONF (docs/configuration.md)"},
-       {"gpu-lag-us", "US", "model a GPU this many microseconds of trace time behind the CPU (sim only; docs/replay.md)"},
+       {"gpu-lag-us", "US",
+        "model a GPU this many microseconds of trace time behind the CPU (sim only; docs/replay.md)"},
        {"gpu-lag-events", "N", "model a GPU this many trace events behind the CPU (sim only)"},
        snapshot_device_option,
+       require_complete_option,
        {"json", "", "print one JSON array of results instead of the table"}}};
   return spec;
 }
@@ -189,6 +195,11 @@ int run_replay(const arguments& args) {
     } catch (const std::runtime_error& e) {  // unreadable: the other traces' results still count
       progress.clear();
       std::fprintf(stderr, "fragctl replay: %s\n", e.what());
+      status = 1;
+      continue;
+    }
+    if (t.completeness != trace_completeness::complete) progress.clear();
+    if (!check_completeness("replay", path, t, args)) {
       status = 1;
       continue;
     }

@@ -6,6 +6,7 @@
 
 #include "command.hpp"
 #include "core/atomic_file.hpp"
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
 #include "fragctl/progress_bar.hpp"
@@ -58,7 +59,7 @@ std::string runs_json(const std::vector<fragctl::run_report>& runs) {
                    {"device", r.stats.device},
                    {"stats", nlohmann::ordered_json::parse(to_json(r.stats))}});
   }
-  return all.dump(2) + "\n";
+  return detail::dump_json(all) + "\n";
 }
 
 }  // namespace
@@ -148,8 +149,9 @@ int run_report(const arguments& args) {
   } else if (one_report_of_several_devices(runs)) {
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const fragctl::run_report& r = runs[i];
-      std::printf("%s== device %d: %s (%s) ==\n%s", i == 0 ? "" : "\n", r.stats.device, r.stats.allocator.c_str(),
-                  r.source.c_str(), render_text(r, text).c_str());
+      std::printf("%s== device %d: %s (%s) ==\n%s", i == 0 ? "" : "\n", r.stats.device,
+                  util::printable(r.stats.allocator).c_str(), util::printable(r.source).c_str(),
+                  render_text(r, text).c_str());
     }
   } else {
     std::fputs(render_comparison(runs).c_str(), stdout);

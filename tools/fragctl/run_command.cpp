@@ -25,6 +25,7 @@
 #include "fmt/format.h"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::cli {
 namespace {
@@ -40,8 +41,8 @@ constexpr const char* torch_backend = "backend:cudaMallocAsync";
 /// or as the build tree does (tools/../).
 fs::path find_shim(const arguments& args) {
   if (const auto chosen = args.get("preload")) return fs::absolute(*chosen);
-  if (const char* env = std::getenv("FRAGCTL_PRELOAD_LIBRARY"); env != nullptr && *env != '\0')
-    return fs::absolute(env);
+  if (const auto env = environment_value("FRAGCTL_PRELOAD_LIBRARY"); env && !env->empty())
+    return fs::absolute(std::string(*env));
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   std::vector<fs::path> looked;
@@ -61,9 +62,9 @@ fs::path find_shim(const arguments& args) {
 
 void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
-std::string env_or(const char* name, std::string fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? std::string(v) : fallback;
+std::string env_or(std::string_view name, std::string fallback) {
+  const auto v = environment_value(name);
+  return v ? std::string(*v) : fallback;
 }
 
 bool says_async_backend(std::string_view conf) {
@@ -107,10 +108,10 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
   std::string conf = args.get("conf").value_or(env_or("FRAGCTL_CONF", ""));
   if (!says_async_backend(pytorch_conf)) {
     const std::string moved = without_backend(pytorch_conf);
-    if (!moved.empty() && !args.has("conf") && std::getenv("FRAGCTL_CONF") == nullptr) {
+    if (!moved.empty() && !args.has("conf") && !environment_value("FRAGCTL_CONF")) {
       conf = moved;
       std::fprintf(stderr, "fragctl run: PYTORCH_CUDA_ALLOC_CONF=%s is applied by fragctl (FRAGCTL_CONF); "
-                   "PyTorch gets %s\n", pytorch_conf.c_str(), torch_backend);
+                   "PyTorch gets %s\n", util::printable(pytorch_conf).c_str(), torch_backend);
     }
     set("PYTORCH_CUDA_ALLOC_CONF", torch_backend);
   }
@@ -124,7 +125,7 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
                                          {"trace", "FRAGCTL_TRACE"}}) {
     if (const auto path = args.get(option)) set(variable, fs::absolute(*path).string());
   }
-  if (std::getenv("FRAGCTL_REPORT") == nullptr)
+  if (!environment_value("FRAGCTL_REPORT"))
     set("FRAGCTL_REPORT", (fs::current_path() / fmt::format("fragctl.{}.report.json", ::getpid())).string());
   // The pinned host tier's jemalloc needs 2.6 KiB of static TLS, which only
   // a library loaded at start-up gets (docs/packaging.md): preloaded beside
@@ -193,7 +194,7 @@ int run_run(const arguments& args) {
   const fs::path shim = find_shim(args);
   if (!fs::is_regular_file(shim)) throw std::runtime_error(fmt::format("{}: no such file", shim.string()));
   prepare_environment(args, shim);
-  const fs::path report = std::getenv("FRAGCTL_REPORT");
+  const fs::path report = env_or("FRAGCTL_REPORT", "");
   const auto started = fs::file_time_type::clock::now() - std::chrono::seconds(1);
 
   std::vector<char*> argv;

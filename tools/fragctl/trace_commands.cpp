@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "command.hpp"
+#include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
@@ -25,6 +26,29 @@ trace load_trace(const std::string& path, const arguments& args) {
   auto t = read_trace(path, options);
   if (!t.ok()) throw std::runtime_error(std::string(t.status().message()));
   return *std::move(t);
+}
+
+const option_spec require_complete_option = {
+    "require-complete", "",
+    "fail (exit status 1) for a trace that does not show it is whole: cut (its writer was killed) or without "
+    "an end row (docs/traces.md)"};
+
+bool check_completeness(std::string_view command, const std::string& path, const trace& t, const arguments& args) {
+  if (t.completeness == trace_completeness::complete) return true;
+  const std::string note = completeness_note(t);
+  if (args.has("require-complete")) {
+    std::fprintf(stderr, "fragctl %s: %s: %s; refused (--require-complete)\n", std::string(command).c_str(),
+                 path.c_str(), note.c_str());
+    return false;
+  }
+  if (t.completeness == trace_completeness::cut)
+    std::fprintf(stderr, "fragctl %s: warning: %s: %s\n", std::string(command).c_str(), path.c_str(), note.c_str());
+  return true;
+}
+
+nlohmann::ordered_json completeness_json(const trace& t) {
+  if (t.completeness == trace_completeness::unknown) return nullptr;
+  return t.completeness == trace_completeness::complete;
 }
 
 // --- convert ------------------------------------------------------------------
@@ -57,11 +81,16 @@ int run_convert(const arguments& args) {
 
 const command_spec& info_spec() {
   static const command_spec spec = {
-      "info", "TRACE...",
+      "info",
+      "TRACE...",
       "Summarize traces as the program ran them: events, peak live bytes, streams, duration.",
       "Peak live bytes is the most the program had allocated at once: the floor for the peak\n"
-      "requested bytes of any replay, and the denominator of reserved/requested.\n",
-      {snapshot_device_option, {"json", "", "print one JSON array instead of text"}}};
+      "requested bytes of any replay, and the denominator of reserved/requested.\n"
+      "Complete says whether the file shows it is whole: yes (it ends with an end row that counts\n"
+      "every row), no (cut: its writer was killed and its tail is missing; a warning on stderr) or\n"
+      "unknown (no end marker: an RMM log, another tool's CSV). Exit status: 0, 1 for an unreadable\n"
+      "trace or, with --require-complete, one that is not complete, 2 usage error.\n",
+      {snapshot_device_option, require_complete_option, {"json", "", "print one JSON array instead of text"}}};
   return spec;
 }
 
@@ -69,13 +98,16 @@ int run_info(const arguments& args) {
   if (args.positional.empty())
     throw usage_error("no trace given\nRun 'fragctl info --help' for its options.");
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  int status = 0;
   for (const std::string& path : args.positional) {
     const trace t = load_trace(path, args);
     const trace_summary s = summarize(t);
+    if (!check_completeness("info", path, t, args)) status = 1;
     if (args.has("json")) {
       all.push_back({{"trace", t.name},
                      {"path", path},
                      {"format", t.format},
+                     {"complete", completeness_json(t)},
                      {"events", t.events.size()},
                      {"allocs", s.allocs},
                      {"frees", s.frees},
@@ -88,17 +120,20 @@ int run_info(const arguments& args) {
                      {"duration_us", s.duration_us}});
       continue;
     }
+    const char* complete = t.completeness == trace_completeness::complete ? "yes"
+                           : t.completeness == trace_completeness::cut    ? "no: cut, its tail is missing"
+                                                                          : "unknown: no end marker";
     std::printf(
-        "%s (%s, %s)\n  events          %zu (%zu allocs, %zu frees; %llu other rows ignored)\n"
+        "%s (%s, %s)\n  complete        %s\n  events          %zu (%zu allocs, %zu frees; %llu other rows ignored)\n"
         "  peak live       %s (%zu bytes)\n  largest request %s\n  streams         %zu\n"
         "  live at end     %zu blocks\n  unmatched frees %zu\n  duration        %.3f s\n",
-        t.name.c_str(), path.c_str(), t.format.c_str(), t.events.size(), s.allocs, s.frees,
+        t.name.c_str(), path.c_str(), t.format.c_str(), complete, t.events.size(), s.allocs, s.frees,
         static_cast<unsigned long long>(t.ignored_rows), util::human_bytes(s.peak_live_bytes).c_str(),
-        s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end,
-        s.unmatched_frees, static_cast<double>(s.duration_us) / 1e6);
+        s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end, s.unmatched_frees,
+        static_cast<double>(s.duration_us) / 1e6);
   }
-  if (args.has("json")) std::printf("%s\n", all.dump(2).c_str());
-  return 0;
+  if (args.has("json")) std::printf("%s\n", detail::dump_json(all).c_str());
+  return status;
 }
 
 // --- policies -----------------------------------------------------------------
@@ -123,7 +158,7 @@ int run_policies(const arguments& args) {
     else
       std::printf("%-10s %-8s %s\n", std::string(p.name).c_str(), kind, std::string(p.help).c_str());
   }
-  if (args.has("json")) std::printf("%s\n", all.dump(2).c_str());
+  if (args.has("json")) std::printf("%s\n", detail::dump_json(all).c_str());
   return 0;
 }
 

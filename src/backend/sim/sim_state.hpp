@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "backend/sim/address_ranges.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "util/fork_safe_mutex.hpp"
 
 namespace fragctl::sim_detail {
 
@@ -160,9 +161,11 @@ struct sim_backend::state {
   const sim_options options;
   const std::size_t page;  ///< host page size
 
-  // std::mutex, not absl::Mutex: ThreadSanitizer cannot see Debian's
+  // A std::mutex, not absl::Mutex: ThreadSanitizer cannot see Debian's
   // uninstrumented absl::Mutex, and tests share a sim device between threads.
-  mutable std::mutex mu;
+  // Fork-safe (a leaf: nothing else is locked under it but the logger), so a
+  // forked child can use a device its parent's threads were using.
+  mutable util::fork_safe_mutex mu;
   std::size_t used ABSL_GUARDED_BY(mu) = 0;  ///< raw + physical bytes
   std::uintptr_t fake_limit ABSL_GUARDED_BY(mu) = 0;  ///< end of this instance's window
   std::uintptr_t next_fake ABSL_GUARDED_BY(mu) = 0;   ///< set by the constructor
