@@ -249,6 +249,28 @@ TEST(rank_table, a_rank_of_another_type_is_an_error_naming_the_field) {
               HasSubstr("r.json: field \"rank\": expected a non-negative integer or null"));
 }
 
+// A report's strings (host, launcher, file name) reach the terminal only
+// printable and the page only escaped (issue 27's rule for every renderer).
+TEST(rank_table, hostile_hosts_neither_move_the_terminal_nor_add_markup) {
+  const fs::path dir = fresh_dir("hostile");
+  std::vector<run_report> runs = load_all(
+      {write_rank(dir, 0, 2, rank_stats(100 * MiB, 80 * MiB)), write_rank(dir, 1, 2, rank_stats(120 * MiB, 80 * MiB))});
+  ASSERT_EQ(runs.size(), 2u);
+  runs[0].writer.host = "\x1b[2J\x1b[31mnode\nfake line";
+  runs[1].writer.host = "</td><script>alert(1)</script>";
+  runs[1].writer.launcher =
+      "\xe2\x80\xae"
+      "evil";
+  const std::string text = render_rank_table(runs);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find("\nfake line"), std::string::npos);
+  EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos);
+  const std::string html = render_html(runs);
+  EXPECT_EQ(occurrences(html, "<script"), 1u) << "only the page's own script";
+  EXPECT_THAT(html, HasSubstr("&lt;/td&gt;&lt;script&gt;"));
+  EXPECT_FALSE(nlohmann::json::parse(render_rank_json(runs), nullptr, false).is_discarded());
+}
+
 // --- End to end: four processes of a "torchrun job", then `fragctl report` ---
 
 class rank_table_command : public fragctl::testing::fragctl_command_test {};
