@@ -45,7 +45,7 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
     memory_map_source map;
     if (cfg_.report_map) map = [this] { return top_->memory_map(); };
     register_stats_export(
-        this, outputs, [this] { return stats(); }, std::move(map));
+        this, outputs, [this] { return report_stats(); }, std::move(map));
   }
 }
 
@@ -69,8 +69,21 @@ allocator_stats allocator_stack::stats() const {
   return s;
 }
 
+allocator_stats allocator_stack::report_stats() const {
+  allocator_stats s = stats();
+  try {
+    const memory_info info = backend_->get_memory_info();
+    s.device_memory.measured = true;
+    s.device_memory.free = info.free;
+    s.device_memory.total = info.total;
+  } catch (const std::exception& e) {  // a runtime already unloading at exit: the report goes without
+    logger().debug("report: no device memory information ({})", e.what());
+  }
+  return s;
+}
+
 stats_export_entry allocator_stack::export_entry() const {
-  stats_export_entry r{stats(), std::nullopt};
+  stats_export_entry r{report_stats(), std::nullopt};
   if (cfg_.report_map) r.map = top_->memory_map();
   return r;
 }

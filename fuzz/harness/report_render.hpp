@@ -13,15 +13,18 @@
 //   around the limit or 100,000 levels.
 // * runs: run_reports made directly, so strings need not be UTF-8: the name,
 //   source, allocator, backend, advice, map labels and allocator, pools, the
-//   replay's trace, policy and backend; replays with timelines and OOMs.
+//   replay's trace, policy and backend, the writer's host and launcher;
+//   replays with timelines and OOMs; ranks of one job or clashing ones, with
+//   any device memory figures.
 // * snapshot: a PyTorch snapshot (JSON) with hostile strings and a hostile
 //   trace name, replayed on sim, as `fragctl report snapshot.json` does.
 //
 // A document nested deeper than the limit must be refused naming the file
 // and the limit; one within it must not be refused for its depth. Every run
 // read is rendered as HTML (all runs), as a standalone SVG (each available
-// map), as text and as a comparison, and checked by markup_check.hpp against
-// the same runs with every string made harmless.
+// map), as text, as a comparison and, for ranks, as the rank table and its
+// JSON, and checked by markup_check.hpp against the same runs with every
+// string made harmless.
 #pragma once
 
 #include <algorithm>
@@ -279,6 +282,17 @@ inline std::vector<run_report> direct_runs(byte_reader& in) {
     }
     runs.push_back(std::move(r));
   }
+  // Read after every run, so that the runs an input made before ranks
+  // existed stay the same: ranks (of one job, or clashing), hosts, launchers.
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (in.byte() >= 160) continue;
+    // An input that ran out reads zeros: distinct ranks of one job of 4.
+    runs[i].writer.rank = in.byte() >= 224 ? std::int64_t{0} : static_cast<std::int64_t>(i);
+    runs[i].writer.world_size = in.byte() >= 224 ? std::int64_t{1} << in.below(63) : std::int64_t{4};
+    runs[i].writer.host = next_string(in);
+    runs[i].writer.launcher = next_string(in);
+    runs[i].stats.device_memory = {in.byte() < 160, next_size(in), next_size(in), next_size(in)};
+  }
   return runs;
 }
 
@@ -317,6 +331,8 @@ void for_each_string(run_report& r, F&& f) {
     f(m.map.allocator);
     for (memory_segment& s : m.map.segments) f(s.pool);
   }
+  f(r.writer.host);
+  f(r.writer.launcher);
   f(r.replay.trace);
   f(r.replay.policy);
   f(r.replay.backend);
@@ -357,6 +373,14 @@ inline void check_renders_escaped(const std::vector<run_report>& runs) {
     const std::string plain_text = render_text(plain[i]);
     check(std::count(text.begin(), text.end(), '\n') == std::count(plain_text.begin(), plain_text.end(), '\n'),
           "the text summary's lines change with the report's strings");
+  }
+  if (runs_are_ranks(runs)) {
+    const std::string ranks = render_rank_table(runs);
+    check_terminal_text(ranks, "rank table");
+    const std::string plain_ranks = render_rank_table(plain);
+    check(std::count(ranks.begin(), ranks.end(), '\n') == std::count(plain_ranks.begin(), plain_ranks.end(), '\n'),
+          "the rank table's lines change with the report's strings");
+    check(!nlohmann::json::parse(render_rank_json(runs), nullptr, false).is_discarded(), "the ranks' JSON is not JSON");
   }
   const std::string comparison = render_comparison(runs);
   check_terminal_text(comparison, "comparison");

@@ -56,6 +56,10 @@ class allocator_stack {
   [[nodiscard]] stats_export_entry export_entry() const;
 
  private:
+  // stats() and the device's free and total memory (memory_info, one
+  // backend call): what the report file carries.
+  [[nodiscard]] allocator_stats report_stats() const;
+
   config cfg_;
   std::unique_ptr<device_backend> backend_;  // declared first: destroyed last
   std::unique_ptr<device_allocator> top_;

@@ -112,10 +112,13 @@ void note_output_failure() noexcept;
 /// end the process. Idempotent; thread-safe.
 void install_process_hooks();
 
-/// An output path as this process writes it: every "%p" replaced by the
-/// process id and "%%" by "%". In a process started by fork() from one that
-/// had loaded fragctl, a path without "%p" gets ".<pid>" appended, so a child
-/// never writes over its parent's file. Otherwise a path without "%p" is
+/// An output path as this process writes it: every "%p" and "{pid}"
+/// replaced by the process id, "%%" by "%", and "{rank}", "{local_rank}",
+/// "{world_size}" and "{host}" by the launcher's figures
+/// (docs/configuration.md, "Output paths"; a rank no launcher gives becomes
+/// the process id). In a process started by fork() from one that had loaded
+/// fragctl, a path without the pid gets ".<pid>" appended, so a child never
+/// writes over its parent's file. Otherwise a path without the pid is
 /// claimed by this process while an output of it (a report registration, a
 /// trace file) names the path, and released with the last: if another running
 /// process claimed it first (ranks started separately, given one

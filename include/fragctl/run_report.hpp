@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,18 @@ struct timeline {
   std::vector<timeline_oom> ooms;  ///< every OOM, in order
 };
 
+/// Where a JSON report's writer stood in its job, as the report document
+/// records it (docs/statistics.md, "The report file"): each figure unknown
+/// in replays, in reports of processes no launcher started, and in reports
+/// of earlier fragctl.
+struct writer_rank {
+  std::optional<std::int64_t> rank;        ///< global rank
+  std::optional<std::int64_t> local_rank;  ///< rank on its host
+  std::optional<std::int64_t> world_size;  ///< processes in the job
+  std::string host;                        ///< empty when not recorded
+  std::string launcher;                    ///< "torchrun", "openmpi", "slurm"; empty when none
+};
+
 /// Everything known about one allocator's run.
 struct run_report {
   std::string name;    ///< what it is called in tables: "gpt2m / caching", "job.json"
@@ -64,6 +77,7 @@ struct run_report {
   std::vector<labelled_map> maps;  ///< may be empty (no map in the report, or a policy without one)
   timeline time;                   ///< replays only
   replay_result replay;            ///< replays only (kind == "replay")
+  writer_rank writer;              ///< JSON reports only
 };
 
 /// How load_run_reports treats a trace.
@@ -109,6 +123,32 @@ struct text_options {
 /// Runs side by side, one column each, and the difference of each against
 /// the first run (peak reserved first).
 [[nodiscard]] std::string render_comparison(const std::vector<run_report>& runs);
+
+/// True when `runs` are one job's ranks side by side rather than
+/// alternatives to compare: every run a JSON report whose writer recorded
+/// its rank, at least two ranks, no rank and device twice, and one world
+/// size among those recorded. `fragctl report run.*.json` shows such runs
+/// with render_rank_table.
+[[nodiscard]] bool runs_are_ranks(const std::vector<run_report>& runs);
+
+/// Imbalance between ranks worth a line of its own: the largest peak
+/// reserved more than this fraction above the smallest.
+inline constexpr double rank_imbalance_threshold = 0.05;
+
+/// Every rank in one table, a row per rank (and device), ordered by rank:
+/// reserved bytes now and at peak, requested and allocated bytes now and at
+/// peak, cached bytes (reserved - allocated), the largest free block, the
+/// device memory that is not fragctl's when the report recorded the
+/// device's, and the OOMs by verdict; then the imbalance (largest and
+/// smallest peak reserved and requested, with their ranks, and a line when
+/// peak reserved differs by more than rank_imbalance_threshold), and the
+/// device memory outside fragctl split as far as the reports allow.
+[[nodiscard]] std::string render_rank_table(const std::vector<run_report>& runs);
+
+/// The same as one JSON document: {"ranks": [a row per rank with its
+/// figures and its full "stats"], "imbalance": {...}} (docs/reports.md,
+/// "Every rank side by side").
+[[nodiscard]] std::string render_rank_json(const std::vector<run_report>& runs);
 
 /// One self-contained HTML page (inline CSS, JavaScript and SVG; nothing
 /// fetched) with, per run, its figures, its memory maps and, for replays, the

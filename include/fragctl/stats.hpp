@@ -83,6 +83,22 @@ struct allocator_stats {
   /// count of all of them is `ooms`), each with its diagnosis.
   std::vector<oom_event> oom_events;
 
+  /// The whole device's memory, beside the allocator's: what a report needs
+  /// to tell the device memory that is not fragctl's (docs/reports.md,
+  /// "Every rank side by side").
+  struct device_memory_figures {
+    /// free and total were asked of the backend (memory_info) just after
+    /// the other figures were read: allocator_stack does this for the
+    /// report file only, so other statistics leave it false.
+    bool measured = false;
+    std::size_t free = 0;   ///< device bytes free, as the runtime reports them
+    std::size_t total = 0;  ///< device bytes in all
+    /// Device bytes held outside this allocator when it was built (the
+    /// runtime's context, libraries loaded before it, other processes);
+    /// always set by statistics_adaptor.
+    std::size_t outside_at_start = 0;
+  } device_memory;
+
   /// peak reserved / peak requested; 1.0 is ideal; 0 when nothing was requested.
   [[nodiscard]] double reserved_over_requested() const noexcept;
   /// 1 - peak requested / peak reserved.

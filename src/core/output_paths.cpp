@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -22,9 +23,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <utility>
 
+#include "core/launcher_identity.hpp"
 #include "fmt/format.h"
 #include "fragctl/log.hpp"
 #include "fragctl/process_hooks.hpp"
@@ -97,7 +100,7 @@ class output_claims {
     return *claims;
   }
 
-  // The file this process writes for `path` (expanded, no "%p"), with one
+  // The file this process writes for `path` (expanded, not per process), with one
   // more reference on its claim.
   std::string acquire(const std::string& path) {
     const std::lock_guard lock(mutex_);
@@ -191,19 +194,85 @@ class output_claims {
 
 }  // namespace
 
-std::string expand_percent(std::string_view path, bool& has_pid) {
+namespace {
+
+// The brace placeholders (docs/configuration.md, "Output paths").
+constexpr std::array<std::string_view, 5> placeholder_names{"rank", "local_rank", "world_size", "pid", "host"};
+
+// Says `message` once per path and placeholder: a path is expanded at every
+// write, and a job names few paths.
+template <class... Args>
+void warn_once(std::string_view path, std::string_view name, fmt::format_string<Args...> format, Args&&... args) {
+  static std::mutex mutex;
+  static std::set<std::string>* const said = new std::set<std::string>();  // never destroyed, as the claims
+  {
+    const std::lock_guard lock(mutex);
+    if (!said->insert(fmt::format("{}\n{}", path, name)).second) return;
+  }
+  logger().warn(format, std::forward<Args>(args)...);
+}
+
+// The value of `{name}` for `who`; `per_process` set when it is the pid.
+std::string placeholder_value(std::string_view path, std::string_view name, const launcher_identity& who,
+                              bool& per_process) {
+  const auto pid_for = [&] {
+    per_process = true;
+    warn_once(path, name, "{}: {{{}}} has no value ({}); the process id {} stands in for it", path, name,
+              why_unknown(who, name), ::getpid());
+    return fmt::format("{}", ::getpid());
+  };
+  if (name == "pid") {
+    per_process = true;
+    return fmt::format("{}", ::getpid());
+  }
+  if (name == "host") return who.host;
+  if (name == "rank") return who.rank ? fmt::format("{}", *who.rank) : pid_for();
+  if (name == "local_rank") return who.local_rank ? fmt::format("{}", *who.local_rank) : pid_for();
+  if (who.world_size) return fmt::format("{}", *who.world_size);
+  warn_once(path, name, "{}: {{world_size}} has no value ({}); written as \"unknown\"", path, why_unknown(who, name));
+  return "unknown";
+}
+
+}  // namespace
+
+std::string expand_placeholders(std::string_view path, const launcher_identity& who, bool& per_process) {
   std::string out;
-  has_pid = false;
+  per_process = false;
   for (std::size_t i = 0; i < path.size(); ++i) {
     if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
-      has_pid = has_pid || path[i + 1] == 'p';
+      per_process = per_process || path[i + 1] == 'p';
       out += path[i + 1] == 'p' ? fmt::format("{}", ::getpid()) : "%";
       ++i;
       continue;
     }
+    if (path[i] == '{') {
+      const std::size_t close = path.find('}', i + 1);
+      const std::string_view name =
+          close == std::string_view::npos ? std::string_view{} : path.substr(i + 1, close - i - 1);
+      if (std::find(placeholder_names.begin(), placeholder_names.end(), name) != placeholder_names.end()) {
+        out += placeholder_value(path, name, who, per_process);
+        i = close;
+        continue;
+      }
+      const bool word = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+      });
+      if (word) {
+        warn_once(path, name,
+                  "{}: {{{}}} is not a placeholder ({{rank}}, {{local_rank}}, {{world_size}}, {{pid}}, {{host}}); "
+                  "it is kept as written",
+                  path, name);
+      }
+    }
     out += path[i];
   }
   return out;
+}
+
+std::string expand_placeholders(std::string_view path, bool& per_process) {
+  // The environment is read only for a path that may name a launcher's figure.
+  if (path.find('{') == std::string_view::npos) return expand_placeholders(path, launcher_identity{}, per_process);
+  return expand_placeholders(path, process_launcher_identity(), per_process);
 }
 
 std::string output_claim_name(const std::string& path) {
@@ -218,9 +287,9 @@ std::string claimed_file(const std::string& expanded) { return output_claims::in
 std::size_t output_claims_held() noexcept { return output_claims::instance().held(); }
 
 output_claim::output_claim(std::string_view path) {
-  bool has_pid = false;
-  std::string out = expand_percent(path, has_pid);
-  if (has_pid || out.empty()) {
+  bool per_process = false;
+  std::string out = expand_placeholders(path, per_process);
+  if (per_process || out.empty()) {
     file_ = std::move(out);
   } else if (is_forked_child()) {
     file_ = fmt::format("{}.{}", out, ::getpid());
@@ -259,9 +328,9 @@ void output_claims_fork_child() noexcept { output_claims::instance().fork_child(
 namespace fragctl {
 
 std::string expand_output_path(std::string_view path) {
-  bool has_pid = false;
-  std::string out = detail::expand_percent(path, has_pid);
-  if (has_pid || out.empty()) return out;
+  bool per_process = false;
+  std::string out = detail::expand_placeholders(path, per_process);
+  if (per_process || out.empty()) return out;
   if (is_forked_child()) return fmt::format("{}.{}", out, ::getpid());
   return detail::claimed_file(out);
 }

@@ -23,6 +23,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/launcher_identity.hpp"
+
 namespace fragctl::detail {
 
 /// A reference on the claim of one output path. Thread-safe to create and
@@ -30,8 +32,9 @@ namespace fragctl::detail {
 class output_claim {
  public:
   output_claim() = default;
-  /// Expands `path` (expand_output_path's "%p" and forked-child rules) and,
-  /// for a path without "%p" in a process that is not a forked child, takes
+  /// Expands `path` (expand_output_path's placeholder and forked-child rules)
+  /// and, for a path that does not name this process alone (no "%p" or
+  /// "{pid}", no pid standing in for a rank) in a process that is not a forked child, takes
   /// a reference on its claim, binding it on the first (the first call
   /// installs the process hooks, so that a forked child lets go of it).
   explicit output_claim(std::string_view path);
@@ -52,11 +55,21 @@ class output_claim {
   std::string file_;
 };
 
-/// `path` with "%p" replaced by the pid and "%%" by "%"; `has_pid` tells
-/// whether it held "%p".
-[[nodiscard]] std::string expand_percent(std::string_view path, bool& has_pid);
+/// `path` with its placeholders replaced (docs/configuration.md, "Output
+/// paths"): "%p" and "{pid}" by the pid, "%%" by "%", "{rank}",
+/// "{local_rank}" and "{world_size}" by the launcher's figures of `who`
+/// (core/launcher_identity.hpp), "{host}" by its host. A rank or local rank
+/// `who` lacks becomes the pid, a world size "unknown", each said in one
+/// warning per path; other brace text is kept as written (a `{word}` with
+/// one warning per path). `per_process` tells whether the result names this
+/// process alone (it holds the pid): such a path is not claimed. Thread-safe.
+[[nodiscard]] std::string expand_placeholders(std::string_view path, const launcher_identity& who, bool& per_process);
 
-/// The file written for `expanded` (a path without "%p") while this process
+/// The same with this process's launcher identity, read from the
+/// environment only when `path` holds a "{".
+[[nodiscard]] std::string expand_placeholders(std::string_view path, bool& per_process);
+
+/// The file written for `expanded` (an expanded path that does not name this process alone) while this process
 /// holds its claim; `expanded` itself when it holds none.
 [[nodiscard]] std::string claimed_file(const std::string& expanded);
 

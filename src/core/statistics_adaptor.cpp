@@ -194,6 +194,7 @@ allocator_stats statistics_adaptor::stats(const pool_state& pool) const {
   s.window_peak.reserved = s.backend_calls.window_peak_held_bytes;
   s.pool = pool;
   s.retries = pool.retries;
+  s.device_memory.outside_at_start = outside_at_start_;
   {
     const std::lock_guard lock(c.oom_mutex);
     s.oom_events.assign(c.oom_events.begin(), c.oom_events.end());

@@ -7,17 +7,27 @@
 
 #include <cstdint>
 #include <ctime>
+#include <optional>
 #include <utility>
 
 #include "core/atomic_file.hpp"
 #include "core/json_io.hpp"
+#include "core/launcher_identity.hpp"
 #include "core/memory_map_json.hpp"
 #include "core/stats_json.hpp"
 #include "fmt/format.h"
 
 namespace fragctl {
 
+namespace {
+
+// A launcher's figure, null when it gave none.
+nlohmann::json figure(const std::optional<std::int64_t>& n) { return n ? nlohmann::json(*n) : nlohmann::json(nullptr); }
+
+}  // namespace
+
 std::string stats_export_to_json(const std::vector<stats_export_entry>& allocators, std::string_view reason) {
+  const detail::launcher_identity who = detail::process_launcher_identity();
   nlohmann::json list = nlohmann::json::array();
   for (const stats_export_entry& entry : allocators) {
     nlohmann::json one = detail::stats_to_json_value(entry.stats);
@@ -29,6 +39,11 @@ std::string stats_export_to_json(const std::vector<stats_export_entry>& allocato
       {"reason", std::string(reason)},
       {"pid", static_cast<std::int64_t>(::getpid())},
       {"time_unix_s", static_cast<std::int64_t>(std::time(nullptr))},
+      {"host", who.host},
+      {"launcher", who.launcher.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::string(who.launcher))},
+      {"rank", figure(who.rank)},
+      {"local_rank", figure(who.local_rank)},
+      {"world_size", figure(who.world_size)},
       {"allocators", std::move(list)},
   };
   return detail::dump_json(doc);

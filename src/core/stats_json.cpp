@@ -107,7 +107,7 @@ json stats_to_json_value(const allocator_stats& s) {
   for (std::size_t i = 0; i < s.backend_calls.calls.size(); ++i) {
     calls[std::string(to_string(static_cast<backend_call>(i)))] = s.backend_calls.calls[i];
   }
-  return json{
+  json out{
       {"schema_version", stats_schema_version},
       {"allocator", s.allocator},
       {"backend", s.backend},
@@ -144,6 +144,12 @@ json stats_to_json_value(const allocator_stats& s) {
         {"external_fragmentation", s.external_fragmentation()},
         {"internal_waste_bytes", s.internal_waste()}}},
   };
+  if (s.device_memory.measured) {
+    out["device_memory"] = {{"free", s.device_memory.free},
+                            {"total", s.device_memory.total},
+                            {"outside_at_start", s.device_memory.outside_at_start}};
+  }
+  return out;
 }
 
 absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string_view where) {
@@ -194,6 +200,12 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
     r.integer(*p, "largest_free_block", s.pool.largest_free_block, "pool");
     r.integer(*p, "segments", s.pool.segments, "pool");
     r.integer(*p, "retries", s.pool.retries, "pool");
+  }
+  if (const json* d = r.object(j, "device_memory")) {  // absent when not measured, and in earlier reports
+    s.device_memory.measured = true;
+    r.integer(*d, "free", s.device_memory.free, "device_memory");
+    r.integer(*d, "total", s.device_memory.total, "device_memory");
+    r.integer(*d, "outside_at_start", s.device_memory.outside_at_start, "device_memory");
   }
   if (!r.status().ok()) return r.status();
   if (const auto h = j.find("size_histogram"); h != j.end()) {

@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
 #include "report/markup.hpp"
+#include "report/ranks.hpp"
 #include "report/render_util.hpp"
 #include "report/svg.hpp"
 
@@ -251,7 +252,11 @@ std::string render_html(const std::vector<run_report>& runs) {
   out.emit(
       "<p class=\"meta\">Where the memory went: bytes held from the device (reserved) against bytes the program "
       "had live (requested). Hover a block of a memory map for its address, size and stream.</p>\n");
-  if (runs.size() > 1) comparison(out, runs);
+  if (runs_are_ranks(runs)) {
+    report_detail::rank_section_html(out, runs);
+  } else if (runs.size() > 1) {
+    comparison(out, runs);
+  }
   for (std::size_t i = 0; i < runs.size(); ++i) run_section(out, runs[i], i);
   out.emit("<div id=\"tooltip\"></div>\n<script>{}</script>\n</body>\n</html>\n", script);
   return std::move(out).str();

@@ -3,6 +3,7 @@
 // timeline and takes memory maps at peak reserved, at the first OOM and
 // after the last event.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -160,6 +161,32 @@ bool is_report_json(const json& j) {
   return j.is_object() && j.contains("schema_version") && !j.contains("device_traces");
 }
 
+// The writer's rank, launcher and host of a report document (absent or null:
+// unknown); an error naming the field when one has another type.
+absl::StatusOr<writer_rank> writer_of(const json& j, const std::string& source) {
+  writer_rank w;
+  for (auto [key, out] :
+       {std::pair{"rank", &w.rank}, std::pair{"local_rank", &w.local_rank}, std::pair{"world_size", &w.world_size}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_number_unsigned())
+      return absl::InvalidArgumentError(
+          fmt::format("{}: field \"{}\": expected a non-negative integer or null", source, key));
+    const std::uint64_t n = it->get<std::uint64_t>();
+    if (n > static_cast<std::uint64_t>(INT64_MAX))
+      return absl::InvalidArgumentError(fmt::format("{}: field \"{}\": {} is not a rank", source, key, n));
+    *out = static_cast<std::int64_t>(n);
+  }
+  for (auto [key, out] : {std::pair{"host", &w.host}, std::pair{"launcher", &w.launcher}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    auto value = string_field(j, key, std::string(), source);
+    if (!value.ok()) return value.status();
+    *out = *std::move(value);
+  }
+  return w;
+}
+
 absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, const std::string& source) {
   if (is_replay_json(j)) return from_replay_json(j, source);
   if (!is_report_json(j)) {
@@ -172,6 +199,8 @@ absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, con
   if (list.empty()) return absl::InvalidArgumentError(fmt::format("{}: the report lists no allocators", source));
   auto reason = document ? string_field(j, "reason", "report", source) : std::string("report");
   if (!reason.ok()) return reason.status();
+  auto writer = document ? writer_of(j, source) : writer_rank{};
+  if (!writer.ok()) return writer.status();
   std::vector<run_report> out;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string where = fmt::format("{}: allocators[{}]", source, i);
@@ -184,6 +213,7 @@ absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, con
     rep.source = source;
     rep.kind = "report";
     rep.stats = *std::move(stats);
+    rep.writer = *writer;
     rep.name = list.size() == 1 ? base_name(source) : fmt::format("{} [{}] {}", base_name(source), i, rep.stats.allocator);
     if (const auto m = list[i].find("memory_map"); m != list[i].end()) {
       auto map = detail::memory_snapshot_from_json_value(*m, where + ".memory_map");

@@ -35,6 +35,7 @@ struct environment_row {
 };
 
 constexpr std::string_view by_config = "config_from_environment";
+constexpr std::string_view by_launcher = "output paths and the report (launcher of a distributed job)";
 
 // A variable that sets FRAGCTL_CONF option `key` (and overrides it): the
 // option's parser and its default, as config_options() shows it.
@@ -125,6 +126,19 @@ std::vector<environment_row> make_rows() {
                      "Python: how fragctl.torch.enable installs the allocator", "Python package"),
       read_elsewhere("FRAGCTL_TORCH_BUILD_DIR", "directory",
                      "Python: where the PyTorch allocator extension is built and cached", "Python package"),
+      // Set by the launcher of a distributed job (core/launcher_identity.hpp):
+      // the "{rank}" placeholders of output paths and the report's rank.
+      read_elsewhere("RANK", "integer", "torchrun: this process's rank ({rank} in output paths)", by_launcher),
+      read_elsewhere("LOCAL_RANK", "integer", "torchrun: its rank on this host ({local_rank})", by_launcher),
+      read_elsewhere("WORLD_SIZE", "integer", "torchrun: processes in the job ({world_size})", by_launcher),
+      read_elsewhere("OMPI_COMM_WORLD_RANK", "integer", "Open MPI: this process's rank, when RANK is unset",
+                     by_launcher),
+      read_elsewhere("OMPI_COMM_WORLD_LOCAL_RANK", "integer", "Open MPI: its rank on this host", by_launcher),
+      read_elsewhere("OMPI_COMM_WORLD_SIZE", "integer", "Open MPI: processes in the job", by_launcher),
+      read_elsewhere("SLURM_PROCID", "integer",
+                     "Slurm: this process's rank, when RANK and OMPI_COMM_WORLD_RANK are unset", by_launcher),
+      read_elsewhere("SLURM_LOCALID", "integer", "Slurm: its rank on this host", by_launcher),
+      read_elsewhere("SLURM_NTASKS", "integer", "Slurm: processes in the job", by_launcher),
   };
 }
 

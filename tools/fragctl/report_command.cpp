@@ -66,7 +66,8 @@ std::string runs_json(const std::vector<fragctl::run_report>& runs) {
 
 const command_spec& report_spec() {
   static const command_spec spec = {
-      "report", "FILE...",
+      "report",
+      "FILE...",
       "Fragmentation report of JSON reports or traces: text summary, comparison, HTML page, SVG map.",
       "Each FILE is a JSON report (FRAGCTL_REPORT, the C API, Python), the output of\n"
       "`fragctl replay --json`, or a trace in any format `fragctl replay` reads, which is\n"
@@ -78,7 +79,11 @@ const command_spec& report_spec() {
       "(several files, or one report of several allocators) print a side-by-side comparison\n"
       "with the difference in peak reserved; --details adds each run's summary. One report\n"
       "of several devices (one job's allocators) prints a summary per device instead.\n"
-      "--json prints the runs' statistics as one JSON array instead of text.\n\n"
+      "Reports of several ranks of one job (FRAGCTL_REPORT=run.{rank}.json under torchrun,\n"
+      "mpirun or srun) print one table, a row per rank, with the imbalance between ranks and\n"
+      "the device memory that is not fragctl's.\n"
+      "--json prints the runs' statistics as one JSON array instead of text (for ranks, one\n"
+      "object: {ranks, imbalance}).\n\n"
       "--html writes one self-contained page (no network) with the memory maps and, for traces,\n"
       "the timeline of requested vs reserved bytes with OOMs marked. --svg writes the memory map\n"
       "of the first run as SVG. docs/reports.md shows both.\n\n"
@@ -86,11 +91,12 @@ const command_spec& report_spec() {
       "Examples:\n"
       "  fragctl report job.report.json\n"
       "  fragctl report gpt2m.trace.csv.gz --policy caching,arena --html gpt2m.html\n"
-      "  fragctl report native.json arena.json\n",
+      "  fragctl report native.json arena.json\n"
+      "  fragctl report run.*.json\n",
       {{"html", "OUT", "write the HTML page to OUT"},
        {"svg", "OUT", "write the memory map of the first run as SVG to OUT"},
        {"details", "", "with several runs, print each run's summary after the comparison"},
-       {"json", "", "print one JSON array ({name, source, kind, device, stats} per run) instead of text"},
+       {"json", "", "print JSON, not text: [{name, source, kind, device, stats}, ...]; ranks: {ranks, imbalance}"},
        {"top", "N", "rows of the top wasted regions (default 10)"},
        {"policy", "NAME", "traces: policy expression or comma-separated list (default: the backend's default)"},
        {"backend", "KIND", "traces: sim, cuda, hip or auto (default sim)"},
@@ -132,9 +138,14 @@ int run_report(const arguments& args) {
   }
 
   if (args.has("json")) {
-    std::fputs(runs_json(runs).c_str(), stdout);
+    std::fputs((runs_are_ranks(runs) ? render_rank_json(runs) : runs_json(runs)).c_str(), stdout);
   } else if (runs.size() == 1) {
     std::fputs(render_text(runs.front(), text).c_str(), stdout);
+  } else if (runs_are_ranks(runs)) {
+    std::fputs(render_rank_table(runs).c_str(), stdout);
+    if (args.has("details")) {
+      for (const fragctl::run_report& r : runs) std::printf("\n%s", render_text(r, text).c_str());
+    }
   } else if (one_report_of_several_devices(runs)) {
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const fragctl::run_report& r = runs[i];
