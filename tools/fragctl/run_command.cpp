@@ -74,15 +74,10 @@ bool says_async_backend(std::string_view conf) {
 /// PyTorch's own keys of PYTORCH_CUDA_ALLOC_CONF, less `backend`.
 std::string without_backend(std::string_view conf) {
   std::string kept;
-  std::size_t start = 0;
-  while (start <= conf.size()) {
-    const std::size_t end = std::min(conf.find(',', start), conf.size());
-    const std::string_view item = conf.substr(start, end - start);
-    if (!item.empty() && item.rfind("backend:", 0) != 0) {
-      if (!kept.empty()) kept.push_back(',');
-      kept.append(item);
-    }
-    start = end + 1;
+  for (const std::string_view item : util::split(conf, ',')) {
+    if (item.empty() || item.rfind("backend:", 0) == 0) continue;
+    if (!kept.empty()) kept.push_back(',');
+    kept.append(item);
   }
   return kept;
 }
