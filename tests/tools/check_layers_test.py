@@ -51,7 +51,8 @@ class check_layers(unittest.TestCase):
             "src/top/top.cpp": '#include "fragctl/mid.hpp"\n#include <fragctl/low.hpp>\n',
             # A package: a module imports its own layer and the ones below,
             # relative or absolute, at the top or inside a function.
-            "py/pkg/_low.py": "import os\nfrom . import _made\n",  # _made.py: named in layers.txt, written by a build
+            # _made.py: named in layers.txt, written by a build.
+            "py/pkg/_low.py": "import os\nfrom . import _made\n",
             "py/pkg/__init__.py": "from ._low import helper\nfrom . import mid\n",
             "py/pkg/mid.py": "import json\nfrom pkg._low import helper\n",
             "py/pkg/side.py": "from . import _low\n",
