@@ -4,6 +4,9 @@ import sys
 import time
 from typing import IO, Any, Dict, Optional
 
+from ._api import stats
+from ._capi import FragctlError
+
 
 def _gib(n: float) -> str:
     return "%.2f GiB" % (n / 2.0 ** 30)
@@ -36,7 +39,6 @@ class summary(contextlib.ContextDecorator):
         self._start = 0.0
 
     def _stats(self) -> Optional[Dict[str, Any]]:
-        from . import FragctlError, stats
         try:
             return stats(self.device)
         except FragctlError:

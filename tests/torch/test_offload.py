@@ -200,7 +200,7 @@ class OffloadTest(unittest.TestCase):
         import os
         import types
         from unittest import mock
-        path = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "gpu", "services_bench.py")
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "services", "services_bench.py")
         spec = importlib.util.spec_from_file_location("services_bench", path)
         bench = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(bench)

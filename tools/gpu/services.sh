@@ -2,7 +2,7 @@
 # On one GPU with PyTorch 2.x and transformers: fragctl's services in a
 # training loop (docs/torch-services.md). Builds libfragctl.so, runs the
 # fragctl.torch service tests on the GPU machine's Python, then
-# tools/gpu/services_bench.py:
+# benchmarks/services/services_bench.py:
 #   (a) offload: a Llama decoder from a transformers config (random weights,
 #       bf16, 16 layers, hidden 2048, 2 x 4096 tokens) without offload, with
 #       fragctl.torch.offload_activations at half the saved activations'
@@ -45,21 +45,21 @@ fi
 # shellcheck disable=SC2086  # BENCH_ARGS are words
 if [ "${OFFLOAD:-1}" = 1 ]; then
   note "offload: none / fragctl at half the activations / save_on_cpu"
-  timeout 180 "$python" tools/gpu/services_bench.py offload --out "$out" --steps 8 ${BENCH_ARGS:-} \
+  timeout 180 "$python" benchmarks/services/services_bench.py offload --out "$out" --steps 8 ${BENCH_ARGS:-} \
     > "$out/offload.log" 2>&1 || { note "offload failed"; tail -20 "$out/offload.log"; }
   note "offload with recomputed layers (DeepSpeed's cpu_checkpointing case), at 4 x 8192 tokens"
-  timeout 180 "$python" tools/gpu/services_bench.py offload --recompute --seq 8192 --batch 4 --out "$out" --steps 8 \
-    ${BENCH_ARGS:-} > "$out/offload-recompute.log" 2>&1 ||
+  timeout 180 "$python" benchmarks/services/services_bench.py offload --recompute --seq 8192 --batch 4 --out "$out" \
+    --steps 8 ${BENCH_ARGS:-} > "$out/offload-recompute.log" 2>&1 ||
     { note "offload --recompute failed"; tail -20 "$out/offload-recompute.log"; }
   note "the same with the loss in chunks of 4096 tokens (no fp32 logits saved)"
-  timeout 180 "$python" tools/gpu/services_bench.py offload --recompute --loss chunked --seq 8192 --batch 4 \
+  timeout 180 "$python" benchmarks/services/services_bench.py offload --recompute --loss chunked --seq 8192 --batch 4 \
     --out "$out" --steps 8 ${BENCH_ARGS:-} > "$out/offload-recompute-chunked.log" 2>&1 ||
     { note "offload --recompute --loss chunked failed"; tail -20 "$out/offload-recompute-chunked.log"; }
 fi
 if [ "${ZERO3:-1}" = 1 ]; then
   note "zero3: FSDP2, fragctl with enable(), fragctl without; world size 1, 50 steps, a process each"
-  timeout 300 "$python" tools/gpu/services_bench.py zero3 --no-enable --out "$out" --steps 50 ${BENCH_ARGS:-} \
-    > "$out/zero3.log" 2>&1 || { note "zero3 failed"; tail -20 "$out/zero3.log"; }
+  timeout 300 "$python" benchmarks/services/services_bench.py zero3 --no-enable --out "$out" --steps 50 \
+    ${BENCH_ARGS:-} > "$out/zero3.log" 2>&1 || { note "zero3 failed"; tail -20 "$out/zero3.log"; }
 fi
 cat "$out"/offload.md "$out"/offload-recompute.md "$out"/offload-recompute-chunked.md "$out"/zero3.md 2>/dev/null | tee "$out/summary.md"
 note "done"

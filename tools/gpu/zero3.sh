@@ -92,7 +92,7 @@ except Exception:
     sizes = [v * h] + [layer // 2] * 24 + [v * h]
 json.dump(sizes, open(os.path.join(out, "sizes.json"), "w"))
 EOF
-timeout 200 python3 -m torch.distributed.run --standalone --nproc_per_node=2 tools/gpu/zero3_torch_allgather.py \
+timeout 200 python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/zero3/zero3_torch_allgather.py \
   "$out/sizes.json" "$out/torch_allgather.json" 20 > "$out/torch.log" 2>&1
 echo "torch all-gather: exit $?"; grep -E "busbw|Error|error" "$out/torch.log" | head -5
 

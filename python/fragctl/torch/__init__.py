@@ -30,6 +30,9 @@ import sys
 
 from .. import _capi
 from .. import configure as _configure
+from . import _runtime
+from ._runtime import _torch
+from .offload import offload_activations  # noqa: F401  (re-exported)
 
 _enabled = None  # the policy enabled in this process
 _route = None  # "native" or "pluggable"
@@ -40,16 +43,6 @@ PLUGGABLE_LOSSES = (
     "overwritten (synchronize such streams yourself); torch.cuda.empty_cache() and "
     "set_per_process_memory_fraction() do nothing (use fragctl.default_allocator(d).release_cached() and the "
     "`limit` option); torch.compile(mode='reduce-overhead'), cudnn.benchmark and memory snapshots fail")
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError("fragctl.torch needs PyTorch, which cannot be imported here (%s). Install torch, or use "
-                          "fragctl without it: fragctl.Allocator, fragctl.stats(), LD_PRELOAD=libfragctl_preload.so"
-                          % e) from e
-    return torch
 
 
 # The oldest torch each route works with (docs/pytorch.md "Versions").
@@ -83,6 +76,9 @@ def _version_gap(torch, route):
 def enabled():
     """The policy fragctl.torch.enable installed in this process, or None."""
     return _enabled
+
+
+_runtime.answer_enabled(enabled)  # the services ask fragctl.torch._runtime.enabled()
 
 
 def route():
@@ -169,5 +165,3 @@ def enable(policy="arena", backend=None, route="auto", **options):
               % (policy, reason, PLUGGABLE_LOSSES), file=sys.stderr)
     return allocator
 
-
-from .offload import offload_activations  # noqa: E402,F401  (re-exported; needs _torch above)

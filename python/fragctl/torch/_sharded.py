@@ -68,7 +68,7 @@ def shared_allocator(torch: Any, device: Any, allocator: Optional[Allocator]) ->
     own two allocators)."""
     if allocator is not None:
         return allocator
-    from . import enabled
+    from ._runtime import enabled
     if enabled() is None or device.type != "cuda":
         return None
     return default_allocator(device.index if device.index is not None else torch.cuda.current_device())

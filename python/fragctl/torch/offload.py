@@ -44,7 +44,7 @@ import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .. import Allocator, _capi, default_allocator
-from . import _torch, enabled
+from ._runtime import _torch, enabled
 from ._deepspeed import ConfigSource, DeepSpeedKeyNote, activation_checkpointing  # noqa: F401 (DeepSpeedKeyNote: API)
 from ._interop import backward_running, current_stream, require_memory, stream_context, wrap
 

@@ -355,7 +355,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     if allocator is not None and not isinstance(allocator, Allocator):
         raise TypeError("fragctl.torch.zero3.shard: allocator must be a fragctl.Allocator, got %s"
                         % type(allocator).__name__)
-    from . import _torch
+    from ._runtime import _torch
     torch = _torch()
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()):

@@ -28,9 +28,9 @@ import sys
 import tempfile
 import time
 
-import services_bench as bench
+import workload
 
-TRAINERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "trainers")
+TRAINERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainers")
 
 # variant key -> (row name, what the manager allocates from)
 VARIANTS = {
@@ -111,7 +111,7 @@ def variant(args, torch):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(args.port)
         dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
-        data = bench.batches(args, torch, args.steps)
+        data = workload.batches(args, torch, args.steps)
         if cuda:  # gloo has no reduce-scatter
             warm_up_collectives(torch, args.device)
         wrap = fsdp2_wrapper(torch) if key == "fsdp2" else fragctl_wrapper
@@ -209,7 +209,7 @@ def warm_up_collectives(torch, device):
     out = torch.empty(1024 * dist.get_world_size(), device=device)
     dist.all_gather_into_tensor(out, x)
     dist.reduce_scatter_tensor(x, out)
-    bench.synchronize(torch, device)
+    workload.synchronize(torch, device)
 
 
 def train_steps(wrap, args, torch, data):
@@ -221,7 +221,7 @@ def train_steps(wrap, args, torch, data):
     cuda = args.device == "cuda"
     allocated_before = torch.cuda.memory_allocated() if cuda else 0
     outside_before = device_bytes_outside_torch(torch) if cuda else 0
-    model = wrap(bench.build_model(args, torch))
+    model = wrap(workload.build_model(args, torch))
     # The manager's bytes are in PyTorch's counts when it allocates from PyTorch's allocator.
     import fragctl.torch
     shared = getattr(model, "allocator", None) is not None and fragctl.torch.enabled() is not None
@@ -247,7 +247,7 @@ def train_steps(wrap, args, torch, data):
     calls = []  # fragctl's backend memory calls after each step (enable() only)
     for batch in data:
         ids = batch.to(args.device)
-        bench.synchronize(torch, args.device)
+        workload.synchronize(torch, args.device)
         probing[0] = 0.0
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
@@ -257,7 +257,7 @@ def train_steps(wrap, args, torch, data):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         phase_end("optimizer")
-        bench.synchronize(torch, args.device)
+        workload.synchronize(torch, args.device)
         times.append(time.perf_counter() - start - probing[0])
         losses.append(loss.item())
         if cuda:

@@ -1,7 +1,7 @@
 """fragctl's services in a PyTorch training loop, measured (tools/gpu/services.sh).
 
-    python3 tools/gpu/services_bench.py offload --out DIR [--layers 16 --seq 4096 ...]
-    python3 tools/gpu/services_bench.py zero3 --out DIR [--steps 50 ...]
+    python3 benchmarks/services/services_bench.py offload --out DIR [--layers 16 --seq 4096 ...]
+    python3 benchmarks/services/services_bench.py zero3 --out DIR [--steps 50 ...]
 
 offload: a decoder LM from a transformers config (Llama, random weights,
 bf16) at long sequences; the same steps from the same weights and data
@@ -31,6 +31,12 @@ import os
 import statistics
 import sys
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # loaded by its path (tests/torch) rather than run: its modules are beside it
+    sys.path.insert(0, HERE)
+from workload import batches, build_model, synchronize  # noqa: E402
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,69 +75,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def build_model(args, torch):
-    if args.model == "torch":
-        return _torch_decoder(args, torch)
-    import transformers
-    config = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
-                                      intermediate_size=args.intermediate, num_hidden_layers=args.layers,
-                                      num_attention_heads=args.heads, num_key_value_heads=args.heads,
-                                      max_position_embeddings=args.seq)
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    # Initialized on the GPU where torch allows (2.0+): seconds instead of a
-    # CPU initialization per variant, which services.sh's time limit feels.
-    where = torch.device(args.device) if args.device == "cuda" and hasattr(torch.device, "__enter__") \
-        else contextlib.nullcontext()
-    with where:
-        model = transformers.LlamaForCausalLM(config)
-    model = model.to(device=args.device, dtype=dtype)
-    model.config.use_cache = False
-    return model
-
-
-def _torch_decoder(args, torch):
-    """A causal decoder from torch.nn alone, called as transformers' models are
-    (model(input_ids=..., labels=...).loss): for checking the script where
-    transformers is missing."""
-    import types
-    nn = torch.nn
-
-    class Decoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(args.vocab, args.hidden)
-            self.model = types.SimpleNamespace()
-            self.layers = nn.ModuleList(
-                nn.TransformerEncoderLayer(args.hidden, args.heads, args.intermediate, dropout=0.0, batch_first=True,
-                                           norm_first=True) for _ in range(args.layers))
-            self.model.layers = self.layers
-            self.head = nn.Linear(args.hidden, args.vocab, bias=False)
-
-        def trunk(self, input_ids):
-            n = input_ids.shape[1]
-            mask = torch.triu(torch.full((n, n), float("-inf"), device=input_ids.device), diagonal=1)
-            h = self.embed(input_ids)
-            for layer in self.layers:
-                h = layer(h, src_mask=mask)
-            return h
-
-        def forward(self, input_ids, labels):
-            logits = self.head(self.trunk(input_ids))
-            loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, args.vocab), labels[:, 1:].reshape(-1))
-            return types.SimpleNamespace(loss=loss)
-
-        def gradient_checkpointing_disable(self):
-            pass
-
-        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
-            raise SystemExit("--recompute needs --model llama")
-
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    return Decoder().to(device=args.device, dtype=dtype)
-
-
 def loss_of(model, ids, args, torch):
     """The step's loss on `ids` (labels = inputs, shifted by one), by --loss."""
     if args.loss == "hf":
@@ -160,16 +103,6 @@ def chunked_cross_entropy(hidden, head, labels, chunk, torch):
         part = torch.utils.checkpoint.checkpoint(piece, h[i:i + chunk], y[i:i + chunk], use_reentrant=True)
         total = part if total is None else total + part
     return total / h.shape[0]
-
-
-def batches(args, torch, steps):
-    g = torch.Generator().manual_seed(1)
-    return [torch.randint(0, args.vocab, (args.batch, args.seq), generator=g) for _ in range(steps)]
-
-
-def synchronize(torch, device):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def movable_filter(args, fragctl_torch):
