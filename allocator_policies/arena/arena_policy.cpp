@@ -149,6 +149,7 @@ struct arena_policy::impl {
   stream_clock clock;
   block_index blocks;
   std::optional<granule_map> granules;  // with virtual memory only
+  bool paused = false;                  // pause() until resume()
   std::size_t allocated = 0;
   std::uint64_t retries = 0;
 };
@@ -338,6 +339,9 @@ std::size_t arena_policy::pooled_bytes() const noexcept {
 
 void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
   impl& s = *impl_;
+  if (s.paused) [[unlikely]] {
+    throw invalid_argument(fmt::format("arena: cannot allocate {} bytes while paused (resume first)", bytes));
+  }
   ++s.calls;
   const std::size_t size = round_up(bytes, block_index::unit);
   const std::uint32_t si = s.clock.index_of(stream);
@@ -405,7 +409,7 @@ pool_state arena_policy::do_state() const {
   pool_state p;
   p.allocated = s.allocated;
   p.reserved = s.granules ? s.granules->mapped_bytes() : s.range;
-  p.cached_free = p.reserved - p.allocated;
+  p.cached_free = p.reserved > p.allocated ? p.reserved - p.allocated : 0;  // 0 while paused
   p.largest_free_block = s.largest_free();
   p.segments = s.granules ? s.granules->mapped_runs() : 1;
   p.retries = s.retries;
@@ -473,6 +477,40 @@ void arena_policy::do_release_cached() {
   if (!s.granules) return;
   s.clock.synchronize_all();
   s.granules->release_unused();
+}
+
+bool arena_policy::do_pause(pause_keep keep) {
+  impl& s = *impl_;
+  if (!s.granules) {
+    throw invalid_argument("arena: pause needs virtual memory; this arena is one raw block (the fallback)");
+  }
+  if (s.paused) throw invalid_argument("arena: pause: already paused");
+  s.clock.synchronize_all();
+  s.paused = true;  // before the map's calls: a failure midway may leave spans paused
+  try {
+    if (!s.granules->pause(keep == pause_keep::host, nullptr)) {
+      s.paused = false;
+      return false;
+    }
+  } catch (...) {
+    s.paused = s.granules->paused();  // the map mapped back what it could
+    throw;
+  }
+  return true;
+}
+
+bool arena_policy::do_resume() {
+  impl& s = *impl_;
+  if (!s.paused) throw invalid_argument("arena: resume: not paused");
+  if (!s.granules->resume(nullptr)) return false;
+  s.paused = false;
+  return true;
+}
+
+bool arena_policy::do_paused() const { return impl_->paused; }
+
+std::size_t arena_policy::paused_bytes() const noexcept {
+  return impl_->granules ? impl_->granules->paused_bytes() : 0;
 }
 
 device_backend& arena_policy::do_backend() const noexcept { return impl_->backend; }

@@ -50,6 +50,12 @@ namespace fragctl {
 /// given to deallocate must equal the size given to allocate (else
 /// size_mismatch; the block is still freed). Not thread-safe (wrap it in
 /// thread_safe_adaptor).
+///
+/// pause() and resume() (device_allocator) work over virtual memory: the
+/// spans under live blocks are unmapped and released, their addresses kept,
+/// and mapped anew by resume() (granule_map.hpp, "Pause and resume"); host
+/// copies, when kept, go through the device's default stream. The fallback
+/// block cannot pause.
 class arena_policy final : public device_allocator {
  public:
   static constexpr std::string_view policy_name = "arena";
@@ -69,6 +75,8 @@ class arena_policy final : public device_allocator {
   [[nodiscard]] std::size_t range_bytes() const noexcept;
   /// Bytes of physical handles held but mapped nowhere (virtual memory only).
   [[nodiscard]] std::size_t pooled_bytes() const noexcept;
+  /// Bytes of address space whose memory pause() gave back (0 when not paused).
+  [[nodiscard]] std::size_t paused_bytes() const noexcept;
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
@@ -77,6 +85,9 @@ class arena_policy final : public device_allocator {
   pool_state do_state() const override;
   memory_snapshot do_memory_map() const override;
   void do_release_cached() override;
+  bool do_pause(pause_keep keep) override;
+  bool do_resume() override;
+  bool do_paused() const override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
 

@@ -50,8 +50,11 @@ granule_map::~granule_map() {
     }
   };
   for (std::size_t s = 1; s < spans_.size(); ++s) {
-    if (spans_[s].count != 0) give_back(spans_[s].first, spans_[s].count, spans_[s].handle);
+    if (spans_[s].count != 0 && spans_[s].handle != paused_handle) {
+      give_back(spans_[s].first, spans_[s].count, spans_[s].handle);
+    }
   }
+  drop_copies();
   for (const piece& p : stranded_) give_back(p.first, p.count, p.handle);
   for (const pooled& p : pool_) {
     attempt("release_physical",
@@ -443,10 +446,186 @@ void granule_map::release_unused() {
   }
 }
 
+bool granule_map::pause(bool keep_contents, stream_t stream) {
+  release_unused();  // nothing is cached or pooled from here on: every span has a live block
+  std::vector<std::uint32_t> live;
+  for (std::uint32_t s = 1; s < spans_.size(); ++s) {
+    if (spans_[s].count != 0) live.push_back(s);
+  }
+  const auto bytes_of = [&](std::uint32_t s) { return std::size_t{spans_[s].count} << shift_; };
+  // The copies, all of them before the first unmap: a refusal here changes nothing.
+  copies_.reserve(live.size());
+  if (keep_contents) {
+    try {
+      for (const std::uint32_t s : live) {
+        void* host = backend_.allocate_host(bytes_of(s));
+        if (host == nullptr) {
+          drop_copies();
+          return false;
+        }
+        copies_.push_back({s, host, bytes_of(s)});
+        backend_.memcpy_async(host, address(spans_[s].first), bytes_of(s), stream);
+      }
+      backend_.synchronize_stream(stream);
+    } catch (...) {
+      drop_copies();
+      throw;
+    }
+  }
+  // Unmap and release span by span; a span is paused once both succeeded.
+  std::vector<std::uint32_t> released;
+  released.reserve(live.size());
+  paused_ = true;
+  try {
+    for (const std::uint32_t s : live) {
+      span& sp = spans_[s];
+      backend_.unmap(address(sp.first), bytes_of(s));
+      mapped_ -= sp.count;
+      const std::uint64_t handle = sp.handle;
+      sp.handle = paused_handle;
+      created_ -= sp.count;
+      released.push_back(s);
+      try {
+        backend_.release_physical(physical_handle{handle}, bytes_of(s));
+      } catch (const std::exception& e) {  // unmapped, so no block can reach it: only the handle is lost
+        logger().error("arena: pause: release_physical of {} bytes failed: {}", bytes_of(s), e.what());
+      }
+    }
+  } catch (...) {
+    // Map the released spans back (the kept contents with them) so that the
+    // arena is as before; what that cannot map stays paused for resume().
+    try {
+      (void)resume(stream);
+    } catch (const std::exception& e) {
+      logger().error("arena: undoing a failed pause: {}", e.what());
+    }
+    throw;
+  }
+  return true;
+}
+
+bool granule_map::resume(stream_t stream) {
+  std::vector<std::uint32_t> waiting, mapped_now;
+  for (std::uint32_t s = 1; s < spans_.size(); ++s) {
+    span& sp = spans_[s];
+    if (sp.count == 0 || sp.handle != paused_handle) continue;
+    if (sp.live != 0) {
+      waiting.push_back(s);
+      continue;
+    }
+    // Every block here was freed while paused: nothing to map back.
+    for (std::uint32_t g = sp.first; g < sp.first + sp.count; ++g) granules_[g].span = nil;
+    sp = span{};
+    free_spans_.push_back(s);  // capacity reserved in new_span
+  }
+  mapped_now.reserve(waiting.size());
+  if (!remap(waiting, mapped_now)) return false;
+  try {
+    for (const kept_copy& c : copies_) {
+      const span& sp = spans_[c.span];
+      if (sp.count != 0 && sp.handle != paused_handle) {
+        backend_.memcpy_async(address(sp.first), c.host, c.bytes, stream);
+      }
+    }
+    backend_.synchronize_stream(stream);
+  } catch (...) {
+    unremap(mapped_now);
+    throw;
+  }
+  drop_copies();
+  paused_ = false;
+  return true;
+}
+
+bool granule_map::remap(const std::vector<std::uint32_t>& spans, std::vector<std::uint32_t>& mapped_now) {
+  try {
+    for (const std::uint32_t s : spans) {
+      span& sp = spans_[s];
+      const std::size_t bytes = std::size_t{sp.count} << shift_;
+      std::optional<physical_handle> h;
+      if ((created_ + sp.count) << shift_ <= limit_) h = backend_.create_physical(bytes);
+      if (!h) {
+        unremap(mapped_now);
+        return false;
+      }
+      created_ += sp.count;
+      bool ok = false;
+      try {
+        ok = backend_.map(address(sp.first), bytes, *h);
+      } catch (...) {
+        backend_.release_physical(*h, bytes);
+        created_ -= sp.count;
+        throw;
+      }
+      if (!ok) {
+        backend_.release_physical(*h, bytes);
+        created_ -= sp.count;
+        unremap(mapped_now);
+        return false;
+      }
+      sp.handle = h->value;
+      mapped_ += sp.count;
+      mapped_now.push_back(s);
+      if (!backend_.set_access(address(sp.first), bytes)) {
+        unremap(mapped_now);
+        return false;
+      }
+    }
+  } catch (...) {
+    unremap(mapped_now);
+    throw;
+  }
+  return true;
+}
+
+void granule_map::unremap(const std::vector<std::uint32_t>& spans) noexcept {
+  for (const std::uint32_t s : spans) {
+    span& sp = spans_[s];
+    if (sp.handle == paused_handle) continue;
+    const std::size_t bytes = std::size_t{sp.count} << shift_;
+    try {
+      backend_.unmap(address(sp.first), bytes);
+    } catch (const std::exception& e) {
+      // Still mapped, perhaps without access: the span stays as it is, so
+      // the counts say what the device holds; resume() maps the others.
+      logger().error("arena: undoing a resume: unmap of {} bytes failed: {}", bytes, e.what());
+      continue;
+    }
+    mapped_ -= sp.count;
+    created_ -= sp.count;
+    const std::uint64_t handle = sp.handle;
+    sp.handle = paused_handle;
+    try {
+      backend_.release_physical(physical_handle{handle}, bytes);
+    } catch (const std::exception& e) {
+      logger().error("arena: undoing a resume: release_physical of {} bytes failed: {}", bytes, e.what());
+    }
+  }
+}
+
+void granule_map::drop_copies() noexcept {
+  for (const kept_copy& c : copies_) {
+    try {
+      backend_.free_host(c.host, c.bytes);
+    } catch (const std::exception& e) {
+      logger().error("arena: freeing a paused span's host copy failed: {}", e.what());
+    }
+  }
+  copies_.clear();
+}
+
+std::size_t granule_map::paused_bytes() const noexcept {
+  std::size_t granules = 0;
+  for (std::size_t s = 1; s < spans_.size(); ++s) {
+    if (spans_[s].count != 0 && spans_[s].handle == paused_handle) granules += spans_[s].count;
+  }
+  return granules << shift_;
+}
+
 std::size_t granule_map::mapped_runs() const noexcept {
   std::size_t runs = 0;
   for (std::size_t g = 0; g < granules_.size(); ++g) {
-    if (granules_[g].span != nil && (g == 0 || granules_[g - 1].span == nil)) ++runs;
+    if (mapped(g) && (g == 0 || !mapped(g - 1))) ++runs;
   }
   return runs;
 }

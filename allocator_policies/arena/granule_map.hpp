@@ -69,6 +69,25 @@
 // a failing call leaves that span and the ones not reached as they were (the
 // destructor goes on past it).
 //
+// Pause and resume (the RL-colocation case: a trainer hands the GPU to an
+// inference engine between steps and takes it back). pause() first gives
+// back everything no live block touches (release_unused), then unmaps and
+// releases every live span, keeping its slot, its granules' live counts and
+// therefore every block's address: a paused span is one whose handle is 0
+// (never a live handle). With `keep_contents` each span is first copied to a
+// pinned host buffer, all of them before the first unmap, so running out of
+// host memory changes nothing. resume() creates, maps and grants access to a
+// fresh handle at each paused span that a live block still touches (a span
+// whose blocks were all freed while paused is dropped), then copies the
+// contents back. Both are transactions over the spans: a pause that fails
+// midway maps fresh memory back at the spans it had released (their
+// contents are lost only if it kept none), and a resume that fails midway
+// unmaps and releases what it mapped, so every span is either mapped or
+// paused, the counts are exact, and the call can be made again. While
+// paused nothing may be allocated (arena_policy refuses); frees are
+// counted as always, and a paused span that loses its last live block never
+// enters the cache.
+//
 // Not thread-safe. The hot calls (covered, on_allocate, on_free) make no
 // backend call and no heap allocation.
 #pragma once
@@ -129,7 +148,7 @@ class granule_map {
       granule& gr = granules_[g];
       span& s = spans_[gr.span];
       s.stamp = clock_.merge(s.stamp, stamp);
-      if (--gr.live == 0 && --s.live == 0) {
+      if (--gr.live == 0 && --s.live == 0 && s.handle != paused_handle) {
         s.cached_at = now;
         lru_push(gr.span);
         cached = true;
@@ -167,6 +186,23 @@ class granule_map {
   /// stays as it was.
   void release_unused();
 
+  /// Releases the physical memory of every span (pause and resume, in the
+  /// theory above), copying what live blocks touch to pinned host memory
+  /// first when `keep_contents` (copies queued on `stream`, then waited
+  /// for). The owner must have synchronized pending frees and must allocate
+  /// nothing until resume(). Returns false, with nothing changed but the
+  /// cache given back, when pinned host memory runs out. Throws what a
+  /// backend call throws, every span left mapped or paused.
+  [[nodiscard]] bool pause(bool keep_contents, stream_t stream);
+  /// Maps fresh physical memory at every paused span a live block touches,
+  /// restoring the contents kept; waits for the copies on `stream`. Returns
+  /// false when the device or the physical limit refuses; then every span
+  /// is paused again and resume() may be called later. Throws as pause().
+  [[nodiscard]] bool resume(stream_t stream);
+  [[nodiscard]] bool paused() const noexcept { return paused_; }
+  /// Bytes of paused spans (address space whose memory was given back).
+  [[nodiscard]] std::size_t paused_bytes() const noexcept;
+
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   /// Bytes of the largest span.
   [[nodiscard]] std::size_t max_span_bytes() const noexcept { return std::size_t{max_span_} << shift_; }
@@ -185,12 +221,12 @@ class granule_map {
   void for_each_mapped_run(F&& f) const {
     const std::size_t n = granules_.size();
     for (std::size_t g = 0; g < n;) {
-      if (granules_[g].span == nil) {
+      if (!mapped(g)) {
         ++g;
         continue;
       }
       std::size_t end = g + 1;
-      while (end < n && granules_[end].span != nil) ++end;
+      while (end < n && mapped(end)) ++end;
       f(base_ + (g << shift_), (end - g) << shift_);
       g = end;
     }
@@ -248,6 +284,28 @@ class granule_map {
     std::uint64_t handle;
   };
   static constexpr std::uint32_t lru = 0;  // spans_[0]: the LRU's sentinel
+  static constexpr std::uint64_t paused_handle = 0;  // a paused span's handle
+  /// A paused span's pinned host copy (pause with keep_contents).
+  struct kept_copy {
+    std::uint32_t span;
+    void* host;
+    std::size_t bytes;
+  };
+
+  /// Whether granule g is mapped (a span, not paused, is there).
+  [[nodiscard]] bool mapped(std::size_t g) const noexcept {
+    return granules_[g].span != nil && spans_[granules_[g].span].handle != paused_handle;
+  }
+  /// Maps a fresh handle at every paused span in `spans` a live block
+  /// touches and grants access; on failure unmaps and releases what it
+  /// mapped and returns false (or rethrows). Appends the spans mapped to
+  /// `mapped_now`.
+  [[nodiscard]] bool remap(const std::vector<std::uint32_t>& spans, std::vector<std::uint32_t>& mapped_now);
+  /// Unmaps and releases the handles of `spans` (mapped by remap), marking
+  /// them paused again; never throws (a call that fails is logged).
+  void unremap(const std::vector<std::uint32_t>& spans) noexcept;
+  /// Frees every kept host copy.
+  void drop_copies() noexcept;
 
   [[nodiscard]] std::size_t first(std::uintptr_t addr) const noexcept { return (addr - base_) >> shift_; }
   [[nodiscard]] std::size_t last_of(std::uintptr_t addr, std::size_t bytes) const noexcept {
@@ -325,6 +383,8 @@ class granule_map {
   std::vector<pooled> pool_;   // sorted by count
   std::vector<mapped_run> runs_;  // index_runs()
   std::vector<piece> stranded_;  // mapped without access, unmap failed: see strand()
+  bool paused_ = false;
+  std::vector<kept_copy> copies_;  // pause with keep_contents
   // Scratch of map_range.
   std::vector<piece> plan_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> holes_;  // [from, to) still to create

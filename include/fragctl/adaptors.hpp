@@ -41,6 +41,9 @@ class forwarding_adaptor : public device_allocator {
   std::string_view do_name() const noexcept override;
   memory_snapshot do_memory_map() const override;
   void do_record_stream(void* ptr, stream_t stream) override;
+  bool do_pause(pause_keep keep) override;
+  bool do_resume() override;
+  bool do_paused() const override;
 
   std::unique_ptr<device_allocator> upstream_;
 };
@@ -128,6 +131,9 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   void do_release_cached() override;
   memory_snapshot do_memory_map() const override;
   void do_record_stream(void* ptr, stream_t stream) override;
+  bool do_pause(pause_keep keep) override;
+  bool do_resume() override;
+  bool do_paused() const override;
 
   mutable std::mutex mutex_;
   std::unique_ptr<process_guard> guard_;

@@ -58,6 +58,12 @@ struct free_result {
   std::size_t bytes = 0;
 };
 
+/// What pause() keeps of the contents of live blocks.
+enum class pause_keep : std::uint8_t {
+  none,  ///< nothing: after resume() the blocks' contents are undefined
+  host,  ///< a copy in pinned host memory, written back by resume()
+};
+
 class device_allocator {
  public:
   virtual ~device_allocator() = default;
@@ -109,6 +115,30 @@ class device_allocator {
   /// are untouched.
   void release_cached() { do_release_cached(); }
 
+  /// Gives the physical memory under every block back to the device while
+  /// keeping each block's address (reserved address space): another
+  /// process, or another allocator, can use the memory until resume() maps
+  /// fresh memory at the same addresses (docs/interop.md, "Pause and
+  /// resume"). Waits for pending frees first; gives back cached memory too.
+  /// Until resume(), allocate throws invalid_argument; frees are taken as
+  /// always. Returns false, nothing changed but the cache given back, when
+  /// pinned host memory for `keep == host` runs out. Throws invalid_argument
+  /// when the policy cannot pause (only `arena` over virtual memory can) or
+  /// it is paused already; backend_error when a runtime call fails: every
+  /// block is then mapped again where possible, and what could not be stays
+  /// paused for resume().
+  [[nodiscard]] bool pause(pause_keep keep) { return do_pause(keep); }
+
+  /// Maps fresh physical memory under every block paused by pause(), at the
+  /// same addresses, and writes back what pause kept. Returns false when the
+  /// device (or the allocator's limit) refuses the memory: then nothing is
+  /// mapped, the allocator stays paused, and resume() may be called again.
+  /// Throws invalid_argument when not paused, backend_error as pause().
+  [[nodiscard]] bool resume() { return do_resume(); }
+
+  /// Whether pause() holds the allocator (until resume() succeeds).
+  [[nodiscard]] bool paused() const { return do_paused(); }
+
   /// The backend this allocator obtains memory from.
   [[nodiscard]] device_backend& backend() const noexcept { return do_backend(); }
 
@@ -146,6 +176,10 @@ class device_allocator {
   virtual void do_record_stream(void* ptr, stream_t stream);
   // Optional: the default describes nothing (available == false).
   virtual memory_snapshot do_memory_map() const { return {}; }
+  // Optional: the defaults refuse pause and resume and are never paused.
+  virtual bool do_pause(pause_keep keep);
+  virtual bool do_resume();
+  virtual bool do_paused() const { return false; }
 
   std::atomic<std::uint64_t> misuse_not_owned_{0};
   std::atomic<std::uint64_t> misuse_size_mismatch_{0};

@@ -135,6 +135,34 @@ FRAGCTL_API fragctl_status fragctl_environment_memory_kind(fragctl_memory_kind* 
 /** Returns every wholly free cached block to the device. */
 FRAGCTL_API fragctl_status fragctl_release_cached(fragctl_allocator* allocator);
 
+/** What fragctl_pause keeps of the live blocks' contents. */
+typedef enum fragctl_pause_keep {
+  FRAGCTL_PAUSE_KEEP_NONE = 0, /**< nothing: contents are undefined after fragctl_resume */
+  FRAGCTL_PAUSE_KEEP_HOST = 1  /**< a copy in pinned host memory, written back by fragctl_resume */
+} fragctl_pause_keep;
+
+/** Gives the physical memory under every block of `allocator` back to the
+ * device while keeping each block's address, so that another process or
+ * library can use it (a trainer and an inference engine taking turns on one
+ * GPU; docs/interop.md). Waits for pending frees first. Until fragctl_resume,
+ * fragctl_malloc fails with INVALID_ARGUMENT; frees are taken. OUT_OF_MEMORY
+ * (nothing changed) when pinned host memory for FRAGCTL_PAUSE_KEEP_HOST runs
+ * out; STATE when already paused; INVALID_ARGUMENT when the policy cannot
+ * pause (only `arena`, over virtual memory, can); BACKEND when a runtime call
+ * fails: what was released is then mapped back where possible, and
+ * fragctl_paused says whether a fragctl_resume is still needed. */
+FRAGCTL_API fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep /* fragctl_pause_keep */);
+
+/** Maps fresh physical memory under every paused block, at the same
+ * addresses, and writes back what fragctl_pause kept; CUDA graphs captured
+ * before the pause replay into the same addresses. OUT_OF_MEMORY when the
+ * device refuses the memory: nothing stays mapped, the allocator stays
+ * paused, and fragctl_resume may be called again. STATE when not paused. */
+FRAGCTL_API fragctl_status fragctl_resume(fragctl_allocator* allocator);
+
+/** Sets *paused to 1 while fragctl_pause holds the allocator, else 0. */
+FRAGCTL_API fragctl_status fragctl_paused(fragctl_allocator* allocator, int* paused);
+
 /** The policy expression the allocator was built with, defaults filled in
  * ("buckets:arena"). Valid while the allocator lives. */
 FRAGCTL_API const char* fragctl_policy(const fragctl_allocator* allocator);

@@ -135,6 +135,33 @@ class Allocator:
         """Returns wholly free cached memory to the device."""
         _capi.check(self._call(library().fragctl_release_cached))
 
+    def pause(self, keep: str = "none") -> None:
+        """Gives the device memory under every block back to the device,
+        keeping each block's address, until resume() (docs/interop.md,
+        "Pause and resume"). ``keep="host"`` copies the blocks' contents to
+        pinned host memory and resume() writes them back; ``"none"`` leaves
+        them undefined. Allocating while paused raises FragctlError; freeing
+        is fine. Only the ``arena`` policy can pause."""
+        modes = {"none": 0, "host": 1}
+        if keep not in modes:
+            raise _capi.ConfigurationError("pause: keep is %r, not 'none' or 'host'" % (keep,), "FRAGCTL_ERROR_INVALID_ARGUMENT")
+        _capi.check(self._call(library().fragctl_pause, modes[keep]))
+
+    def resume(self) -> None:
+        """Maps fresh device memory under every paused block at the same
+        address and restores what pause(keep="host") kept. Raises
+        FragctlError (OUT_OF_MEMORY) when the device cannot give the memory
+        back yet; the allocator then stays paused and resume() may be
+        called again."""
+        _capi.check(self._call(library().fragctl_resume))
+
+    @property
+    def paused(self) -> bool:
+        """Whether pause() holds the allocator."""
+        flag = ctypes.c_int()
+        _capi.check(self._call(library().fragctl_paused, ctypes.byref(flag)))
+        return bool(flag.value)
+
     def stats(self) -> Dict[str, Any]:
         """Statistics as a dict (the JSON schema of docs/statistics.md)."""
         import json

@@ -49,7 +49,8 @@ class OutOfMemoryError(FragctlError, MemoryError):
 
 
 class TooLateError(FragctlError):
-    """Configuration asked for after allocation started."""
+    """A call not valid now: configuration asked for after allocation
+    started, a pause of a paused allocator, a resume of one not paused."""
 
 
 class LibraryNotFoundError(FragctlError, OSError):
@@ -110,6 +111,9 @@ def _declare(lib):
         "fragctl_malloc": (status, [p, c.POINTER(p), c.c_size_t, p]),
         "fragctl_free": (status, [p, p, c.c_size_t, p]),
         "fragctl_release_cached": (status, [p]),
+        "fragctl_pause": (status, [p, c.c_int]),
+        "fragctl_resume": (status, [p]),
+        "fragctl_paused": (status, [p, c.POINTER(c.c_int)]),
         "fragctl_memory_kind_of": (status, [p, c.POINTER(c.c_int)]),
         "fragctl_environment_memory_kind": (status, [c.POINTER(c.c_int)]),
         "fragctl_policy": (char_p, [p]),

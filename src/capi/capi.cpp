@@ -299,6 +299,44 @@ fragctl_status fragctl_release_cached(fragctl_allocator* allocator) {
   });
 }
 
+fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_pause: allocator is NULL");
+  FRAGCTL_REQUIRE(keep == FRAGCTL_PAUSE_KEEP_NONE || keep == FRAGCTL_PAUSE_KEEP_HOST,
+                  fmt::format("fragctl_pause: keep is {}, not FRAGCTL_PAUSE_KEEP_NONE (0) or _HOST (1)",
+                              keep));
+  return guarded([&] {
+    fragctl::device_allocator& a = allocator->stack->allocator();
+    if (a.paused()) return fail(FRAGCTL_ERROR_STATE, "fragctl_pause: the allocator is paused already");
+    if (!a.pause(keep == FRAGCTL_PAUSE_KEEP_HOST ? fragctl::pause_keep::host : fragctl::pause_keep::none)) {
+      return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
+                  "fragctl_pause: pinned host memory for the blocks' contents ran out; nothing was released");
+    }
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_resume(fragctl_allocator* allocator) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_resume: allocator is NULL");
+  return guarded([&] {
+    fragctl::device_allocator& a = allocator->stack->allocator();
+    if (!a.paused()) return fail(FRAGCTL_ERROR_STATE, "fragctl_resume: the allocator is not paused");
+    if (!a.resume()) {
+      return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
+                  "fragctl_resume: the device refused the memory; the allocator stays paused (call again once "
+                  "it is free)");
+    }
+    return FRAGCTL_OK;
+  });
+}
+
+fragctl_status fragctl_paused(fragctl_allocator* allocator, int* paused) {
+  FRAGCTL_REQUIRE(allocator != nullptr && paused != nullptr, "fragctl_paused: allocator or paused is NULL");
+  return guarded([&] {
+    *paused = allocator->stack->allocator().paused() ? 1 : 0;
+    return FRAGCTL_OK;
+  });
+}
+
 const char* fragctl_policy(const fragctl_allocator* allocator) {
   if (allocator == nullptr) return "";
   return allocator->stack->configuration().policy.c_str();

@@ -48,6 +48,16 @@ void device_allocator::do_record_stream(void* ptr, stream_t stream) {
                                      name(), ptr, stream));
 }
 
+bool device_allocator::do_pause(pause_keep /*keep*/) {
+  throw invalid_argument(fmt::format("{}: pause: only the arena policy over virtual memory keeps addresses "
+                                     "without physical memory",
+                                     name()));
+}
+
+bool device_allocator::do_resume() {
+  throw invalid_argument(fmt::format("{}: resume: this allocator cannot pause", name()));
+}
+
 memory_snapshot device_allocator::memory_map() const {
   memory_snapshot m = do_memory_map();
   if (m.allocator.empty()) m.allocator = std::string(name());

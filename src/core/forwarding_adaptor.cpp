@@ -25,5 +25,8 @@ device_backend& forwarding_adaptor::do_backend() const noexcept { return upstrea
 std::string_view forwarding_adaptor::do_name() const noexcept { return upstream_->name(); }
 memory_snapshot forwarding_adaptor::do_memory_map() const { return upstream_->memory_map(); }
 void forwarding_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
+bool forwarding_adaptor::do_pause(pause_keep keep) { return upstream_->pause(keep); }
+bool forwarding_adaptor::do_resume() { return upstream_->resume(); }
+bool forwarding_adaptor::do_paused() const { return upstream_->paused(); }
 
 }  // namespace fragctl

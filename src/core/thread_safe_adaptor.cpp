@@ -64,4 +64,19 @@ void thread_safe_adaptor::do_record_stream(void* ptr, stream_t stream) {
   upstream().record_stream(ptr, stream);
 }
 
+bool thread_safe_adaptor::do_pause(pause_keep keep) {
+  const std::lock_guard lock(mutex_);
+  return upstream().pause(keep);
+}
+
+bool thread_safe_adaptor::do_resume() {
+  const std::lock_guard lock(mutex_);
+  return upstream().resume();
+}
+
+bool thread_safe_adaptor::do_paused() const {
+  const std::lock_guard lock(mutex_);
+  return upstream().paused();
+}
+
 }  // namespace fragctl

@@ -70,6 +70,45 @@ TEST(CApi, MallocAndFreeAreCountedInTheStatistics) {
   }
 }
 
+TEST(CApi, PauseGivesTheMemoryBackAndResumeKeepsTheAddresses) {
+  fragctl_allocator* a = make("arena");
+  ASSERT_NE(a, nullptr);
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 6 << 20, stream_a), FRAGCTL_OK) << fragctl_last_error();
+  const std::size_t held = stats_of(a).reserved.current;
+  ASSERT_GE(held, std::size_t{6} << 20);
+  int paused = -1;
+  EXPECT_EQ(fragctl_resume(a), FRAGCTL_ERROR_STATE) << "not paused";
+  EXPECT_EQ(fragctl_pause(a, 7), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(fragctl_pause(a, FRAGCTL_PAUSE_KEEP_HOST), FRAGCTL_OK) << fragctl_last_error();
+  ASSERT_EQ(fragctl_paused(a, &paused), FRAGCTL_OK);
+  EXPECT_EQ(paused, 1);
+  EXPECT_EQ(stats_of(a).reserved.current, 0u) << "the device got every byte back";
+  EXPECT_EQ(stats_of(a).requested.current, std::size_t{6} << 20) << "the block is still live";
+  EXPECT_EQ(fragctl_pause(a, FRAGCTL_PAUSE_KEEP_NONE), FRAGCTL_ERROR_STATE);
+  void* q = nullptr;
+  EXPECT_EQ(fragctl_malloc(a, &q, 1 << 20, stream_a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("paused"), std::string::npos) << fragctl_last_error();
+  ASSERT_EQ(fragctl_resume(a), FRAGCTL_OK) << fragctl_last_error();
+  ASSERT_EQ(fragctl_paused(a, &paused), FRAGCTL_OK);
+  EXPECT_EQ(paused, 0);
+  EXPECT_EQ(stats_of(a).reserved.current, held);
+  ASSERT_EQ(fragctl_malloc(a, &q, 1 << 20, stream_a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_free(a, q, 1 << 20, stream_a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_free(a, p, 6 << 20, stream_a), FRAGCTL_OK) << "the block kept its address";
+  EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+
+  for (const char* policy : {"caching", "buckets:arena"}) {
+    SCOPED_TRACE(policy);
+    fragctl_allocator* other = make(policy);
+    EXPECT_EQ(fragctl_pause(other, FRAGCTL_PAUSE_KEEP_NONE), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fragctl_last_error()).find("pause"), std::string::npos) << fragctl_last_error();
+    ASSERT_EQ(fragctl_paused(other, &paused), FRAGCTL_OK);
+    EXPECT_EQ(paused, 0);
+    EXPECT_EQ(fragctl_destroy(other), FRAGCTL_OK);
+  }
+}
+
 TEST(CApi, DefaultPolicyIsFilledIn) {
   fragctl_allocator* a = make(nullptr);
   ASSERT_NE(a, nullptr);

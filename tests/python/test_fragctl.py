@@ -101,6 +101,36 @@ class AllocatorTest(unittest.TestCase):
             self.assertEqual(doc["allocators"][0]["allocator"], "caching")
             self.assertEqual(doc["reason"], "request")
 
+    def test_pause_gives_memory_back_and_resume_restores_contents(self):
+        import ctypes
+        with fragctl.Allocator("arena", backend="sim", sim_capacity="256MiB", sim_backed=True) as a:
+            p = a.malloc(8 * MiB)
+            pattern = bytes(range(256)) * (8 * MiB // 256)
+            ctypes.memmove(p, pattern, len(pattern))
+            held = a.stats()["reserved_bytes"]["current"]
+            self.assertGreaterEqual(held, 8 * MiB)
+            self.assertFalse(a.paused)
+            a.pause(keep="host")
+            self.assertTrue(a.paused)
+            self.assertEqual(a.stats()["reserved_bytes"]["current"], 0)
+            with self.assertRaises(fragctl.FragctlError):
+                a.malloc(MiB)
+            with self.assertRaises(fragctl.FragctlError) as again:
+                a.pause()
+            self.assertEqual(again.exception.status, "FRAGCTL_ERROR_STATE")
+            a.resume()
+            self.assertFalse(a.paused)
+            self.assertEqual(a.stats()["reserved_bytes"]["current"], held)
+            self.assertEqual(ctypes.string_at(p, len(pattern)), pattern)
+            a.free(p, 8 * MiB)
+            with self.assertRaises(fragctl.FragctlError) as bad:
+                a.pause(keep="disk")
+            self.assertIn("keep", str(bad.exception))
+        with fragctl.Allocator("caching", backend="sim") as c:
+            with self.assertRaises(fragctl.FragctlError) as refused:
+                c.pause()
+            self.assertIn("arena", str(refused.exception))
+
     def test_closed_allocator_refuses_calls(self):
         a = fragctl.Allocator("caching", backend="sim")
         a.close()

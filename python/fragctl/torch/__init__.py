@@ -165,3 +165,40 @@ def enable(policy="arena", backend=None, route="auto", **options):
               % (policy, reason, PLUGGABLE_LOSSES), file=sys.stderr)
     return allocator
 
+
+
+def _paused_allocator(call, device):
+    torch = _torch()
+    if _enabled is None:
+        raise _capi.TooLateError("fragctl.torch.%s(): fragctl.torch.enable() did not run in this process: PyTorch's "
+                                 "memory is not fragctl's" % call, "FRAGCTL_ERROR_STATE")
+    index = torch.cuda.current_device() if device is None else torch.device("cuda", device).index
+    from .. import default_allocator
+    return torch, index, default_allocator(index)
+
+
+def pause(keep="none", device=None):
+    """Hands the device memory under every tensor fragctl holds on
+    ``device`` (default: the current one) back to the GPU, keeping every
+    tensor's address, so that another process (an inference engine) can use
+    it; ``resume()`` maps fresh memory at the same addresses. ``keep="host"``
+    copies the contents to pinned host memory first and resume() writes them
+    back; with ``"none"`` they are undefined after resume (e.g. a KV cache to
+    be refilled). Waits for the device's queued work first. Until resume()
+    no CUDA tensor can be allocated on the device (fragctl.FragctlError);
+    tensors can be freed. Needs enable() with the ``arena`` policy. CUDA
+    graph pools keep their memory (docs/interop.md, "Pause and resume")."""
+    torch, index, allocator = _paused_allocator("pause", device)
+    torch.cuda.synchronize(index)
+    allocator.pause(keep)
+
+
+def resume(device=None):
+    """Maps fresh device memory under every tensor pause() released, at the
+    same addresses, restoring the contents pause(keep="host") kept; tensors
+    and CUDA graphs captured before the pause work as before. Raises
+    fragctl.OutOfMemoryError while the device cannot give the memory back
+    (another process still holds it); then it stays paused and resume() may
+    be called again."""
+    _, _, allocator = _paused_allocator("resume", device)
+    allocator.resume()
