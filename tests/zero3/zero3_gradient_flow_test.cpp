@@ -13,6 +13,7 @@
 // reduce, held slices without gradient adding nothing to what they carry,
 // and the same results one action per call.
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -276,15 +277,23 @@ void check_all(binding& g, int ranks, std::initializer_list<int> as) {
   }
 }
 
+/// Runs body(env, manager, binding) on `ranks` thread ranks, each with a
+/// manager of model() and a binding over it.
+void each_rank(int ranks, const std::function<void(rank_env&, block_manager&, binding&)>& body) {
+  run_ranks(ranks, 10s, [&body](rank_env& env) {
+    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
+    binding g(m, env.comm->rank());
+    body(env, m, g);
+  });
+}
+
 class zero3_gradient_flow : public ::testing::TestWithParam<int> {};
 
 // test_two_ranks_equal_the_unsharded_model's gradient half; frozen f2 has
 // none (not tracked), and no block stays held.
 TEST_P(zero3_gradient_flow, one_backward_gives_the_mean_over_ranks) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& m, binding& g) {
     const auto tracked = g.forward();
     EXPECT_EQ(tracked.at(2), (std::vector<std::size_t>{0}));  // f2 is frozen
     g.backward(tracked, 0);
@@ -304,9 +313,7 @@ TEST_P(zero3_gradient_flow, one_backward_gives_the_mean_over_ranks) {
 // the second application's gradient overwrote the first's).
 TEST_P(zero3_gradient_flow, a_parameter_applied_twice_reaches_the_bucket_once_as_the_sum) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& m, binding& g) {
     auto tracked = g.forward({0, 1, 1, 2});
     EXPECT_EQ(tracked.at(1).size(), 4U);
     g.backward({{2, {0}}}, 0);
@@ -325,9 +332,7 @@ TEST_P(zero3_gradient_flow, a_parameter_applied_twice_reaches_the_bucket_once_as
 // is delivered when backward ends.
 TEST_P(zero3_gradient_flow, a_partial_sum_is_delivered_when_backward_ends) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& /*m*/, binding& g) {
     (void)g.forward({0, 1, 1, 2});
     g.backward({{2, {0}}}, 0);
     for (const std::size_t p : {0, 1}) g.arrive(1, p, 1);  // application 0 never reports
@@ -344,9 +349,7 @@ TEST_P(zero3_gradient_flow, a_partial_sum_is_delivered_when_backward_ends) {
 // `.grad` is set a backward adds to it; after set_to_none it starts over.
 TEST_P(zero3_gradient_flow, gradients_accumulate_across_backwards_while_set) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& /*m*/, binding& g) {
     g.backward(g.forward(), 0);
     g.end_backward();
     g.backward(g.forward(), 1);
@@ -367,9 +370,7 @@ TEST_P(zero3_gradient_flow, gradients_accumulate_across_backwards_while_set) {
 // views start each backward at zero (the slice still holds the last sum).
 TEST_P(zero3_gradient_flow, a_held_slice_without_gradient_adds_nothing_to_what_it_carried) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& /*m*/, binding& g) {
     g.backward(g.forward(), 0);
     g.end_backward();
     g.backward(g.forward({0, 2}), 1);  // "shared" unused this time
@@ -386,9 +387,7 @@ TEST_P(zero3_gradient_flow, a_held_slice_without_gradient_adds_nothing_to_what_i
 // the second reduce-scatter overwrote it).
 TEST_P(zero3_gradient_flow, a_second_reduce_in_one_backward_keeps_the_first) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& m, binding& g) {
     g.backward(g.forward(), 0);  // the second micro-batch, first in backward
     const std::size_t before = m.stats().gradients.current;
     EXPECT_GT(before, 0U);
@@ -409,9 +408,7 @@ TEST_P(zero3_gradient_flow, a_second_reduce_in_one_backward_keeps_the_first) {
 // zeroed nor overwritten, w1 gets both.
 TEST_P(zero3_gradient_flow, a_second_reduce_at_the_end_of_backward_keeps_the_first) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& /*m*/, binding& g) {
     g.backward(g.forward(), 0);
     auto again = g.forward({}, true);
     again[1] = {0};  // b1 unused by the recomputed forward
@@ -431,9 +428,7 @@ TEST_P(zero3_gradient_flow, a_second_reduce_at_the_end_of_backward_keeps_the_fir
 // set frees the slices the raised backward reduced; the next step is right.
 TEST_P(zero3_gradient_flow, a_backward_that_raised_is_settled_at_the_next_forward) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& m, binding& g) {
     g.backward(g.forward(), 0);
     g.end_backward();
     const std::size_t slices = m.stats().gradient_shard_bytes;
@@ -465,9 +460,7 @@ TEST_P(zero3_gradient_flow, a_backward_that_raised_is_settled_at_the_next_forwar
 // forward frees the slices only when no shard's gradient is set; a forward
 // inside a backward never; the step ends at the forward after a backward.
 TEST_P(zero3_gradient_flow, slices_are_freed_before_a_forward_only_when_no_gradient_is_set) {
-  run_ranks(GetParam(), 10s, [](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(GetParam(), [](rank_env& /*env*/, block_manager& m, binding& g) {
     const std::size_t slices = m.stats().gradient_shard_bytes;
     g.backward(g.forward(), 0);
     g.end_backward();
@@ -497,9 +490,7 @@ TEST_P(zero3_gradient_flow, slices_are_freed_before_a_forward_only_when_no_gradi
 // always held, zero here.
 TEST_P(zero3_gradient_flow, a_block_without_gradient_keeps_none) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& m, binding& g) {
     const auto tracked = g.forward({1, 2});
     g.backward({{2, tracked.at(2)}}, 0);
     (void)g.event(gradient_event::unpacked, 1);  // held, no gradient arrives
@@ -517,9 +508,7 @@ TEST_P(zero3_gradient_flow, a_block_without_gradient_keeps_none) {
 // A block is fetched for backward once however often its saved parameters
 // are unpacked, and released at its reduce.
 TEST_P(zero3_gradient_flow, backward_holds_a_block_once_until_its_reduce) {
-  run_ranks(GetParam(), 10s, [](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(GetParam(), [](rank_env& /*env*/, block_manager& m, binding& g) {
     (void)g.forward();
     for (int i = 0; i < 3; ++i) (void)g.event(gradient_event::unpacked, 2);
     EXPECT_EQ(g.fetches, 1);
@@ -539,9 +528,7 @@ TEST_P(zero3_gradient_flow, backward_holds_a_block_once_until_its_reduce) {
 // pieces, in order).
 TEST_P(zero3_gradient_flow, one_action_per_call_gives_the_same_gradients) {
   const int ranks = GetParam();
-  run_ranks(ranks, 10s, [ranks](rank_env& env) {
-    block_manager m(model(), model_options(), *env.comm, *env.persistent, *env.transient);
-    binding g(m, env.comm->rank());
+  each_rank(ranks, [ranks](rank_env& env, block_manager& /*m*/, binding& g) {
     g.capacity = 1;
     auto tracked = g.forward({0, 1, 1, 2});
     g.backward(tracked, 0);

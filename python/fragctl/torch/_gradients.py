@@ -9,7 +9,7 @@ begins) and does the actions the manager answers, in order: the tensor
 arithmetic, which needs torch's kernels.
 """
 import ctypes
-from typing import Any, List
+from typing import Any, Dict, List
 
 # fragctl_zero3_gradient_event (fragctl/zero3/zero3.h)
 APPLIED, UNPACKED, ARRIVED, BACKWARD_ENDED, FORWARD, FORWARD_IN_BACKWARD, RESUME = range(7)
@@ -37,8 +37,8 @@ class GradientFlow:
         left; returns the parameters a TRACK named. `value`: the gradient in
         hand (the one that arrived); `report`: pass which shards have a
         gradient (as the manager asks with REPORT)."""
-        actions, count, more, kept, shards, tracked = self._actions, ctypes.c_size_t(), ctypes.c_int(), self._kept, \
-            self._shards, []
+        actions, kept, shards = self._actions, self._kept, self._shards
+        count, more, tracked = ctypes.c_size_t(), ctypes.c_int(), []
         while True:
             flags = bytes(shard.grad is not None for shard, _ in shards) if report else None
             self._check(self._lib.fragctl_zero3_gradient_event(
@@ -113,5 +113,5 @@ class GradientFlow:
         self._gradient_event(FORWARD_IN_BACKWARD if backward_running else FORWARD, report=True)
 
     def _gradients_init(self) -> None:
-        self._kept: dict = {}
+        self._kept: Dict[int, Any] = {}
         self._actions = (GradientAction * CAPACITY)()

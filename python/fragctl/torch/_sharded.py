@@ -46,8 +46,9 @@ its communication stream with events.
 
 Files: this one holds the module (set-up, gather and release, saved-tensor
 hooks, state dict); _blocks.py which parameters form a block; _gradients.py
-the gradient path; _errors.py the exceptions; _collectives.py the
-torch.distributed collectives; _interop.py memory as tensors and streams.
+the binding of the block manager's gradient path (the manager decides);
+_errors.py the exceptions; _collectives.py the torch.distributed
+collectives; _interop.py memory as tensors and streams.
 """
 import ctypes
 import json
