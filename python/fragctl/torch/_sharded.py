@@ -21,7 +21,9 @@ keep only an empty tensor between uses.
   slice (the manager allocates it at that reduce). A backward adds to
   gradient shards whose ``.grad`` is still set (torch's accumulation). When
   backward ends (an engine callback) the persistent
-  gradients are summed and every block still held is released.
+  gradients are summed and every block still held is released. The block
+  manager decides and holds all of this (fragctl/zero3/gradient_flow.hpp);
+  _gradients.py reports the events and does the tensor work it answers.
 * Optimizer: ``parameters()`` are the local shards (each block's trainable
   slice, each persistent trainable parameter) with ``.grad`` pointing at
   their gradient shard; a torch.optim optimizer steps them in place. The
