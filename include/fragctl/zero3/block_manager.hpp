@@ -60,6 +60,12 @@
 // (built without a device compiler) does not have; accumulate in the bucket,
 // or in the optimizer.
 //
+// A framework binding's gradient path (gradient_step; gradient_flow.hpp)
+// is decided here too: which application's gradient is summed aside, which
+// arrival reduces a block, what a second reduce in one backward keeps, how
+// a backward is settled, abandoned or accumulated into, when slices are
+// freed. The binding does the tensor arithmetic the manager asks for.
+//
 // Threads: not thread-safe; one thread drives a manager (as one rank). Errors:
 // invalid_argument for misuse (indices, releasing a block not held, ending a
 // step with blocks in use), budget_error, out_of_memory from the allocators,
