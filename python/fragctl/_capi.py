@@ -158,6 +158,8 @@ def _declare(lib):
         "fragctl_zero3_release_gradients": (status, [p, p]),
         "fragctl_zero3_end_step": (status, [p, p]),
         "fragctl_zero3_synchronize": (status, [p]),
+        "fragctl_zero3_gradient_event": (status, [p, c.c_int, c.c_size_t, c.c_size_t, p, c.c_char_p, c.c_size_t, p,
+                                                  c.c_size_t, c.POINTER(c.c_size_t), c.POINTER(c.c_int)]),
         "fragctl_zero3_stats_json": (c.c_size_t, [p, c.c_char_p, c.c_size_t]),
         "fragctl_zero3_last_error": (char_p, []),
         "fragctl_zero3_status_string": (char_p, [status]),

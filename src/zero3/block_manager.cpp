@@ -316,7 +316,9 @@ void block_manager::impl::prefetch_ahead(stream_t home) {
 
 block_manager::block_manager(std::span<const block_spec> blocks, const options& opts, communicator& comm,
                              device_allocator& persistent, device_allocator& transient)
-    : impl_(std::make_unique<impl>(blocks, opts, comm, persistent, transient)) {}
+    : impl_(std::make_unique<impl>(blocks, opts, comm, persistent, transient)) {
+  impl_->gradients = std::make_unique<gradient_state>(*this);
+}
 
 block_manager::~block_manager() = default;
 
@@ -476,6 +478,7 @@ void block_manager::end_step(stream_t stream) {
   m.counters.last_step_reduce_scatter_bytes = std::exchange(m.step_reduce_scatter_bytes, 0);
   m.counters.last_step_gathers = std::exchange(m.step_gathers, 0);
   m.counters.last_step_prefetch_hits = std::exchange(m.step_prefetch_hits, 0);
+  m.gradients->step_ended();
 }
 
 void block_manager::synchronize() {

@@ -299,6 +299,42 @@ fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z) {
   return guarded([&] { started(z).manager->synchronize(); });
 }
 
+// --- the gradient path of a framework binding ------------------------------------
+
+static_assert(FRAGCTL_ZERO3_APPLIED == static_cast<int>(gradient_event::applied) &&
+              FRAGCTL_ZERO3_ARRIVED == static_cast<int>(gradient_event::arrived) &&
+              FRAGCTL_ZERO3_RESUME == static_cast<int>(gradient_event::resume) &&
+              FRAGCTL_ZERO3_DO_TRACK == static_cast<int>(gradient_do::track) &&
+              FRAGCTL_ZERO3_DO_BUCKET_COPY == static_cast<int>(gradient_do::bucket_copy) &&
+              FRAGCTL_ZERO3_DO_RELEASE == static_cast<int>(gradient_do::release) &&
+              FRAGCTL_ZERO3_DO_SET_GRAD == static_cast<int>(gradient_do::set_grad));
+
+fragctl_zero3_status fragctl_zero3_gradient_event(fragctl_zero3* z, int event, size_t block, size_t param,
+                                                  void* stream, const unsigned char* gradients_set, size_t shards,
+                                                  fragctl_zero3_gradient_action* actions, size_t capacity,
+                                                  size_t* count, int* more) {
+  return guarded([&] {
+    need(actions, "actions");
+    need(count, "count");
+    need(more, "more");
+    *count = 0;
+    *more = 0;
+    if (event < FRAGCTL_ZERO3_APPLIED || event > FRAGCTL_ZERO3_RESUME) {
+      throw fragctl::invalid_argument(fmt::format("zero3: unknown gradient event {}", event));
+    }
+    if (gradients_set == nullptr && shards > 0) need(gradients_set, "gradients_set");
+    const gradient_batch batch = started(z).manager->gradient_step(
+        static_cast<gradient_event>(event), block, param, stream,
+        std::span<const unsigned char>(gradients_set, gradients_set == nullptr ? 0 : shards), capacity);
+    for (const gradient_action& a : batch.actions) {
+      actions[(*count)++] = {static_cast<int>(a.what), a.block, a.param, a.shard, a.slot, a.pointer, a.elements};
+    }
+    *more = batch.more ? 1 : 0;
+  });
+}
+
+// --- end of the gradient path ------------------------------------------------------
+
 size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity) {
   std::size_t length = 0;
   const fragctl_zero3_status s = guarded([&] {

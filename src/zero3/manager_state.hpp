@@ -5,11 +5,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fragctl/backend.hpp"
 #include "fragctl/zero3/block_manager.hpp"
+#include "zero3/gradient_state.hpp"
 
 namespace fragctl::zero3 {
 
@@ -120,6 +122,10 @@ struct block_manager::impl {
   std::uint64_t step_reduce_scatter_bytes = 0;
   std::uint64_t step_gathers = 0;
   std::uint64_t step_prefetch_hits = 0;
+
+  // The gradient path of a framework binding (gradient_flow.cpp), made once
+  // the manager is built; end_step tells it the step ended.
+  std::unique_ptr<gradient_state> gradients;
 };
 
 }  // namespace fragctl::zero3

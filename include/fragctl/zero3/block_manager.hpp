@@ -60,6 +60,12 @@
 // (built without a device compiler) does not have; accumulate in the bucket,
 // or in the optimizer.
 //
+// A framework binding's gradient path (gradient_step; gradient_flow.hpp)
+// is decided here too: which application's gradient is summed aside, which
+// arrival reduces a block, what a second reduce in one backward keeps, how
+// a backward is settled, abandoned or accumulated into, when slices are
+// freed. The binding does the tensor arithmetic the manager asks for.
+//
 // Threads: not thread-safe; one thread drives a manager (as one rank). Errors:
 // invalid_argument for misuse (indices, releasing a block not held, ending a
 // step with blocks in use), budget_error, out_of_memory from the allocators,
@@ -79,6 +85,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/stats.hpp"
 #include "fragctl/zero3/communicator.hpp"
+#include "fragctl/zero3/gradient_flow.hpp"
 #include "fragctl/zero3/layout.hpp"
 #include "fragctl/zero3/options.hpp"
 
@@ -261,6 +268,26 @@ class block_manager {
   /// Sums persistent gradients across ranks and makes `stream` wait for every
   /// reduction so far. Call once per step, after the last reduce_gradients.
   void finish_gradients(stream_t stream);
+
+  // --- the gradient path of a framework binding (gradient_flow.hpp) ----------
+
+  /// Takes one event of a binding's gradient path and returns the actions
+  /// the binding does now, at most `capacity`; with `more`, the binding
+  /// reports gradient_event::resume once they are done (and passes
+  /// `gradients_set` then if a `report` action asked for it). The manager
+  /// runs its own operations (begin_gradients, reduce_gradients, ...) on
+  /// `stream` between batches. `gradients_set`: one byte per shard, nonzero
+  /// where the shard's gradient (`.grad`) is set; read with forward,
+  /// forward_in_backward and the resume a `report` asked for. The actions
+  /// stay valid until the next call. A new event while the last one has
+  /// actions to come drops them. Throws invalid_argument (a bad block,
+  /// parameter, shard count or event) and whatever the manager's
+  /// operations throw; the event's remaining actions are then dropped.
+  [[nodiscard]] gradient_batch gradient_step(gradient_event event, std::size_t block, std::size_t param,
+                                             stream_t stream, std::span<const unsigned char> gradients_set,
+                                             std::size_t capacity);
+  /// The shards of the gradient path (gradient_flow.hpp numbers them).
+  [[nodiscard]] std::size_t gradient_shards() const;
 
   // --- steps ------------------------------------------------------------------
 

@@ -150,6 +150,70 @@ fragctl_zero3_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stre
 fragctl_zero3_status fragctl_zero3_release_gradients(fragctl_zero3* z, void* stream);
 fragctl_zero3_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream);
 fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z);
+/* --- The gradient path of a framework binding ----------------------------
+ * (fragctl/zero3/gradient_flow.hpp states the semantics; docs/zero3.md,
+ * "Gradients of a framework binding"). The binding reports each event; the
+ * manager decides and answers with actions the binding does in order (the
+ * tensor arithmetic), running its own operations (begin, reduce, finish,
+ * release of gradients, end_step) between batches. */
+typedef enum fragctl_zero3_event {
+  FRAGCTL_ZERO3_APPLIED = 0,             /* forward with gradients applies `block` */
+  FRAGCTL_ZERO3_UNPACKED = 1,            /* backward reads a saved parameter of `block` */
+  FRAGCTL_ZERO3_ARRIVED = 2,             /* one application's gradient of parameter `param` of `block` */
+  FRAGCTL_ZERO3_BACKWARD_ENDED = 3,      /* the end-of-backward callback */
+  FRAGCTL_ZERO3_FORWARD = 4,             /* the root forward begins, no backward running */
+  FRAGCTL_ZERO3_FORWARD_IN_BACKWARD = 5, /* the root forward begins inside a running backward */
+  FRAGCTL_ZERO3_RESUME = 6               /* the last batch of actions is done */
+} fragctl_zero3_event;
+/* The actions (value: the gradient in hand, the one that arrived or the one
+ * TAKE loaded; kept[slot]: tensors the binding keeps for the manager). */
+typedef enum fragctl_zero3_gradient_do {
+  FRAGCTL_ZERO3_DO_TRACK = 0,        /* report the gradient of parameter `param` of `block` */
+  FRAGCTL_ZERO3_DO_FETCH = 1,        /* fetch `block` for backward (a RELEASE ends it) */
+  FRAGCTL_ZERO3_DO_QUEUE_END = 2,    /* queue the end-of-backward callback */
+  FRAGCTL_ZERO3_DO_REPORT = 3,       /* pass gradients_set with the next RESUME */
+  FRAGCTL_ZERO3_DO_CARRY = 4,        /* kept[slot] = a copy of shard `shard`'s gradient */
+  FRAGCTL_ZERO3_DO_ZERO_VIEW = 5,    /* zero shard `shard`'s gradient view */
+  FRAGCTL_ZERO3_DO_KEEP = 6,         /* kept[slot] = value */
+  FRAGCTL_ZERO3_DO_ADD_KEPT = 7,     /* value = kept[slot] + value; drop kept[slot] */
+  FRAGCTL_ZERO3_DO_TAKE = 8,         /* value = kept[slot]; drop kept[slot] */
+  FRAGCTL_ZERO3_DO_DROP = 9,         /* drop kept[slot] */
+  FRAGCTL_ZERO3_DO_BUCKET_COPY = 10, /* the bucket view at `pointer` (parameter `param` of `block`) = value / world size */
+  FRAGCTL_ZERO3_DO_BUCKET_ADD = 11,  /* that view += value / world size */
+  FRAGCTL_ZERO3_DO_BUCKET_ZERO = 12, /* that view = 0 */
+  FRAGCTL_ZERO3_DO_KEEP_SLICE = 13,  /* kept[slot] = a copy of `elements` elements at `pointer` */
+  FRAGCTL_ZERO3_DO_ADD_SLICE = 14,   /* kept[slot] = kept[slot] + the `elements` elements at `pointer` */
+  FRAGCTL_ZERO3_DO_RELEASE = 15,     /* release `block` */
+  FRAGCTL_ZERO3_DO_BIND = 16,        /* shard `shard`'s view = `elements` elements at `pointer` (none if NULL) */
+  FRAGCTL_ZERO3_DO_BIND_KEPT = 17,   /* shard `shard`'s view = kept[slot]; drop kept[slot] */
+  FRAGCTL_ZERO3_DO_ADD_TO_VIEW = 18, /* shard `shard`'s view += kept[slot]; drop kept[slot] */
+  FRAGCTL_ZERO3_DO_SET_GRAD = 19     /* shard `shard`'s gradient = its view */
+} fragctl_zero3_gradient_do;
+typedef struct fragctl_zero3_gradient_action {
+  int what; /* fragctl_zero3_gradient_do */
+  size_t block;
+  size_t param;
+  size_t shard;
+  size_t slot;
+  void* pointer;
+  size_t elements;
+} fragctl_zero3_gradient_action;
+/* Reports `event` and writes up to `capacity` (at least 1) actions to do now
+ * into `actions`, their number into *count, and into *more whether to report
+ * FRAGCTL_ZERO3_RESUME once they are done. `gradients_set`: `shards` bytes,
+ * nonzero where the shard's gradient is set, in the shards' order (per block:
+ * its trainable slice, then its persistent trainable parameters); given with
+ * FORWARD, FORWARD_IN_BACKWARD and the RESUME after a REPORT, else NULL and
+ * 0. `stream`: the binding's current stream. FRAGCTL_ZERO3_INVALID_ARGUMENT
+ * for a bad event, block, parameter or shard count; a failed manager
+ * operation returns its status, and the event's remaining actions are
+ * dropped. */
+fragctl_zero3_status fragctl_zero3_gradient_event(fragctl_zero3* z, int event, size_t block, size_t param,
+                                                  void* stream, const unsigned char* gradients_set, size_t shards,
+                                                  fragctl_zero3_gradient_action* actions, size_t capacity,
+                                                  size_t* count, int* more);
+/* --- end of the gradient path ------------------------------------------------ */
+
 /* Copies the statistics JSON (with a terminating NUL when it fits) and
  * returns its length; call with capacity 0 to size the buffer. */
 size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity);

@@ -14,7 +14,7 @@ class ParamSpec(ctypes.Structure):
 
 class Block:
     __slots__ = ("index", "name", "module", "keys", "owners", "attrs", "params", "shapes", "trainable", "views",
-                 "forward_held", "backward_held", "bucket", "received", "uses", "partial", "persistent", "reduced")
+                 "forward_held", "holders")
 
     def __init__(self, index, name, module, owned):
         """`owned`: (state-dict key, owning module, attribute, Parameter) per parameter."""
@@ -28,14 +28,8 @@ class Block:
         self.shapes = [p.shape for p in self.params]
         self.trainable = [p.requires_grad for p in self.params]
         self.views: Optional[List[Any]] = None  # the gathered parameters while gathered
-        self.forward_held = 0
-        self.backward_held = False
-        self.bucket: Optional[List[int]] = None  # gradient addresses while a bucket is held
-        self.received: set = set()  # parameters whose gradient arrived this backward
-        self.uses = [0] * len(self.params)  # applications per parameter whose gradient is still due
-        self.partial: List[Any] = [None] * len(self.params)  # the sum of the gradients arrived so far
-        self.persistent = [False] * len(self.params)  # whole on every rank (set when the shards are laid out)
-        self.reduced = False  # reduced in this backward already (a recompute may reduce it again)
+        self.forward_held = 0  # forward's fetches not released yet (module hooks, full_state_dict)
+        self.holders = 0  # every fetch not released yet (forward's and backward's): the views live while held
 
 
 def find_blocks(module: Any, block_types: Tuple[type, ...]) -> List[Block]:

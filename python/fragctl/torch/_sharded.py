@@ -21,7 +21,9 @@ keep only an empty tensor between uses.
   slice (the manager allocates it at that reduce). A backward adds to
   gradient shards whose ``.grad`` is still set (torch's accumulation). When
   backward ends (an engine callback) the persistent
-  gradients are summed and every block still held is released.
+  gradients are summed and every block still held is released. The block
+  manager decides and holds all of this (fragctl/zero3/gradient_flow.hpp);
+  _gradients.py reports the events and does the tensor work it answers.
 * Optimizer: ``parameters()`` are the local shards (each block's trainable
   slice, each persistent trainable parameter) with ``.grad`` pointing at
   their gradient shard; a torch.optim optimizer steps them in place. The
@@ -46,8 +48,9 @@ its communication stream with events.
 
 Files: this one holds the module (set-up, gather and release, saved-tensor
 hooks, state dict); _blocks.py which parameters form a block; _gradients.py
-the gradient path; _errors.py the exceptions; _collectives.py the
-torch.distributed collectives; _interop.py memory as tensors and streams.
+the binding of the block manager's gradient path (the manager decides);
+_errors.py the exceptions; _collectives.py the torch.distributed
+collectives; _interop.py memory as tensors and streams.
 """
 import ctypes
 import json
@@ -55,7 +58,7 @@ import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import Allocator, _capi, default_allocator
-from . import _collectives, _errors, _interop
+from . import _collectives, _errors, _gradients, _interop
 from ._blocks import Block, ParamSpec, find_blocks, gather_function
 from ._gradients import GradientFlow
 
@@ -151,10 +154,7 @@ class ShardedModule(GradientFlow):
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
         self._shards = self._local_shards()
         self._by_storage: Dict[int, Tuple[Block, int]] = {}
-        self._step_open = False
-        self._backward_queued = False
-        self._carry: Optional[List[Any]] = None  # gradients a backward adds to (accumulation)
-        self._again: List[Any] = []  # per shard: sums of earlier reduces of this backward (_keep_reduced_slice)
+        self._gradients_init()
         self._saved_hooks = None
         self._outer = None  # the offload_activations block around this forward, if any
         self._anchor = torch.zeros((), requires_grad=True)  # makes gathered parameters require grad
@@ -224,12 +224,10 @@ class ShardedModule(GradientFlow):
 
     def _local_shards(self) -> List[List[Any]]:
         """[Parameter over shard memory, gradient view] pairs an optimizer
-        steps. A block's gradient view is None while the manager holds no
-        gradient slice for it (_bind_gradients sets it after backward);
-        _shard_blocks says which block each pair is the T slice of (None for a
-        persistent parameter, whose gradient is always held)."""
+        steps, in the manager's shard order. A block's gradient view is None
+        while the manager holds no gradient slice for it (the manager binds it
+        after backward)."""
         torch, lib, out = self._torch, self._lib, []
-        self._shard_blocks: List[Optional[Block]] = []
         for b in self._blocks:
             data, grad, n = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
             self._check(lib.fragctl_zero3_trainable_shard(self._z, b.index, ctypes.byref(data), ctypes.byref(grad),
@@ -238,14 +236,11 @@ class ShardedModule(GradientFlow):
                 dtype = next(p.dtype for p, t in zip(b.params, b.trainable) if t)
                 out.append([torch.nn.Parameter(self._typed(data.value, (n.value,), dtype)),
                             self._typed(grad.value, (n.value,), dtype) if grad.value else None])
-                self._shard_blocks.append(b)
             for i, p in enumerate(b.params):
                 self._check(lib.fragctl_zero3_persistent(self._z, b.index, i, ctypes.byref(data), ctypes.byref(grad)))
-                b.persistent[i] = bool(data.value)
                 if data.value and grad.value:
                     out.append([torch.nn.Parameter(self._typed(data.value, b.shapes[i], p.dtype)),
                                 self._typed(grad.value, b.shapes[i], p.dtype)])
-                    self._shard_blocks.append(None)
         return out
 
     # --- gather and release -----------------------------------------------------
@@ -266,21 +261,22 @@ class ShardedModule(GradientFlow):
                 self._by_storage[self._storage_ptr(view)] = (b, i)
         else:
             self._check(self._lib.fragctl_zero3_fetch(self._z, b.index, self._stream(), None, None, 0))
+        b.holders += 1
         if for_module and b.forward_held == 0:
-            grad = self._torch.is_grad_enabled()
+            tracked = self._gradient_event(_gradients.APPLIED, b.index) if self._torch.is_grad_enabled() else ()
             for i, (owner, attr) in enumerate(zip(b.owners, b.attrs)):
                 view = b.views[i]
-                if grad and b.trainable[i]:
-                    b.uses[i] += 1
+                if i in tracked:
                     view = self._gather.apply(self._anchor, view, self, b, i)
                 owner.__dict__[attr] = view
 
     def _release(self, b: Block) -> None:
         self._check(self._lib.fragctl_zero3_release(self._z, b.index, self._stream()))
+        b.holders -= 1
         if b.forward_held == 0:
             for owner, attr in zip(b.owners, b.attrs):
                 owner.__dict__[attr] = self._placeholder(b)
-        if b.forward_held == 0 and not b.backward_held:
+        if b.holders == 0:
             for view in b.views:
                 self._by_storage.pop(self._storage_ptr(view), None)
             b.views = None
@@ -302,14 +298,9 @@ class ShardedModule(GradientFlow):
         return post
 
     def _root_pre(self, _module, _inputs):
-        recompute = self._backward_queued and _interop.backward_running(self._torch)
-        if self._backward_queued and not recompute:  # the last backward raised
-            self._abandon_backward()
-        if not recompute:  # a recompute must not release slices this backward reduced
-            if self._step_open:  # the optimizer has stepped the shards since the last backward
-                self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
-                self._step_open = False
-            self._release_unused_gradients()
+        # The manager settles a backward that raised, ends the optimizer's
+        # step and frees unused gradient slices; not in a recompute.
+        self._gradients_before_forward(_interop.backward_running(self._torch))
         if self._torch.is_grad_enabled():
             from .offload import active
             self._outer = active()
@@ -334,9 +325,7 @@ class ShardedModule(GradientFlow):
             owner = getattr(packed, "owner", None)  # offload_activations' handle
             return owner._unpack(packed) if owner is not None else packed
         b, i, size, stride, offset = packed
-        if not b.backward_held:
-            self._fetch(b, for_module=False)
-            b.backward_held = True
+        self._gradient_event(_gradients.UNPACKED, b.index)  # the first unpack in a backward fetches b
         return b.views[i].as_strided(size, stride, offset)
 
 
@@ -414,7 +403,6 @@ class ShardedModule(GradientFlow):
         """Ends the manager's step, which also frees blocks gathered ahead of
         use (stale once shards are written). Outside forward and backward."""
         self._check(self._lib.fragctl_zero3_end_step(self._z, self._stream()))
-        self._step_open = False
 
     def __del__(self) -> None:
         self.close()
