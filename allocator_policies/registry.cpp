@@ -22,6 +22,7 @@
 #include "allocator_policies/arena/arena_policy.hpp"
 #include "allocator_policies/buckets/buckets_policy.hpp"
 #include "allocator_policies/caching/caching_policy.hpp"
+#include "allocator_policies/graph_pool/graph_pool_policy.hpp"
 #include "allocator_policies/registry.hpp"
 #include "allocator_policies/warmup/warmup_policy.hpp"
 
@@ -65,6 +66,8 @@ const std::vector<registered_policy>& registry() {
       row<arena_policy>("one virtual range per device, granules mapped on demand (page stitching)"),
       row<buckets_policy>("size-class slabs for small requests; larger ones go upstream"),
       row<warmup_policy>("pre-reserves what a byte count or a previous run's report says", &warmup_upstream_config),
+      row<graph_pool_policy>("a CUDA graph's private pool: freed blocks stay in the pool for later captures",
+                             &graph_pool_upstream_config),
   };
   return table;
 }

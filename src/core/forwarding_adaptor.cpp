@@ -25,5 +25,6 @@ device_backend& forwarding_adaptor::do_backend() const noexcept { return upstrea
 std::string_view forwarding_adaptor::do_name() const noexcept { return upstream_->name(); }
 memory_snapshot forwarding_adaptor::do_memory_map() const { return upstream_->memory_map(); }
 void forwarding_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream_->record_stream(ptr, stream); }
+std::optional<block_record> forwarding_adaptor::do_block_info(void* ptr) const { return upstream_->block_info(ptr); }
 
 }  // namespace fragctl

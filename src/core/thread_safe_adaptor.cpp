@@ -64,4 +64,9 @@ void thread_safe_adaptor::do_record_stream(void* ptr, stream_t stream) {
   upstream().record_stream(ptr, stream);
 }
 
+std::optional<block_record> thread_safe_adaptor::do_block_info(void* ptr) const {
+  const std::lock_guard lock(mutex_);
+  return upstream().block_info(ptr);
+}
+
 }  // namespace fragctl
