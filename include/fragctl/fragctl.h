@@ -53,8 +53,9 @@ FRAGCTL_API const char* fragctl_status_string(fragctl_status status);
  * calls leave it unchanged. Valid until the next fragctl call on this thread. */
 FRAGCTL_API const char* fragctl_last_error(void);
 
-/** Comma-separated names of the policies FRAGCTL_POLICY accepts
- * ("caching,arena,buckets,warmup"). Static storage. */
+/** Comma-separated names of the policies FRAGCTL_POLICY offers
+ * ("caching,arena,buckets,warmup"; the graph_pool pool kind is accepted by
+ * fragctl_create but not listed). Static storage. */
 FRAGCTL_API const char* fragctl_policy_names(void);
 
 /** Parses a size as the options do ("4096", "512MiB", "2GiB", "1.5GiB") into
