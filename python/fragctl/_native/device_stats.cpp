@@ -9,10 +9,7 @@ namespace fragctl_torch {
 
 namespace {
 
-using c10::CachingDeviceAllocator::DeviceStats;
-using c10::CachingDeviceAllocator::Stat;
-using c10::CachingDeviceAllocator::StatArray;
-using c10::CachingDeviceAllocator::StatType;
+namespace cda = c10::CachingDeviceAllocator;
 using counter = std::uint64_t fragctl_counters::*;
 
 // The counters PyTorch's statistics are made of, each added up across the
@@ -33,31 +30,31 @@ constexpr std::array<counter, 20> summed = {
 // A PyTorch Stat from fragctl's counters: current and window peak as they
 // are, the totals since the baseline.
 struct stat_source {
-  StatArray DeviceStats::*target;
+  cda::StatArray cda::DeviceStats::*target;
   counter current, peak, allocated, freed;
 };
 
 constexpr std::array<stat_source, 6> byte_and_block_stats = {{
-    {&DeviceStats::allocation, nullptr, &fragctl_counters::live_blocks_window_peak, &fragctl_counters::allocations,
+    {&cda::DeviceStats::allocation, nullptr, &fragctl_counters::live_blocks_window_peak, &fragctl_counters::allocations,
      &fragctl_counters::frees},
-    {&DeviceStats::active, nullptr, &fragctl_counters::live_blocks_window_peak, &fragctl_counters::allocations,
+    {&cda::DeviceStats::active, nullptr, &fragctl_counters::live_blocks_window_peak, &fragctl_counters::allocations,
      &fragctl_counters::frees},
-    {&DeviceStats::allocated_bytes, &fragctl_counters::allocated, &fragctl_counters::allocated_window_peak,
+    {&cda::DeviceStats::allocated_bytes, &fragctl_counters::allocated, &fragctl_counters::allocated_window_peak,
      &fragctl_counters::allocated_total, &fragctl_counters::allocated_freed_total},
-    {&DeviceStats::active_bytes, &fragctl_counters::allocated, &fragctl_counters::allocated_window_peak,
+    {&cda::DeviceStats::active_bytes, &fragctl_counters::allocated, &fragctl_counters::allocated_window_peak,
      &fragctl_counters::allocated_total, &fragctl_counters::allocated_freed_total},
-    {&DeviceStats::requested_bytes, &fragctl_counters::requested, &fragctl_counters::requested_window_peak,
+    {&cda::DeviceStats::requested_bytes, &fragctl_counters::requested, &fragctl_counters::requested_window_peak,
      &fragctl_counters::requested_total, &fragctl_counters::requested_freed_total},
-    {&DeviceStats::reserved_bytes, &fragctl_counters::reserved, &fragctl_counters::reserved_window_peak,
+    {&cda::DeviceStats::reserved_bytes, &fragctl_counters::reserved, &fragctl_counters::reserved_window_peak,
      &fragctl_counters::reserved_total, &fragctl_counters::reserved_freed_total},
 }};
 
 std::int64_t i64(std::uint64_t v) { return static_cast<std::int64_t>(v); }
 
 // fragctl has no small pool of PyTorch's kind: "all" and "large_pool" alike.
-void fill(StatArray& a, const Stat& s) {
-  a[static_cast<std::size_t>(StatType::AGGREGATE)] = s;
-  a[static_cast<std::size_t>(StatType::LARGE_POOL)] = s;
+void fill(cda::StatArray& a, const cda::Stat& s) {
+  a[static_cast<std::size_t>(cda::StatType::AGGREGATE)] = s;
+  a[static_cast<std::size_t>(cda::StatType::LARGE_POOL)] = s;
 }
 
 }  // namespace
@@ -71,14 +68,14 @@ fragctl_counters sum_counters(const std::vector<fragctl_counters>& all) {
   return sum;
 }
 
-c10::CachingDeviceAllocator::DeviceStats device_stats(const fragctl_counters& sum, const fragctl_counters& base) {
-  DeviceStats s;
+cda::DeviceStats device_stats(const fragctl_counters& sum, const fragctl_counters& base) {
+  cda::DeviceStats s;
   for (const stat_source& source : byte_and_block_stats) {
     // Live blocks have no counter of their own: allocations less frees.
-    const std::uint64_t current =
-        source.current != nullptr ? sum.*source.current : sum.allocations - sum.frees;
-    fill(s.*source.target, Stat{i64(current), i64(sum.*source.peak), i64(sum.*source.allocated - base.*source.allocated),
-                                i64(sum.*source.freed - base.*source.freed)});
+    const std::uint64_t current = source.current != nullptr ? sum.*source.current : sum.allocations - sum.frees;
+    fill(s.*source.target, cda::Stat{i64(current), i64(sum.*source.peak),
+                                     i64(sum.*source.allocated - base.*source.allocated),
+                                     i64(sum.*source.freed - base.*source.freed)});
   }
   fill(s.segment, {i64(sum.segments), i64(sum.segments), i64(sum.device_allocations - base.device_allocations),
                    i64(sum.device_frees - base.device_frees)});

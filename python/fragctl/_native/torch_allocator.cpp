@@ -147,7 +147,9 @@ class allocator final : public cca::CUDAAllocator {
 
   void resetPeakStats(c10::DeviceIndex device) override {
     check(api.fragctl_reset_peaks(default_allocator(device)), "reset_peak_memory_stats");
-    for (const pool_ref& p : pools_.pools(device)) check(api.fragctl_reset_peaks(p.allocator), "reset_peak_memory_stats");
+    for (const pool_ref& p : pools_.pools(device)) {
+      check(api.fragctl_reset_peaks(p.allocator), "reset_peak_memory_stats");
+    }
   }
 
   // --- streams ------------------------------------------------------------------------
