@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "allocator_policies/graph_pool/graph_pool_policy.hpp"
 #include "allocator_policies/registry.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
@@ -28,6 +29,7 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
   auto limiting = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit != 0 ? cfg_.limit : SIZE_MAX);
   limiting_ = limiting.get();
   top = std::make_unique<stream_use_adaptor>(std::move(limiting));
+  if (cfg_.block_table) top = std::make_unique<block_table_adaptor>(std::move(top));
   auto statistics = std::make_unique<statistics_adaptor>(std::move(top));
   statistics_ = statistics.get();
   top = std::move(statistics);
@@ -51,6 +53,41 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
 
 allocator_stack::~allocator_stack() {
   if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_stats_export(this);
+}
+
+namespace {
+
+// The policy under the stack's adaptors.
+device_allocator& policy_of(device_allocator& top) {
+  device_allocator* a = &top;
+  while (auto* adaptor = dynamic_cast<forwarding_adaptor*>(a)) a = &adaptor->upstream();
+  return *a;
+}
+
+}  // namespace
+
+bool allocator_stack::keeps_block_table() const noexcept {
+  return cfg_.block_table || dynamic_cast<graph_pool_policy*>(&policy_of(*top_)) != nullptr;
+}
+
+bool allocator_stack::graph_pool_reclaim(void* ptr) {
+  auto* pool = dynamic_cast<graph_pool_policy*>(&policy_of(*top_));
+  if (pool == nullptr) {
+    throw invalid_argument(fmt::format("graph_pool_reclaim: policy {} is not a graph_pool", cfg_.policy));
+  }
+  // The claim and the allocation it steers, with no other call between them.
+  auto reclaim = [&](device_allocator& a) {
+    const std::optional<block_record> kept = pool->claim(ptr);
+    if (!kept) return false;
+    void* got = a.allocate(kept->bytes, kept->stream);
+    if (got != ptr) {
+      a.deallocate(got, kept->bytes, kept->stream);
+      throw error(fmt::format("graph_pool_reclaim: the pool handed out {} instead of {}", got, ptr));
+    }
+    return true;
+  };
+  if (auto* locked = dynamic_cast<thread_safe_adaptor*>(top_.get())) return locked->exclusive(reclaim);
+  return reclaim(*top_);
 }
 
 void allocator_stack::set_limit(std::size_t bytes) noexcept { limiting_->set_limit(bytes != 0 ? bytes : SIZE_MAX); }

@@ -22,6 +22,7 @@
 #include "allocator_policies/arena/arena_policy.hpp"
 #include "allocator_policies/buckets/buckets_policy.hpp"
 #include "allocator_policies/caching/caching_policy.hpp"
+#include "allocator_policies/graph_pool/graph_pool_policy.hpp"
 #include "allocator_policies/registry.hpp"
 #include "allocator_policies/warmup/warmup_policy.hpp"
 
@@ -39,6 +40,7 @@ struct registered_policy {
   base_factory make_base = nullptr;            // set for base policies
   wrapper_factory make_wrapper = nullptr;      // set for wrappers
   upstream_config_fn upstream_config = nullptr;  // optional: config of the policies below
+  bool listed = true;                          // false: a pool kind, left out of policies()
 };
 
 template <allocator_policy P>
@@ -59,12 +61,21 @@ registered_policy row(std::string_view help, upstream_config_fn upstream_config 
   }
 }
 
+// A pool kind: built on request (fragctl_create), not offered as a process's
+// policy by policies() (a graph pool never gives memory back).
+registered_policy pool_kind(registered_policy p) {
+  p.listed = false;
+  return p;
+}
+
 const std::vector<registered_policy>& registry() {
   static const std::vector<registered_policy> table = {
       row<caching_policy>("best-fit caching over per-stream segments (PyTorch-class baseline)"),
       row<arena_policy>("one virtual range per device, granules mapped on demand (page stitching)"),
       row<buckets_policy>("size-class slabs for small requests; larger ones go upstream"),
       row<warmup_policy>("pre-reserves what a byte count or a previous run's report says", &warmup_upstream_config),
+      pool_kind(row<graph_pool_policy>("a CUDA graph's private pool: freed blocks stay in the pool for later captures",
+                                       &graph_pool_upstream_config)),
   };
   return table;
 }
@@ -171,7 +182,9 @@ void warn_inapplicable_options(const config& cfg, const std::vector<const regist
 const std::vector<policy_info>& policies() {
   static const std::vector<policy_info> infos = [] {
     std::vector<policy_info> v;
-    for (const registered_policy& p : registry()) v.push_back(p.info);
+    for (const registered_policy& p : registry()) {
+      if (p.listed) v.push_back(p.info);
+    }
     return v;
   }();
   return infos;

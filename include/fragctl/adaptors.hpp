@@ -44,6 +44,7 @@ class forwarding_adaptor : public device_allocator {
   bool do_pause(pause_keep keep) override;
   bool do_resume() override;
   bool do_paused() const override;
+  std::optional<block_record> do_block_info(void* ptr) const override;
 
   std::unique_ptr<device_allocator> upstream_;
 };
@@ -123,6 +124,13 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   ~thread_safe_adaptor() override;
   /// Holds the mutex across fork() (defined in the source).
   struct process_guard;
+  /// Runs `body(upstream())` under the mutex: several calls to the upstream
+  /// that no other thread may come between (graph_pool_reclaim).
+  template <class Body>
+  decltype(auto) exclusive(Body&& body) {
+    const std::lock_guard lock(mutex_);
+    return body(upstream());
+  }
 
  private:
   void* do_allocate(std::size_t bytes, stream_t stream) override;
@@ -134,9 +142,32 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   bool do_pause(pause_keep keep) override;
   bool do_resume() override;
   bool do_paused() const override;
+  std::optional<block_record> do_block_info(void* ptr) const override;
 
   mutable std::mutex mutex_;
   std::unique_ptr<process_guard> guard_;
+};
+
+/// Keeps the live-block table: the request size and allocation stream of
+/// every block it hands out, until it is freed (device_allocator::block_info).
+/// For callers that free by pointer alone (PyTorch's native allocator
+/// interface); allocator_stack adds it with cfg.block_table. One hash insert
+/// per allocation and one erase per free. Not thread-safe (wrap it in
+/// thread_safe_adaptor).
+class block_table_adaptor final : public forwarding_adaptor {
+ public:
+  explicit block_table_adaptor(std::unique_ptr<device_allocator> upstream);
+  ~block_table_adaptor() override;
+  /// Live blocks in the table.
+  [[nodiscard]] std::size_t size() const noexcept;
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_t stream) override;
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
+  std::optional<block_record> do_block_info(void* ptr) const override;
+
+  struct table;
+  std::unique_ptr<table> table_;
 };
 
 /// Refuses (out_of_memory, nothing changed) any allocation that would take the

@@ -20,8 +20,9 @@ struct stats_export_entry;  // fragctl/stats_export.hpp
 
 /// The backend it owns, the policy chain, and the adaptors the configuration
 /// asks for, from the outside in: thread_safe (if cfg.thread_safe) > tracing
-/// (if cfg.trace_path) > statistics > stream_use (record_stream) > limiting
-/// (cfg.limit, or none until set_limit) > policy.
+/// (if cfg.trace_path) > statistics > block_table (if cfg.block_table) >
+/// stream_use (record_stream) > limiting (cfg.limit, or none until
+/// set_limit) > policy.
 ///
 /// Construction applies cfg.log_level (set_log_level) and throws
 /// invalid_argument for an unknown level or a bad policy expression. With
@@ -50,6 +51,15 @@ class allocator_stack {
   /// Statistics of the whole stack, `allocator` set to configuration().policy.
   /// Callable from any thread (the pool state is read through the lock).
   [[nodiscard]] allocator_stats stats() const;
+  /// True when block_info answers for live blocks: cfg.block_table is on, or
+  /// the policy is a graph_pool (which keeps its live blocks).
+  [[nodiscard]] bool keeps_block_table() const noexcept;
+  /// With a graph_pool policy: makes `ptr`, a block kept in the pool, live
+  /// again, as an allocation of its size on its stream (counted by the
+  /// statistics); returns false, changing nothing, when `ptr` is not kept in
+  /// the pool. Throws invalid_argument when the policy is not a graph_pool,
+  /// and what allocate throws.
+  bool graph_pool_reclaim(void* ptr);
   /// Statistics and, with configuration().report_map, the memory map: what
   /// the stack's FRAGCTL_REPORT document carries for it (include
   /// fragctl/stats_export.hpp).

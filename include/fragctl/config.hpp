@@ -73,6 +73,7 @@ struct config {
   // adaptors.
   std::size_t limit = 0;                      ///< byte cap on requested bytes; 0 = none
   bool thread_safe = true;                    ///< wrap the allocator in a lock
+  bool block_table = false;                   ///< keep the live-block table (block_info by pointer)
 
   // Outputs (FRAGCTL_REPORT, FRAGCTL_TRACE, FRAGCTL_LOG_LEVEL,
   // FRAGCTL_REPORT_INTERVAL, FRAGCTL_PROMETHEUS).

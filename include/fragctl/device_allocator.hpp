@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "fragctl/memory_map.hpp"
@@ -64,6 +65,14 @@ enum class pause_keep : std::uint8_t {
   host,  ///< a copy in pinned host memory, written back by resume()
 };
 
+/// What an allocator that keeps a live-block table (block_table_adaptor, the
+/// graph_pool policy) knows of a live block: the caller's request and the
+/// stream it was allocated on.
+struct block_record {
+  std::size_t bytes = 0;
+  stream_t stream = nullptr;
+};
+
 class device_allocator {
  public:
   virtual ~device_allocator() = default;
@@ -100,6 +109,13 @@ class device_allocator {
   /// every allocator_stack holds; a bare policy throws invalid_argument.
   /// Throws backend_error if the runtime fails.
   void record_stream(void* ptr, stream_t stream) { do_record_stream(ptr, stream); }
+
+  /// The request size and allocation stream of `ptr`, a live block, where
+  /// the allocator keeps a live-block table (block_table_adaptor, which
+  /// allocator_stack adds with cfg.block_table; the graph_pool policy);
+  /// std::nullopt for a pointer that is not live, or when no table is kept.
+  /// Never counts misuse.
+  [[nodiscard]] std::optional<block_record> block_info(void* ptr) const { return do_block_info(ptr); }
 
   /// The size a request of `bytes` occupies after the policy's rounding.
   [[nodiscard]] std::size_t allocation_size(std::size_t bytes) const noexcept {
@@ -180,6 +196,8 @@ class device_allocator {
   virtual bool do_pause(pause_keep keep);
   virtual bool do_resume();
   virtual bool do_paused() const { return false; }
+  // Optional: the default keeps no live-block table.
+  virtual std::optional<block_record> do_block_info(void* /*ptr*/) const { return std::nullopt; }
 
   std::atomic<std::uint64_t> misuse_not_owned_{0};
   std::atomic<std::uint64_t> misuse_size_mismatch_{0};

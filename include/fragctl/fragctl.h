@@ -53,8 +53,9 @@ FRAGCTL_API const char* fragctl_status_string(fragctl_status status);
  * calls leave it unchanged. Valid until the next fragctl call on this thread. */
 FRAGCTL_API const char* fragctl_last_error(void);
 
-/** Comma-separated names of the policies FRAGCTL_POLICY accepts
- * ("caching,arena,buckets,warmup"). Static storage. */
+/** Comma-separated names of the policies FRAGCTL_POLICY offers
+ * ("caching,arena,buckets,warmup"; the graph_pool pool kind is accepted by
+ * fragctl_create but not listed). Static storage. */
 FRAGCTL_API const char* fragctl_policy_names(void);
 
 /** Parses a size as the options do ("4096", "512MiB", "2GiB", "1.5GiB") into
@@ -202,8 +203,15 @@ FRAGCTL_API fragctl_status fragctl_reset_peaks(fragctl_allocator* allocator);
  * already live stay. */
 FRAGCTL_API fragctl_status fragctl_set_limit(fragctl_allocator* allocator, size_t bytes);
 
-/** One block of a memory map: use 0 live, 1 free (cached), 2 pending (freed,
- * waiting for a stream). */
+/** What a block of a memory map is used for (fragctl_map_block.use). Values
+ * are stable (part of the ABI). */
+typedef enum fragctl_block_use {
+  FRAGCTL_BLOCK_LIVE = 0,   /**< handed out */
+  FRAGCTL_BLOCK_FREE = 1,   /**< cached, reusable on its segment's stream (or kept in a graph pool) */
+  FRAGCTL_BLOCK_PENDING = 2 /**< freed on another stream, waiting for that stream's work */
+} fragctl_block_use;
+
+/** One block of a memory map; `use` is a fragctl_block_use. */
 typedef struct fragctl_map_block {
   uint64_t address, size, requested;
   int use;
@@ -225,6 +233,36 @@ typedef struct fragctl_map_segment {
 FRAGCTL_API fragctl_status fragctl_memory_map(fragctl_allocator* allocator,
                                               void (*visit)(const fragctl_map_segment* segment, void* context),
                                               void* context);
+
+/** The request size (*bytes) and allocation stream (*stream) of `ptr`, a
+ * live block of `allocator`, for callers that free by pointer alone: the
+ * allocator keeps them when its options say block_table:true, or when its
+ * policy is a graph_pool. NOT_OWNED, quietly (nothing logged or counted as
+ * misuse), when `ptr` is not a live block of `allocator`; STATE when the
+ * allocator keeps no live-block table; INVALID_ARGUMENT for a NULL
+ * allocator or out-pointer. */
+FRAGCTL_API fragctl_status fragctl_block_info(fragctl_allocator* allocator, void* ptr, size_t* bytes,
+                                              void** stream);
+
+/** Free (*free) and total (*total) memory of the allocator's device, as its
+ * backend's runtime reports them now (cudaMemGetInfo for cuda; the sim
+ * backend's capacity). */
+FRAGCTL_API fragctl_status fragctl_device_memory(fragctl_allocator* allocator, size_t* free, size_t* total);
+
+/* --- Graph pools ------------------------------------------------------------ */
+/* A CUDA graph's private pool is an allocator with policy "graph_pool" over a
+ * base ("graph_pool:caching"; docs/policies/graph_pool.md): a block freed on
+ * its allocation stream stays in the pool, reusable by later allocations of
+ * the same size on that stream; the pool gives no memory back to the device
+ * until it is destroyed; kept blocks count as cached in its statistics and
+ * as FRAGCTL_BLOCK_FREE in its memory map. */
+
+/** Makes `ptr`, a block kept in the graph pool `allocator` (freed, not yet
+ * reused), live again at the same address with its size and stream (counted
+ * as an allocation): how a pool is restored to a checkpoint. NOT_OWNED when
+ * `ptr` is not kept in the pool (live, reused or handed to the base policy
+ * since), INVALID_ARGUMENT when the policy is not a graph_pool. */
+FRAGCTL_API fragctl_status fragctl_graph_pool_reclaim(fragctl_allocator* allocator, void* ptr);
 
 /** Releases a string returned by fragctl. NULL is accepted. */
 FRAGCTL_API void fragctl_string_free(char* text);

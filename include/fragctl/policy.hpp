@@ -42,7 +42,9 @@ struct policy_info {
   std::string_view help;  ///< one line for --help and docs
 };
 
-/// Every policy FRAGCTL_POLICY accepts.
+/// Every policy FRAGCTL_POLICY offers. Pool kinds made for one use (the
+/// graph_pool wrapper: a CUDA graph's private pool, built with
+/// fragctl_create) are accepted in expressions but not listed.
 [[nodiscard]] const std::vector<policy_info>& policies();
 
 /// The expressions the documentation recommends and the conformance suite

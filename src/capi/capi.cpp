@@ -86,6 +86,20 @@ fragctl_status status_of_current_exception() noexcept {
 using fragctl::capi::fail;
 using fragctl::capi::guarded;
 
+// fragctl_map_block.use of a block.
+namespace {
+
+int use_of(fragctl::block_use use) {
+  switch (use) {
+    case fragctl::block_use::live: return FRAGCTL_BLOCK_LIVE;
+    case fragctl::block_use::free: return FRAGCTL_BLOCK_FREE;
+    case fragctl::block_use::pending: return FRAGCTL_BLOCK_PENDING;
+  }
+  return FRAGCTL_BLOCK_FREE;
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* fragctl_version(void) { return FRAGCTL_VERSION; }
@@ -281,7 +295,7 @@ fragctl_status fragctl_memory_map(fragctl_allocator* allocator,
     for (const fragctl::memory_segment& segment : map.segments) {
       blocks.clear();
       for (const fragctl::memory_block& b : segment.blocks) {
-        blocks.push_back({b.address, b.size, b.requested, static_cast<int>(b.use), b.stream});
+        blocks.push_back({b.address, b.size, b.requested, use_of(b.use), b.stream});
       }
       const fragctl_map_segment out{segment.address, segment.size,       segment.stream,
                                     segment.pool.c_str(), blocks.data(), blocks.size()};

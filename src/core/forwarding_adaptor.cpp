@@ -28,5 +28,6 @@ void forwarding_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream
 bool forwarding_adaptor::do_pause(pause_keep keep) { return upstream_->pause(keep); }
 bool forwarding_adaptor::do_resume() { return upstream_->resume(); }
 bool forwarding_adaptor::do_paused() const { return upstream_->paused(); }
+std::optional<block_record> forwarding_adaptor::do_block_info(void* ptr) const { return upstream_->block_info(ptr); }
 
 }  // namespace fragctl

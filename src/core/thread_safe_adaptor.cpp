@@ -79,4 +79,9 @@ bool thread_safe_adaptor::do_paused() const {
   return upstream().paused();
 }
 
+std::optional<block_record> thread_safe_adaptor::do_block_info(void* ptr) const {
+  const std::lock_guard lock(mutex_);
+  return upstream().block_info(ptr);
+}
+
 }  // namespace fragctl

@@ -189,6 +189,9 @@ const std::vector<option_row>& rows() {
           "warmup: what to do when the profile was too small"),
       size_row("limit", &config::limit, "refuse allocations that would take requested bytes above this", "none"),
       bool_row("thread_safe", &config::thread_safe, "serialize calls with a lock (off only for single-threaded use)"),
+      bool_row("block_table", &config::block_table,
+               "keep each live block's size and stream, so it can be looked up and freed by pointer alone "
+               "(fragctl_block_info; the native PyTorch route sets it)"),
       string_row("report", &config::report_path, "same as FRAGCTL_REPORT: write the JSON report here at exit"),
       string_row("trace", &config::trace_path, "same as FRAGCTL_TRACE: record every allocate and free to this CSV"),
       row("report_interval", "duration", &config::report_interval_ms, parse_duration_ms, format_duration_ms,

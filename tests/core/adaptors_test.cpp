@@ -1,4 +1,4 @@
-// limiting_adaptor, tracing_adaptor and thread_safe_adaptor over a test policy.
+// limiting_adaptor, tracing_adaptor, thread_safe_adaptor and block_table_adaptor over a test policy.
 #include <unistd.h>
 
 #include <cstdio>
@@ -78,6 +78,35 @@ class bare_adaptor final : public forwarding_adaptor {
   explicit bare_adaptor(std::unique_ptr<device_allocator> upstream)
       : forwarding_adaptor(std::move(upstream), "bare_adaptor") {}
 };
+
+TEST(block_table_adaptor, knows_each_live_blocks_size_and_stream_until_it_is_freed) {
+  sim_backend backend;
+  thread_safe_adaptor table(std::make_unique<block_table_adaptor>(std::make_unique<passthrough_allocator>(backend)));
+  const auto s = reinterpret_cast<stream_t>(0x10);
+  void* p = table.allocate(3000, s);
+  void* q = table.allocate(512);
+  ASSERT_TRUE(table.block_info(p).has_value());
+  EXPECT_EQ(table.block_info(p)->bytes, 3000U);
+  EXPECT_EQ(table.block_info(p)->stream, s);
+  EXPECT_EQ(table.block_info(q)->stream, nullptr);
+  int local = 0;
+  EXPECT_FALSE(table.block_info(&local).has_value());
+  EXPECT_EQ(table.try_deallocate(&local, 8).status, free_status::not_owned);
+  EXPECT_TRUE(table.block_info(p).has_value()) << "a foreign free changes nothing";
+  table.deallocate(p, 3000, s);
+  EXPECT_FALSE(table.block_info(p).has_value());
+  EXPECT_TRUE(table.block_info(q).has_value());
+  table.deallocate(q, 512);
+  EXPECT_EQ(table.misuse().not_owned, 0U) << "lookups are not misuse";
+}
+
+TEST(block_table_adaptor, without_it_no_allocator_answers_block_info) {
+  sim_backend backend;
+  thread_safe_adaptor plain(std::make_unique<passthrough_allocator>(backend));
+  void* p = plain.allocate(4096);
+  EXPECT_FALSE(plain.block_info(p).has_value());
+  plain.deallocate(p, 4096);
+}
 
 TEST(forwarding_adaptor, forwards_every_call_and_leaves_misuse_to_the_outermost) {
   sim_backend backend;

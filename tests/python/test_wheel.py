@@ -66,7 +66,11 @@ class WheelTest(unittest.TestCase):
     def test_carries_everything_a_user_runs(self):
         for name in ["fragctl/lib/libfragctl.so", "fragctl/lib/libfragctl_preload.so",
                      "fragctl/lib/libfragctl_jemalloc.so", "fragctl/bin/fragctl", "fragctl/include/fragctl/fragctl.h",
-                     "fragctl/_native/torch_allocator.cpp", "fragctl/torch/__init__.py"]:
+                     "fragctl/_native/torch_allocator.cpp", "fragctl/_native/c_api.cpp",
+                     "fragctl/_native/c_api.hpp", "fragctl/_native/graph_pools.cpp",
+                     "fragctl/_native/graph_pools.hpp", "fragctl/_native/device_stats.cpp",
+                     "fragctl/_native/device_stats.hpp", "fragctl/_native/history.cpp",
+                     "fragctl/_native/history.hpp", "fragctl/torch/__init__.py"]:
             self.assertIn(name, self.names)
 
     def test_every_elf_needs_only_the_system_and_its_own_files(self):

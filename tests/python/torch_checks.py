@@ -331,32 +331,6 @@ def check_alloc_speed(torch, pairs=200_000):
     return {"ns_per_pair": (t1 - t0) / pairs}
 
 
-def check_replay_speed(torch, repeats=3):
-    """ns per allocate/free of a real training trace (gpt2m), replayed in C++
-    through PyTorch's current allocator (fragctl._native's replay helper)."""
-    import gzip
-    import fragctl._native
-    here = os.path.dirname(os.path.abspath(__file__))
-    trace = os.environ.get("FRAGCTL_REPLAY_TRACE", os.path.join(here, "..", "data", "gpt2m.trace.csv.gz"))
-    ops, sizes, slot_of = [], [], {}
-    with gzip.open(trace, "rt") as f:
-        next(f)
-        for line in f:
-            action, addr, size = line.split(",")[:3]
-            if action == "alloc":
-                slot_of[addr] = len(sizes)
-                ops.append(len(sizes))
-                sizes.append(int(size))
-            elif action == "free_requested" and addr in slot_of:
-                ops.append(-slot_of.pop(addr) - 1)
-    module = fragctl._native.load()
-    torch.zeros(1, device="cuda")  # initializes the allocator of the device
-    module.replay(ops, sizes, 1)  # warm: the cache and the pages
-    torch.cuda.synchronize()
-    ns = module.replay(ops, sizes, repeats)
-    return {"ns_per_op": ns, "ops": len(ops) * repeats}
-
-
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 

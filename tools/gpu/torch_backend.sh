@@ -2,7 +2,8 @@
 # On a GPU machine with PyTorch 2.x: builds libfragctl.so, then runs
 # tests/python/test_torch_backend.py (every check under PyTorch's allocator
 # and under fragctl's native and pluggable routes; the native backend is
-# compiled on first use) and the replay-speed check in alternation.
+# compiled on first use) and the replay speed (benchmarks/torch_replay/replay_speed.py)
+# of each route in alternation.
 # UNITTEST=0 or SPEED=0 leave a part out.
 # Results: ${OUT:-gpu-results}/torch_backend/{unittest.log,results.jsonl,speed.jsonl}.
 set -uo pipefail
@@ -25,7 +26,7 @@ if [ "${SPEED:-1}" = 1 ]; then
   note "replay speed (gpt2m trace through each route's allocator, in C++), alternating"
   for round in 1 2 3; do
     for route in torch native pluggable; do
-      python3 tests/python/torch_checks.py $route replay_speed 2>/dev/null | tail -1 |
+      python3 benchmarks/torch_replay/replay_speed.py $route 2>/dev/null | tail -1 |
         sed "s/^/{\"round\": $round, \"route\": \"$route\", \"r\": /; s/$/}/" | tee -a "$out/speed.jsonl"
     done
   done

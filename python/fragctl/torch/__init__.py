@@ -135,6 +135,9 @@ def enable(policy="arena", backend=None, route="auto", **options):
     native_gap = _version_gap(torch, "native")
     if route == "native" and native_gap is not None:
         raise _capi.FragctlError("fragctl.torch.enable(route='native'): %s" % native_gap, "FRAGCTL_ERROR_STATE")
+    if route in ("auto", "native") and native_gap is None:
+        # The native backend frees by pointer alone: fragctl keeps each live block's size and stream.
+        options.setdefault("block_table", True)
     _configure(policy=policy, backend=backend, **options)
     allocator = None
     why_not_native = native_gap
