@@ -28,5 +28,6 @@ void forwarding_adaptor::do_record_stream(void* ptr, stream_t stream) { upstream
 bool forwarding_adaptor::do_pause(pause_keep keep) { return upstream_->pause(keep); }
 bool forwarding_adaptor::do_resume() { return upstream_->resume(); }
 bool forwarding_adaptor::do_paused() const { return upstream_->paused(); }
+void forwarding_adaptor::do_enable_peer_access(int peer) { upstream_->enable_peer_access(peer); }
 
 }  // namespace fragctl
