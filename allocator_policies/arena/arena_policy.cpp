@@ -509,6 +509,16 @@ bool arena_policy::do_resume() {
 
 bool arena_policy::do_paused() const { return impl_->paused; }
 
+void arena_policy::do_enable_peer_access(int peer) {
+  impl& s = *impl_;
+  if (peer < 0 || peer == s.backend.device()) {
+    throw invalid_argument(fmt::format("arena: enable_peer_access({}): a peer is another device's ordinal", peer));
+  }
+  if (!s.granules) return;  // the fallback block is a plain device allocation: the runtime's peer access covers it
+  s.backend.add_access_peer(peer);  // every later set_access grants it
+  s.granules->grant_access_again();
+}
+
 std::size_t arena_policy::paused_bytes() const noexcept {
   return impl_->granules ? impl_->granules->paused_bytes() : 0;
 }

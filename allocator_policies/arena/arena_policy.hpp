@@ -88,6 +88,7 @@ class arena_policy final : public device_allocator {
   bool do_pause(pause_keep keep) override;
   bool do_resume() override;
   bool do_paused() const override;
+  void do_enable_peer_access(int peer) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
 

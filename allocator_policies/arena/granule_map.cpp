@@ -614,6 +614,15 @@ void granule_map::drop_copies() noexcept {
   copies_.clear();
 }
 
+void granule_map::grant_access_again() {
+  for_each_mapped_run([&](std::uintptr_t addr, std::size_t bytes) {
+    if (!backend_.set_access(reinterpret_cast<void*>(addr), bytes)) {
+      throw backend_error(fmt::format("arena: granting peers access to [{:#x}, +{}) ran out of memory", addr, bytes),
+                          2, "out_of_memory");
+    }
+  });
+}
+
 std::size_t granule_map::paused_bytes() const noexcept {
   std::size_t granules = 0;
   for (std::size_t s = 1; s < spans_.size(); ++s) {

@@ -200,6 +200,12 @@ class granule_map {
   /// is paused again and resume() may be called later. Throws as pause().
   [[nodiscard]] bool resume(stream_t stream);
   [[nodiscard]] bool paused() const noexcept { return paused_; }
+  /// Calls set_access again on every mapped run (not paused ones), so that
+  /// the backend's access peers added since reach memory mapped before
+  /// (arena_policy::enable_peer_access). Throws backend_error, or
+  /// out_of_memory's cause as backend_error, if a call fails; calling it
+  /// again retries every run.
+  void grant_access_again();
   /// Bytes of paused spans (address space whose memory was given back).
   [[nodiscard]] std::size_t paused_bytes() const noexcept;
 

@@ -189,6 +189,7 @@ class buckets_policy final : public device_allocator {
   std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
   pool_state do_state() const override;
   void do_release_cached() override;
+  void do_enable_peer_access(int peer) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
   // The upstream's layout: slabs appear as its live blocks.

@@ -566,6 +566,11 @@ std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept
 }
 pool_state caching_policy::do_state() const { return impl_->do_state(); }
 void caching_policy::do_release_cached() { impl_->do_release_cached(); }
+void caching_policy::do_enable_peer_access(int peer) {
+  if (peer < 0 || peer == backend().device()) {
+    throw invalid_argument(fmt::format("caching: enable_peer_access({}): a peer is another device's ordinal", peer));
+  }
+}
 device_backend& caching_policy::do_backend() const noexcept { return impl_->backend_; }
 memory_snapshot caching_policy::do_memory_map() const { return impl_->do_memory_map(); }
 

@@ -77,6 +77,8 @@ class caching_policy final : public device_allocator {
   std::size_t do_allocation_size(std::size_t bytes) const noexcept override;
   pool_state do_state() const override;
   void do_release_cached() override;
+  /// Segments are plain device allocations: the runtime's peer access covers them.
+  void do_enable_peer_access(int peer) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override { return policy_name; }
   memory_snapshot do_memory_map() const override;

@@ -89,6 +89,7 @@ class graph_pool_policy final : public device_allocator {
   std::string_view do_name() const noexcept override { return name_; }
   memory_snapshot do_memory_map() const override;
   std::optional<block_record> do_block_info(void* ptr) const override;
+  void do_enable_peer_access(int peer) override { upstream_->enable_peer_access(peer); }
 
   void* reuse(std::size_t bytes, stream_t stream);
   void take(kept_index::iterator it);

@@ -45,6 +45,7 @@ class forwarding_adaptor : public device_allocator {
   bool do_resume() override;
   bool do_paused() const override;
   std::optional<block_record> do_block_info(void* ptr) const override;
+  void do_enable_peer_access(int peer) override;
 
   std::unique_ptr<device_allocator> upstream_;
 };
@@ -143,6 +144,7 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   bool do_resume() override;
   bool do_paused() const override;
   std::optional<block_record> do_block_info(void* ptr) const override;
+  void do_enable_peer_access(int peer) override;
 
   mutable std::mutex mutex_;
   std::unique_ptr<process_guard> guard_;

@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fragctl/types.hpp"
 
@@ -195,6 +196,23 @@ class device_backend {
   /// direction) asynchronously on `stream`.
   void memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream);
 
+  // --- Peers -----------------------------------------------------------------
+
+  /// Makes every later set_access grant device `peer` read-write access as
+  /// well, so that kernels on `peer` read and write this device's mapped
+  /// memory directly, as they do cudaMalloc memory once the program enabled
+  /// peer access. Checks first that the two devices can (cuDeviceCanAccessPeer
+  /// / hipDeviceCanAccessPeer). Ranges mapped before are not changed: their
+  /// owner grants them again with set_access. Adding a peer again does
+  /// nothing. Not a memory call, not counted. Throws invalid_argument for
+  /// this device or a negative ordinal, backend_error when the runtime says
+  /// `peer` does not exist or cannot access this device (code
+  /// "not_supported" where the backend has no peers: the sim's are devices
+  /// 0 .. sim_options::devices - 1).
+  void add_access_peer(int peer);
+  /// The devices add_access_peer added, in that order.
+  [[nodiscard]] const std::vector<int>& access_peers() const noexcept { return peers_; }
+
   // --- Counters --------------------------------------------------------------
 
   [[nodiscard]] backend_counters counters() const noexcept;
@@ -228,6 +246,9 @@ class device_backend {
   virtual void* do_allocate_host(std::size_t bytes) = 0;
   virtual void do_free_host(void* ptr, std::size_t bytes) = 0;
   virtual void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) = 0;
+  /// Checks `peer` (not this device, not added before) and makes do_set_access
+  /// grant it from now on. The default refuses (not_supported).
+  virtual void do_add_access_peer(int peer);
 
   void count(backend_call c) noexcept {
     calls_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
@@ -243,6 +264,7 @@ class device_backend {
   std::atomic<std::size_t> released_total_{0};
   std::atomic<std::size_t> host_bytes_{0};
   std::atomic<std::uint64_t> failed_allocations_{0};
+  std::vector<int> peers_;  // add_access_peer's, in order
 };
 
 struct config;  // fragctl/config.hpp

@@ -39,6 +39,7 @@ struct config {
   std::size_t sim_granularity = 2 * MiB;
   bool sim_backed = false;
   bool sim_virtual_memory = true;
+  int sim_devices = 1;
 
   // caching policy (PyTorch-class defaults).
   std::size_t small_size = 1 * MiB;           ///< requests up to this go to the small pool

@@ -155,6 +155,18 @@ class device_allocator {
   /// Whether pause() holds the allocator (until resume() succeeds).
   [[nodiscard]] bool paused() const { return do_paused(); }
 
+  /// Lets kernels on device `peer` read and write this allocator's blocks
+  /// directly, as the program's cudaDeviceEnablePeerAccess does for
+  /// cudaMalloc memory: memory mapped now and later is granted to `peer`
+  /// (docs/interop.md, "Peer access"). Memory from a plain device allocation
+  /// (caching, the arena's fallback block) needs nothing here: the runtime's
+  /// own peer access covers it. Idempotent; a call that failed midway can be
+  /// made again. Throws invalid_argument for this device or a negative
+  /// ordinal, or from an allocator that does not say how its memory is
+  /// reached; backend_error when the devices cannot access each other or
+  /// the runtime fails.
+  void enable_peer_access(int peer) { do_enable_peer_access(peer); }
+
   /// The backend this allocator obtains memory from.
   [[nodiscard]] device_backend& backend() const noexcept { return do_backend(); }
 
@@ -198,6 +210,8 @@ class device_allocator {
   virtual bool do_paused() const { return false; }
   // Optional: the default keeps no live-block table.
   virtual std::optional<block_record> do_block_info(void* /*ptr*/) const { return std::nullopt; }
+  // Optional: the default refuses (a policy says how its memory is reached).
+  virtual void do_enable_peer_access(int peer);
 
   std::atomic<std::uint64_t> misuse_not_owned_{0};
   std::atomic<std::uint64_t> misuse_size_mismatch_{0};

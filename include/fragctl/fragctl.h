@@ -164,6 +164,17 @@ FRAGCTL_API fragctl_status fragctl_resume(fragctl_allocator* allocator);
 /** Sets *paused to 1 while fragctl_pause holds the allocator, else 0. */
 FRAGCTL_API fragctl_status fragctl_paused(fragctl_allocator* allocator, int* paused);
 
+/** Lets kernels on device `peer` read and write the allocator's memory
+ * directly, as cudaDeviceEnablePeerAccess does for cudaMalloc memory: the
+ * arena grants `peer` access to every span it has mapped and maps later
+ * (caching's plain allocations need nothing more than the runtime's own peer
+ * access). Call it once the program enabled peer access (fragctl.torch's
+ * native route does, from PyTorch's enablePeerAccess). Idempotent; after a
+ * failure it may be called again. INVALID_ARGUMENT for the allocator's own
+ * device or a negative ordinal; BACKEND when the devices cannot access each
+ * other (the message says which). */
+FRAGCTL_API fragctl_status fragctl_enable_peer_access(fragctl_allocator* allocator, int peer);
+
 /** The policy expression the allocator was built with, defaults filled in
  * ("buckets:arena"). Valid while the allocator lives. */
 FRAGCTL_API const char* fragctl_policy(const fragctl_allocator* allocator);

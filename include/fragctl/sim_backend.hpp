@@ -58,6 +58,7 @@ struct sim_options {
   bool virtual_memory = true;           ///< whether the VM calls are supported
   bool manual_completion = false;       ///< events complete only when told
   int device = 0;                       ///< ordinal reported by device()
+  int devices = 1;  ///< devices in the simulated machine: ordinals below it other than `device` can be access peers
 };
 
 /// The sim options a configuration names (sim_capacity, sim_granularity,
@@ -126,6 +127,11 @@ class sim_backend final : public device_backend {
   /// range lies in a live raw allocation, or is mapped and set_access granted
   /// it. For tests: unmapped or not-yet-accessible memory reads false.
   [[nodiscard]] bool accessible(const void* va, std::size_t bytes) const;
+  /// accessible() as seen from device `device`: this device's view, or for
+  /// an access peer (add_access_peer) whether set_access granted it the
+  /// whole range. Raw allocations read false from a peer (the runtime's
+  /// context-wide peer access is not simulated).
+  [[nodiscard]] bool accessible_from(int device, const void* va, std::size_t bytes) const;
 
  private:
   void* do_allocate(std::size_t bytes) override;
@@ -136,6 +142,7 @@ class sim_backend final : public device_backend {
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
+  void do_add_access_peer(int peer) override;
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;
   void do_destroy_event(event_t event) override;

@@ -114,6 +114,7 @@ def _declare(lib):
         "fragctl_pause": (status, [p, c.c_int]),
         "fragctl_resume": (status, [p]),
         "fragctl_paused": (status, [p, c.POINTER(c.c_int)]),
+        "fragctl_enable_peer_access": (status, [p, c.c_int]),
         "fragctl_memory_kind_of": (status, [p, c.POINTER(c.c_int)]),
         "fragctl_environment_memory_kind": (status, [c.POINTER(c.c_int)]),
         "fragctl_policy": (char_p, [p]),

@@ -1,7 +1,11 @@
 // The non-virtual half of device_backend: counting and byte accounting.
 #include "fragctl/backend.hpp"
 
+#include <algorithm>
 #include <numeric>
+
+#include "fmt/format.h"
+#include "fragctl/error.hpp"
 
 namespace fragctl {
 
@@ -198,6 +202,24 @@ void device_backend::free_host(void* ptr, std::size_t bytes) {
 void device_backend::memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) {
   count(backend_call::memcpy_async);
   do_memcpy_async(dst, src, bytes, stream);
+}
+
+void device_backend::add_access_peer(int peer) {
+  if (peer < 0 || peer == device()) {
+    throw invalid_argument(fmt::format("{} backend: add_access_peer({}): a peer is another device's ordinal "
+                                       "(this is device {})",
+                                       name(), peer, device()));
+  }
+  if (std::find(peers_.begin(), peers_.end(), peer) != peers_.end()) return;
+  peers_.reserve(peers_.size() + 1);  // so that a failure below leaves the list as it was
+  do_add_access_peer(peer);
+  peers_.push_back(peer);
+}
+
+void device_backend::do_add_access_peer(int peer) {
+  throw backend_error(fmt::format("{} backend: device {} cannot grant peers access to its memory (peer {})",
+                                  name(), device(), peer),
+                      0, "not_supported");
 }
 
 backend_counters device_backend::counters() const noexcept {

@@ -1,5 +1,6 @@
 // Backend selection (FRAGCTL_BACKEND): make_backend, and the stand-ins for the
 // CUDA and HIP factories in builds configured without them.
+#include <algorithm>
 #include <memory>
 
 #include "fragctl/backend.hpp"
@@ -28,6 +29,7 @@ sim_options sim_options_from(const config& cfg) {
   options.backed = cfg.sim_backed;
   options.virtual_memory = cfg.sim_virtual_memory;
   options.device = cfg.device;
+  options.devices = std::max(cfg.sim_devices, cfg.device + 1);
   return options;
 }
 

@@ -351,6 +351,14 @@ fragctl_status fragctl_paused(fragctl_allocator* allocator, int* paused) {
   });
 }
 
+fragctl_status fragctl_enable_peer_access(fragctl_allocator* allocator, int peer) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_enable_peer_access: allocator is NULL");
+  return guarded([&] {
+    allocator->stack->allocator().enable_peer_access(peer);
+    return FRAGCTL_OK;
+  });
+}
+
 const char* fragctl_policy(const fragctl_allocator* allocator) {
   if (allocator == nullptr) return "";
   return allocator->stack->configuration().policy.c_str();

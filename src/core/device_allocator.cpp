@@ -54,6 +54,12 @@ bool device_allocator::do_pause(pause_keep /*keep*/) {
                                      name()));
 }
 
+void device_allocator::do_enable_peer_access(int peer) {
+  throw invalid_argument(fmt::format("{}: enable_peer_access({}): this allocator does not say how its memory is "
+                                     "reached from other devices",
+                                     name(), peer));
+}
+
 bool device_allocator::do_resume() {
   throw invalid_argument(fmt::format("{}: resume: this allocator cannot pause", name()));
 }

@@ -129,6 +129,15 @@ const std::vector<option_row>& rows() {
           format_size, "sim backend: physical allocation granularity (power of two)"),
       bool_row("sim_backed", &config::sim_backed, "sim backend: real host memory instead of fake addresses"),
       bool_row("sim_virtual_memory", &config::sim_virtual_memory, "sim backend: offer the virtual memory calls"),
+      row(
+          "sim_devices", "int", &config::sim_devices,
+          [](std::string_view v) -> absl::StatusOr<int> {
+            auto d = parse_int(v);
+            if (d.ok() && (*d < 1 || *d > 64)) return absl::InvalidArgumentError("expected 1 to 64 devices");
+            return d;
+          },
+          [](int d) { return fmt::format("{}", d); },
+          "sim backend: devices in the simulated machine (the others are possible access peers)"),
       size_row("small_size", &config::small_size,
                "caching: requests up to this size use the small pool (warmup: smaller ones are pre-filled apart)"),
       size_row("small_segment", &config::small_segment, "caching: segment size of the small pool"),

@@ -109,6 +109,24 @@ TEST(CApi, PauseGivesTheMemoryBackAndResumeKeepsTheAddresses) {
   }
 }
 
+TEST(CApi, PeerAccessIsGrantedOnAMachineOfSeveralDevices) {
+  fragctl_allocator* a = make("arena", "sim_capacity:1GiB,sim_devices:2");
+  ASSERT_NE(a, nullptr);
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 4 << 20, stream_a), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(fragctl_enable_peer_access(a, 1), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(fragctl_enable_peer_access(a, 1), FRAGCTL_OK) << "again";
+  EXPECT_EQ(fragctl_enable_peer_access(a, 0), FRAGCTL_ERROR_INVALID_ARGUMENT) << "its own device";
+  EXPECT_EQ(fragctl_enable_peer_access(a, 2), FRAGCTL_ERROR_BACKEND);
+  EXPECT_NE(std::string(fragctl_last_error()).find("no device 2"), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(fragctl_enable_peer_access(nullptr, 1), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_free(a, p, 4 << 20, stream_a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+  fragctl_allocator* lone = make("arena");
+  EXPECT_EQ(fragctl_enable_peer_access(lone, 1), FRAGCTL_ERROR_BACKEND) << "a machine of one device";
+  EXPECT_EQ(fragctl_destroy(lone), FRAGCTL_OK);
+}
+
 TEST(CApi, DefaultPolicyIsFilledIn) {
   fragctl_allocator* a = make(nullptr);
   ASSERT_NE(a, nullptr);

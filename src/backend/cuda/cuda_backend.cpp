@@ -64,8 +64,10 @@ cuda_backend::cuda_backend(int device) : api_(cuda::driver()), ordinal_(device) 
     physical_properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     physical_properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     physical_properties_.location.id = device_;
-    access_.location = physical_properties_.location;
-    access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc own{};
+    own.location = physical_properties_.location;
+    own.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access_.push_back(own);
     granularity_ = 2 * MiB;
 
     int supported = 0;
@@ -166,10 +168,37 @@ bool cuda_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
 bool cuda_backend::do_set_access(void* va, std::size_t bytes) {
   require_virtual_memory("set_access");
   context_scope scope(*this);
-  const CUresult rc = api_.mem_set_access(device_address(va), bytes, &access_, 1);
+  const CUresult rc = api_.mem_set_access(device_address(va), bytes, access_.data(), access_.size());
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return false;
   if (rc != CUDA_SUCCESS) fail(rc, "cuMemSetAccess");
   return true;
+}
+
+void cuda_backend::do_add_access_peer(int peer) {
+  int count = 0;
+  if (const CUresult rc = api_.device_get_count(&count); rc != CUDA_SUCCESS) fail(rc, "cuDeviceGetCount");
+  if (peer >= count) {
+    throw backend_error(fmt::format("cuda backend: no CUDA device {} ({} present) to grant access to device {}",
+                                    peer, count, ordinal_),
+                        CUDA_ERROR_INVALID_DEVICE, cuda::error_name(api_, CUDA_ERROR_INVALID_DEVICE));
+  }
+  CUdevice other = 0;
+  if (const CUresult rc = api_.device_get(&other, peer); rc != CUDA_SUCCESS) fail(rc, "cuDeviceGet");
+  int can = 0;
+  if (const CUresult rc = api_.device_can_access_peer(&can, other, device_); rc != CUDA_SUCCESS) {
+    fail(rc, "cuDeviceCanAccessPeer");
+  }
+  if (can == 0) {
+    throw backend_error(fmt::format("cuda backend: device {} cannot access device {}'s memory "
+                                    "(cuDeviceCanAccessPeer)",
+                                    peer, ordinal_),
+                        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cuda::error_name(api_, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED));
+  }
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = other;
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  access_.push_back(desc);
 }
 
 void cuda_backend::do_unmap(void* va, std::size_t bytes) {

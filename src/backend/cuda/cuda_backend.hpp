@@ -16,6 +16,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "backend/cuda/cuda_driver.hpp"
 #include "fragctl/backend.hpp"
@@ -52,6 +53,7 @@ class cuda_backend final : public device_backend {
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
+  void do_add_access_peer(int peer) override;
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;
   void do_destroy_event(event_t event) override;
@@ -78,7 +80,7 @@ class cuda_backend final : public device_backend {
   bool virtual_memory_ = false;
   std::size_t granularity_ = 0;
   CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device
-  CUmemAccessDesc access_{};                   ///< read-write for this device
+  std::vector<CUmemAccessDesc> access_;        ///< read-write for this device, then its peers
 };
 
 }  // namespace fragctl

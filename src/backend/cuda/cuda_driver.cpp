@@ -115,6 +115,7 @@ load_result load() {
   get(api.device_get_count, "cuDeviceGetCount", 2000, "cuDeviceGetCount");
   get(api.device_get, "cuDeviceGet", 2000, "cuDeviceGet");
   get(api.device_get_attribute, "cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute");
+  get(api.device_can_access_peer, "cuDeviceCanAccessPeer", 4000, "cuDeviceCanAccessPeer");
   get(api.primary_ctx_retain, "cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain");
   get(api.primary_ctx_release, "cuDevicePrimaryCtxRelease", 11000, "cuDevicePrimaryCtxRelease_v2");
   get(api.ctx_get_current, "cuCtxGetCurrent", 4000, "cuCtxGetCurrent");

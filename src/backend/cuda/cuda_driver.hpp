@@ -37,6 +37,7 @@ struct driver_api {
   PFN_cuDeviceGetCount_v2000 device_get_count = nullptr;
   PFN_cuDeviceGet_v2000 device_get = nullptr;
   PFN_cuDeviceGetAttribute_v2000 device_get_attribute = nullptr;
+  PFN_cuDeviceCanAccessPeer_v4000 device_can_access_peer = nullptr;
   PFN_cuDevicePrimaryCtxRetain_v7000 primary_ctx_retain = nullptr;
   PFN_cuDevicePrimaryCtxRelease_v11000 primary_ctx_release = nullptr;
   PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;

@@ -70,8 +70,10 @@ hip_backend::hip_backend(int device) : api_(hip::runtime()), ordinal_(device) {
   physical_properties_.type = hipMemAllocationTypePinned;
   physical_properties_.location.type = hipMemLocationTypeDevice;
   physical_properties_.location.id = device;
-  access_.location = physical_properties_.location;
-  access_.flags = hipMemAccessFlagsProtReadWrite;
+  hipMemAccessDesc own{};
+  own.location = physical_properties_.location;
+  own.flags = hipMemAccessFlagsProtReadWrite;
+  access_.push_back(own);
   if (virtual_memory_obstacle(api_).empty()) {
     int supported = 0;
     const hipError_t rc =
@@ -172,10 +174,35 @@ bool hip_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
 bool hip_backend::do_set_access(void* va, std::size_t bytes) {
   require_virtual_memory("set_access");
   device_scope scope(*this);
-  const hipError_t rc = api_.mem_set_access(va, bytes, &access_, 1);
+  const hipError_t rc = api_.mem_set_access(va, bytes, access_.data(), access_.size());
   if (rc == hipErrorOutOfMemory) return false;
   if (rc != hipSuccess) fail(rc, "hipMemSetAccess");
   return true;
+}
+
+void hip_backend::do_add_access_peer(int peer) {
+  int count = 0;
+  if (const hipError_t rc = api_.get_device_count(&count); rc != hipSuccess) fail(rc, "hipGetDeviceCount");
+  if (peer >= count) {
+    throw backend_error(fmt::format("hip backend: no HIP device {} ({} present) to grant access to device {}", peer,
+                                    count, ordinal_),
+                        hipErrorInvalidDevice, hip::error_name(api_, hipErrorInvalidDevice));
+  }
+  int can = 0;
+  if (const hipError_t rc = api_.device_can_access_peer(&can, peer, ordinal_); rc != hipSuccess) {
+    fail(rc, "hipDeviceCanAccessPeer");
+  }
+  if (can == 0) {
+    throw backend_error(fmt::format("hip backend: device {} cannot access device {}'s memory "
+                                    "(hipDeviceCanAccessPeer)",
+                                    peer, ordinal_),
+                        hipErrorPeerAccessUnsupported, hip::error_name(api_, hipErrorPeerAccessUnsupported));
+  }
+  hipMemAccessDesc desc{};
+  desc.location.type = hipMemLocationTypeDevice;
+  desc.location.id = peer;
+  desc.flags = hipMemAccessFlagsProtReadWrite;
+  access_.push_back(desc);
 }
 
 void hip_backend::do_unmap(void* va, std::size_t bytes) {

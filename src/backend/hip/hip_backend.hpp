@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "backend/hip/hip_runtime.hpp"
 #include "fragctl/backend.hpp"
@@ -48,6 +49,9 @@ class hip_backend final : public device_backend {
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
+#ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
+  void do_add_access_peer(int peer) override;
+#endif
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;
   void do_destroy_event(event_t event) override;
@@ -73,7 +77,7 @@ class hip_backend final : public device_backend {
   std::size_t granularity_ = 0;
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
   hipMemAllocationProp physical_properties_{};  ///< pinned memory on this device
-  hipMemAccessDesc access_{};                   ///< read-write for this device
+  std::vector<hipMemAccessDesc> access_;        ///< read-write for this device, then its peers
 #endif
 };
 

@@ -98,6 +98,7 @@ load_result load() {
   get(api.get_device, "hipGetDevice");
   get(api.set_device, "hipSetDevice");
   get(api.device_get_attribute, "hipDeviceGetAttribute");
+  get(api.device_can_access_peer, "hipDeviceCanAccessPeer");
   get(api.mem_alloc, "hipMalloc");
   get(api.mem_free, "hipFree");
   get(api.mem_get_info, "hipMemGetInfo");

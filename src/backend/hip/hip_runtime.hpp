@@ -42,6 +42,7 @@ struct runtime_api {
   hipError_t (*get_device)(int* device) = nullptr;
   hipError_t (*set_device)(int device) = nullptr;
   hipError_t (*device_get_attribute)(int* value, hipDeviceAttribute_t attribute, int device) = nullptr;
+  hipError_t (*device_can_access_peer)(int* can, int device, int peer_device) = nullptr;
 
   hipError_t (*mem_alloc)(void** ptr, size_t bytes) = nullptr;
   hipError_t (*mem_free)(void* ptr) = nullptr;

@@ -188,6 +188,15 @@ sim_backend::live_objects sim_backend::live() const {
   return l;
 }
 
+bool sim_backend::accessible_from(int device, const void* va, std::size_t bytes) const {
+  if (device == state_->options.device) return accessible(va, bytes);
+  state& s = *state_;
+  const std::lock_guard lock(s.mu);
+  const std::uintptr_t a = address_of(va);
+  const auto it = s.peer_accessible.find(device);
+  return bytes <= UINTPTR_MAX - a && it != s.peer_accessible.end() && it->second.covers(a, a + bytes);
+}
+
 bool sim_backend::accessible(const void* va, std::size_t bytes) const {
   state& s = *state_;
   const std::lock_guard lock(s.mu);

@@ -184,6 +184,7 @@ struct sim_backend::state {
   absl::flat_hash_map<std::uint64_t, sim_detail::physical_block> handles ABSL_GUARDED_BY(mu);
   absl::btree_map<std::uintptr_t, sim_detail::mapping> mappings ABSL_GUARDED_BY(mu);
   sim_detail::address_ranges accessible ABSL_GUARDED_BY(mu);  ///< mapped and granted access
+  absl::flat_hash_map<int, sim_detail::address_ranges> peer_accessible ABSL_GUARDED_BY(mu);  ///< by peer
   absl::flat_hash_map<std::uintptr_t, sim_detail::stream_state> streams ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::uintptr_t, sim_detail::event_state> events ABSL_GUARDED_BY(mu);
   std::array<sim_detail::fault_rule, static_cast<std::size_t>(sim_fault_target::count_)> faults ABSL_GUARDED_BY(mu);

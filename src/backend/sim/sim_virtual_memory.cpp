@@ -178,7 +178,16 @@ bool sim_backend::do_set_access(void* va, std::size_t bytes) {
   if (s.take_fault(sim_fault_target::set_access)) return false;
   if (s.options.backed && !sim_detail::grant_access(va, bytes)) return false;
   s.accessible.insert(a, a + bytes);
+  for (const int peer : access_peers()) s.peer_accessible[peer].insert(a, a + bytes);
   return true;
+}
+
+void sim_backend::do_add_access_peer(int peer) {
+  const state& s = *state_;
+  if (peer >= s.options.devices) {
+    fail(sim_error::invalid_value, fmt::format("add_access_peer: no device {} in a machine of {} (sim_devices)", peer,
+                                               s.options.devices));
+  }
 }
 
 void sim_backend::do_unmap(void* va, std::size_t bytes) {
@@ -206,6 +215,7 @@ void sim_backend::do_unmap(void* va, std::size_t bytes) {
   for (auto it = first; it != last; ++it) --s.handles[it->second.handle].mappings;
   s.mappings.erase(first, last);
   s.accessible.erase(a, a + bytes);
+  for (auto& [peer, ranges] : s.peer_accessible) ranges.erase(a, a + bytes);
 }
 
 }  // namespace fragctl
