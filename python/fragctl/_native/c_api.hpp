@@ -27,6 +27,7 @@ namespace fragctl_torch {
   X(fragctl_memory_map)          \
   X(fragctl_device_memory)       \
   X(fragctl_graph_pool_reclaim)  \
+  X(fragctl_enable_peer_access)  \
   X(fragctl_last_error)
 
 struct c_api {

@@ -251,14 +251,20 @@ class allocator final : public cca::CUDAAllocator {
   std::shared_ptr<void> getIpcDevPtr(std::string) override {
     TORCH_CHECK(false, "fragctl: opening CUDA IPC handles is not supported under fragctl.torch.enable");
   }
+  // `dev` may access `dev_to_access`'s memory: the runtime's peer access
+  // (cudaMalloc memory, graph pools' caching segments), then fragctl's
+  // mapped spans on `dev_to_access`, now and later (fragctl_enable_peer_access).
   void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
-    c10::cuda::CUDAGuard guard(dev);
-    const cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
-    if (err == cudaErrorPeerAccessAlreadyEnabled) {
-      (void)cudaGetLastError();
-      return;
+    {
+      c10::cuda::CUDAGuard guard(dev);
+      const cudaError_t err = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else {
+        C10_CUDA_CHECK(err);
+      }
     }
-    C10_CUDA_CHECK(err);
+    check(api.fragctl_enable_peer_access(default_allocator(dev_to_access), dev), "enablePeerAccess");
   }
   cudaError_t memcpyAsync(void* dst, int dst_device, const void* src, int src_device, size_t count,
                           cudaStream_t stream, bool p2p_enabled) override {
