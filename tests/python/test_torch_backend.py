@@ -105,6 +105,17 @@ class native_route(unittest.TestCase):
         self.assertEqual(r["between_ok"], r["replays"])
         self.assertTrue(r["all_kept"])
 
+    def test_mem_pool_keeps_its_blocks_and_gives_its_memory_back(self):
+        for route in ("torch", "native"):
+            r = ok(self, run(route, "mempool"))
+            with self.subTest(route=route):
+                self.assertTrue(r["values_ok"], r)
+                self.assertTrue(r["disjoint"], r)
+                self.assertTrue(r["reused_in_pool"], r)
+                self.assertTrue(r["outside_kept_out"], r)
+                # After the pool is gone only the tensors outside it are held (and the runtime's rounding).
+                self.assertLessEqual(r["reserved_end"] - r["reserved_start"], r["held_outside"] + (64 << 20), r)
+
     def test_memory_viz_snapshot(self):
         r = ok(self, run("native", "snapshot"))
         self.assertGreater(r["segments"], 0)

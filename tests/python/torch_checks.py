@@ -310,6 +310,40 @@ def check_fsdp2(torch):
     return {"losses": losses}
 
 
+def check_mempool(torch):
+    """torch.cuda.MemPool with use_mem_pool: values, no aliasing with tensors outside, a block freed in the
+    pool reused by the pool and not by allocations outside it, the pool's memory back after it is gone."""
+    n = 4 << 20  # 16 MiB of float32
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved_start = torch.cuda.memory_reserved()
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        a = torch.full((n,), 3.0, device="cuda")
+        b = torch.full((n // 16,), 5.0, device="cuda")
+    outside = torch.full((n,), 7.0, device="cuda")
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in (a, b, outside)]
+    disjoint = all(x[1] <= y[0] or y[1] <= x[0] for i, x in enumerate(spans) for y in spans[i + 1:])
+    values_ok = bool((a == 3.0).all().item() and (b == 5.0).all().item() and (outside == 7.0).all().item())
+    a_ptr = a.data_ptr()
+    del a
+    other = torch.empty((n,), device="cuda")  # outside the pool: not the pool's freed block
+    with torch.cuda.use_mem_pool(pool):
+        again = torch.empty((n,), device="cuda")  # in the pool: its freed block
+    reused_in_pool = again.data_ptr() == a_ptr
+    outside_kept_out = other.data_ptr() != a_ptr
+    del b, again
+    torch.cuda.synchronize()
+    del pool
+    torch.cuda.empty_cache()
+    reserved_end = torch.cuda.memory_reserved()
+    held_outside = (outside.numel() + other.numel()) * 4
+    del outside, other
+    return {"values_ok": values_ok, "disjoint": disjoint, "reused_in_pool": reused_in_pool,
+            "outside_kept_out": outside_kept_out, "reserved_start": reserved_start, "reserved_end": reserved_end,
+            "held_outside": held_outside}
+
+
 def check_alloc_speed(torch, pairs=200_000):
     """ns per allocate+free pair through the current allocator, from Python
     (caching_allocator_alloc/delete: the allocator's raw_alloc/raw_delete)."""
