@@ -120,21 +120,27 @@ def offload_private(backend: str, device: Any, budget: int) -> Private:
     return Private("caching", options, backend, device.index or 0)
 
 
+def offload_backend(torch: Any, backend: Optional[str], allocator_kind: Optional[str]) -> str:
+    """The backend whose memory an activation store uses: ``backend`` if
+    given; else the given allocator's ("sim" for host memory: its
+    ``allocator_kind``); else "cuda" (or "hip" on ROCm torch) where a GPU is
+    available, else "sim"."""
+    if backend is not None:
+        return backend
+    if allocator_kind == "host":
+        return "sim"
+    if allocator_kind == "device" or torch.cuda.is_available():
+        return "hip" if getattr(torch.version, "hip", None) else "cuda"
+    return "sim"
+
+
 def offload_target(torch: Any, backend: Optional[str], device: Optional[int],
                    allocator_kind: Optional[str]) -> Tuple[str, Any]:
-    """(backend, torch.device whose tensors move) of an activation store:
-    ``backend`` if given; else the given allocator's ("sim" for host memory,
-    ``allocator_kind``); else "cuda" (or "hip" on ROCm torch) where a GPU is
-    available, else "sim". The device always carries its index ("cuda:0",
-    never "cuda"), the form a tensor's ``.device`` has: ``device``, else the
+    """(backend, torch.device whose tensors move) of an activation store
+    (offload_backend); the device always carries its index ("cuda:0", never
+    "cuda"), the form a tensor's ``.device`` has: ``device``, else the
     current one."""
-    if backend is None:
-        if allocator_kind == "host":
-            backend = "sim"
-        elif allocator_kind == "device" or torch.cuda.is_available():
-            backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
-        else:
-            backend = "sim"
+    backend = offload_backend(torch, backend, allocator_kind)
     if backend == "sim":
         return backend, torch.device("cpu")
     return backend, torch.device("cuda", torch.cuda.current_device() if device is None else device)
