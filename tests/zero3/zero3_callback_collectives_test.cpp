@@ -138,7 +138,8 @@ step_result run_rank(exchange& x, int rank) {
   const pool memory;
   fragctl_zero3* z = nullptr;
   EXPECT_EQ(fragctl_zero3_create_with_collectives(
-                memory.handle, memory.handle, "element_bytes:4,stage3_param_persistence_threshold:64,gradient_type:fp32", &c, &z),
+                memory.handle, memory.handle,
+                "element_bytes:4,stage3_param_persistence_threshold:64,gradient_type:fp32", &c, &z),
             FRAGCTL_OK)
       << fragctl_last_error();
   const fragctl_zero3_param params[] = {{"bias", 16, 4, 1}, {"w", 1024, 4, 1}};
@@ -240,13 +241,16 @@ TEST_F(zero3_callback, missing_functions_are_refused) {
   fragctl_zero3_collectives c{0, 1, 1000, nullptr, nullptr, reduce_scatter};
   const pool memory;
   fragctl_zero3* z = nullptr;
-  EXPECT_EQ(fragctl_zero3_create_with_collectives(memory.handle, memory.handle, "", &c, &z), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_zero3_create_with_collectives(memory.handle, memory.handle, "", &c, &z),
+            FRAGCTL_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(z, nullptr);
   EXPECT_NE(std::string(fragctl_last_error()).find("all_gather"), std::string::npos);
-  EXPECT_EQ(fragctl_zero3_create_with_collectives(memory.handle, memory.handle, "", nullptr, &z), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_zero3_create_with_collectives(memory.handle, memory.handle, "", nullptr, &z),
+            FRAGCTL_ERROR_INVALID_ARGUMENT);
   c.all_gather = all_gather;
   c.rank = 1;
-  EXPECT_EQ(fragctl_zero3_create_with_collectives(memory.handle, memory.handle, "", &c, &z), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_zero3_create_with_collectives(memory.handle, memory.handle, "", &c, &z),
+            FRAGCTL_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -103,18 +103,18 @@ FRAGCTL_API fragctl_status fragctl_zero3_create_with_collectives(fragctl_allocat
                                                                  const fragctl_zero3_collectives* c,
                                                                  fragctl_zero3** out);
 /* Adds a block of `count` parameters (execution order). Before start only. */
-FRAGCTL_API fragctl_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name, const fragctl_zero3_param* params,
-                                             size_t count);
+FRAGCTL_API fragctl_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name,
+                                                   const fragctl_zero3_param* params, size_t count);
 /* Lays out the blocks and allocates the shards. */
 FRAGCTL_API fragctl_status fragctl_zero3_start(fragctl_zero3* z);
 /* Gathers block `block`; writes up to `capacity` parameter views. */
-FRAGCTL_API fragctl_status fragctl_zero3_fetch(fragctl_zero3* z, size_t block, void* stream, void** pointers, size_t* sizes,
-                                         size_t capacity);
+FRAGCTL_API fragctl_status fragctl_zero3_fetch(fragctl_zero3* z, size_t block, void* stream, void** pointers,
+                                               size_t* sizes, size_t capacity);
 FRAGCTL_API fragctl_status fragctl_zero3_release(fragctl_zero3* z, size_t block, void* stream);
 /* Where parameter `param` of `block` has bytes in this rank's shard (for
  * loading); *pointer is NULL when the rank holds none of it. */
-FRAGCTL_API fragctl_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param, size_t* parameter_offset,
-                                            void** pointer, size_t* bytes);
+FRAGCTL_API fragctl_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param,
+                                                  size_t* parameter_offset, void** pointer, size_t* bytes);
 /* This rank's T slice of `block` (trainable partitioned elements, in the
  * parameters' element type) and its gradient slice (gradient_type), the same
  * `elements` elements: what an optimizer steps. NULLs and 0 for a block
@@ -123,14 +123,14 @@ FRAGCTL_API fragctl_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block
  * fragctl_zero3_release_gradients) and may move after a release: read it
  * again after each backward. */
 FRAGCTL_API fragctl_status fragctl_zero3_trainable_shard(fragctl_zero3* z, size_t block, void** data, void** gradient,
-                                                   size_t* elements);
+                                                         size_t* elements);
 /* A persistent parameter (whole on every rank): its data and, if trainable,
  * its replicated gradient (gradient_type; NULL when frozen). *data is NULL
  * for a partitioned parameter. */
 FRAGCTL_API fragctl_status fragctl_zero3_persistent(fragctl_zero3* z, size_t block, size_t param, void** data,
-                                              void** gradient);
+                                                    void** gradient);
 FRAGCTL_API fragctl_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t block, void* stream, void** pointers,
-                                                   size_t* sizes, size_t capacity);
+                                                         size_t* sizes, size_t capacity);
 FRAGCTL_API fragctl_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream);
 FRAGCTL_API fragctl_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stream);
 /* Frees every block's gradient slice (allocated again at each block's next
