@@ -8,8 +8,10 @@
 // then the C functions, each one zero3_call around one block_manager call.
 #include "fragctl/zero3/zero3.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 

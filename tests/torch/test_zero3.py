@@ -725,6 +725,15 @@ class Zero3ArgumentsTest(unittest.TestCase):
         self.assertEqual(_errors._deadline_text(progress), "fragctl's deadline of %g s (shard()'s timeout=; the "
                          "process group's timeout of %g s)" % (group_seconds / 2, group_seconds))
 
+    def test_an_allocator_on_another_gpu_than_the_model_is_refused(self):
+        import fragctl
+        from fragctl.torch import _pools
+        with fragctl.Allocator("caching", backend="sim", device=1, sim_backed=True) as allocator:
+            with self.assertRaisesRegex(ValueError, "the allocator is on sim device 1, the model on cuda:0"):
+                _pools.require_device(allocator, torch.device("cuda", 0), "test")
+            _pools.require_device(allocator, torch.device("cuda", 1), "test")
+            _pools.require_device(allocator, torch.device("cpu"), "test")
+
     def test_the_manager_shares_pytorchs_allocator_while_enable_is_active(self):
         from types import SimpleNamespace
         from unittest import mock

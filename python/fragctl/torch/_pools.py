@@ -92,6 +92,19 @@ def open_pools(torch: Any, device: Any, who: str, given: Optional[Allocator], pr
     return pools
 
 
+def require_device(allocator: Allocator, device: Any, who: str) -> None:
+    """Raises ValueError unless ``allocator`` is on ``device``'s GPU (its
+    backend's device ordinal is the torch.device's index): a service's
+    memory must be where its tensors are. CPU devices take any sim device."""
+    if device.type != "cuda":
+        return
+    stats = allocator.stats()
+    index = device.index if device.index is not None else 0
+    if stats.get("device") != index:
+        raise ValueError("%s: the allocator is on %s device %s, the model on %s" % (who, stats.get("backend"),
+                                                                                   stats.get("device"), device))
+
+
 def enabled_on(device: Any) -> bool:
     """Whether fragctl.torch.enable is active and ``device`` is a GPU (CUDA
     or HIP, both ``cuda`` to torch): PyTorch's allocator is fragctl's there."""

@@ -103,6 +103,8 @@ class ShardedModule(GradientFlow):
         # manager's memory must be of that kind (issue 27 H4: a sim
         # allocator without memory behind its addresses crashed the ranks);
         # open_pools checks it.
+        if allocator is not None:
+            _pools.require_device(allocator, self.device, "fragctl.torch.zero3.shard")
         parameter_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
         self._pools = _pools.open_pools(torch, self.device, "fragctl.torch.zero3.shard", allocator,
                                         _pools.zero3_private(self.device, parameter_bytes), roles=2)

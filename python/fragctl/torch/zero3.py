@@ -366,7 +366,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     ``block_types``, a whole layer) with more trainable elements above the
     persistence threshold than ``reduce_bucket_size``; TypeError for an
     ``allocator`` that is not a ``fragctl.Allocator``, ValueError for one on
-    another backend or device than the manager, fragctl.ConfigurationError
+    another GPU than the model, fragctl.ConfigurationError
     (a ValueError) for memory the parameters cannot live in.
     """
     if allocator is not None and not isinstance(allocator, Allocator):
