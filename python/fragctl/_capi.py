@@ -301,15 +301,6 @@ def memory_kind_name(kind):
     return _MEMORY_KINDS.get(kind, "unknown (%d)" % kind)
 
 
-def environment_memory_kind():
-    """What the blocks of an allocator built from FRAGCTL_BACKEND and
-    FRAGCTL_CONF would be ("none", "host" or "device"); opens the backend,
-    allocates nothing."""
-    kind = ctypes.c_int()
-    check(library().fragctl_environment_memory_kind(ctypes.byref(kind)))
-    return memory_kind_name(kind.value)
-
-
 def take_json(function, *args):
     """The JSON document a C function returns through its last argument
     (char**, freed with fragctl_string_free), parsed; raises as check()."""
