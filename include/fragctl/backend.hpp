@@ -105,6 +105,28 @@ struct backend_counters {
   [[nodiscard]] std::uint64_t total_calls() const noexcept;
 };
 
+class device_backend;
+
+/// The calling thread bound to a backend's device (device_backend::bind_device).
+/// Destroying it puts back the thread's previous binding. Destroy it on the
+/// thread that made it, bindings in the reverse order of their making.
+class device_binding {
+ public:
+  device_binding(device_binding&& other) noexcept : backend_(other.backend_), previous_(other.previous_) {
+    other.backend_ = nullptr;
+  }
+  device_binding& operator=(device_binding&&) = delete;
+  device_binding(const device_binding&) = delete;
+  device_binding& operator=(const device_binding&) = delete;
+  ~device_binding();
+
+ private:
+  friend class device_backend;
+  device_binding(device_backend* backend, std::uintptr_t previous) noexcept : backend_(backend), previous_(previous) {}
+  device_backend* backend_;
+  std::uintptr_t previous_;  ///< the implementation's token for the binding to put back
+};
+
 class device_backend {
  public:
   virtual ~device_backend() = default;
@@ -179,6 +201,13 @@ class device_backend {
   /// backends that cannot order streams on the device, blocks the calling
   /// thread in synchronize_event instead (correct, not asynchronous).
   void wait_event(stream_t stream, event_t event);
+  /// Makes this backend's device the calling thread's current device until
+  /// the returned binding is destroyed, for libraries that work on the
+  /// thread's current device (NCCL, RCCL): CUDA makes the device's primary
+  /// context current, HIP calls hipSetDevice, sim records the binding. The
+  /// backend's own calls need none (each binds for its duration). Throws
+  /// backend_error when the runtime refuses.
+  [[nodiscard]] device_binding bind_device();
   /// Creates a non-blocking stream (for tests, benchmarks and copy engines).
   [[nodiscard]] stream_t create_stream();
   void destroy_stream(stream_t stream);
@@ -240,6 +269,12 @@ class device_backend {
   virtual void do_synchronize_event(event_t event) = 0;
   virtual void do_synchronize_stream(stream_t stream) = 0;
   virtual void do_wait_event(stream_t /*stream*/, event_t event) { do_synchronize_event(event); }
+  /// Binds the device to the calling thread; returns a token for the
+  /// binding to put back (do_unbind_device). The base implementation, for
+  /// backends without a current device, does nothing.
+  virtual std::uintptr_t do_bind_device() { return 0; }
+  virtual void do_unbind_device(std::uintptr_t /*previous*/) noexcept {}
+  friend class device_binding;
   virtual stream_t do_create_stream() = 0;
   virtual void do_destroy_stream(stream_t stream) = 0;
   virtual memory_info do_get_memory_info() = 0;

@@ -37,7 +37,10 @@ typedef enum fragctl_status {
   FRAGCTL_ERROR_SIZE_MISMATCH = 5,    /**< free with a size other than the allocated one; the block was freed */
   FRAGCTL_ERROR_IO = 6,               /**< a report file could not be written */
   FRAGCTL_ERROR_STATE = 7,            /**< not valid now (e.g. configuring defaults that already exist) */
-  FRAGCTL_ERROR_INTERNAL = 8          /**< an unexpected failure; a bug */
+  FRAGCTL_ERROR_INTERNAL = 8,         /**< an unexpected failure; a bug */
+  FRAGCTL_ERROR_BUDGET = 9,           /**< ZeRO-3: a fetch needs more than max_live_bytes leaves */
+  FRAGCTL_ERROR_COLLECTIVE = 10,      /**< ZeRO-3: a collective failed; the communicator is aborted */
+  FRAGCTL_ERROR_TIMEOUT = 11          /**< ZeRO-3: a collective passed its deadline; the communicator is aborted */
 } fragctl_status;
 
 /** An allocator: a backend, a policy chain and its adaptors. */
@@ -87,7 +90,7 @@ FRAGCTL_API fragctl_status fragctl_create_from_environment(int device, fragctl_a
  * queued work may use its memory. NULL is accepted. A process-default
  * allocator cannot be destroyed (INVALID_ARGUMENT); nor can one a checkpoint
  * store (fragctl_checkpoint_create) or a ZeRO-3 manager
- * (fragctl_zero3_use_allocator, fragctl/zero3/zero3.h) still uses (STATE:
+ * (fragctl_zero3_create, fragctl/zero3/zero3.h) still uses (STATE:
  * destroy the store or the manager first; the allocator is left as it was). */
 FRAGCTL_API fragctl_status fragctl_destroy(fragctl_allocator* allocator);
 
@@ -126,8 +129,8 @@ typedef enum fragctl_memory_kind {
 FRAGCTL_API fragctl_status fragctl_memory_kind_of(fragctl_allocator* allocator, fragctl_memory_kind* kind);
 
 /** Sets *kind to what the blocks of an allocator built from the environment
- * (FRAGCTL_BACKEND, FRAGCTL_CONF, as fragctl_create_from_environment and the
- * ZeRO-3 manager build theirs) would be. Builds the backend (so "auto" finds
+ * (FRAGCTL_BACKEND, FRAGCTL_CONF, as fragctl_create_from_environment builds
+ * them) would be. Builds the backend (so "auto" finds
  * its device) and no policy: nothing is allocated, no report or trace is
  * opened. INVALID_ARGUMENT for a bad environment, BACKEND when the backend
  * cannot be opened. */

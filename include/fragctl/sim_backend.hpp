@@ -132,6 +132,18 @@ class sim_backend final : public device_backend {
   /// whole range. Raw allocations read false from a peer (the runtime's
   /// context-wide peer access is not simulated).
   [[nodiscard]] bool accessible_from(int device, const void* va, std::size_t bytes) const;
+  /// The device the calling thread's latest live bind_device binding of any
+  /// sim backend names, -1 when it has none: the current device NCCL would
+  /// see.
+  [[nodiscard]] static int bound_device() noexcept;
+  /// bind_device calls on this backend, and its bindings released out of
+  /// order (on another thread than their own, or while a later binding of
+  /// that thread was alive): a caller a real runtime would leave on the
+  /// wrong device.
+  struct binding_counts {
+    std::uint64_t bindings = 0, out_of_order = 0;
+  };
+  [[nodiscard]] binding_counts bindings() const noexcept;
 
  private:
   void* do_allocate(std::size_t bytes) override;
@@ -151,6 +163,8 @@ class sim_backend final : public device_backend {
   void do_synchronize_event(event_t event) override;
   void do_synchronize_stream(stream_t stream) override;
   void do_wait_event(stream_t stream, event_t event) override;
+  std::uintptr_t do_bind_device() override;
+  void do_unbind_device(std::uintptr_t previous) noexcept override;
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;

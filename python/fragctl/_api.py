@@ -43,15 +43,33 @@ class Allocator:
 
     def __init__(self, policy: Optional[str] = None, backend: Optional[str] = None, device: int = -1,
                  **options: OptionValue) -> None:
+        self._unopened()
+        self._create(policy, _capi.options_string(options), backend, device)
+
+    def _unopened(self) -> None:
+        """The fields of an Allocator without an allocator yet."""
         self._guard = threading.Lock()  # orders a call's start against close()
         self._closer = threading.Lock()  # one close() at a time
         self._calls: Dict[object, None] = {}  # a token per call in flight
         self._closing = False
         self._handle = ctypes.c_void_p()
         self._owned = False
+        self._finalizer = None
+
+    @classmethod
+    def _from_text(cls, policy: Optional[str], options: Optional[str], backend: Optional[str],
+                   device: int = -1) -> "Allocator":
+        """An Allocator whose options are FRAGCTL_CONF text ("key:value,...")."""
+        self = cls.__new__(cls)
+        self._unopened()
+        self._create(policy, options, backend, device)
+        return self
+
+    def _create(self, policy: Optional[str], options: Optional[str], backend: Optional[str], device: int) -> None:
+        """fragctl_create: this object owns the new allocator."""
         handle = ctypes.c_void_p()
-        args = (_capi.text(policy, "policy"), _capi.text(_capi.options_string(options), "options"),
-                _capi.text(backend, "backend"), _capi.device(device, allow_unset=True))
+        args = (_capi.text(policy, "policy"), _capi.text(options, "options"), _capi.text(backend, "backend"),
+                _capi.device(device, allow_unset=True))
         _capi.check(library().fragctl_create(*args, ctypes.byref(handle)))
         self._handle = handle
         self._owned = True
@@ -63,10 +81,8 @@ class Allocator:
     @classmethod
     def _wrap(cls, handle: ctypes.c_void_p) -> "Allocator":
         self = cls.__new__(cls)
-        self._guard, self._closer, self._calls, self._closing = threading.Lock(), threading.Lock(), {}, False
+        self._unopened()
         self._handle = handle
-        self._owned = False
-        self._finalizer = None
         return self
 
     # A call into the library holds a token in self._calls from _begin until

@@ -23,10 +23,12 @@ _lock = threading.Lock()
 _library = None
 _library_path = None
 
-# fragctl_status values (stable, part of the ABI); their names come from the
-# library (fragctl_status_string, see status_name).
+# fragctl_status values (stable, part of the ABI: fragctl.h), for every C
+# function, the services' included; their names come from the library
+# (fragctl_status_string, see status_name).
 OK = 0
-INVALID_ARGUMENT, OUT_OF_MEMORY, BACKEND, NOT_OWNED, SIZE_MISMATCH, IO, STATE, INTERNAL = range(1, 9)
+(INVALID_ARGUMENT, OUT_OF_MEMORY, BACKEND, NOT_OWNED, SIZE_MISMATCH, IO, STATE, INTERNAL, BUDGET, COLLECTIVE,
+ TIMEOUT) = range(1, 12)
 
 # fragctl_memory_kind values (stable, part of the ABI) by the names Python uses.
 _MEMORY_KINDS = {0: "none", 1: "host", 2: "device"}
@@ -138,11 +140,10 @@ def _declare(lib):
         "fragctl_checkpoint_copy_stream": (status, [p, c.POINTER(p)]),
         "fragctl_checkpoint_backend": (char_p, [p]),
         "fragctl_checkpoint_stats_json": (status, [p, c.POINTER(p)]),
-        # The ZeRO-3 block manager (fragctl/zero3/zero3.h): fragctl_zero3_status,
-        # fragctl_zero3_last_error. The collectives struct is declared where it
-        # is built (fragctl/torch/_collectives.py).
-        "fragctl_zero3_create_with_collectives": (status, [char_p, p, c.POINTER(p)]),
-        "fragctl_zero3_use_allocator": (status, [p, p]),
+        "fragctl_checkpoint_alignment": (c.c_size_t, []),
+        # The ZeRO-3 block manager (fragctl/zero3/zero3.h). The collectives
+        # struct is declared where it is built (fragctl/torch/_collectives.py).
+        "fragctl_zero3_create_with_collectives": (status, [p, p, char_p, p, c.POINTER(p)]),
         "fragctl_zero3_add_block": (status, [p, char_p, p, c.c_size_t]),
         "fragctl_zero3_start": (status, [p]),
         "fragctl_zero3_fetch": (status, [p, c.c_size_t, p, c.POINTER(p), c.POINTER(c.c_size_t), c.c_size_t]),
@@ -161,9 +162,8 @@ def _declare(lib):
         "fragctl_zero3_synchronize": (status, [p]),
         "fragctl_zero3_gradient_event": (status, [p, c.c_int, c.c_size_t, c.c_size_t, p, c.c_char_p, c.c_size_t, p,
                                                   c.c_size_t, c.POINTER(c.c_size_t), c.POINTER(c.c_int)]),
-        "fragctl_zero3_stats_json": (c.c_size_t, [p, c.c_char_p, c.c_size_t]),
-        "fragctl_zero3_last_error": (char_p, []),
-        "fragctl_zero3_status_string": (char_p, [status]),
+        "fragctl_zero3_stats_json": (status, [p, c.POINTER(p)]),
+        "fragctl_zero3_default_options_json": (status, [c.POINTER(p)]),
         "fragctl_zero3_destroy": (None, [p]),
     }
     for name, (restype, argtypes) in signatures.items():
@@ -308,13 +308,13 @@ def memory_kind_name(kind):
     return _MEMORY_KINDS.get(kind, "unknown (%d)" % kind)
 
 
-def environment_memory_kind():
-    """What the blocks of an allocator built from FRAGCTL_BACKEND and
-    FRAGCTL_CONF would be ("none", "host" or "device"), as the ZeRO-3
-    manager builds its own; opens the backend, allocates nothing."""
-    kind = ctypes.c_int()
-    check(library().fragctl_environment_memory_kind(ctypes.byref(kind)))
-    return memory_kind_name(kind.value)
+def take_json(function, *args):
+    """The JSON document a C function returns through its last argument
+    (char**, freed with fragctl_string_free), parsed; raises as check()."""
+    import json
+    out = ctypes.c_void_p()
+    check(function(*args, ctypes.byref(out)))
+    return json.loads(take_string(out))
 
 
 def take_string(pointer):

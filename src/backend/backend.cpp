@@ -171,6 +171,12 @@ void device_backend::wait_event(stream_t stream, event_t event) {
   do_wait_event(stream, event);
 }
 
+device_binding device_backend::bind_device() { return device_binding(this, do_bind_device()); }
+
+device_binding::~device_binding() {
+  if (backend_ != nullptr) backend_->do_unbind_device(previous_);
+}
+
 stream_t device_backend::create_stream() {
   count(backend_call::create_stream);
   return do_create_stream();

@@ -115,6 +115,9 @@ const char* fragctl_status_string(fragctl_status status) {
     case FRAGCTL_ERROR_IO: return "FRAGCTL_ERROR_IO";
     case FRAGCTL_ERROR_STATE: return "FRAGCTL_ERROR_STATE";
     case FRAGCTL_ERROR_INTERNAL: return "FRAGCTL_ERROR_INTERNAL";
+    case FRAGCTL_ERROR_BUDGET: return "FRAGCTL_ERROR_BUDGET";
+    case FRAGCTL_ERROR_COLLECTIVE: return "FRAGCTL_ERROR_COLLECTIVE";
+    case FRAGCTL_ERROR_TIMEOUT: return "FRAGCTL_ERROR_TIMEOUT";
   }
   return "FRAGCTL_ERROR_UNKNOWN";
 }

@@ -39,6 +39,8 @@ static_assert(FRAGCTL_CHECKPOINT_ABSENT == static_cast<int>(fragctl::checkpoint:
 
 extern "C" {
 
+size_t fragctl_checkpoint_alignment(void) { return fragctl::checkpoint::store_alignment; }
+
 fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocator, size_t device_budget, size_t prefetch_depth,
                                          int evict_ahead, fragctl_checkpoint_store** out) {
   FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr,

@@ -13,8 +13,8 @@
 
 /// The C API's allocator handle: an allocator stack, owned by the handle.
 /// Process-default handles are never destroyed; nor is a handle while
-/// `dependents` (checkpoint stores built on it, ZeRO-3 managers given it by
-/// fragctl_zero3_use_allocator) is not zero.
+/// `dependents` (checkpoint stores and ZeRO-3 managers built on it) is not
+/// zero.
 struct fragctl_allocator {
   std::unique_ptr<fragctl::allocator_stack> stack;
   bool process_default = false;

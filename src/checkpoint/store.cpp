@@ -115,7 +115,7 @@ store::state::state(device_allocator& allocator, store_options options)
     : options_(std::move(options)),
       allocator_(allocator),
       backend_(allocator.backend()),
-      budget_(round_up(options_.device_budget, min_alignment)),
+      budget_(round_up(options_.device_budget, store_alignment)),
       markers_(backend_),
       host_(backend_, options_.host),
       region_(budget_) {
@@ -238,7 +238,7 @@ void* store::state::put(int layer, std::size_t bytes, stream_t stream) {
   if (entries_.contains(layer)) {
     throw invalid_argument(fmt::format("checkpoint store: layer {} is already stored; drop it first", layer));
   }
-  const std::size_t span = round_up(bytes, min_alignment);
+  const std::size_t span = round_up(bytes, store_alignment);
   if (span > budget_) out_of_room(span, "larger than the budget");
   std::optional<region::block> b = make_room(span, no_bound, std::nullopt);
   if (!b) out_of_room(span, "the rest is in use");

@@ -25,7 +25,9 @@ block_manager::impl::impl(std::span<const block_spec> specs, const options& o, c
                           device_allocator& p, device_allocator& t)
     : opts(o), comm(c), persistent(p), transient(t), backend(p.backend()),
       layout(make_layout(specs, c.size(), o.persistence_threshold, o.alignment, size_of(o.gradient_type))) {
-  if (&t.backend() != &backend) {
+  // Two backend objects of one runtime and device (two C API handles) share
+  // the device's streams and events; only another runtime or device cannot.
+  if (t.backend().name() != backend.name() || t.backend().device() != backend.device()) {
     throw invalid_argument("zero3: the persistent and transient allocators must share one backend (one device)");
   }
   if (o.gradient_type == data_type::uint8) throw invalid_argument("zero3: gradient_type must be bf16, fp16 or fp32");

@@ -1,9 +1,11 @@
-/* The C API from C (C99, -Wpedantic): the header compiles as C and
- * libfragctl.so exports what it declares. Runs on the sim backend. */
+/* The C API from C (C99, -Wpedantic): the headers compile as C and
+ * libfragctl.so exports what they declare. Runs on the sim backend. */
 #include <stdio.h>
 #include <string.h>
 
+#include "fragctl/checkpoint/checkpoint.h"
 #include "fragctl/fragctl.h"
+#include "fragctl/zero3/zero3.h"
 
 #define CHECK(condition)                                                             \
   do {                                                                               \
@@ -27,6 +29,11 @@ int main(void) {
   CHECK(strlen(fragctl_last_error()) > 0);
   CHECK(fragctl_destroy(allocator) == FRAGCTL_OK);
   CHECK(fragctl_create("nosuch", NULL, "sim", 0, &allocator) == FRAGCTL_ERROR_INVALID_ARGUMENT);
+  CHECK(fragctl_zero3_default_options_json(&json) == FRAGCTL_OK);
+  CHECK(strstr(json, "\"stage3_max_live_parameters\"") != NULL);
+  fragctl_string_free(json);
+  CHECK(fragctl_zero3_create(NULL, NULL, NULL, "local", NULL) == FRAGCTL_ERROR_INVALID_ARGUMENT);
+  CHECK(fragctl_checkpoint_alignment() == 512);
   printf("c_api_smoke: ok (fragctl %s, policies %s)\n", fragctl_version(), fragctl_policy_names());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fragctl/checkpoint/store.hpp"
 #include "fragctl/fragctl.h"
 #include "nlohmann/json.hpp"
 
@@ -116,6 +117,22 @@ TEST(CApiCheckpoint, TheAllocatorCannotBeDestroyedWhileAStoreUsesIt) {
   f.store = nullptr;
   EXPECT_EQ(fragctl_destroy(f.allocator), FRAGCTL_OK) << fragctl_last_error();
   f.allocator = nullptr;
+}
+
+// The store's alignment is held once (checkpoint/store.hpp) and read across
+// the language line (fragctl.torch.offload_activations) through the C API.
+TEST(CApiCheckpoint, AlignmentIsTheStores) {
+  EXPECT_EQ(fragctl_checkpoint_alignment(), fragctl::checkpoint::store_alignment);
+  EXPECT_EQ(fragctl_checkpoint_alignment(), 512U);
+  fixture f;
+  ASSERT_EQ(fragctl_checkpoint_create(f.allocator, 1000, 0, 0, &f.store), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(stats_of(f.store)["device_budget"], 1024);  // 1000 rounded up to it
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_checkpoint_put(f.store, 0, 100, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
+  void* q = nullptr;
+  ASSERT_EQ(fragctl_checkpoint_put(f.store, 1, 100, nullptr, &q), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % fragctl_checkpoint_alignment(), 0U);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(q) % fragctl_checkpoint_alignment(), 0U);
 }
 
 TEST(CApiCheckpoint, ParseSizeAcceptsWhatTheOptionsAccept) {

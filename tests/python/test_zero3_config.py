@@ -335,12 +335,29 @@ class StockConfigTest(unittest.TestCase):
 
 class StatusTest(unittest.TestCase):
     def test_status_constants_are_the_librarys(self):
-        # The numbers are the C enum's (the ABI); the names come from the library.
-        from fragctl.torch import _interop
-        for name in ("OK", "INVALID_ARGUMENT", "OUT_OF_MEMORY", "BUDGET", "COLLECTIVE", "TIMEOUT", "BACKEND", "ERROR"):
-            self.assertEqual(_interop.zero3_status_name(getattr(_interop, "ZERO3_" + name)), "FRAGCTL_ZERO3_" + name)
-        self.assertEqual(_interop.zero3_status_name(99), "FRAGCTL_ZERO3_UNKNOWN")
+        # One vocabulary for every C function, the zero3 ones included: the
+        # numbers are fragctl.h's enum (the ABI); the names come from the library.
+        from fragctl import _capi
+        for name in ("INVALID_ARGUMENT", "OUT_OF_MEMORY", "BACKEND", "STATE", "INTERNAL", "BUDGET", "COLLECTIVE",
+                     "TIMEOUT"):
+            self.assertEqual(_capi.status_name(getattr(_capi, name)), "FRAGCTL_ERROR_" + name)
+        self.assertEqual(_capi.status_name(_capi.OK), "FRAGCTL_OK")
+        self.assertEqual(_capi.status_name(99), "FRAGCTL_ERROR_UNKNOWN")
 
+
+class DefaultsTest(unittest.TestCase):
+    def test_defaults_are_the_block_managers(self):
+        # Held once, in C++ (zero3/options.hpp), read through the C API.
+        from fragctl import _capi
+        defaults = _capi.take_json(_capi.library().fragctl_zero3_default_options_json)
+        config = zero3.Zero3Config()
+        self.assertEqual(config.stage3_max_live_parameters, defaults["stage3_max_live_parameters"])
+        self.assertEqual(config.stage3_prefetch_bucket_size, defaults["stage3_prefetch_bucket_size"])
+        self.assertEqual(config.stage3_param_persistence_threshold, defaults["stage3_param_persistence_threshold"])
+        self.assertEqual(config.reduce_bucket_size, defaults["reduce_bucket_size"])
+        self.assertEqual(config.stage3_max_live_parameters, 1_000_000_000)  # DeepSpeed's
+        self.assertEqual(zero3.parse_config().reduce_bucket_size, 500_000_000)
+        self.assertEqual(zero3.Zero3Config(reduce_bucket_size=7).reduce_bucket_size, 7)
 
 if __name__ == "__main__":
     unittest.main()

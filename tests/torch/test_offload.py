@@ -409,6 +409,21 @@ class OffloadTest(unittest.TestCase):
         self.assertEqual(s["puts"], 0)
         offload.close()
 
+    def test_the_store_alignment_is_the_librarys(self):
+        # Held once, in the checkpoint store (store.hpp), read through the C API.
+        from fragctl import _capi
+        import fragctl.torch.offload as module
+        self.assertEqual(module._store_alignment(), _capi.library().fragctl_checkpoint_alignment())
+        self.assertEqual(module._store_alignment(), 512)
+        # A tensor larger than the budget rounded up to it can never fit: straight to the host.
+        offload = fragctl.torch.offload_activations(budget=1000, min_bytes=1, backend="sim")
+        x = torch.ones(256, requires_grad=True)  # 1 KiB: fits 1024 = 1000 rounded up to 512
+        with offload:
+            y = (x * x).sum()
+        y.backward()
+        self.assertEqual(offload.stats()["tensors_to_host_direct"], 0)
+        offload.close()
+
     def test_what_fits_the_budget_still_goes_to_the_store(self):
         offload = fragctl.torch.offload_activations(budget="1MiB", min_bytes="64KiB", backend="sim")
         fits, too_big = torch.randn(256, 256), torch.randn(1024, 512)  # 256 KiB, 2 MiB

@@ -725,19 +725,37 @@ class Zero3ArgumentsTest(unittest.TestCase):
         self.assertEqual(_errors._deadline_text(progress), "fragctl's deadline of %g s (shard()'s timeout=; the "
                          "process group's timeout of %g s)" % (group_seconds / 2, group_seconds))
 
+    def test_an_allocator_on_another_gpu_than_the_model_is_refused(self):
+        import fragctl
+        from fragctl.torch import _pools
+        with fragctl.Allocator("caching", backend="sim", device=1, sim_backed=True) as allocator:
+            with self.assertRaisesRegex(ValueError, "the allocator is on sim device 1, the model on cuda:0"):
+                _pools.require_device(allocator, torch.device("cuda", 0), "test")
+            _pools.require_device(allocator, torch.device("cuda", 1), "test")
+            _pools.require_device(allocator, torch.device("cpu"), "test")
+
     def test_the_manager_shares_pytorchs_allocator_while_enable_is_active(self):
+        from types import SimpleNamespace
         from unittest import mock
         import fragctl.torch
-        from fragctl.torch import _sharded
-        given = object()
+        from fragctl.torch import _pools
+        given = SimpleNamespace(memory_kind="device")
+        private = _pools.zero3_private(torch.device("cpu"), 1 << 20)
         with mock.patch.object(fragctl.torch, "_enabled", "arena"), \
-                mock.patch.object(_sharded, "default_allocator", lambda device: ("default", device)):
-            self.assertEqual(_sharded.shared_allocator(torch, torch.device("cuda", 1), None), ("default", 1))
-            self.assertIs(_sharded.shared_allocator(torch, torch.device("cuda", 1), given), given)
-            self.assertIsNone(_sharded.shared_allocator(torch, torch.device("cpu"), None))
+                mock.patch.object(_pools, "default_allocator",
+                                  lambda device: SimpleNamespace(device=device, memory_kind="device")):
+            pools = _pools.open_pools(torch, torch.device("cuda", 1), "test", None, private, roles=2)
+            self.assertEqual((pools.long_lived.device, pools.owned), (1, []))
+            self.assertIs(pools.transient, pools.long_lived)  # one pool
+            pools = _pools.open_pools(torch, torch.device("cuda", 1), "test", given, private, roles=2)
+            self.assertIs(pools.long_lived, given)
+            self.assertIs(pools.transient, given)
+            pools = _pools.open_pools(torch, torch.device("cpu"), "test", None, private, roles=2)
+            self.assertEqual(len(pools.owned), 2)  # the manager's own: two private allocators
+            self.assertEqual(pools.owned, [pools.long_lived, pools.transient])
+            pools.close()
         self.assertIsNone(fragctl.torch.enabled())
-        self.assertIsNone(_sharded.shared_allocator(torch, torch.device("cuda", 0), None))  # not enabled
-
+        self.assertFalse(_pools.enabled_on(torch.device("cuda", 0)))  # not enabled: private allocators
 
 if __name__ == "__main__":
     unittest.main()

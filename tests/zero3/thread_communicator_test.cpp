@@ -158,6 +158,27 @@ TEST(thread_communicator, misuse) {
   EXPECT_EQ(first->name(), "threads");
 }
 
+// The collectives bind the manager's device through its backend, as NCCL's
+// do (the backend contract's bind_device): sim records each binding and its
+// release in order.
+TEST(thread_communicator, collectives_bind_the_device_through_the_backend) {
+  sim_options o;
+  o.backed = true;
+  o.device = 3;
+  sim_backend backend(o);
+  auto comm = make_thread_communicator(make_thread_group(1, 1s), 0, backend);
+  std::vector<unsigned char> send(16, 7), recv(16, 0);
+  const gather_part gather{send.data(), recv.data(), send.size()};
+  comm->all_gather(std::span(&gather, 1), nullptr, "bind");
+  std::vector<float> grads(4, 1.0f), sum(4, 0.0f);
+  const scatter_part scatter{grads.data(), sum.data(), 4};
+  comm->reduce_scatter(std::span(&scatter, 1), data_type::float32, nullptr, "bind");
+  EXPECT_EQ(backend.bindings().bindings, 2U);
+  EXPECT_EQ(backend.bindings().out_of_order, 0U);
+  EXPECT_EQ(sim_backend::bound_device(), -1);  // released after each collective
+  EXPECT_EQ(recv[15], 7);
+}
+
 TEST(host_math, bf16_and_fp16_round_to_nearest_even) {
   using namespace host_math;
   EXPECT_EQ(float_to_bf16(1.0F), 0x3f80);

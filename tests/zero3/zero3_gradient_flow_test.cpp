@@ -568,14 +568,17 @@ TEST(zero3_gradient_flow_errors, bad_events_are_refused) {
 // a backward asks for the shards' gradients), the copy into the bucket and
 // the reduce; bad calls are statuses with a message.
 TEST(zero3_gradient_flow_capi, a_gradient_through_the_c_api) {
-  fragctl::testing::sim_environment sim{"arena", "sim_backed:true,sim_capacity:256MiB,arena_size:64MiB"};
+  fragctl_allocator* pool = nullptr;
+  ASSERT_EQ(fragctl_create("arena", "sim_backed:true,sim_capacity:256MiB,arena_size:64MiB", "sim", 0, &pool),
+            FRAGCTL_OK)
+      << fragctl_last_error();
   fragctl_zero3* z = nullptr;
-  ASSERT_EQ(fragctl_zero3_create("stage3_param_persistence_threshold:64,gradient_type:fp32", "local", &z),
-            FRAGCTL_ZERO3_OK)
-      << fragctl_zero3_last_error();
+  ASSERT_EQ(fragctl_zero3_create(pool, pool, "stage3_param_persistence_threshold:64,gradient_type:fp32", "local", &z),
+            FRAGCTL_OK)
+      << fragctl_last_error();
   const fragctl_zero3_param layer[] = {{"w", 1000, 4, 1}, {"frozen", 100, 4, 0}};
-  ASSERT_EQ(fragctl_zero3_add_block(z, "layer", layer, 2), FRAGCTL_ZERO3_OK);
-  ASSERT_EQ(fragctl_zero3_start(z), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(fragctl_zero3_add_block(z, "layer", layer, 2), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_zero3_start(z), FRAGCTL_OK);
   fragctl_zero3_gradient_action actions[8] = {};
   std::size_t count = 0;
   int more = 0;
@@ -583,47 +586,48 @@ TEST(zero3_gradient_flow_capi, a_gradient_through_the_c_api) {
   const auto call = [&](int event, std::size_t param, const unsigned char* set, std::size_t shards) {
     return fragctl_zero3_gradient_event(z, event, 0, param, nullptr, set, shards, actions, 8, &count, &more);
   };
-  ASSERT_EQ(call(FRAGCTL_ZERO3_FORWARD, 0, none_set, 1), FRAGCTL_ZERO3_OK) << fragctl_zero3_last_error();
+  ASSERT_EQ(call(FRAGCTL_ZERO3_FORWARD, 0, none_set, 1), FRAGCTL_OK) << fragctl_last_error();
   EXPECT_EQ(count, 0U);
-  ASSERT_EQ(call(FRAGCTL_ZERO3_APPLIED, 0, nullptr, 0), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(call(FRAGCTL_ZERO3_APPLIED, 0, nullptr, 0), FRAGCTL_OK);
   ASSERT_EQ(count, 1U);
   EXPECT_EQ(actions[0].what, FRAGCTL_ZERO3_DO_TRACK);
   EXPECT_EQ(actions[0].param, 0U);
-  ASSERT_EQ(call(FRAGCTL_ZERO3_ARRIVED, 0, nullptr, 0), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(call(FRAGCTL_ZERO3_ARRIVED, 0, nullptr, 0), FRAGCTL_OK);
   ASSERT_EQ(count, 2U);
   EXPECT_EQ(actions[0].what, FRAGCTL_ZERO3_DO_QUEUE_END);
   EXPECT_EQ(actions[1].what, FRAGCTL_ZERO3_DO_REPORT);
   EXPECT_EQ(more, 1);
-  ASSERT_EQ(call(FRAGCTL_ZERO3_RESUME, 0, none_set, 1), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(call(FRAGCTL_ZERO3_RESUME, 0, none_set, 1), FRAGCTL_OK);
   ASSERT_EQ(count, 1U);
   EXPECT_EQ(actions[0].what, FRAGCTL_ZERO3_DO_BUCKET_COPY);
   ASSERT_NE(actions[0].pointer, nullptr);
   std::fill_n(static_cast<float*>(actions[0].pointer), 1000, 2.0F);
   EXPECT_EQ(more, 1);
-  ASSERT_EQ(call(FRAGCTL_ZERO3_RESUME, 0, nullptr, 0), FRAGCTL_ZERO3_OK);  // the reduce
+  ASSERT_EQ(call(FRAGCTL_ZERO3_RESUME, 0, nullptr, 0), FRAGCTL_OK);  // the reduce
   EXPECT_EQ(count, 0U);
   EXPECT_EQ(more, 0);
-  ASSERT_EQ(call(FRAGCTL_ZERO3_BACKWARD_ENDED, 0, nullptr, 0), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(call(FRAGCTL_ZERO3_BACKWARD_ENDED, 0, nullptr, 0), FRAGCTL_OK);
   ASSERT_EQ(count, 2U);
   EXPECT_EQ(actions[0].what, FRAGCTL_ZERO3_DO_BIND);
   EXPECT_EQ(actions[1].what, FRAGCTL_ZERO3_DO_SET_GRAD);
   void* data = nullptr;
   void* gradient = nullptr;
   std::size_t elements = 0;
-  ASSERT_EQ(fragctl_zero3_trainable_shard(z, 0, &data, &gradient, &elements), FRAGCTL_ZERO3_OK);
+  ASSERT_EQ(fragctl_zero3_trainable_shard(z, 0, &data, &gradient, &elements), FRAGCTL_OK);
   EXPECT_EQ(actions[0].pointer, gradient);
   EXPECT_EQ(actions[0].elements, elements);
   EXPECT_EQ(static_cast<const float*>(gradient)[999], 2.0F);  // one rank: the reduce is a copy
 
-  EXPECT_EQ(call(99, 0, nullptr, 0), FRAGCTL_ZERO3_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(fragctl_zero3_last_error()).find("unknown gradient event 99"), std::string::npos);
-  EXPECT_EQ(call(FRAGCTL_ZERO3_FORWARD, 0, nullptr, 0), FRAGCTL_ZERO3_INVALID_ARGUMENT);  // 1 shard
-  EXPECT_NE(std::string(fragctl_zero3_last_error()).find("gradients_set has 0 entries"), std::string::npos);
-  EXPECT_EQ(call(FRAGCTL_ZERO3_ARRIVED, 1, nullptr, 0), FRAGCTL_ZERO3_INVALID_ARGUMENT);  // frozen
+  EXPECT_EQ(call(99, 0, nullptr, 0), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("unknown gradient event 99"), std::string::npos);
+  EXPECT_EQ(call(FRAGCTL_ZERO3_FORWARD, 0, nullptr, 0), FRAGCTL_ERROR_INVALID_ARGUMENT);  // 1 shard
+  EXPECT_NE(std::string(fragctl_last_error()).find("gradients_set has 0 entries"), std::string::npos);
+  EXPECT_EQ(call(FRAGCTL_ZERO3_ARRIVED, 1, nullptr, 0), FRAGCTL_ERROR_INVALID_ARGUMENT);  // frozen
   EXPECT_EQ(fragctl_zero3_gradient_event(z, FRAGCTL_ZERO3_RESUME, 0, 0, nullptr, nullptr, 0, nullptr, 8, &count,
                                          &more),
-            FRAGCTL_ZERO3_INVALID_ARGUMENT);
+            FRAGCTL_ERROR_INVALID_ARGUMENT);
   fragctl_zero3_destroy(z);
+  EXPECT_EQ(fragctl_destroy(pool), FRAGCTL_OK) << fragctl_last_error();
 }
 
 INSTANTIATE_TEST_SUITE_P(ranks, zero3_gradient_flow, ::testing::Values(1, 2),

@@ -40,8 +40,12 @@ typedef enum fragctl_checkpoint_residence {
   FRAGCTL_CHECKPOINT_HOST = 2
 } fragctl_checkpoint_residence;
 
+/** What the store rounds its region and every checkpoint up to, and aligns
+ * every checkpoint's buffer to, in bytes (512). */
+FRAGCTL_API size_t fragctl_checkpoint_alignment(void);
+
 /** Creates a store whose device region (`device_budget` bytes, > 0, rounded
- * up to 512) is allocated from `allocator` now. `prefetch_depth`: checkpoints
+ * up to fragctl_checkpoint_alignment()) is allocated from `allocator` now. `prefetch_depth`: checkpoints
  * fetched ahead in backward (0: on demand only); `evict_ahead` != 0 makes room
  * for the next put one put early from the second iteration. The pinned host
  * tier picks its provider automatically. Errors: INVALID_ARGUMENT (NULL
@@ -53,7 +57,7 @@ FRAGCTL_API fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocato
 /** Waits for every stream that used the region, then frees it. NULL is accepted. */
 FRAGCTL_API void fragctl_checkpoint_destroy(fragctl_checkpoint_store* store);
 
-/** *ptr: a 512-byte aligned device buffer of `bytes` (> 0) for `layer`'s
+/** *ptr: a fragctl_checkpoint_alignment()-aligned device buffer of `bytes` (> 0) for `layer`'s
  * checkpoint, to be written by work queued on `stream` before the next call
  * into the store. OUT_OF_MEMORY when it cannot fit even after evicting every
  * evictable checkpoint; INVALID_ARGUMENT for zero bytes or a layer put twice. */

@@ -74,9 +74,15 @@ struct copy_event {
   }
 };
 
+/// What the store rounds its region and every checkpoint up to, and the
+/// alignment of every checkpoint's buffer: the allocators' min_alignment.
+/// fragctl.torch.offload_activations reads it through the C API
+/// (fragctl_checkpoint_alignment).
+inline constexpr std::size_t store_alignment = min_alignment;
+
 struct store_options {
   /// Device bytes for checkpoints: the size of the store's region (> 0,
-  /// rounded up to 512). Never exceeded. At least the largest checkpoint.
+  /// rounded up to store_alignment). Never exceeded. At least the largest checkpoint.
   std::size_t device_budget = 0;
   /// Checkpoints below the one backward is at that are fetched ahead.
   /// 0 fetches on demand only.
@@ -94,7 +100,7 @@ struct store_options {
 };
 
 /// What a store did. Device bytes count ranges of the region (sizes rounded
-/// up to 512); host bytes count checkpoint bytes with a host copy.
+/// up to store_alignment); host bytes count checkpoint bytes with a host copy.
 struct store_stats {
   std::size_t device_budget = 0;
   byte_gauge device;  ///< region bytes held by checkpoints, being fetched included

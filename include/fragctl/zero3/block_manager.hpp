@@ -163,7 +163,9 @@ class block_manager {
  public:
   /// Lays out `blocks` (execution order) for comm.size() ranks and allocates
   /// the long-lived buffers from `persistent`. `persistent`, `transient` and
-  /// `comm` must outlive the manager and share one backend (one device).
+  /// `comm` must outlive the manager and be on one backend and device (the
+  /// allocators may have two backend objects of it: the manager's streams
+  /// and events are `persistent`'s).
   /// Creates the communication stream. Throws invalid_argument for a bad
   /// layout or options, out_of_memory.
   block_manager(std::span<const block_spec> blocks, const options& opts, communicator& comm,

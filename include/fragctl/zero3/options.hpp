@@ -31,6 +31,10 @@ inline constexpr std::size_t default_element_bytes = 2;
 inline constexpr std::size_t deepspeed_prefetch_bucket_size = 50'000'000;
 inline constexpr std::size_t deepspeed_max_live_parameters = 1'000'000'000;
 inline constexpr std::size_t deepspeed_param_persistence_threshold = 100'000;
+/// DeepSpeed's reduce_bucket_size: the most trainable elements above the
+/// persistence threshold one block may have (fragctl.torch.zero3 checks it;
+/// one block's gradients fill one reduce bucket).
+inline constexpr std::size_t deepspeed_reduce_bucket_size = 500'000'000;
 
 struct options {
   /// Bytes of blocks gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size

@@ -1,45 +1,48 @@
 /* C API of the ZeRO-3 parameter-block manager (docs/zero3.md, "C API").
  *
  * A thin layer over fragctl::zero3::block_manager (block_manager.hpp states
- * the semantics). Nothing here throws: every call returns a status, and the
- * message of the last failure on the calling thread is
- * fragctl_zero3_last_error(). One thread drives one manager.
+ * the semantics), in the shape of the rest of the C API (fragctl.h): nothing
+ * here throws, every call returns a fragctl_status, and on failure
+ * fragctl_last_error() gives the message. One thread drives one manager.
  *
- * The backend comes from the environment as for every fragctl allocator
- * (FRAGCTL_BACKEND, FRAGCTL_CONF, FRAGCTL_POLICY); the manager builds two
- * allocators of that policy on it, one for long-lived and one for gathered
- * memory, unless fragctl_zero3_use_allocator gives it an allocator handle
- * before start (one pool shared with the framework: fragctl.torch.enable's).
+ * Memory. The manager allocates from two allocator handles of fragctl_create
+ * (any policy and backend; statistics, limits and reports are theirs): the
+ * long-lived one (shards, persistent parameters, gradient slices, reduce
+ * buckets) and the transient one (gathered blocks). They may be the same
+ * handle, e.g. a process-default allocator shared with the framework
+ * (fragctl.torch.enable's). Both must be on one backend and device, which is
+ * the manager's (collectives bind that device). The manager counts itself a
+ * dependent of each until fragctl_zero3_destroy: fragctl_destroy refuses
+ * them with FRAGCTL_ERROR_STATE meanwhile.
  *
+ *   fragctl_allocator* a = NULL;
+ *   fragctl_create("caching", NULL, "cuda", 0, &a);
  *   fragctl_zero3* z = NULL;
- *   fragctl_zero3_create("stage3_max_live_parameters:2e8", "nccl:rank=0,size=2,id_file=/tmp/job/id", &z);
+ *   fragctl_zero3_create(a, a, "stage3_max_live_parameters:2e8", "nccl:rank=0,size=2,id_file=/tmp/job/id", &z);
  *   fragctl_zero3_add_block(z, "layer.0", params, 9);  ... one per block, in execution order
  *   fragctl_zero3_start(z);                             lays out and allocates the shards
  *   fragctl_zero3_fetch(z, 0, stream, ptrs, sizes, 9);  ... use, then
  *   fragctl_zero3_release(z, 0, stream);
- *   fragctl_zero3_destroy(z);
+ *   fragctl_zero3_destroy(z); fragctl_destroy(a);
+ *
+ * Statuses besides fragctl.h's usual ones: FRAGCTL_ERROR_BUDGET (a fetch
+ * needs more than max_live_bytes leaves), FRAGCTL_ERROR_COLLECTIVE (a
+ * collective failed; the communicator is aborted), FRAGCTL_ERROR_TIMEOUT (a
+ * collective passed its deadline; aborted), FRAGCTL_ERROR_BACKEND (the GPU
+ * runtime or NCCL/RCCL failed or is missing).
  */
 #ifndef FRAGCTL_ZERO3_ZERO3_H
 #define FRAGCTL_ZERO3_ZERO3_H
 
 #include <stddef.h>
 
+#include "fragctl/fragctl.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct fragctl_zero3 fragctl_zero3;
-
-typedef enum fragctl_zero3_status {
-  FRAGCTL_ZERO3_OK = 0,
-  FRAGCTL_ZERO3_INVALID_ARGUMENT = 1, /* misuse, bad option, bad layout */
-  FRAGCTL_ZERO3_OUT_OF_MEMORY = 2,
-  FRAGCTL_ZERO3_BUDGET = 3,     /* a fetch needs more than max_live_bytes leaves */
-  FRAGCTL_ZERO3_COLLECTIVE = 4, /* a collective failed; the communicator is aborted */
-  FRAGCTL_ZERO3_TIMEOUT = 5,    /* a collective passed its deadline; aborted */
-  FRAGCTL_ZERO3_BACKEND = 6,    /* the GPU runtime or NCCL/RCCL failed or is missing */
-  FRAGCTL_ZERO3_ERROR = 7       /* anything else */
-} fragctl_zero3_status;
 
 typedef struct fragctl_zero3_param {
   const char* name;
@@ -48,17 +51,19 @@ typedef struct fragctl_zero3_param {
   int trainable;        /* 0: frozen (no gradient) */
 } fragctl_zero3_param;
 
-/* Creates a manager. `options`: zero3 options ("key:value,..." as
+/* Creates a manager on `long_lived` and `transient` (the same handle or two
+ * on one backend and device). `options`: zero3 options ("key:value,..." as
  * parse_options takes, NULL or "" for defaults). `communicator`:
  *   "local"                      one rank (threads on sim, NCCL/RCCL of size 1 on a GPU)
  *   "nccl:rank=R,size=N[,id_file=PATH][,timeout_ms=T][,library=PATH]"
  *   "rccl:..."                   the same with RCCL
  * Without id_file the unique id is read from FRAGCTL_NCCL_UNIQUE_ID. */
-fragctl_zero3_status fragctl_zero3_create(const char* options, const char* communicator, fragctl_zero3** out);
+FRAGCTL_API fragctl_status fragctl_zero3_create(fragctl_allocator* long_lived, fragctl_allocator* transient,
+                                                const char* options, const char* communicator, fragctl_zero3** out);
 /* Collectives run by the caller (fragctl.torch.zero3 passes torch.distributed's).
- * Each function runs one grouped operation and returns FRAGCTL_ZERO3_OK when
- * it is queued on `stream` (or done), FRAGCTL_ZERO3_COLLECTIVE when it failed,
- * FRAGCTL_ZERO3_TIMEOUT when it passed the caller's deadline; the manager then
+ * Each function runs one grouped operation and returns FRAGCTL_OK when it is
+ * queued on `stream` (or done), FRAGCTL_ERROR_COLLECTIVE when it failed,
+ * FRAGCTL_ERROR_TIMEOUT when it passed the caller's deadline; the manager then
  * fails with that status and a message naming the rank, the operation and
  * `tag` (the block). all_gather: for each part, recv receives `bytes` from
  * every rank, rank r's at recv + r * bytes (in place when send == recv +
@@ -93,37 +98,23 @@ typedef struct fragctl_zero3_collectives {
 
 /* As fragctl_zero3_create, with the caller's collectives (copied; `context`
  * must outlive the manager). */
-fragctl_zero3_status fragctl_zero3_create_with_collectives(const char* options, const fragctl_zero3_collectives* c,
-                                                           fragctl_zero3** out);
-struct fragctl_allocator; /* fragctl/fragctl.h */
-
-/* Makes `allocator` (a fragctl/fragctl.h handle, e.g. a process-default one)
- * the manager's only allocator: shards, persistent parameters, gradient
- * slices, reduce buckets and gathered blocks come from it, and the manager's
- * two own allocators are dropped. Without this call the manager keeps its
- * own two (the default). Before fragctl_zero3_start only; a second call
- * replaces the first allocator. The manager counts itself a dependent of the
- * handle until fragctl_zero3_destroy: fragctl_destroy refuses the handle
- * with FRAGCTL_ERROR_STATE meanwhile. The handle's thread-safety is what
- * makes sharing it safe (thread_safe, on by default). Both statistics
- * entries under "allocators" then describe this one allocator.
- * FRAGCTL_ZERO3_INVALID_ARGUMENT: `z` or `allocator` NULL, the manager
- * started, or the allocator on another backend or device than the manager
- * (FRAGCTL_BACKEND and the environment's device decide the manager's). */
-fragctl_zero3_status fragctl_zero3_use_allocator(fragctl_zero3* z, struct fragctl_allocator* allocator);
+FRAGCTL_API fragctl_status fragctl_zero3_create_with_collectives(fragctl_allocator* long_lived,
+                                                                 fragctl_allocator* transient, const char* options,
+                                                                 const fragctl_zero3_collectives* c,
+                                                                 fragctl_zero3** out);
 /* Adds a block of `count` parameters (execution order). Before start only. */
-fragctl_zero3_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name, const fragctl_zero3_param* params,
-                                             size_t count);
+FRAGCTL_API fragctl_status fragctl_zero3_add_block(fragctl_zero3* z, const char* name,
+                                                   const fragctl_zero3_param* params, size_t count);
 /* Lays out the blocks and allocates the shards. */
-fragctl_zero3_status fragctl_zero3_start(fragctl_zero3* z);
+FRAGCTL_API fragctl_status fragctl_zero3_start(fragctl_zero3* z);
 /* Gathers block `block`; writes up to `capacity` parameter views. */
-fragctl_zero3_status fragctl_zero3_fetch(fragctl_zero3* z, size_t block, void* stream, void** pointers, size_t* sizes,
-                                         size_t capacity);
-fragctl_zero3_status fragctl_zero3_release(fragctl_zero3* z, size_t block, void* stream);
+FRAGCTL_API fragctl_status fragctl_zero3_fetch(fragctl_zero3* z, size_t block, void* stream, void** pointers,
+                                               size_t* sizes, size_t capacity);
+FRAGCTL_API fragctl_status fragctl_zero3_release(fragctl_zero3* z, size_t block, void* stream);
 /* Where parameter `param` of `block` has bytes in this rank's shard (for
  * loading); *pointer is NULL when the rank holds none of it. */
-fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param, size_t* parameter_offset,
-                                            void** pointer, size_t* bytes);
+FRAGCTL_API fragctl_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size_t param,
+                                                  size_t* parameter_offset, void** pointer, size_t* bytes);
 /* This rank's T slice of `block` (trainable partitioned elements, in the
  * parameters' element type) and its gradient slice (gradient_type), the same
  * `elements` elements: what an optimizer steps. NULLs and 0 for a block
@@ -131,25 +122,25 @@ fragctl_zero3_status fragctl_zero3_shard_of(fragctl_zero3* z, size_t block, size
  * slice is not held (before the block's first reduce, after
  * fragctl_zero3_release_gradients) and may move after a release: read it
  * again after each backward. */
-fragctl_zero3_status fragctl_zero3_trainable_shard(fragctl_zero3* z, size_t block, void** data, void** gradient,
-                                                   size_t* elements);
+FRAGCTL_API fragctl_status fragctl_zero3_trainable_shard(fragctl_zero3* z, size_t block, void** data, void** gradient,
+                                                         size_t* elements);
 /* A persistent parameter (whole on every rank): its data and, if trainable,
  * its replicated gradient (gradient_type; NULL when frozen). *data is NULL
  * for a partitioned parameter. */
-fragctl_zero3_status fragctl_zero3_persistent(fragctl_zero3* z, size_t block, size_t param, void** data,
-                                              void** gradient);
-fragctl_zero3_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t block, void* stream, void** pointers,
-                                                   size_t* sizes, size_t capacity);
-fragctl_zero3_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream);
-fragctl_zero3_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stream);
+FRAGCTL_API fragctl_status fragctl_zero3_persistent(fragctl_zero3* z, size_t block, size_t param, void** data,
+                                                    void** gradient);
+FRAGCTL_API fragctl_status fragctl_zero3_begin_gradients(fragctl_zero3* z, size_t block, void* stream, void** pointers,
+                                                         size_t* sizes, size_t capacity);
+FRAGCTL_API fragctl_status fragctl_zero3_reduce_gradients(fragctl_zero3* z, size_t block, void* stream);
+FRAGCTL_API fragctl_status fragctl_zero3_finish_gradients(fragctl_zero3* z, void* stream);
 /* Frees every block's gradient slice (allocated again at each block's next
  * reduce); the caller's use of them is queued on `stream`. Call after the
  * optimizer step, e.g. at zero_grad(set_to_none=True), so no gradient is held
- * during the next forward. FRAGCTL_ZERO3_INVALID_ARGUMENT while a block holds
+ * during the next forward. FRAGCTL_ERROR_INVALID_ARGUMENT while a block holds
  * a reduce bucket (begin_gradients without its reduce_gradients yet). */
-fragctl_zero3_status fragctl_zero3_release_gradients(fragctl_zero3* z, void* stream);
-fragctl_zero3_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream);
-fragctl_zero3_status fragctl_zero3_synchronize(fragctl_zero3* z);
+FRAGCTL_API fragctl_status fragctl_zero3_release_gradients(fragctl_zero3* z, void* stream);
+FRAGCTL_API fragctl_status fragctl_zero3_end_step(fragctl_zero3* z, void* stream);
+FRAGCTL_API fragctl_status fragctl_zero3_synchronize(fragctl_zero3* z);
 /* --- The gradient path of a framework binding ----------------------------
  * (fragctl/zero3/gradient_flow.hpp states the semantics; docs/zero3.md,
  * "Gradients of a framework binding"). The binding reports each event; the
@@ -204,25 +195,25 @@ typedef struct fragctl_zero3_gradient_action {
  * nonzero where the shard's gradient is set, in the shards' order (per block:
  * its trainable slice, then its persistent trainable parameters); given with
  * FORWARD, FORWARD_IN_BACKWARD and the RESUME after a REPORT, else NULL and
- * 0. `stream`: the binding's current stream. FRAGCTL_ZERO3_INVALID_ARGUMENT
+ * 0. `stream`: the binding's current stream. FRAGCTL_ERROR_INVALID_ARGUMENT
  * for a bad event, block, parameter or shard count; a failed manager
  * operation returns its status, and the event's remaining actions are
  * dropped. */
-fragctl_zero3_status fragctl_zero3_gradient_event(fragctl_zero3* z, int event, size_t block, size_t param,
-                                                  void* stream, const unsigned char* gradients_set, size_t shards,
-                                                  fragctl_zero3_gradient_action* actions, size_t capacity,
-                                                  size_t* count, int* more);
+FRAGCTL_API fragctl_status fragctl_zero3_gradient_event(fragctl_zero3* z, int event, size_t block, size_t param,
+                                                        void* stream, const unsigned char* gradients_set,
+                                                        size_t shards, fragctl_zero3_gradient_action* actions,
+                                                        size_t capacity, size_t* count, int* more);
 /* --- end of the gradient path ------------------------------------------------ */
-
-/* Copies the statistics JSON (with a terminating NUL when it fits) and
- * returns its length; call with capacity 0 to size the buffer. */
-size_t fragctl_zero3_stats_json(fragctl_zero3* z, char* buffer, size_t capacity);
-/* The message of the last failure on this thread ("" when none). */
-const char* fragctl_zero3_last_error(void);
-/* The name of a status as spelled in this header ("FRAGCTL_ZERO3_TIMEOUT");
- * "FRAGCTL_ZERO3_UNKNOWN" for any other value. A static string. */
-const char* fragctl_zero3_status_string(fragctl_zero3_status status);
-void fragctl_zero3_destroy(fragctl_zero3* z);
+/* The statistics as the JSON object of docs/zero3.md ("Statistics"); release
+ * *json with fragctl_string_free. */
+FRAGCTL_API fragctl_status fragctl_zero3_stats_json(fragctl_zero3* z, char** json);
+/* The options' defaults as a JSON object, DeepSpeed's keys in its units
+ * (elements): stage3_max_live_parameters, stage3_prefetch_bucket_size,
+ * stage3_param_persistence_threshold, reduce_bucket_size; and alignment
+ * (bytes). Release *json with fragctl_string_free. */
+FRAGCTL_API fragctl_status fragctl_zero3_default_options_json(char** json);
+/* Frees the manager and its memory (into its allocators). NULL is accepted. */
+FRAGCTL_API void fragctl_zero3_destroy(fragctl_zero3* z);
 
 #ifdef __cplusplus
 }

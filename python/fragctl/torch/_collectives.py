@@ -5,8 +5,8 @@ Each C callback wraps the manager's buffers as tensors (CPU tensors over
 sim-backed memory; CUDA tensors through __cuda_array_interface__ on the
 manager's communication stream) and runs one torch.distributed collective on
 the given process group. A Python exception never crosses into C: it is
-recorded (``failure``) and the callback returns FRAGCTL_ZERO3_COLLECTIVE, or
-FRAGCTL_ZERO3_TIMEOUT when fragctl's deadline passed (or the group's timeout
+recorded (``failure``) and the callback returns FRAGCTL_ERROR_COLLECTIVE, or
+FRAGCTL_ERROR_TIMEOUT when fragctl's deadline passed (or the group's timeout
 expired). A BaseException that is not an Exception (KeyboardInterrupt,
 SystemExit) is kept in ``interrupt`` for the caller to re-raise once the
 manager has returned.
@@ -17,7 +17,7 @@ Deadlines (issue 31). Every collective is counted and recorded
 waited for until fragctl's deadline, ``deadline`` seconds after the callback
 was entered, which is earlier than the group's own timeout; past it the
 callback reads every rank's record from the store (``report``: who has not
-entered this collective) and returns FRAGCTL_ZERO3_TIMEOUT. Any other
+entered this collective) and returns FRAGCTL_ERROR_TIMEOUT. Any other
 failure reads the records too, so a rank that arrives after the others gave
 up learns that they did. On GPUs (NCCL) a call returns once queued, so the
 record says queued, not completed, and the deadline is PyTorch's watchdog's.
@@ -28,7 +28,8 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, Optional, Tuple
 
-from ._interop import ZERO3_COLLECTIVE, ZERO3_OK, ZERO3_TIMEOUT, stream_context, wrap
+from .. import _capi
+from ._interop import stream_context, wrap
 from ._progress import Progress
 
 
@@ -115,7 +116,7 @@ class TorchCollectives:
             if timed_out:
                 self.progress.give_up()
             self.report = self.progress.report()
-        return ZERO3_TIMEOUT if timed_out else ZERO3_COLLECTIVE
+        return _capi.TIMEOUT if timed_out else _capi.COLLECTIVE
 
     def _wait(self, work: Any) -> None:
         """Waits for `work` until the current collective's deadline; raises
@@ -152,7 +153,7 @@ class TorchCollectives:
                     else:
                         self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group)
             self.progress.leave()
-            return ZERO3_OK
+            return _capi.OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("all_gather", tag, e)
 
@@ -178,6 +179,6 @@ class TorchCollectives:
                     else:  # torch 1.13
                         self.dist._reduce_scatter_base(recv, send.clone(), group=self.group)
             self.progress.leave()
-            return ZERO3_OK
+            return _capi.OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("reduce_scatter", tag, e)

@@ -1,15 +1,13 @@
-"""The exceptions of fragctl.torch.zero3 and the one place that turns a
-fragctl_zero3_status into one of them."""
+"""The exceptions of fragctl.torch.zero3 and the one place that turns the
+fragctl_status of a failed block-manager call into one of them."""
 from typing import Any, Dict, Optional, Sequence
 
 from .. import _capi
-from ._interop import (ZERO3_COLLECTIVE, ZERO3_INVALID_ARGUMENT, ZERO3_OUT_OF_MEMORY, ZERO3_TIMEOUT,
-                       zero3_status_name)
 from ._progress import DEADLINE_FRACTION
 
 
 class Zero3Error(RuntimeError):
-    """A block-manager call failed; ``status`` is the fragctl_zero3_status value."""
+    """A block-manager call failed; ``status`` is the fragctl_status value."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
@@ -70,9 +68,9 @@ def _collective_message(status: int, collectives: Any, rank: int, c_message: str
     report = collectives.report or {"lines": [], "missing": [], "diverged": []}
     entry = collectives.failed
     what = progress.where(entry) if entry else "%s of %s" % (collective, tag)
-    if status == ZERO3_TIMEOUT and collectives.deadline_passed:
+    if status == _capi.TIMEOUT and collectives.deadline_passed:
         head = "zero3 rank %d: %s did not complete within %s" % (rank, what, _deadline_text(progress))
-    elif status == ZERO3_TIMEOUT:
+    elif status == _capi.TIMEOUT:
         head = "zero3 rank %d: %s timed out in torch.distributed (%s)" % (rank, what, _deadline_text(progress))
     else:
         head = "zero3 rank %d: %s failed" % (rank, what)
@@ -95,7 +93,7 @@ def _collective_message(status: int, collectives: Any, rank: int, c_message: str
 
 
 def raise_for_status(status: int, lib: Any, collectives: Any, rank: int) -> None:
-    """Raises what a failed fragctl_zero3 call means: first a
+    """Raises what a failed fragctl_zero3_* call's status means: first a
     KeyboardInterrupt (or other BaseException) a collective callback caught,
     then CollectiveTimeoutError / CollectiveError with the rank, collective
     and block of the failed collective, ValueError (invalid argument),
@@ -103,20 +101,20 @@ def raise_for_status(status: int, lib: Any, collectives: Any, rank: int) -> None
     interrupt, collectives.interrupt = collectives.interrupt, None
     if interrupt is not None:
         raise interrupt
-    message = lib.fragctl_zero3_last_error().decode(errors="replace")
-    if status in (ZERO3_COLLECTIVE, ZERO3_TIMEOUT):
+    message = lib.fragctl_last_error().decode(errors="replace")
+    if status in (_capi.COLLECTIVE, _capi.TIMEOUT):
         collective, block, _ = collectives.failure or ("", "", "")
         text = _collective_message(status, collectives, rank, message)
         report = collectives.report or {}
         entry = collectives.failed
         details = dict(sequence=entry[0] if entry else 0, missing=report.get("missing", ()),
                        peers=report.get("records"))
-        if status == ZERO3_TIMEOUT:
+        if status == _capi.TIMEOUT:
             raise CollectiveTimeoutError(text, status, rank, collective, block, deadline=collectives.progress.deadline,
                                          group_timeout=collectives.progress.group_timeout, **details)
         raise CollectiveError(text, status, rank, collective, block, **details)
-    if status == ZERO3_INVALID_ARGUMENT:
+    if status == _capi.INVALID_ARGUMENT:
         raise ValueError("fragctl.torch.zero3: " + message)
-    if status == ZERO3_OUT_OF_MEMORY:
+    if status == _capi.OUT_OF_MEMORY:
         raise _capi.OutOfMemoryError("fragctl.torch.zero3: " + message, "FRAGCTL_ERROR_OUT_OF_MEMORY")
-    raise Zero3Error("fragctl.torch.zero3: %s: %s" % (zero3_status_name(status), message), status)
+    raise Zero3Error("fragctl.torch.zero3: %s: %s" % (_capi.status_name(status), message), status)

@@ -1,6 +1,7 @@
 """What fragctl.torch's services share to work on the library's memory:
 native memory as tensors without a copy, the current stream as a handle,
-whether a backward pass is running, and the ZeRO-3 status codes.
+and whether a backward pass is running. (Status codes are fragctl._capi's,
+one vocabulary for every C function.)
 
 Memory: on CPU devices (fragctl's sim backend in backed mode) a tensor over
 host memory; on CUDA a tensor over ``__cuda_array_interface__`` (version 2,
@@ -13,19 +14,6 @@ import os
 from typing import Any, Optional
 
 from .. import _capi
-
-# fragctl_zero3_status values (stable, part of the ABI: fragctl/zero3/zero3.h);
-# their names come from the library (zero3_status_name).
-ZERO3_OK = 0
-(ZERO3_INVALID_ARGUMENT, ZERO3_OUT_OF_MEMORY, ZERO3_BUDGET, ZERO3_COLLECTIVE, ZERO3_TIMEOUT, ZERO3_BACKEND,
- ZERO3_ERROR) = range(1, 8)
-
-
-def zero3_status_name(status: int) -> str:
-    """The fragctl_zero3_status name of a code ("FRAGCTL_ZERO3_TIMEOUT"), as
-    the library spells it; "FRAGCTL_ZERO3_UNKNOWN" for a code it lacks."""
-    return _capi.library().fragctl_zero3_status_string(status).decode()
-
 
 class DeviceView:
     """Device memory described by __cuda_array_interface__ (version 2: no

@@ -35,12 +35,12 @@ keep only an empty tensor between uses.
   forward that a backward runs (a checkpoint's recompute) frees nothing; a
   backward that raised is settled at the next forward.
 
-Memory: the manager allocates shards, gradient slices, reduce buckets and
-gathered blocks from one fragctl allocator, ``shared_allocator``'s choice:
-the caller's, else PyTorch's own (the process-default allocator of the
-model's device) when fragctl.torch.enable is active, so that one pool serves
-both and memory the manager frees can hold tensors; else the manager's two
-private allocators.
+Memory: the manager allocates shards, gradient slices and reduce buckets
+from a long-lived allocator and gathered blocks from a transient one, as
+_pools.open_pools decides: the caller's (both), else PyTorch's own (the
+process-default allocator of the model's device) when fragctl.torch.enable
+is active, so that one pool serves both and memory the manager frees can
+hold tensors; else two private allocators made for the manager.
 
 Frozen parameters are gathered with their block and get no gradient buffer.
 Streams: all work is on the current stream (None on CPU); the manager orders
@@ -57,24 +57,10 @@ import json
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .. import Allocator, _capi, default_allocator
-from . import _collectives, _errors, _gradients, _interop
+from .. import Allocator, _capi
+from . import _collectives, _errors, _gradients, _interop, _pools
 from ._blocks import Block, ParamSpec, find_blocks, gather_function
 from ._gradients import GradientFlow
-
-
-def shared_allocator(torch: Any, device: Any, allocator: Optional[Allocator]) -> Optional[Allocator]:
-    """The allocator the manager of a model on ``device`` allocates from:
-    ``allocator`` if given; else, while fragctl.torch.enable is active and
-    the device is a GPU (CUDA or HIP, both ``cuda`` to torch), PyTorch's own,
-    the process-default allocator of that device; else None (the manager's
-    own two allocators)."""
-    if allocator is not None:
-        return allocator
-    from ._runtime import enabled
-    if enabled() is None or device.type != "cuda":
-        return None
-    return default_allocator(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _weak_describe(sharded: "ShardedModule") -> Any:
@@ -94,7 +80,7 @@ class ShardedModule(GradientFlow):
 
     ``allocator``: the fragctl.Allocator the manager allocates from (kept
     here until close(), which sets it to None), or None when the manager
-    uses two allocators of its own."""
+    uses two private allocators (``_pools``, closed by close())."""
 
     def __init__(self, torch: Any, module: Any, group: Any, options: str, deadline: float,
                  group_timeout: Optional[float], explicit_deadline: bool, block_types: Tuple[type, ...] = (),
@@ -116,24 +102,28 @@ class ShardedModule(GradientFlow):
         self._shards: List[List[Any]] = []
         self._hooks: List[Any] = []
         self.allocator: Optional[Allocator] = None
-        chosen = shared_allocator(torch, self.device, allocator)
         # Parameters are read and written as tensors on self.device, so the
         # manager's memory must be of that kind (issue 27 H4: a sim
-        # allocator without memory behind its addresses crashed the ranks).
-        if chosen is not None:
-            _interop.require_memory(chosen.memory_kind, self.device, "fragctl.torch.zero3.shard")
-        else:
-            _interop.require_memory(_capi.environment_memory_kind(), self.device, "fragctl.torch.zero3.shard",
-                                    environment=True)
-        handle = ctypes.c_void_p()
-        self._check(self._lib.fragctl_zero3_create_with_collectives(
-            options.encode(), ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p),
-            ctypes.byref(handle)))
+        # allocator without memory behind its addresses crashed the ranks);
+        # open_pools checks it.
+        if allocator is not None:
+            _pools.require_device(allocator, self.device, "fragctl.torch.zero3.shard")
+        parameter_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
+        self._pools = _pools.open_pools(torch, self.device, "fragctl.torch.zero3.shard", allocator,
+                                        _pools.zero3_private(self.device, parameter_bytes), roles=2)
+        try:
+            handle = ctypes.c_void_p()
+            self._check(self._pools.long_lived._call(lambda long_lived: self._pools.transient._call(
+                lambda transient: self._lib.fragctl_zero3_create_with_collectives(
+                    long_lived, transient, options.encode(),
+                    ctypes.cast(ctypes.pointer(self._collectives.struct), ctypes.c_void_p), ctypes.byref(handle)))))
+        except BaseException:
+            self._pools.close()
+            raise
         self._z = handle
         try:
-            self.allocator = chosen
-            if chosen is not None:
-                self._check(chosen._call(lambda h: self._lib.fragctl_zero3_use_allocator(self._z, h)))
+            self.allocator = allocator if allocator is not None else (
+                None if self._pools.owned else self._pools.long_lived)
             self._set_up(torch, module)
         except BaseException:
             self.close()  # the manager must not outlive a failed shard()
@@ -205,7 +195,7 @@ class ShardedModule(GradientFlow):
         return self._collectives.progress.record()
 
     def _check(self, status: int) -> None:
-        if status != _interop.ZERO3_OK:
+        if status != _capi.OK:
             _errors.raise_for_status(status, self._lib, self._collectives, self.rank)
 
     def _load(self, values: List[List[Any]]) -> None:
@@ -337,7 +327,7 @@ class ShardedModule(GradientFlow):
         if not getattr(self, "_z", None):
             raise _errors.Zero3Error("fragctl.torch.zero3: the ShardedModule is closed: its parameters went with its "
                                      "manager; shard the model again (load a full_state_dict() saved before close)",
-                                     _interop.ZERO3_ERROR)
+                                     _capi.STATE)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._require_open()
@@ -410,10 +400,9 @@ class ShardedModule(GradientFlow):
     def stats(self) -> Dict[str, Any]:
         """The manager's statistics (docs/zero3.md, "Statistics")."""
         self._require_open()
-        n = self._lib.fragctl_zero3_stats_json(self._z, None, 0)
-        buffer = ctypes.create_string_buffer(n + 1)
-        self._lib.fragctl_zero3_stats_json(self._z, buffer, n + 1)
-        return json.loads(buffer.value.decode())
+        out = ctypes.c_void_p()
+        self._check(self._lib.fragctl_zero3_stats_json(self._z, ctypes.byref(out)))
+        return json.loads(_capi.take_string(out))
 
     def close(self) -> None:
         """Frees the manager; the module keeps empty parameters and
@@ -430,6 +419,8 @@ class ShardedModule(GradientFlow):
         if getattr(self, "_z", None):
             self._lib.fragctl_zero3_destroy(self._z)
             self._z = None
+        if getattr(self, "_pools", None) is not None:
+            self._pools.close()  # the private allocators, after the manager that used them
         if getattr(self, "_collectives", None) is not None:
             self._collectives.close()  # stops publishing this rank's record
         self.allocator = None

@@ -43,10 +43,11 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from .. import Allocator, _capi, default_allocator
-from ._runtime import _torch, enabled
+from .. import Allocator, _capi
+from ._runtime import _torch
 from ._deepspeed import ConfigSource, DeepSpeedKeyNote, activation_checkpointing  # noqa: F401 (DeepSpeedKeyNote: API)
 from ._interop import backward_running, current_stream, require_memory, stream_context, wrap
+from ._pools import offload_backend, offload_private, offload_target, open_pools
 
 Size = Union[int, str]
 
@@ -64,7 +65,17 @@ def active() -> Optional["offload_activations"]:
     return stack[-1] if stack else None
 
 
-_STORE_ALIGNMENT = 512  # the store rounds its budget and every checkpoint up to this (docs/checkpoint.md)
+_alignment = 0
+
+
+def _store_alignment() -> int:
+    """What the store rounds its budget and every checkpoint up to
+    (docs/checkpoint.md): held once, in the library
+    (fragctl_checkpoint_alignment), read on first use."""
+    global _alignment
+    if not _alignment:
+        _alignment = _capi.library().fragctl_checkpoint_alignment()
+    return _alignment
 
 
 def _round_up(n: int, to: int) -> int:
@@ -222,9 +233,10 @@ class offload_activations:
         # crashed the process).
         self._allocator_kind = allocator.memory_kind if allocator is not None else None
         if allocator is not None:
-            require_memory(self._allocator_kind, self._torch.device("cpu" if self._backend() == "sim" else "cuda"),
+            store_backend = offload_backend(self._torch, backend, self._allocator_kind)
+            require_memory(self._allocator_kind, self._torch.device("cpu" if store_backend == "sim" else "cuda"),
                            "fragctl.torch.offload_activations")
-        self._own_allocator = None  # an Allocator this object created
+        self._pools = None  # the store's allocator (_pools.open_pools) while open
         self._store = None  # ctypes.c_void_p
         self._device = None  # the torch.device whose tensors move
         self._lock = threading.RLock()
@@ -247,55 +259,25 @@ class offload_activations:
 
     # --- the store --------------------------------------------------------
 
-    def _backend(self) -> str:
-        """The backend whose memory the store uses: ``backend`` if given;
-        else the given allocator's ("sim" for host memory); else "cuda" (or
-        "hip" on ROCm torch) where a GPU is available, else "sim"."""
-        torch = self._torch
-        if self._requested_backend is not None:
-            return self._requested_backend
-        if self._allocator_kind == "host":
-            return "sim"
-        if self._allocator_kind == "device" or torch.cuda.is_available():
-            return "hip" if getattr(torch.version, "hip", None) else "cuda"
-        return "sim"
-
     def _resolve(self) -> Tuple[str, Any]:
         """(backend, torch.device whose tensors move) as _open will choose
-        them; the device always carries its index ("cuda:0", never "cuda"),
-        the form a tensor's ``.device`` has."""
-        torch = self._torch
-        backend = self._backend()
-        if backend == "sim":
-            return backend, torch.device("cpu")
-        index = torch.cuda.current_device() if self._requested_device is None else self._requested_device
-        return backend, torch.device("cuda", index)
+        them (_pools.offload_target)."""
+        return offload_target(self._torch, self._requested_backend, self._requested_device, self._allocator_kind)
 
     def _open(self) -> None:
         backend, self._device = self._resolve()
-        device_index = self._device.index or 0
-        allocator = self._allocator
-        if allocator is None:
-            if backend != "sim" and enabled() is not None:
-                allocator = default_allocator(device_index)
-            else:
-                options = {}
-                if backend == "sim":
-                    # Backed: real host memory that CPU tensors can alias.
-                    options = {"sim_backed": True, "sim_capacity": self.budget + (64 << 20)}
-                self._own_allocator = Allocator("caching", backend=backend, device=device_index, **options)
-                allocator = self._own_allocator
+        pools = open_pools(self._torch, self._device, "fragctl.torch.offload_activations", self._allocator,
+                           offload_private(backend, self._device, self.budget))
         handle = ctypes.c_void_p()
         try:
-            _capi.check(allocator._call(_capi.library().fragctl_checkpoint_create, self.budget,
-                                        self.prefetch_depth, int(self.evict_ahead), ctypes.byref(handle)))
+            _capi.check(pools.long_lived._call(_capi.library().fragctl_checkpoint_create, self.budget,
+                                               self.prefetch_depth, int(self.evict_ahead), ctypes.byref(handle)))
         except BaseException:
-            if self._own_allocator is not None:  # no store: the private allocator goes too
-                self._own_allocator.close()
-                self._own_allocator = None
+            pools.close()  # no store: a private allocator goes too
             raise
         self._store = handle
-        self._allocator = allocator
+        self._pools = pools
+        self._allocator = pools.long_lived
 
     def close(self) -> None:
         """Frees the store (waiting for its copies) and its region. Tensors
@@ -307,10 +289,11 @@ class offload_activations:
                 self._generation += 1
                 self._live = 0
                 self._got.clear()
-            if self._own_allocator is not None:
-                self._own_allocator.close()
-                self._own_allocator = None
-                self._allocator = None
+            if self._pools is not None:
+                if self._pools.owned:
+                    self._allocator = None
+                self._pools.close()
+                self._pools = None
 
     def __del__(self) -> None:
         try:
@@ -397,7 +380,7 @@ class offload_activations:
             if earlier is not None:
                 self._shared += 1
                 return earlier
-        if nbytes > _round_up(self.budget, _STORE_ALIGNMENT):  # can never fit the region
+        if nbytes > _round_up(self.budget, _store_alignment()):  # can never fit the region
             return self._to_host(tensor, nbytes, key)
         source = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
         with self._lock:
@@ -494,7 +477,7 @@ class offload_activations:
         equals the largest saved tensor). Then they go to the host first."""
         lib, stream = _capi.library(), self._stream()
         if self._got and self.where(saved.layer) == "host" and self._region_free() < _round_up(saved.nbytes,
-                                                                                                _STORE_ALIGNMENT):
+                                                                                                _store_alignment()):
             self._spill_got()
         pointer = ctypes.c_void_p()
         status = lib.fragctl_checkpoint_get(self._store, saved.layer, stream, ctypes.byref(pointer))

@@ -16,23 +16,29 @@ with the reason, rather than silently ignored: a DeepSpeed user who sets
 keys DeepSpeed does not have (misspellings).
 """
 import math
-import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .. import Allocator
+from .. import Allocator, _capi
 from ._blocks import find_blocks
 from ._deepspeed import ConfigSource, DeepSpeedKeyNote, invalid, note, read_section, shown
 from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
 from ._progress import DEADLINE_FRACTION, group_timeout
 from ._sharded import ShardedModule
 
-# DeepSpeed's defaults, which are also the block manager's (docs/zero3.md).
-_DEFAULT_MAX_LIVE = 1_000_000_000
-_DEFAULT_PREFETCH = 50_000_000
-_DEFAULT_PERSISTENCE = 100_000
-_DEFAULT_REDUCE_BUCKET = 500_000_000
+
+_defaults: Optional[Dict[str, int]] = None
+
+
+def _default(key: str) -> int:
+    """DeepSpeed's default of a count, which is also the block manager's
+    (docs/zero3.md): held once, in the library (zero3/options.hpp), and read
+    through fragctl_zero3_default_options_json on first use."""
+    global _defaults
+    if _defaults is None:
+        _defaults = _capi.take_json(_capi.library().fragctl_zero3_default_options_json)
+    return _defaults[key]
 
 # What parse_config does with each DeepSpeed zero_optimization key (issue 31:
 # stock Hugging Face and DeepSpeed stage-3 configs are taken). Every rule is
@@ -134,17 +140,24 @@ class Zero3Config:
     """DeepSpeed stage-3 settings as the block manager reads them. Counts are
     elements, as in DeepSpeed; the manager budgets bytes (count x element size)."""
 
-    stage3_max_live_parameters: int = _DEFAULT_MAX_LIVE
-    stage3_prefetch_bucket_size: int = _DEFAULT_PREFETCH
-    stage3_param_persistence_threshold: int = _DEFAULT_PERSISTENCE
+    #: None (the default) takes DeepSpeed's default, the block manager's
+    #: (fragctl_zero3_default_options_json), as does every count below.
+    stage3_max_live_parameters: int = None  # type: ignore[assignment]
+    stage3_prefetch_bucket_size: int = None  # type: ignore[assignment]
+    stage3_param_persistence_threshold: int = None  # type: ignore[assignment]
     #: Elements reduced at once. The manager's two reduce buckets each hold
     #: one block's gradients, so a block (a module of ``block_types`` with its
     #: whole subtree) may not have more trainable elements above the
     #: persistence threshold than this (checked by ``shard``).
-    reduce_bucket_size: int = _DEFAULT_REDUCE_BUCKET
+    reduce_bucket_size: int = None  # type: ignore[assignment]
     #: The lines of the DeepSpeedKeyNote parse_config emitted: keys taken
     #: without DeepSpeed's effect, each with what fragctl does instead.
     notes: Tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        for key in _COUNTS:
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, _default(key))
 
     def options_string(self, element_bytes: int = 2, gradient_type: str = "bf16") -> str:
         """The block manager's option text (docs/zero3.md, "Options") for
@@ -322,10 +335,12 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     the group's store); one that fails otherwise raises CollectiveError. On
     GPUs PyTorch's NCCL watchdog enforces the group's timeout.
 
-    CPU models run the manager on fragctl's sim backend in backed mode (set
-    here for the call, unless FRAGCTL_BACKEND is set); CUDA models on the
-    backend of FRAGCTL_BACKEND (default: the first that finds a device), on
-    the model's device.
+    CPU models run the manager on fragctl's sim backend in backed mode
+    (unless FRAGCTL_BACKEND is set); CUDA models on the backend of
+    FRAGCTL_BACKEND (default: the first that finds a device), on the model's
+    device. The backend and device go to the allocators made for the
+    manager (fragctl/torch/_pools.py); the process environment is not
+    changed.
 
     Memory: ``allocator`` (a ``fragctl.Allocator`` on the manager's backend
     and device) is where the manager allocates everything, shards, gradient
@@ -333,8 +348,10 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     is (``TooLateError``). Without it, while ``fragctl.torch.enable()`` is
     active and the model is on a GPU, the manager allocates from PyTorch's
     own allocator (``fragctl.default_allocator(device)``), so memory it frees
-    can hold tensors and the reverse; otherwise it makes two private
-    allocators of the environment's policy.
+    can hold tensors and the reverse; otherwise two private allocators
+    (long-lived memory, gathered blocks) are made for it with the
+    environment's policy (FRAGCTL_POLICY, FRAGCTL_CONF), closed with the
+    ShardedModule.
 
     The manager's memory must be what the parameters can live in: host
     memory for a CPU model (sim in backed mode), GPU memory for a CUDA one.
@@ -349,7 +366,7 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     ``block_types``, a whole layer) with more trainable elements above the
     persistence threshold than ``reduce_bucket_size``; TypeError for an
     ``allocator`` that is not a ``fragctl.Allocator``, ValueError for one on
-    another backend or device than the manager, fragctl.ConfigurationError
+    another GPU than the model, fragctl.ConfigurationError
     (a ValueError) for memory the parameters cannot live in.
     """
     if allocator is not None and not isinstance(allocator, Allocator):
@@ -374,26 +391,8 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     text = cfg.options_string(first.element_size(), _GRADIENT_TYPES[str(first.dtype).replace("torch.", "")])
     group = process_group if process_group is not None else dist.group.WORLD
     deadline, group_seconds = _deadline(dist, group, timeout)
-    environment = {}
-    if first.device.type == "cpu" and "FRAGCTL_BACKEND" not in os.environ:
-        total = sum(p.numel() * p.element_size() for p in parameters)
-        environment = {"FRAGCTL_BACKEND": "sim", "FRAGCTL_POLICY": "caching",
-                       "FRAGCTL_CONF": "sim_backed:true,sim_capacity:%d" % max(8 * total, 256 << 20)}
-    elif first.device.type == "cuda" and first.device.index:  # the manager's backend on the model's device
-        conf = os.environ.get("FRAGCTL_CONF", "")
-        environment = {"FRAGCTL_CONF": (conf + "," if conf else "") + "device:%d" % first.device.index}
-    saved = {k: os.environ.get(k) for k in environment}
-    os.environ.update(environment)
-    try:
-        return ShardedModule(torch, model, group, text, deadline, group_seconds, timeout is not None,
-                             tuple(block_types), allocator)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
+    return ShardedModule(torch, model, group, text, deadline, group_seconds, timeout is not None,
+                         tuple(block_types), allocator)
 
 __all__ = ["CollectiveError", "CollectiveTimeoutError", "DEADLINE_FRACTION", "DeepSpeedKeyNote", "ShardedModule",
            "Zero3Config", "Zero3Error", "parse_config", "shard"]

@@ -253,6 +253,22 @@ void cuda_backend::do_synchronize_stream(stream_t stream) {
   }
 }
 
+// The primary context current until the binding ends; the token is the
+// thread's previous context (nullptr: none).
+std::uintptr_t cuda_backend::do_bind_device() {
+  CUcontext previous = nullptr;
+  if (const CUresult rc = api_.ctx_get_current(&previous); rc != CUDA_SUCCESS) fail(rc, "cuCtxGetCurrent");
+  if (previous != context_) {
+    if (const CUresult rc = api_.ctx_set_current(context_); rc != CUDA_SUCCESS) fail(rc, "cuCtxSetCurrent");
+  }
+  return reinterpret_cast<std::uintptr_t>(previous);
+}
+
+void cuda_backend::do_unbind_device(std::uintptr_t previous) noexcept {
+  const auto context = reinterpret_cast<CUcontext>(previous);  // NOLINT(performance-no-int-to-ptr)
+  if (context != context_) (void)api_.ctx_set_current(context);
+}
+
 void cuda_backend::do_wait_event(stream_t stream, event_t event) {
   context_scope scope(*this);
   const CUresult rc = api_.stream_wait_event(static_cast<CUstream>(stream), static_cast<CUevent>(event), 0);

@@ -16,6 +16,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cuda/cuda_driver.hpp"
@@ -62,6 +63,8 @@ class cuda_backend final : public device_backend {
   void do_synchronize_event(event_t event) override;
   void do_synchronize_stream(stream_t stream) override;
   void do_wait_event(stream_t stream, event_t event) override;
+  std::uintptr_t do_bind_device() override;
+  void do_unbind_device(std::uintptr_t previous) noexcept override;
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;

@@ -285,6 +285,21 @@ void hip_backend::do_synchronize_stream(stream_t stream) {
   }
 }
 
+// hipSetDevice until the binding ends; the token is the thread's previous device.
+std::uintptr_t hip_backend::do_bind_device() {
+  int previous = 0;
+  if (const hipError_t rc = api_.get_device(&previous); rc != hipSuccess) fail(rc, "hipGetDevice");
+  if (previous != ordinal_) {
+    if (const hipError_t rc = api_.set_device(ordinal_); rc != hipSuccess) fail(rc, "hipSetDevice");
+  }
+  return static_cast<std::uintptr_t>(previous);
+}
+
+void hip_backend::do_unbind_device(std::uintptr_t previous) noexcept {
+  const int device = static_cast<int>(previous);
+  if (device != ordinal_) (void)api_.set_device(device);
+}
+
 void hip_backend::do_wait_event(stream_t stream, event_t event) {
   device_scope scope(*this);
   const hipError_t rc =

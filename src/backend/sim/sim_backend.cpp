@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <iterator>
+#include <vector>
 
 #include "backend/sim/host_pages.hpp"
 #include "backend/sim/sim_state.hpp"
@@ -156,6 +157,37 @@ sim_backend::~sim_backend() {
 }
 
 int sim_backend::device() const noexcept { return state_->options.device; }
+
+namespace {
+
+/// This thread's live sim bindings, oldest first.
+thread_local std::vector<const sim_backend*> bound_backends;
+
+}  // namespace
+
+// The thread's bindings are a stack: a release pops this backend's, the
+// latest; any other release is out of order.
+std::uintptr_t sim_backend::do_bind_device() {
+  state_->bindings.fetch_add(1, std::memory_order_relaxed);
+  bound_backends.push_back(this);
+  return 0;
+}
+
+void sim_backend::do_unbind_device(std::uintptr_t /*previous*/) noexcept {
+  if (!bound_backends.empty() && bound_backends.back() == this) {
+    bound_backends.pop_back();
+    return;
+  }
+  state_->out_of_order.fetch_add(1, std::memory_order_relaxed);
+  const auto mine = std::find(bound_backends.rbegin(), bound_backends.rend(), this);
+  if (mine != bound_backends.rend()) bound_backends.erase(std::next(mine).base());
+}
+
+int sim_backend::bound_device() noexcept { return bound_backends.empty() ? -1 : bound_backends.back()->device(); }
+
+sim_backend::binding_counts sim_backend::bindings() const noexcept {
+  return {state_->bindings.load(std::memory_order_relaxed), state_->out_of_order.load(std::memory_order_relaxed)};
+}
 bool sim_backend::supports_virtual_memory() const noexcept { return state_->options.virtual_memory; }
 std::size_t sim_backend::granularity() const noexcept { return state_->options.granularity; }
 const sim_options& sim_backend::options() const noexcept { return state_->options; }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -169,6 +170,8 @@ struct sim_backend::state {
   // Fork-safe (a leaf: nothing else is locked under it but the logger), so a
   // forked child can use a device its parent's threads were using.
   mutable util::fork_safe_mutex mu;
+  std::atomic<std::uint64_t> bindings{0};      ///< bind_device calls
+  std::atomic<std::uint64_t> out_of_order{0};  ///< bindings released on another thread or out of order
   std::size_t used ABSL_GUARDED_BY(mu) = 0;  ///< raw + physical bytes
   std::uintptr_t fake_limit ABSL_GUARDED_BY(mu) = 0;  ///< end of this instance's window
   std::uintptr_t next_fake ABSL_GUARDED_BY(mu) = 0;   ///< set by the constructor

@@ -24,7 +24,6 @@
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/log.hpp"
-#include "zero3/collectives/device_runtime.hpp"
 #include "zero3/collectives/nccl_library.hpp"
 #include "zero3/collectives/nccl_rendezvous.hpp"
 
@@ -56,12 +55,11 @@ struct pending_op {
 class nccl_communicator final : public communicator {
  public:
   nccl_communicator(device_backend& backend, const nccl_options& options)
-      : lib_(nccl::load(options)), backend_(backend), options_(options),
-        runtime_(make_device_runtime(options.library, backend.device())) {
+      : lib_(nccl::load(options)), backend_(backend), options_(options) {
     const nccl::unique_id_t id = obtain_unique_id(lib_, options_);
     const auto started = clock::now();
     {
-      auto bound = runtime_->bind();
+      const device_binding bound = backend_.bind_device();
       nccl::config_v21700 config;
       const nccl::result_t r = lib_.comm_init_rank_config(&comm_, options_.size, id, options_.rank, &config);
       if (r != nccl::success && r != nccl::in_progress) {
@@ -87,7 +85,7 @@ class nccl_communicator final : public communicator {
     std::lock_guard lock(mutex_);
     if (comm_ != nullptr) {
       try {
-        auto bound = runtime_->bind();
+        const device_binding bound = backend_.bind_device();
         finalize_locked();
       } catch (const std::exception& e) {
         logger().warn("zero3 rank {}: closing the communicator: {}", rank(), e.what());
@@ -166,7 +164,7 @@ class nccl_communicator final : public communicator {
       std::lock_guard lock(mutex_);
       poll_locked();
       throw_if_failed_locked();
-      auto bound = runtime_->bind();
+      const device_binding bound = backend_.bind_device();
       (void)lib_.group_start();
       const nccl::result_t inner = calls();
       r = lib_.group_end();
@@ -271,7 +269,7 @@ class nccl_communicator final : public communicator {
   void abort_locked() noexcept {
     if (comm_ == nullptr) return;
     try {
-      auto bound = runtime_->bind();
+      const device_binding bound = backend_.bind_device();
       (void)lib_.comm_abort(comm_);
     } catch (...) {  // binding failed: the device is gone; abort without it
       (void)lib_.comm_abort(comm_);
@@ -319,7 +317,6 @@ class nccl_communicator final : public communicator {
   const nccl::library& lib_;
   device_backend& backend_;
   nccl_options options_;
-  std::unique_ptr<device_runtime> runtime_;
   nccl::comm_t comm_ = nullptr;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -230,7 +230,10 @@ class thread_communicator final : public communicator {
   [[nodiscard]] std::string_view name() const noexcept override { return "threads"; }
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept override { return group_->timeout(); }
 
+  // Each collective binds the device, as the NCCL communicator does: sim
+  // records the binding and checks its release.
   void all_gather(std::span<const gather_part> parts, stream_t stream, std::string_view tag) override {
+    const device_binding bound = sim_.bind_device();
     post mine{op_kind::all_gather, {parts.begin(), parts.end()}, {}, data_type::uint8, std::string(tag)};
     blocked_ns_ += group_->run(rank_, std::move(mine), [&](const std::vector<post>& all) {
       if (!move_data_) return;
@@ -248,6 +251,7 @@ class thread_communicator final : public communicator {
 
   void reduce_scatter(std::span<const scatter_part> parts, data_type type, stream_t stream,
                       std::string_view tag) override {
+    const device_binding bound = sim_.bind_device();
     post mine{op_kind::reduce_scatter, {}, {parts.begin(), parts.end()}, type, std::string(tag)};
     blocked_ns_ += group_->run(rank_, std::move(mine), [&](const std::vector<post>& all) {
       if (!move_data_) return;
