@@ -77,6 +77,27 @@ void graph_pools::add_user(c10::DeviceIndex device, c10::MempoolId_t id) {
   ++pool_of(device, id).use_count;
 }
 
+void graph_pools::set_use_on_oom(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom) {
+  const std::lock_guard lock(mutex_);
+  const auto it = pools_.find(id);
+  if (it == pools_.end()) {
+    TORCH_CHECK(!use_on_oom, "fragctl: setUseOnOOM for pool (", id.first, ", ", id.second, "), which does not exist");
+    return;
+  }
+  TORCH_CHECK(it->second.ref.device == device, "fragctl: setUseOnOOM on device ", device, " of a pool of device ",
+              it->second.ref.device);
+  it->second.use_on_oom = use_on_oom;
+}
+
+std::vector<pool_ref> graph_pools::use_on_oom_pools(c10::DeviceIndex device) {
+  const std::lock_guard lock(mutex_);
+  std::vector<pool_ref> out;
+  for (const auto& [id, p] : pools_) {
+    if (p.use_on_oom && p.ref.device == device) out.push_back(p.ref);
+  }
+  return out;
+}
+
 int graph_pools::use_count(c10::MempoolId_t id) {
   const std::lock_guard lock(mutex_);
   const auto it = pools_.find(id);

@@ -57,6 +57,12 @@ class graph_pools {
   void release(c10::DeviceIndex device, c10::MempoolId_t id);
   void add_user(c10::DeviceIndex device, c10::MempoolId_t id);
   [[nodiscard]] int use_count(c10::MempoolId_t id);
+  /// Whether pool `id` serves, as a last resort, allocations outside any
+  /// pool that the device's own allocator could not (MemPool(use_on_oom=True);
+  /// PyTorch sets it back to false before releasing the pool).
+  void set_use_on_oom(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom);
+  /// The pools of `device` that serve allocations the device's allocator refused.
+  [[nodiscard]] std::vector<pool_ref> use_on_oom_pools(c10::DeviceIndex device);
 
   /// The pool an allocation on (device, stream) goes to while a capture runs.
   [[nodiscard]] std::optional<pool_ref> capturing_pool(c10::DeviceIndex device, cudaStream_t stream);
@@ -86,6 +92,7 @@ class graph_pools {
   struct pool {
     pool_ref ref;
     int use_count = 0;
+    bool use_on_oom = false;
   };
   struct capture {
     c10::DeviceIndex device;

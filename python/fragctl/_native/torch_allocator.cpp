@@ -170,6 +170,9 @@ class allocator final : public cca::CUDAAllocator {
   void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id) override { pools_.end_capture(device, id); }
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override { pools_.release(device, id); }
   int getPoolUseCount(c10::DeviceIndex, c10::MempoolId_t id) override { return pools_.use_count(id); }
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom) override {
+    pools_.set_use_on_oom(device, id, use_on_oom);
+  }
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<cca::CUDAAllocator> allocator) override {
     TORCH_CHECK(allocator == nullptr || allocator.get() == this,
@@ -344,6 +347,15 @@ class allocator final : public cca::CUDAAllocator {
     void* ptr = nullptr;
     const fragctl_status status =
         outside_capture(capturing, [&] { return api.fragctl_malloc(target, &ptr, bytes, stream); });
+    if (status == FRAGCTL_ERROR_OUT_OF_MEMORY && !pool) {
+      // MemPool(use_on_oom=True): a pool serves what the device's allocator could not.
+      for (const pool_ref& fallback : pools_.use_on_oom_pools(device)) {
+        if (api.fragctl_malloc(fallback.allocator, &ptr, bytes, stream) == FRAGCTL_OK) {
+          history_.allocated(device, ptr, bytes, stream, fallback.id);
+          return ptr;
+        }
+      }
+    }
     if (status == FRAGCTL_ERROR_OUT_OF_MEMORY) out_of_memory(bytes, device, stream);
     check(status, "allocate");
     history_.allocated(device, ptr, bytes, stream, pool ? pool->id : c10::MempoolId_t{0, 0});
