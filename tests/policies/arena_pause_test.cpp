@@ -54,6 +54,16 @@ void build(world& w) {
   return ::testing::AssertionSuccess();
 }
 
+// A sim device of `granules` granules of G, backed, with or without virtual memory.
+sim_options device_of(std::size_t granules, bool virtual_memory = true) {
+  sim_options o;
+  o.capacity = granules * G;
+  o.granularity = G;
+  o.backed = true;
+  o.virtual_memory = virtual_memory;
+  return o;
+}
+
 std::vector<void*> addresses(const world& w) {
   std::vector<void*> out;
   for (const auto& b : w.blocks) out.push_back(b.p);
@@ -88,11 +98,7 @@ TEST(ArenaPause, AnotherOwnerUsesTheMemoryWhileTheArenaIsPaused) {
   // A device of 16 granules with 12 of them under live blocks: without the
   // pause another 12 granules do not fit (the positive control); paused, they
   // do, and after they are freed the arena resumes.
-  sim_options o;
-  o.capacity = 16 * G;
-  o.granularity = G;
-  o.backed = true;
-  sim_backend sim(o);
+  sim_backend sim(device_of(16));
   config cfg;
   cfg.arena_size = 16 * G;
   arena_policy arena(cfg, sim);
@@ -209,11 +215,7 @@ TEST(ArenaPause, AFailedResumeLeavesItPausedAndTheNextResumeRestoresEverything) 
 }
 
 TEST(ArenaPause, OnlyTheArenaOverVirtualMemoryPauses) {
-  sim_options o;
-  o.capacity = 64 * G;
-  o.granularity = G;
-  o.virtual_memory = false;
-  sim_backend flat(o);
+  sim_backend flat(device_of(64, /*virtual_memory=*/false));
   config cfg;
   cfg.fallback_size = 8 * G;
   arena_policy fallback(cfg, flat);

@@ -344,27 +344,6 @@ def check_mempool(torch):
             "held_outside": held_outside}
 
 
-def check_alloc_speed(torch, pairs=200_000):
-    """ns per allocate+free pair through the current allocator, from Python
-    (caching_allocator_alloc/delete: the allocator's raw_alloc/raw_delete)."""
-    import time
-    stream = torch.cuda.current_stream().cuda_stream
-    sizes = [512 * (1 + (i * 7919) % 2048) for i in range(1024)]
-    for s in sizes:  # warm the cache
-        torch.cuda.caching_allocator_delete(torch.cuda.caching_allocator_alloc(s, stream=stream))
-    alloc, free = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
-    live = []
-    t0 = time.perf_counter_ns()
-    for i in range(pairs):
-        live.append(alloc(sizes[i & 1023], stream=stream))
-        if len(live) > 64:
-            free(live.pop(0))
-    for p in live:
-        free(p)
-    t1 = time.perf_counter_ns()
-    return {"ns_per_pair": (t1 - t0) / pairs}
-
-
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
