@@ -28,13 +28,33 @@ std::unordered_map<void*, std::size_t> live_blocks(fragctl_allocator* allocator)
   return live;
 }
 
+namespace {
+thread_local std::string armed_region;  // graph_pools::arm_region
+}  // namespace
+
+void graph_pools::arm_region(std::string tag) { armed_region = std::move(tag); }
+
+fragctl_allocator* graph_pools::region_allocator(const std::string& tag, c10::DeviceIndex device) {
+  const std::lock_guard lock(mutex_);
+  for (const auto& [id, p] : pools_) {
+    if (!p.region.empty() && p.region == tag && p.ref.device == device) return p.ref.allocator;
+  }
+  return nullptr;
+}
+
 graph_pools::pool& graph_pools::pool_of(c10::DeviceIndex device, c10::MempoolId_t id) {
   auto [it, created] = pools_.try_emplace(id);
   pool& p = it->second;
   if (created) {
     p.ref.device = device;
     p.ref.id = id;
-    const fragctl_status status = api.fragctl_create("graph_pool:caching", nullptr, nullptr, device, &p.ref.allocator);
+    // A region is an arena (it pauses) with a live-block table (frees find their size there);
+    // a graph or MemPool pool keeps its freed blocks (graph_pool).
+    p.region = std::exchange(armed_region, std::string());
+    const bool region = !p.region.empty();
+    const fragctl_status status = api.fragctl_create(region ? "arena" : "graph_pool:caching",
+                                                     region ? "block_table:true" : nullptr, nullptr, device,
+                                                     &p.ref.allocator);
     if (status != FRAGCTL_OK) {
       pools_.erase(it);
       check(status, "graph pool allocator");

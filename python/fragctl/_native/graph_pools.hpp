@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -64,6 +65,13 @@ class graph_pools {
   /// The pools of `device` that serve allocations the device's allocator refused.
   [[nodiscard]] std::vector<pool_ref> use_on_oom_pools(c10::DeviceIndex device);
 
+  /// Makes the next pool this thread creates a *region* named `tag`
+  /// (fragctl.torch.region): an `arena` allocator that can pause and resume,
+  /// instead of a graph_pool one. An empty tag disarms.
+  static void arm_region(std::string tag);
+  /// The allocator of region `tag` on `device`, or nullptr.
+  [[nodiscard]] fragctl_allocator* region_allocator(const std::string& tag, c10::DeviceIndex device);
+
   /// The pool an allocation on (device, stream) goes to while a capture runs.
   [[nodiscard]] std::optional<pool_ref> capturing_pool(c10::DeviceIndex device, cudaStream_t stream);
   /// The pool whose live block `ptr` is, with the block's size and stream.
@@ -93,6 +101,7 @@ class graph_pools {
     pool_ref ref;
     int use_count = 0;
     bool use_on_oom = false;
+    std::string region;  // fragctl.torch.region's tag; empty for a graph or MemPool pool
   };
   struct capture {
     c10::DeviceIndex device;

@@ -295,6 +295,11 @@ class allocator final : public cca::CUDAAllocator {
     if (owner->pool != c10::MempoolId_t{0, 0}) pools_.retire_if_unused(owner->pool);
   }
 
+  /// fragctl.torch.region's allocator of `tag` on `device`, or nullptr.
+  fragctl_allocator* region_allocator(const std::string& tag, c10::DeviceIndex device) {
+    return pools_.region_allocator(tag, device);
+  }
+
  private:
   fragctl_allocator* default_allocator(c10::DeviceIndex device) {
     TORCH_CHECK(device >= 0 && device < static_cast<c10::DeviceIndex>(defaults_.size()), "fragctl: device ", device,
@@ -436,4 +441,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       pybind11::arg("library"),
       "The allocator (created once per process) over the libfragctl.so at `library`, ready for "
       "torch.cuda.memory.change_current_allocator.");
+  m.def("arm_region", &fragctl_torch::graph_pools::arm_region, pybind11::arg("tag"),
+        "Makes the next memory pool this thread creates the region `tag` (an arena that can pause); "
+        "'' disarms. fragctl.torch.region calls it around torch.cuda.MemPool().");
+  m.def(
+      "region_allocator",
+      [](const std::string& tag, int device) -> std::uintptr_t {
+        auto& a = fragctl_torch::instance();
+        return a == nullptr ? 0
+                            : reinterpret_cast<std::uintptr_t>(
+                                  a->region_allocator(tag, static_cast<c10::DeviceIndex>(device)));
+      },
+      pybind11::arg("tag"), pybind11::arg("device"),
+      "The fragctl_allocator* of region `tag` on `device` (0 when there is none), for fragctl.torch.pause.");
 }

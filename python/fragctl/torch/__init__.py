@@ -170,38 +170,87 @@ def enable(policy="arena", backend=None, route="auto", **options):
 
 
 
-def _paused_allocator(call, device):
+_regions = {}  # (tag, device) -> the torch.cuda.MemPool of fragctl.torch.region(tag) there
+
+
+def _device_index(torch, device):
+    return torch.cuda.current_device() if device is None else torch.device("cuda", device).index
+
+
+def region(tag):
+    """``with fragctl.torch.region(tag):`` allocates the CUDA tensors made
+    inside (on the current device, by this thread) in a region of fragctl's
+    memory of its own, so that ``pause(tag=tag)`` can hand exactly them back
+    to the GPU while everything else stays (a trainer's weights and optimizer
+    state while an inference engine in the same process keeps its memory).
+    A region is a ``torch.cuda.MemPool`` whose allocator is a fragctl
+    ``arena``; entering it again reuses it. Needs enable() on the native
+    route."""
+    torch = _torch()
+    if _enabled is None or _route != "native":
+        raise _capi.TooLateError("fragctl.torch.region(): needs fragctl.torch.enable() on the native route (this "
+                                 "process: %s)" % ("route %s" % _route if _enabled else "not enabled"),
+                                 "FRAGCTL_ERROR_STATE")
+    key = (str(tag), torch.cuda.current_device())
+    pool = _regions.get(key)
+    if pool is None:
+        from .. import _native
+        module = _native.load()
+        module.arm_region(key[0])
+        try:
+            pool = torch.cuda.MemPool()
+        finally:
+            module.arm_region("")
+        _regions[key] = pool
+    return torch.cuda.use_mem_pool(pool)
+
+
+def _pausable(call, device, tag):
+    """(torch, device index, the fragctl.Allocator pause/resume act on)."""
     torch = _torch()
     if _enabled is None:
         raise _capi.TooLateError("fragctl.torch.%s(): fragctl.torch.enable() did not run in this process: PyTorch's "
                                  "memory is not fragctl's" % call, "FRAGCTL_ERROR_STATE")
-    index = torch.cuda.current_device() if device is None else torch.device("cuda", device).index
-    from .. import default_allocator
-    return torch, index, default_allocator(index)
+    index = _device_index(torch, device)
+    from .. import Allocator, default_allocator
+    if tag is None:
+        return torch, index, default_allocator(index)
+    from .. import _native
+    handle = _native.load().region_allocator(str(tag), index) if (str(tag), index) in _regions else 0
+    if not handle:
+        raise _capi.ConfigurationError("fragctl.torch.%s(tag=%r): no fragctl.torch.region(%r) on device %d"
+                                       % (call, tag, tag, index), "FRAGCTL_ERROR_INVALID_ARGUMENT")
+    import ctypes
+    return torch, index, Allocator._wrap(ctypes.c_void_p(handle))
 
 
-def pause(keep="none", device=None):
-    """Hands the device memory under every tensor fragctl holds on
-    ``device`` (default: the current one) back to the GPU, keeping every
-    tensor's address, so that another process (an inference engine) can use
-    it; ``resume()`` maps fresh memory at the same addresses. ``keep="host"``
-    copies the contents to pinned host memory first and resume() writes them
-    back; with ``"none"`` they are undefined after resume (e.g. a KV cache to
-    be refilled). Waits for the device's queued work first. Until resume()
-    no CUDA tensor can be allocated on the device (fragctl.FragctlError);
-    tensors can be freed. Needs enable() with the ``arena`` policy. CUDA
-    graph pools keep their memory (docs/interop.md, "Pause and resume")."""
-    torch, index, allocator = _paused_allocator("pause", device)
+def pause(keep="none", device=None, tag=None):
+    """Hands the device memory under fragctl's tensors on ``device``
+    (default: the current one) back to the GPU, keeping every tensor's
+    address, so that another process or library can use it; ``resume()``
+    maps fresh memory at the same addresses. ``tag=None`` pauses every
+    tensor of the device's default allocator (all of fragctl's memory there
+    but regions and graph pools); ``tag=T`` only those allocated under
+    ``with fragctl.torch.region(T):``, and allocations elsewhere go on.
+    ``keep="host"`` copies the contents to pinned host memory first and
+    resume() writes them back; with ``"none"`` they are undefined after
+    resume (e.g. a KV cache to be refilled). Waits for the device's queued
+    work first. Until resume() nothing can be allocated in what is paused
+    (fragctl.FragctlError); tensors can be freed. Needs enable() with the
+    ``arena`` policy (a region is always an arena). CUDA graph pools keep
+    their memory (docs/interop.md, "Pause and resume")."""
+    torch, index, allocator = _pausable("pause", device, tag)
     torch.cuda.synchronize(index)
     allocator.pause(keep)
 
 
-def resume(device=None):
-    """Maps fresh device memory under every tensor pause() released, at the
-    same addresses, restoring the contents pause(keep="host") kept; tensors
-    and CUDA graphs captured before the pause work as before. Raises
+def resume(device=None, tag=None):
+    """Maps fresh device memory under every tensor pause() released (of
+    region ``tag``, or of the default allocator), at the same addresses,
+    restoring the contents pause(keep="host") kept; tensors and CUDA graphs
+    captured before the pause work as before. Raises
     fragctl.OutOfMemoryError while the device cannot give the memory back
     (another process still holds it); then it stays paused and resume() may
     be called again."""
-    _, _, allocator = _paused_allocator("resume", device)
+    _, _, allocator = _pausable("resume", device, tag)
     allocator.resume()
