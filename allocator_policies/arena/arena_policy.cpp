@@ -515,8 +515,17 @@ void arena_policy::do_enable_peer_access(int peer) {
     throw invalid_argument(fmt::format("arena: enable_peer_access({}): a peer is another device's ordinal", peer));
   }
   if (!s.granules) return;  // the fallback block is a plain device allocation: the runtime's peer access covers it
+  const bool added = std::find(s.backend.access_peers().begin(), s.backend.access_peers().end(), peer) ==
+                     s.backend.access_peers().end();
   s.backend.add_access_peer(peer);  // every later set_access grants it
-  s.granules->grant_access_again();
+  try {
+    s.granules->grant_access_again();
+  } catch (...) {
+    // A peer whose grants fail must not make every later mapping fail: the
+    // backend forgets it (spans already granted keep their access).
+    if (added) s.backend.remove_access_peer(peer);
+    throw;
+  }
 }
 
 std::size_t arena_policy::paused_bytes() const noexcept {

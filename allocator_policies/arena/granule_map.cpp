@@ -492,12 +492,16 @@ bool granule_map::pause(bool keep_contents, stream_t stream) {
       }
     }
   } catch (...) {
-    // Map the released spans back (the kept contents with them) so that the
-    // arena is as before; what that cannot map stays paused for resume().
-    try {
-      (void)resume(stream);
-    } catch (const std::exception& e) {
-      logger().error("arena: undoing a failed pause: {}", e.what());
+    // With the contents kept, map the released spans back with them so that
+    // the arena is as before (what that cannot map stays paused for
+    // resume()). Without, their contents are gone: they stay paused, and the
+    // caller sees paused() and resumes, as after a pause that succeeded.
+    if (keep_contents) {
+      try {
+        (void)resume(stream);
+      } catch (const std::exception& e) {
+        logger().error("arena: undoing a failed pause: {}", e.what());
+      }
     }
     throw;
   }
@@ -678,7 +682,7 @@ std::size_t granule_map::longest_mapped(std::uintptr_t addr, std::size_t bytes) 
   for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
     const std::uintptr_t lo = std::max(addr, base_ + (g << shift_));
     const std::uintptr_t hi = std::min(end, base_ + ((g + 1) << shift_));
-    run = granules_[g].span != nil ? run + (hi - lo) : 0;
+    run = mapped(g) ? run + (hi - lo) : 0;
     best = std::max(best, run);
   }
   return best;

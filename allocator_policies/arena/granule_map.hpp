@@ -80,8 +80,9 @@
 // fresh handle at each paused span that a live block still touches (a span
 // whose blocks were all freed while paused is dropped), then copies the
 // contents back. Both are transactions over the spans: a pause that fails
-// midway maps fresh memory back at the spans it had released (their
-// contents are lost only if it kept none), and a resume that fails midway
+// midway maps fresh memory back at the spans it had released, with their
+// contents, when it kept them (without, they stay paused: their contents
+// are gone, and the caller resumes as after a pause), and a resume that fails midway
 // unmaps and releases what it mapped, so every span is either mapped or
 // paused, the counts are exact, and the call can be made again. While
 // paused nothing may be allocated (arena_policy refuses); frees are

@@ -239,6 +239,10 @@ class device_backend {
   /// "not_supported" where the backend has no peers: the sim's are devices
   /// 0 .. sim_options::devices - 1).
   void add_access_peer(int peer);
+  /// Undoes add_access_peer(peer) for later set_access calls (ranges already
+  /// granted keep their access); a peer never added is ignored. For an
+  /// allocator whose grant failed midway (arena_policy::enable_peer_access).
+  void remove_access_peer(int peer) noexcept;
   /// The devices add_access_peer added, in that order.
   [[nodiscard]] const std::vector<int>& access_peers() const noexcept { return peers_; }
 
@@ -284,6 +288,8 @@ class device_backend {
   /// Checks `peer` (not this device, not added before) and makes do_set_access
   /// grant it from now on. The default refuses (not_supported).
   virtual void do_add_access_peer(int peer);
+  /// Forgets the `index`-th peer added (0-based, in add order). The default does nothing.
+  virtual void do_remove_access_peer(std::size_t /*index*/) noexcept {}
 
   void count(backend_call c) noexcept {
     calls_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);

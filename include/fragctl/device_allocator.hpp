@@ -135,14 +135,16 @@ class device_allocator {
   /// keeping each block's address (reserved address space): another
   /// process, or another allocator, can use the memory until resume() maps
   /// fresh memory at the same addresses (docs/interop.md, "Pause and
-  /// resume"). Waits for pending frees first; gives back cached memory too.
-  /// Until resume(), allocate throws invalid_argument; frees are taken as
-  /// always. Returns false, nothing changed but the cache given back, when
+  /// resume"). The caller must have synchronized the work that uses the
+  /// blocks; pause waits only for pending frees, then gives back cached
+  /// memory too. Until resume(), allocate throws invalid_argument; frees are
+  /// taken as always. Returns false, nothing released but the cache, when
   /// pinned host memory for `keep == host` runs out. Throws invalid_argument
   /// when the policy cannot pause (only `arena` over virtual memory can) or
-  /// it is paused already; backend_error when a runtime call fails: every
-  /// block is then mapped again where possible, and what could not be stays
-  /// paused for resume().
+  /// it is paused already; backend_error when a runtime call fails: with
+  /// `keep == host` every block is then mapped again, with its contents,
+  /// where possible; with `none` what was released stays paused (paused()
+  /// says whether resume() is needed).
   [[nodiscard]] bool pause(pause_keep keep) { return do_pause(keep); }
 
   /// Maps fresh physical memory under every block paused by pause(), at the

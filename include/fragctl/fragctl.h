@@ -148,13 +148,16 @@ typedef enum fragctl_pause_keep {
 /** Gives the physical memory under every block of `allocator` back to the
  * device while keeping each block's address, so that another process or
  * library can use it (a trainer and an inference engine taking turns on one
- * GPU; docs/interop.md). Waits for pending frees first. Until fragctl_resume,
- * fragctl_malloc fails with INVALID_ARGUMENT; frees are taken. OUT_OF_MEMORY
- * (nothing changed) when pinned host memory for FRAGCTL_PAUSE_KEEP_HOST runs
- * out; STATE when already paused; INVALID_ARGUMENT when the policy cannot
- * pause (only `arena`, over virtual memory, can); BACKEND when a runtime call
- * fails: what was released is then mapped back where possible, and
- * fragctl_paused says whether a fragctl_resume is still needed. */
+ * GPU; docs/interop.md). The caller must first have synchronized the work
+ * that uses the blocks (every stream; fragctl.torch.pause synchronizes the
+ * device): the pause waits only for pending frees, then copies and unmaps.
+ * Until fragctl_resume, fragctl_malloc fails with INVALID_ARGUMENT; frees are
+ * taken. OUT_OF_MEMORY when pinned host memory for FRAGCTL_PAUSE_KEEP_HOST
+ * runs out (nothing is released but the cache); STATE when already paused;
+ * INVALID_ARGUMENT when the policy cannot pause (only `arena`, over virtual
+ * memory, can); BACKEND when a runtime call fails: with the contents kept,
+ * what was released is mapped back with them where possible; without, it
+ * stays paused; fragctl_paused says whether a fragctl_resume is needed. */
 FRAGCTL_API fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep /* fragctl_pause_keep */);
 
 /** Maps fresh physical memory under every paused block, at the same

@@ -222,6 +222,13 @@ void device_backend::add_access_peer(int peer) {
   peers_.push_back(peer);
 }
 
+void device_backend::remove_access_peer(int peer) noexcept {
+  const auto it = std::find(peers_.begin(), peers_.end(), peer);
+  if (it == peers_.end()) return;
+  do_remove_access_peer(static_cast<std::size_t>(it - peers_.begin()));
+  peers_.erase(it);
+}
+
 void device_backend::do_add_access_peer(int peer) {
   throw backend_error(fmt::format("{} backend: device {} cannot grant peers access to its memory (peer {})",
                                   name(), device(), peer),

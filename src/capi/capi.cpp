@@ -326,7 +326,7 @@ fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep) {
     if (a.paused()) return fail(FRAGCTL_ERROR_STATE, "fragctl_pause: the allocator is paused already");
     if (!a.pause(keep == FRAGCTL_PAUSE_KEEP_HOST ? fragctl::pause_keep::host : fragctl::pause_keep::none)) {
       return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
-                  "fragctl_pause: pinned host memory for the blocks' contents ran out; nothing was released");
+                  "fragctl_pause: pinned host memory for the blocks' contents ran out; only the cache was released");
     }
     return FRAGCTL_OK;
   });

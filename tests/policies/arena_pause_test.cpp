@@ -162,15 +162,39 @@ TEST(ArenaPause, AFailedPauseMapsBackWhatItReleasedWithTheContents) {
     SCOPED_TRACE(::testing::Message() << "unmap " << k << " fails");
     world w(one_granule_spans());
     build(w);
-    w.sim->fail_nth(sim_fault_target::unmap, k + 1);  // the first unmap gives back the cached granules
+    w.arena->release_cached();  // so that the pause's unmaps are the live spans', one each
+    const std::uint64_t created = w.sim->counters().of(backend_call::create_physical);
+    w.sim->fail_nth(sim_fault_target::unmap, k);
     EXPECT_THROW((void)w.arena->pause(pause_keep::host), backend_error);
     w.sim->reset_faults();
+    if (k >= 2) {  // k - 1 spans were released before the failing unmap: the undoing mapped them anew
+      EXPECT_GT(w.sim->counters().of(backend_call::create_physical), created);
+    }
     EXPECT_FALSE(w.arena->paused()) << "the pause was undone";
     EXPECT_TRUE(w.consistent());
     w.take(G);
     EXPECT_TRUE(w.consistent());
     w.tear_down();
   }
+}
+
+TEST(ArenaPause, AFailedPauseWithoutContentsLeavesWhatItReleasedPaused) {
+  world w(one_granule_spans());
+  build(w);
+  w.arena->release_cached();  // so that the pause's unmaps are the live spans', one each
+  w.sim->fail_nth(sim_fault_target::unmap, 2);  // one live span released, then the failure
+  EXPECT_THROW((void)w.arena->pause(pause_keep::none), backend_error);
+  w.sim->reset_faults();
+  EXPECT_TRUE(w.arena->paused()) << "released contents are gone: the caller resumes, as after a pause";
+  EXPECT_GT(w.arena->paused_bytes(), 0U);
+  EXPECT_THROW((void)w.arena->allocate(G), invalid_argument);
+  ASSERT_TRUE(w.arena->resume());
+  for (auto& b : w.blocks) {
+    ASSERT_TRUE(w.sim->accessible(b.p, b.bytes));
+    testing_arena::fill(b.p, b.bytes, b.seed);  // the released blocks' contents are new memory's
+  }
+  EXPECT_TRUE(w.consistent());
+  w.tear_down();
 }
 
 TEST(ArenaPause, RunningOutOfHostMemoryRefusesThePauseAndChangesNothing) {
@@ -191,18 +215,15 @@ TEST(ArenaPause, RunningOutOfHostMemoryRefusesThePauseAndChangesNothing) {
 }
 
 TEST(ArenaPause, AFailedResumeLeavesItPausedAndTheNextResumeRestoresEverything) {
-  struct fault {
-    sim_fault_target target;
-    bool throws;  // a runtime error (else the device refuses: resume returns false)
-  };
-  for (const fault f : {fault{sim_fault_target::create_physical, false}, fault{sim_fault_target::map, false},
-                        fault{sim_fault_target::set_access, false}}) {
+  // The device refuses (resume returns false): a create, a map or a set_access fails.
+  for (const sim_fault_target target :
+       {sim_fault_target::create_physical, sim_fault_target::map, sim_fault_target::set_access}) {
     for (std::uint64_t k = 1; k <= 3; ++k) {
-      SCOPED_TRACE(::testing::Message() << "call kind " << static_cast<int>(f.target) << ", call " << k);
+      SCOPED_TRACE(::testing::Message() << "call kind " << static_cast<int>(target) << ", call " << k);
       world w(one_granule_spans());
       build(w);
       ASSERT_TRUE(w.arena->pause(pause_keep::host));
-      w.sim->fail_nth(f.target, k);
+      w.sim->fail_nth(target, k);
       EXPECT_FALSE(w.arena->resume());
       w.sim->reset_faults();
       EXPECT_TRUE(w.arena->paused());

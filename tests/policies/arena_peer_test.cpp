@@ -71,6 +71,7 @@ TEST(ArenaPeerAccess, BadPeersAreRefusedAndAFailedGrantCanBeRetried) {
 
   sim.fail_nth(sim_fault_target::set_access, 1);
   EXPECT_THROW(arena.enable_peer_access(1), backend_error);
+  EXPECT_TRUE(sim.access_peers().empty()) << "a peer whose grant failed is not in every later mapping's list";
   sim.reset_faults();
   arena.enable_peer_access(1);
   EXPECT_TRUE(sim.accessible_from(1, a, 4 * G)) << "the second call granted what the first could not";

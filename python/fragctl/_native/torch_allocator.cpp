@@ -354,21 +354,23 @@ class allocator final : public cca::CUDAAllocator {
         outside_capture(capturing, [&] { return api.fragctl_malloc(target, &ptr, bytes, stream); });
     if (status == FRAGCTL_ERROR_OUT_OF_MEMORY && !pool) {
       // MemPool(use_on_oom=True): a pool serves what the device's allocator could not.
+      const std::string why = api.fragctl_last_error();  // the device allocator's diagnosis, for the error
       for (const pool_ref& fallback : pools_.use_on_oom_pools(device)) {
         if (api.fragctl_malloc(fallback.allocator, &ptr, bytes, stream) == FRAGCTL_OK) {
           history_.allocated(device, ptr, bytes, stream, fallback.id);
           return ptr;
         }
       }
+      out_of_memory(bytes, device, stream, why);
     }
-    if (status == FRAGCTL_ERROR_OUT_OF_MEMORY) out_of_memory(bytes, device, stream);
+    if (status == FRAGCTL_ERROR_OUT_OF_MEMORY) out_of_memory(bytes, device, stream, api.fragctl_last_error());
     check(status, "allocate");
     history_.allocated(device, ptr, bytes, stream, pool ? pool->id : c10::MempoolId_t{0, 0});
     return ptr;
   }
 
-  [[noreturn]] void out_of_memory(std::size_t bytes, c10::DeviceIndex device, cudaStream_t stream) {
-    const std::string message = api.fragctl_last_error();
+  [[noreturn]] void out_of_memory(std::size_t bytes, c10::DeviceIndex device, cudaStream_t stream,
+                                  const std::string& message) {
     fragctl_allocator* a = default_allocator(device);
     device_memory memory;
     (void)api.fragctl_device_memory(a, &memory.free, &memory.total);

@@ -53,8 +53,11 @@ class GradientFlow:
                     self._fetch(self._blocks[a.block], for_module=False)
                 elif what == KEEP:
                     kept[a.slot] = value
+                # A kept tensor leaves `kept` only once the arithmetic that uses it is done, so that an
+                # error in it (out of memory) leaves the slots as the manager believes them.
                 elif what == ADD_KEPT:
-                    value = kept.pop(a.slot) + value
+                    value = kept[a.slot] + value
+                    del kept[a.slot]
                 elif what == TAKE:
                     value = kept.pop(a.slot)
                 elif what == BUCKET_COPY:
@@ -74,7 +77,7 @@ class GradientFlow:
                 elif what == ZERO_VIEW:
                     shards[a.shard][1].zero_()
                 elif what == DROP:
-                    del kept[a.slot]
+                    kept.pop(a.slot, None)
                 elif what == KEEP_SLICE:
                     kept[a.slot] = self._slice(a).clone()
                 elif what == ADD_SLICE:
@@ -84,7 +87,8 @@ class GradientFlow:
                 elif what == BIND_KEPT:
                     shards[a.shard][1] = kept.pop(a.slot)
                 elif what == ADD_TO_VIEW:
-                    shards[a.shard][1].add_(kept.pop(a.slot))
+                    shards[a.shard][1].add_(kept[a.slot])
+                    del kept[a.slot]
                 elif what == SET_GRAD:
                     shards[a.shard][0].grad = shards[a.shard][1]
                 else:

@@ -174,6 +174,10 @@ bool cuda_backend::do_set_access(void* va, std::size_t bytes) {
   return true;
 }
 
+void cuda_backend::do_remove_access_peer(std::size_t index) noexcept {
+  access_.erase(access_.begin() + static_cast<std::ptrdiff_t>(index + 1));  // [0] is this device
+}
+
 void cuda_backend::do_add_access_peer(int peer) {
   int count = 0;
   if (const CUresult rc = api_.device_get_count(&count); rc != CUDA_SUCCESS) fail(rc, "cuDeviceGetCount");

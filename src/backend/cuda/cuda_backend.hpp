@@ -55,6 +55,7 @@ class cuda_backend final : public device_backend {
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
   void do_add_access_peer(int peer) override;
+  void do_remove_access_peer(std::size_t index) noexcept override;
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;
   void do_destroy_event(event_t event) override;

@@ -180,6 +180,10 @@ bool hip_backend::do_set_access(void* va, std::size_t bytes) {
   return true;
 }
 
+void hip_backend::do_remove_access_peer(std::size_t index) noexcept {
+  access_.erase(access_.begin() + static_cast<std::ptrdiff_t>(index + 1));  // [0] is this device
+}
+
 void hip_backend::do_add_access_peer(int peer) {
   int count = 0;
   if (const hipError_t rc = api_.get_device_count(&count); rc != hipSuccess) fail(rc, "hipGetDeviceCount");

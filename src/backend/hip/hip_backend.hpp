@@ -52,6 +52,7 @@ class hip_backend final : public device_backend {
   bool do_set_access(void* va, std::size_t bytes) override;
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
   void do_add_access_peer(int peer) override;
+  void do_remove_access_peer(std::size_t index) noexcept override;
 #endif
   void do_unmap(void* va, std::size_t bytes) override;
   event_t do_create_event() override;
