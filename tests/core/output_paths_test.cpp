@@ -49,12 +49,7 @@ using ::testing::HasSubstr;
 
 constexpr uid_t nobody = 65534;
 
-fs::path fresh_dir(std::string_view name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("fragctl_outputs_{}_{}", ::getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(std::string_view name) { return testing::fresh_dir("outputs", name); }
 
 bool root() { return ::geteuid() == 0; }
 

@@ -60,12 +60,24 @@ using fragctl::testing::occurrences;
 using fragctl::testing::read_file;
 using fragctl::testing::scoped_environment;
 
-// A fresh, empty directory for one test.
-fs::path fresh_dir(std::string_view name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("fragctl_lifecycle_{}_{}", ::getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+fs::path fresh_dir(std::string_view name) { return testing::fresh_dir("lifecycle", name); }
+
+// Starts the lifecycle worker on `dir` with `blocks` per device on `devices`
+// devices (and `mode` when given), in a process of its own; its pid, or 0
+// with the test failed when it could not be started.
+pid_t spawn_worker(const fs::path& dir, std::size_t blocks, std::size_t devices, const char* mode = nullptr) {
+  std::string program = FRAGCTL_LIFECYCLE_WORKER;
+  std::string dir_arg = dir.string();
+  std::string n_arg = std::to_string(blocks);
+  std::string devices_arg = std::to_string(devices);
+  std::string mode_arg = mode == nullptr ? "" : mode;
+  std::vector<char*> argv{program.data(), dir_arg.data(), n_arg.data(), devices_arg.data()};
+  if (mode != nullptr) argv.push_back(mode_arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ);
+  EXPECT_EQ(rc, 0) << program;
+  return rc == 0 ? pid : 0;
 }
 
 config sim_config() {
@@ -398,14 +410,8 @@ TEST(process_lifecycle, a_programs_own_signal_handlers_are_left_to_it) {
   env.set("FRAGCTL_TRACE", (dir / "trace.%p.csv").c_str());
   env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
   { std::ofstream(dir / "go").put('\n'); }
-  std::string program = FRAGCTL_LIFECYCLE_WORKER;
-  std::string dir_arg = dir.string();
-  std::string n_arg = "100";
-  std::string devices_arg = "1";
-  std::string mode = "own-handlers";
-  std::vector<char*> argv{program.data(), dir_arg.data(), n_arg.data(), devices_arg.data(), mode.data(), nullptr};
-  pid_t pid = 0;
-  ASSERT_EQ(::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ), 0) << program;
+  const pid_t pid = spawn_worker(dir, 100, 1, "own-handlers");
+  ASSERT_NE(pid, 0);
   const int status = wait_bounded(pid, std::chrono::seconds(60));
   ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "the worker was ended by a signal: " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "5: its own SIGUSR2 handler did not run once";
@@ -513,13 +519,8 @@ TEST(process_lifecycle, separate_processes_given_one_path_each_keep_every_row) {
   constexpr std::size_t devices = 2;
   std::vector<pid_t> pids;
   for (int i = 0; i < workers; ++i) {
-    std::string program = FRAGCTL_LIFECYCLE_WORKER;
-    std::string dir_arg = dir.string();
-    std::string n_arg = std::to_string(blocks);
-    std::string devices_arg = std::to_string(devices);
-    std::vector<char*> argv{program.data(), dir_arg.data(), n_arg.data(), devices_arg.data(), nullptr};
-    pid_t pid = 0;
-    ASSERT_EQ(::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ), 0) << program;
+    const pid_t pid = spawn_worker(dir, blocks, devices);
+    ASSERT_NE(pid, 0);
     pids.push_back(pid);
   }
   // Every worker holds its outputs before any of them ends.

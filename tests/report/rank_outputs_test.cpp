@@ -93,12 +93,7 @@ std::string host() {
   return name;
 }
 
-fs::path fresh_dir(std::string_view name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("fragctl_rank_outputs_{}_{}", ::getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(std::string_view name) { return testing::fresh_dir("rank_outputs", name); }
 
 nlohmann::json read_json(const fs::path& path) {
   const std::string text = read_file(path);

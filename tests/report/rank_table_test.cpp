@@ -34,12 +34,7 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-fs::path fresh_dir(std::string_view name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("fragctl_rank_table_{}_{}", ::getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(std::string_view name) { return testing::fresh_dir("rank_table", name); }
 
 // The figures of one rank's allocator; device memory on an 80 GiB device
 // with `outside` bytes not fragctl's, `at_start` of them held before.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdint>
@@ -33,6 +34,17 @@ inline std::string read_file(const std::filesystem::path& path) {
 }
 
 /// How many times `what` occurs in `text`, overlaps included.
+/// A fresh, empty directory for one test: <TempDir>/fragctl_<suite>_<pid>_<name>,
+/// emptied first if an earlier run left it.
+inline std::filesystem::path fresh_dir(std::string_view suite, std::string_view name) {
+  std::string leaf = "fragctl_";
+  leaf.append(suite).append("_").append(std::to_string(::getpid())).append("_").append(name);
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / leaf;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 inline std::size_t occurrences(std::string_view text, std::string_view what) {
   std::size_t n = 0;
   for (std::size_t at = text.find(what); at != std::string_view::npos; at = text.find(what, at + 1)) ++n;
