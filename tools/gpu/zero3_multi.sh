@@ -14,7 +14,9 @@
 # the same machine reuses it), OUT.
 # Results in ${OUT:-gpu-results}/zero3_multi (six files, as the device tool
 # brings back): machine.txt, multi_gpu.{json,md,log}, nccl_hang.json and
-# logs.tar.gz (the build logs, every rank's row, the hang's rank logs).
+# logs.tar.gz (the build logs, every rank's row, the hang's rank logs);
+# with SAVE_PREBUILT=1 also prebuilt.tar.gz (the library and the native
+# module), which PREBUILT=<that file> takes instead of building.
 # About 30 s per job on H100s after a build of about a minute.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -34,15 +36,25 @@ export FRAGCTL_TORCH_BUILD_DIR=$build/torch-native
   "$python" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', '.'.join(map(str, torch.cuda.nccl.version())), 'transformers', transformers.__version__)"
   echo "commit: $(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } 2>&1 | tee "$out/machine.txt"
-note "building libfragctl.so and the native torch module (in parallel)"
-(cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF -DFRAGCTL_BUILD_BENCHMARKS=OFF \
-   -DFRAGCTL_WERROR=OFF && cmake --build "$build" --target fragctl -j "$(nproc)") > "$work/build.log" 2>&1 &
-library=$!
+if [ -n "${PREBUILT:-}" ] && [ -f "$PREBUILT" ]; then
+  note "taking libfragctl.so and the native module from $PREBUILT (built by an earlier call on this image)"
+  mkdir -p "$build" && tar -xzf "$PREBUILT" -C "$build"
+  true & library=$!
+else
+  note "building libfragctl.so and the native torch module (in parallel)"
+  (cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF -DFRAGCTL_BUILD_BENCHMARKS=OFF \
+     -DFRAGCTL_WERROR=OFF && cmake --build "$build" --target fragctl -j "$(nproc)") > "$work/build.log" 2>&1 &
+  library=$!
+fi
 "$python" -c "from fragctl import _native; _native.load()" > "$work/native.log" 2>&1 &
 native=$!
 wait $library || { note "library build failed"; tail -30 "$work/build.log"; exit 1; }
 wait $native || { note "native module build failed"; tail -30 "$work/native.log"; }
 note "built"
+if [ "${SAVE_PREBUILT:-0}" = 1 ]; then  # for a later call on a fresh machine of the same image (PREBUILT=)
+  strip --strip-debug "$build"/libfragctl.so.*.* 2>/dev/null
+  tar -czf "$out/prebuilt.tar.gz" -C "$build" $(cd "$build" && ls -d libfragctl.so* torch-native) && ls -la "$out/prebuilt.tar.gz"
+fi
 # shellcheck disable=SC2086  # BENCH_ARGS are words
 timeout 560 "$python" benchmarks/zero3/multi_gpu.py --nproc "$nproc" --repeat "${REPEAT:-1}" \
   ${VARIANTS:+--variants "$VARIANTS"} --out "$out" --jobs-dir "$work/jobs" ${BENCH_ARGS:-} > "$out/multi_gpu.log" 2>&1
