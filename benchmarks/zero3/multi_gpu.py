@@ -202,7 +202,8 @@ def run_job(args, key, index):
             job["ranks"].append({"rank": rank, "missing": "no row (exit code %s)" % codes[rank]})
     summarize(job)
     print("[%s]   %s" % (time.strftime("%H:%M:%S"), json.dumps({k: job.get(k) for k in (
-        "tokens_per_s", "peak_device_gib", "retries_steady", "exit_codes", "missing")})), flush=True)
+        "tokens_per_s", "peak_device_gib", "torch_max_reserved_gib", "outside_torch_max_gib", "retries_steady",
+        "exit_codes", "missing")})), flush=True)
     return job
 
 
@@ -225,6 +226,7 @@ def summarize(job):
              is not None]
     job["fragctl_memory_calls_per_steady_step"] = max(calls) if calls else None
     job["torch_max_reserved_gib"] = [round(r["torch_max_reserved"] / 2**30, 3) for r in ranks]
+    job["outside_torch_max_gib"] = [round(r["outside_torch_bytes"]["steps_max"] / 2**30, 3) for r in ranks]
 
 
 def gib(x):
@@ -515,7 +517,13 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
         layer_type = type(model.model.layers[0])
         model = fragctl.torch.zero3.shard(model, config={"stage": 3}, block_types=(layer_type,))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    losses, times, tokens, retries, calls, stalls, situ = [], [], [], [], [], [], []
+    losses, times, tokens, retries, calls, stalls, situ, outside = [], [], [], [], [], [], [], []
+
+    def outside_torch():
+        """Device bytes in use (this GPU, every process) that PyTorch's allocator has not reserved."""
+        free, total = torch.cuda.mem_get_info(device)
+        return total - free - torch.cuda.memory_reserved(device)
+    outside_after_build = outside_torch() if cuda else 0
     for step, batch in enumerate(data):
         ids = batch.to(device)
         workload.synchronize(torch, args.device)
@@ -530,6 +538,7 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
         losses.append(loss.item())
         if cuda:
             retries.append(torch.cuda.memory_stats().get("num_alloc_retries", 0))
+            outside.append(outside_torch())
             if policy:
                 calls.append(fragctl.stats()["backend_counters"]["memory_calls"])
         if clock is not None:
@@ -544,7 +553,10 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
            "retries_steady": retries[-1] - retries[w - 1] if len(retries) > w else 0,
            "fragctl_memory_calls_per_steady_step": (calls[-1] - calls[w - 1]) / steady if len(calls) > w else None,
            "torch_max_reserved": torch.cuda.max_memory_reserved() if cuda else 0,
-           "torch_max_allocated": torch.cuda.max_memory_allocated() if cuda else 0}
+           "torch_max_allocated": torch.cuda.max_memory_allocated() if cuda else 0,
+           "outside_torch_bytes": {"after_build": outside_after_build, "first_step": outside[0] if outside else 0,
+                                   "steps_max": max(outside) if outside else 0,
+                                   "last_step": outside[-1] if outside else 0}}
     if cuda:
         row["device_name"] = torch.cuda.get_device_name(device)
         row["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None

@@ -39,8 +39,13 @@ export FRAGCTL_TORCH_BUILD_DIR=$build/torch-native
 if [ -n "${PREBUILT:-}" ] && [ -f "$PREBUILT" ]; then
   note "taking libfragctl.so and the native module from $PREBUILT (built by an earlier call on this image)"
   mkdir -p "$build" && tar -xzf "$PREBUILT" -C "$build"
-  true & library=$!
-else
+  if "$python" -c "from fragctl import _capi; _capi.library()" > "$work/prebuilt.log" 2>&1; then
+    true & library=$!
+  else
+    note "the prebuilt library does not load; building"; cat "$work/prebuilt.log"; unset PREBUILT
+  fi
+fi
+if [ -z "${PREBUILT:-}" ] || [ ! -f "$PREBUILT" ]; then
   note "building libfragctl.so and the native torch module (in parallel)"
   (cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF -DFRAGCTL_BUILD_BENCHMARKS=OFF \
      -DFRAGCTL_WERROR=OFF && cmake --build "$build" --target fragctl -j "$(nproc)") > "$work/build.log" 2>&1 &
