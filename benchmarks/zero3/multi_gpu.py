@@ -93,12 +93,16 @@ def options(argv=None):
 
 class DeviceSampler:
     """Every GPU's used bytes from NVML (libnvidia-ml, no CUDA context in this
-    process), sampled about every 10 ms in a thread; peak() per GPU."""
+    process), sampled about every 10 ms in a thread. The peak per GPU over
+    the whole job and, once every file of `markers` exists (each rank
+    writes one when its training steps are done), the peak until then."""
 
     class Memory(ctypes.Structure):
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
-    def __init__(self, count):
+    def __init__(self, count, markers=()):
+        self.markers = list(markers)
+        self.training_peaks = None
         self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
         if self.nvml.nvmlInit_v2() != 0:
             raise RuntimeError("nvmlInit_v2 failed")
@@ -125,14 +129,18 @@ class DeviceSampler:
     def _run(self):
         while not self.stopping.is_set():
             self.peaks = [max(a, b) for a, b in zip(self.peaks, self.used())]
+            if self.training_peaks is None and self.markers and all(os.path.exists(m) for m in self.markers):
+                self.training_peaks = list(self.peaks)
             time.sleep(0.01)
 
     def stop(self):
-        """Per GPU: the peak used bytes above the baseline."""
+        """Per GPU, above the baseline: (the job's peak used bytes, the peak
+        until the markers appeared or None)."""
         self.stopping.set()
         self.thread.join()
         self.peaks = [max(a, b) for a, b in zip(self.peaks, self.used())]
-        return [p - b for p, b in zip(self.peaks, self.baseline)]
+        training = [p - b for p, b in zip(self.training_peaks, self.baseline)] if self.training_peaks else None
+        return [p - b for p, b in zip(self.peaks, self.baseline)], training
 
 
 def free_port(preferred):
@@ -183,16 +191,17 @@ def run_job(args, key, index):
     for name in ("device", "nproc", "model", "layers", "hidden", "heads", "intermediate", "vocab", "batch",
                  "seq_min", "seq_max", "seq_step", "steps", "warmup", "seed", "bandwidth_iters", "group_timeout"):
         argv += ["--" + name.replace("_", "-"), str(getattr(args, name))]
-    sampler = DeviceSampler(args.nproc) if args.device == "cuda" else None
+    markers = [os.path.join(directory, "trained-%d" % r) for r in range(args.nproc)]
+    sampler = DeviceSampler(args.nproc, markers) if args.device == "cuda" else None
     began = time.monotonic()
     print("[%s] %s on %d ranks ..." % (time.strftime("%H:%M:%S"), VARIANTS[key][0], args.nproc), flush=True)
     try:
         codes = wait_all(launch(argv, args.nproc, free_port(args.port + 10 * index)), args.job_timeout)
     finally:
-        peaks = sampler.stop() if sampler is not None else [0] * args.nproc
+        peaks, training = sampler.stop() if sampler is not None else ([0] * args.nproc, None)
     job = {"variant": key, "name": VARIANTS[key][0], "round": index // max(1, len(args.variant_list)),
            "exit_codes": codes, "seconds": round(time.monotonic() - began, 1), "peak_device_bytes": peaks,
-           "ranks": []}
+           "peak_device_bytes_training": training, "ranks": []}
     for rank in range(args.nproc):
         path = os.path.join(directory, "rank-%d.json" % rank)
         if os.path.exists(path):
@@ -220,7 +229,11 @@ def summarize(job):
     job["tokens_per_s"] = steady_tokens / steady_seconds if steady_seconds else 0.0
     job["step_seconds_median"] = statistics.median(ranks[0]["step_seconds"][ranks[0]["warmup"]:])
     job["losses"] = [statistics.fmean(step) for step in zip(*(r["losses"] for r in ranks))]
-    job["peak_device_gib"] = [round(p / 2**30, 3) for p in job["peak_device_bytes"]]
+    # The training steps' peak where the sampler saw every rank's marker (runs from
+    # 2026-11-26 14:00 UTC on), else the whole job's, the idle bandwidth phase included.
+    job["peak_device_gib"] = [round(p / 2**30, 3) for p in
+                              job.get("peak_device_bytes_training") or job["peak_device_bytes"]]
+    job["peak_device_gib_job"] = [round(p / 2**30, 3) for p in job["peak_device_bytes"]]
     job["retries_steady"] = max(r["retries_steady"] for r in ranks)
     calls = [r["fragctl_memory_calls_per_steady_step"] for r in ranks if r.get("fragctl_memory_calls_per_steady_step")
              is not None]
@@ -235,7 +248,7 @@ def gib(x):
 
 def tables(args, jobs):
     """Markdown: one row per job, then the collectives of the zero3 jobs."""
-    lines = ["| round | variant | tokens/s (all ranks) | median step (s) | peak device GiB per GPU (NVML) "
+    lines = ["| round | variant | tokens/s (all ranks) | median step (s) | peak device GiB per GPU in training (NVML) "
              "| retries (steady) | fragctl driver calls / steady step | first / last loss | max loss diff to FSDP2 "
              "| gathered peak / budget GiB | fetch stall s / steady step |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: | --- | ---: |"]
@@ -489,6 +502,19 @@ def rank_job(args):
     os._exit(0)  # no teardown of the communicators: the job's figures are written
 
 
+def trained(args, rank, world, wait=30.0):
+    """Marks this rank's training steps done (the parent's sampler freezes
+    the training peak once every rank has) and waits until every rank's
+    mark exists, and 50 ms more for the sampler, before anything else runs."""
+    with open(os.path.join(args.out, "trained-%d" % rank), "w"):
+        pass
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(args.out, "trained-%d" % r)) for r in range(world)):
+        time.sleep(0.005)
+    time.sleep(0.05)
+
+
 def train(args, torch, fragctl, rank, world, local, wrapper, policy):
     import datetime
     import torch.distributed as dist
@@ -546,6 +572,7 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
             if step >= args.warmup:
                 situ += taken
             stalls.append(model.stats()["stall_seconds"])
+    trained(args, rank, world)
     w = args.warmup
     steady = len(times) - w
     row = {"parameters": parameters, "losses": losses, "step_seconds": times, "tokens": tokens,
