@@ -473,7 +473,6 @@ def bandwidth(args, torch, sharded, sizes, world, rank):
         out.append({"collective": kind, "bytes": key, "zero3_seconds": best["zero3"],
                     "torch_seconds": best["torch"], "zero3_busbw_gbs": bus / best["zero3"],
                     "torch_busbw_gbs": bus / best["torch"]})
-        del full, part
     return out
 
 

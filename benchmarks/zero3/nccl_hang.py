@@ -21,6 +21,7 @@ parent 5 s after rank 0 ends, as torchrun ends the others.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -123,16 +124,11 @@ def parent(args):
         argv += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     logs = [open(os.path.join(args.out, "rank-%d.stderr" % r), "w") for r in range(2)]
     began = time.time()
-    processes = []
+    port = multi_gpu.free_port(args.port)
+    procs = []
     for rank in range(2):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(multi_gpu.free_port(args.port)), PYTHONUNBUFFERED="1", **multi_gpu.NCCL_SAFE)
-        processes.append((rank, env))
-    port = processes[0][1]["MASTER_PORT"]
-    procs = []
-    import subprocess
-    for rank, env in processes:
-        env["MASTER_PORT"] = port
+                   MASTER_PORT=str(port), PYTHONUNBUFFERED="1", **multi_gpu.NCCL_SAFE)
         procs.append(subprocess.Popen(argv, env=env, stdout=logs[rank], stderr=subprocess.STDOUT))
     ended = [None, None]
     limit = began + args.group_timeout + 150  # start-up included
