@@ -115,6 +115,12 @@ def main():
             result["pool_segments"] = len(torch.cuda.memory.memory_snapshot(pool.id))
         except Exception as e:  # a torch whose memory_snapshot takes no pool
             result["pool_segments"] = repr(e)[:200]
+    if pool is not None:
+        dist.group.WORLD._get_backend(device).deregister_mem_pool(pool)
+        del pool
+        pool = None
+        if fragctl_mode:  # the MemPool's destructor gave its blocks back to X
+            result["forwarded_after_del"] = fragctl.torch.forwarded_pools()
     gathered_results = [None] * world
     dist.all_gather_object(gathered_results, result)
     if rank == 0:
@@ -122,10 +128,7 @@ def main():
             json.dump(gathered_results, f, indent=1)
         print(json.dumps({"mode": mode, "exact": all(r["exact"] for r in gathered_results),
                           "digest": result["digest"], "table": table,
-                          **({"forwarded": result["forwarded"]} if "forwarded" in result else {})}))
-    if pool is not None:
-        dist.group.WORLD._get_backend(device).deregister_mem_pool(pool)
-        del pool
+                          **{k: result[k] for k in ("forwarded", "forwarded_after_del") if k in result}}))
     dist.destroy_process_group()
     return 0 if exact else 1
 
