@@ -88,13 +88,7 @@ void* device_backend::allocate(std::size_t bytes) {
 
 void device_backend::free(void* ptr, std::size_t bytes) {
   count(backend_call::free);
-  const std::vector<span_registry::span> taken = spans_->removing(ptr, bytes);
-  try {
-    do_free(ptr, bytes);
-  } catch (...) {
-    spans_->restore(taken);
-    throw;
-  }
+  spans_->taking(ptr, bytes, [&] { do_free(ptr, bytes); });
   sub_held(bytes);
 }
 
@@ -149,13 +143,7 @@ bool device_backend::set_access(void* va, std::size_t bytes) {
 
 void device_backend::unmap(void* va, std::size_t bytes) {
   count(backend_call::unmap);
-  const std::vector<span_registry::span> taken = spans_->removing(va, bytes);
-  try {
-    do_unmap(va, bytes);
-  } catch (...) {
-    spans_->restore(taken);
-    throw;
-  }
+  spans_->taking(va, bytes, [&] { do_unmap(va, bytes); });
 }
 
 device_backend::device_backend() : spans_(std::make_shared<span_registry>()) {}

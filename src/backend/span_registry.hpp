@@ -38,6 +38,18 @@ class span_registry {
   /// The unmap or free of `spans` failed: they are usable again.
   void restore(const std::vector<span>& spans);
   void for_each(const std::function<void(void*, std::size_t)>& f) const;
+  /// Runs `call` (the unmap or free of [address, address + bytes)) between
+  /// removing() and, should it throw, restore().
+  template <class Call>
+  void taking(void* address, std::size_t bytes, Call&& call) {
+    const std::vector<span> taken = removing(address, bytes);
+    try {
+      call();
+    } catch (...) {
+      restore(taken);
+      throw;
+    }
+  }
 
  private:
   struct entry {

@@ -151,15 +151,7 @@ void* forwarding_pools::allocate(c10::MempoolId_t id, std::size_t bytes, cudaStr
   if (ptr == nullptr) return nullptr;
   {
     const std::lock_guard lock(mutex_);
-    block& b = blocks_[ptr];
-    b.ptr = ptr;
-    b.size = need;
-    b.requested = bytes;
-    b.stream = stream;
-    b.pool = id;
-    b.device = device;
-    b.live = true;
-    b.serial = serial_++;
+    blocks_[ptr] = block{ptr, need, bytes, stream, id, device, /*live=*/true, serial_++, {}, {}, false};
   }
   on_segment_(true, device, ptr, need, stream, id);
   return ptr;
