@@ -277,7 +277,11 @@ class allocator final : public cca::CUDAAllocator {
             v.info->segments.push_back(v.self->segment_info(*segment, *v.source, v.graph_pool));
           },
           &v);  // a policy without a layout description gives no segments
-      if (!by_span) continue;
+      if (!by_span) {
+        // register_mem_pool orders a pool's segments by registration_counter (and asserts it is set).
+        for (std::size_t i = first; i < info.segments.size(); ++i) info.segments[i].registration_counter = counter++;
+        continue;
+      }
       std::vector<SegmentInfo> cut(info.segments.begin() + static_cast<std::ptrdiff_t>(first), info.segments.end());
       info.segments.resize(first);
       const auto spans = spans_of(source.allocator);
