@@ -43,14 +43,20 @@ bool forwarding_pools::has(c10::MempoolId_t id) {
   return pools_.count(id) != 0;
 }
 
+forwarding_pools::pool* forwarding_pools::find_on(c10::MempoolId_t id, c10::DeviceIndex device, const char* what) {
+  const auto it = pools_.find(id);
+  if (it == pools_.end()) return nullptr;
+  TORCH_CHECK(it->second.device == device, "fragctl: ", what, " on device ", device, " of a pool of device ",
+              it->second.device);
+  return &it->second;
+}
+
 bool forwarding_pools::release(c10::DeviceIndex device, c10::MempoolId_t id) {
   if (!any_.load(std::memory_order_acquire)) return false;
   const std::lock_guard lock(mutex_);
-  const auto it = pools_.find(id);
-  if (it == pools_.end()) return false;
-  TORCH_CHECK(it->second.device == device, "fragctl: releasePool on device ", device, " of a pool of device ",
-              it->second.device);
-  if (it->second.use_count > 0) --it->second.use_count;
+  pool* p = find_on(id, device, "releasePool");
+  if (p == nullptr) return false;
+  if (p->use_count > 0) --p->use_count;
   return true;
 }
 
@@ -65,11 +71,9 @@ std::optional<int> forwarding_pools::use_count(c10::MempoolId_t id) {
 bool forwarding_pools::begin(c10::DeviceIndex device, c10::MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
   if (!any_.load(std::memory_order_acquire)) return false;
   const std::lock_guard lock(mutex_);
-  const auto it = pools_.find(id);
-  if (it == pools_.end()) return false;
-  TORCH_CHECK(it->second.device == device, "fragctl: use_mem_pool on device ", device, " of a pool of device ",
-              it->second.device);
-  ++it->second.use_count;  // as PyTorch's: a pool allocated to is in use
+  pool* p = find_on(id, device, "use_mem_pool");
+  if (p == nullptr) return false;
+  ++p->use_count;  // as PyTorch's: a pool allocated to is in use
   captures_.push_back({device, id, std::move(filter)});
   active_.store(true, std::memory_order_release);
   return true;

@@ -126,6 +126,8 @@ class forwarding_pools {
     }
   };
 
+  // Pool `id` (nullptr if it is not ours), checked to be of `device` (under mutex_).
+  pool* find_on(c10::MempoolId_t id, c10::DeviceIndex device, const char* what);
   static bool ready(const block& b, cudaStream_t stream);
   // Takes the kept blocks of the pools chosen by `which` out of the table (under mutex_).
   std::vector<block> take_kept(const std::function<bool(c10::MempoolId_t, const pool&)>& which);
