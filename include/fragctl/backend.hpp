@@ -28,6 +28,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,6 +107,7 @@ struct backend_counters {
 };
 
 class device_backend;
+class span_registry;  // src/backend/span_registry.hpp
 
 /// The calling thread bound to a backend's device (device_backend::bind_device).
 /// Destroying it puts back the thread's previous binding. Destroy it on the
@@ -246,6 +248,28 @@ class device_backend {
   /// The devices add_access_peer added, in that order.
   [[nodiscard]] const std::vector<int>& access_peers() const noexcept { return peers_; }
 
+  // --- Spans -----------------------------------------------------------------
+
+  /// What watch_spans reports: a span became usable (after the set_access
+  /// that granted it, or after allocate), or is about to stop being (before
+  /// the unmap or free that takes it).
+  enum class span_event : std::uint8_t { mapped, unmapping };
+  /// Called for each span event, outside the backend's locks; must not throw.
+  using span_observer = void (*)(span_event event, void* address, std::size_t bytes, void* context) noexcept;
+  /// Reports, from now on, every span of physical memory this backend makes
+  /// usable or takes away: one event per raw allocation and per mapped
+  /// handle (never a range that crosses two handles), for libraries that
+  /// register memory by range (NCCL's ncclCommRegister). A span's
+  /// `unmapping` comes before the unmap or free, so a registration can be
+  /// undone while the memory is still there; if that call throws, the span
+  /// stays and is reported `mapped` again. Replaces an earlier observer;
+  /// nullptr stops. Spans usable before the call are not reported (see
+  /// for_each_span).
+  void watch_spans(span_observer observer, void* context);
+  /// Calls f(address, bytes) for every usable span now, in address order
+  /// (raw allocations and mapped handles whose access was granted).
+  void for_each_span(const std::function<void(void*, std::size_t)>& f) const;
+
   // --- Counters --------------------------------------------------------------
 
   [[nodiscard]] backend_counters counters() const noexcept;
@@ -254,7 +278,7 @@ class device_backend {
   void reset_window_peak() noexcept;
 
  protected:
-  device_backend() = default;
+  device_backend();
 
  private:
   virtual void* do_allocate(std::size_t bytes) = 0;
@@ -306,6 +330,7 @@ class device_backend {
   std::atomic<std::size_t> host_bytes_{0};
   std::atomic<std::uint64_t> failed_allocations_{0};
   std::vector<int> peers_;  // add_access_peer's, in order
+  std::shared_ptr<span_registry> spans_;  // src/backend/span_registry.hpp
 };
 
 struct config;  // fragctl/config.hpp

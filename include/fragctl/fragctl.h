@@ -181,6 +181,37 @@ FRAGCTL_API fragctl_status fragctl_paused(fragctl_allocator* allocator, int* pau
  * other (the message says which). */
 FRAGCTL_API fragctl_status fragctl_enable_peer_access(fragctl_allocator* allocator, int peer);
 
+/** What a fragctl_span_callback reports (fragctl_watch_spans). */
+typedef enum fragctl_span_event {
+  FRAGCTL_SPAN_MAPPED = 0,   /**< the span is usable from now on */
+  FRAGCTL_SPAN_UNMAPPING = 1 /**< the span is about to be unmapped or freed (still usable during the call) */
+} fragctl_span_event;
+
+/** Receives span events: `event` is a fragctl_span_event. Runs inside the
+ * allocator call that maps or unmaps (fragctl_malloc, fragctl_free,
+ * fragctl_release_cached, fragctl_pause, ...), on its thread; it may call
+ * fragctl_spans but no call that allocates or frees on the same allocator,
+ * and must not unwind (a C++ callback catches its exceptions). */
+typedef void (*fragctl_span_callback)(int event, uint64_t address, uint64_t size, void* context);
+
+/** Watches the physical spans of the allocator's memory, for libraries that
+ * register memory by range (NCCL's ncclCommRegister, through PyTorch's
+ * allocator trace trackers): one event per span, a span being one handle
+ * the arena maps (after its access is granted; a range never crosses two
+ * handles) or one plain device allocation; FRAGCTL_SPAN_UNMAPPING comes
+ * before the unmap or free, so a registration can be taken back first.
+ * Spans usable before the call are not reported (fragctl_spans lists them).
+ * One watcher per allocator: a call replaces the previous one; a NULL
+ * callback stops. INVALID_ARGUMENT for a NULL allocator. */
+FRAGCTL_API fragctl_status fragctl_watch_spans(fragctl_allocator* allocator, fragctl_span_callback callback,
+                                               void* context);
+
+/** Calls `visit` once per span usable now (as fragctl_watch_spans defines
+ * them), in address order. INVALID_ARGUMENT for a NULL allocator or visit. */
+FRAGCTL_API fragctl_status fragctl_spans(fragctl_allocator* allocator,
+                                         void (*visit)(uint64_t address, uint64_t size, void* context),
+                                         void* context);
+
 /** The policy expression the allocator was built with, defaults filled in
  * ("buckets:arena"). Valid while the allocator lives. */
 FRAGCTL_API const char* fragctl_policy(const fragctl_allocator* allocator);

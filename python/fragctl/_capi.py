@@ -100,6 +100,11 @@ def _candidates():
                 yield path
 
 
+# fragctl_watch_spans's callback (event, address, size, context) and fragctl_spans's visitor.
+SPAN_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
+SPAN_VISIT = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
+
+
 def _declare(lib):
     c = ctypes
     status, p, char_p = c.c_int, c.c_void_p, c.c_char_p
@@ -117,6 +122,8 @@ def _declare(lib):
         "fragctl_resume": (status, [p]),
         "fragctl_paused": (status, [p, c.POINTER(c.c_int)]),
         "fragctl_enable_peer_access": (status, [p, c.c_int]),
+        "fragctl_watch_spans": (status, [p, SPAN_CALLBACK, p]),
+        "fragctl_spans": (status, [p, SPAN_VISIT, p]),
         "fragctl_memory_kind_of": (status, [p, c.POINTER(c.c_int)]),
         "fragctl_environment_memory_kind": (status, [c.POINTER(c.c_int)]),
         "fragctl_policy": (char_p, [p]),

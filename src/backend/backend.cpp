@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/span_registry.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 
@@ -78,6 +79,7 @@ void* device_backend::allocate(std::size_t bytes) {
   void* p = do_allocate(bytes);
   if (p != nullptr) {
     add_held(bytes);
+    spans_->added(p, bytes, true);
   } else {
     failed_allocations_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -86,7 +88,7 @@ void* device_backend::allocate(std::size_t bytes) {
 
 void device_backend::free(void* ptr, std::size_t bytes) {
   count(backend_call::free);
-  do_free(ptr, bytes);
+  spans_->taking(ptr, bytes, [&] { do_free(ptr, bytes); });
   sub_held(bytes);
 }
 
@@ -120,21 +122,35 @@ void device_backend::release_physical(physical_handle handle, std::size_t bytes)
 bool device_backend::map(void* va, std::size_t bytes, physical_handle handle) {
   count(backend_call::map);
   const bool ok = do_map(va, bytes, handle);
-  if (!ok) failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  if (ok) {
+    spans_->added(va, bytes, false);
+  } else {
+    failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
   return ok;
 }
 
 bool device_backend::set_access(void* va, std::size_t bytes) {
   count(backend_call::set_access);
   const bool ok = do_set_access(va, bytes);
-  if (!ok) failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  if (ok) {
+    spans_->granted(va, bytes);
+  } else {
+    failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+  }
   return ok;
 }
 
 void device_backend::unmap(void* va, std::size_t bytes) {
   count(backend_call::unmap);
-  do_unmap(va, bytes);
+  spans_->taking(va, bytes, [&] { do_unmap(va, bytes); });
 }
+
+device_backend::device_backend() : spans_(std::make_shared<span_registry>()) {}
+
+void device_backend::watch_spans(span_observer observer, void* context) { spans_->watch(observer, context); }
+
+void device_backend::for_each_span(const std::function<void(void*, std::size_t)>& f) const { spans_->for_each(f); }
 
 event_t device_backend::create_event() {
   count(backend_call::create_event);

@@ -28,6 +28,8 @@ namespace fragctl_torch {
   X(fragctl_device_memory)       \
   X(fragctl_graph_pool_reclaim)  \
   X(fragctl_enable_peer_access)  \
+  X(fragctl_watch_spans)         \
+  X(fragctl_spans)               \
   X(fragctl_last_error)
 
 struct c_api {

@@ -59,6 +59,7 @@ graph_pools::pool& graph_pools::pool_of(c10::DeviceIndex device, c10::MempoolId_
       pools_.erase(it);
       check(status, "graph pool allocator");
     }
+    if (on_allocator_) on_allocator_(p.ref.allocator, device, id, true);
     any_.store(true, std::memory_order_release);
   }
   TORCH_CHECK(p.ref.device == device, "fragctl: pool (", id.first, ", ", id.second, ") belongs to device ",
@@ -157,6 +158,7 @@ void graph_pools::retire_locked(c10::MempoolId_t id) {
   const fragctl_counters c = counters_of(it->second.ref.allocator);
   if (c.allocations != c.frees) return;  // blocks still live
   (void)api.fragctl_destroy(it->second.ref.allocator);  // the pool's memory goes back to the device
+  if (on_allocator_) on_allocator_(it->second.ref.allocator, it->second.ref.device, id, false);
   pools_.erase(it);
   any_.store(!pools_.empty(), std::memory_order_release);
 }

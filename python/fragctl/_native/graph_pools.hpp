@@ -79,6 +79,12 @@ class graph_pools {
   /// Destroys pool `id` if it has neither users nor live blocks (after a free into it).
   void retire_if_unused(c10::MempoolId_t id);
 
+  /// Called with each pool's allocator after it is created (true) and after
+  /// it is destroyed (false), for the span watch (trace_trackers.hpp).
+  void on_allocator(std::function<void(fragctl_allocator*, c10::DeviceIndex, c10::MempoolId_t, bool)> hook) {
+    on_allocator_ = std::move(hook);
+  }
+
   /// The pools of `device` (every pool for -1), of `id` only unless it is {0, 0}.
   [[nodiscard]] std::vector<pool_ref> pools(c10::DeviceIndex device, c10::MempoolId_t id = {0, 0});
 
@@ -112,6 +118,7 @@ class graph_pools {
   pool& pool_of(c10::DeviceIndex device, c10::MempoolId_t id);  // under mutex_
   void retire_locked(c10::MempoolId_t id);                        // under mutex_
 
+  std::function<void(fragctl_allocator*, c10::DeviceIndex, c10::MempoolId_t, bool)> on_allocator_;
   std::mutex mutex_;
   std::unordered_map<c10::MempoolId_t, pool, id_hash> pools_;
   std::vector<capture> captures_;

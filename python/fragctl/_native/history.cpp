@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <c10/util/ApproximateClock.h>
+#include <c10/util/Exception.h>
 
 namespace fragctl_torch {
 
@@ -33,6 +34,27 @@ void history::add_devices(int count) {
 void history::attach_tracker(c10::CachingDeviceAllocator::AllocatorTraceTracker tracker) {
   const std::lock_guard lock(mutex_);
   trackers_.push_back(std::move(tracker));
+  tracking_.store(true, std::memory_order_release);
+}
+
+void history::segment(bool allocated, c10::DeviceIndex device, std::size_t addr, std::size_t bytes,
+                      cudaStream_t stream, c10::MempoolId_t pool) {
+  if (!tracking()) return;
+  std::vector<c10::CachingDeviceAllocator::AllocatorTraceTracker> trackers;
+  {
+    const std::lock_guard lock(mutex_);
+    trackers = trackers_;
+  }
+  const TraceEntry entry(allocated ? TraceEntry::SEGMENT_ALLOC : TraceEntry::SEGMENT_FREE, device, addr, bytes, stream,
+                         pool, c10::getApproximateTime());
+  for (const auto& tracker : trackers) {
+    try {
+      tracker(entry);
+    } catch (const std::exception& e) {
+      TORCH_WARN("fragctl: a trace tracker failed on ", allocated ? "SEGMENT_ALLOC" : "SEGMENT_FREE", " of ", bytes,
+                 " bytes at ", reinterpret_cast<void*>(addr), ": ", e.what());
+    }
+  }
 }
 
 void history::attach_oom_observer(c10::cuda::CUDACachingAllocator::OutOfMemoryObserver observer) {

@@ -39,6 +39,15 @@ class history {
   /// An out-of-memory error (OOM; the address field holds the free bytes, as PyTorch's).
   void out_of_memory(c10::DeviceIndex device, std::size_t free, std::size_t bytes, cudaStream_t stream);
 
+  /// Whether a trace tracker is attached.
+  [[nodiscard]] bool tracking() const noexcept { return tracking_.load(std::memory_order_acquire); }
+  /// A segment appeared (SEGMENT_ALLOC, after it became usable) or is about
+  /// to go (SEGMENT_FREE, before it is unmapped or freed): told to the trace
+  /// trackers (ProcessGroupNCCL's registration hooks), not kept in the
+  /// history. A tracker that throws is reported as a warning.
+  void segment(bool allocated, c10::DeviceIndex device, std::size_t addr, std::size_t bytes, cudaStream_t stream,
+               c10::MempoolId_t pool);
+
   /// The stack `ptr` was allocated with, or nullptr.
   [[nodiscard]] std::shared_ptr<c10::GatheredContext> context_of(void* ptr) const;
   /// Every device's trace, oldest first.
@@ -58,6 +67,7 @@ class history {
   ska::flat_hash_map<void*, std::shared_ptr<c10::GatheredContext>> contexts_;
   std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> oom_observers_;
   std::vector<c10::CachingDeviceAllocator::AllocatorTraceTracker> trackers_;
+  std::atomic<bool> tracking_{false};  // trackers_ is not empty
 };
 
 }  // namespace fragctl_torch

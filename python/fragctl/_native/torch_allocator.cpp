@@ -17,7 +17,11 @@
 //    allocator of policy graph_pool;
 //  * device_stats.{hpp,cpp}: PyTorch-shaped statistics from fragctl's counters;
 //  * history.{hpp,cpp}: the allocation history of _record_memory_history,
-//    trace trackers and out-of-memory observers.
+//    trace trackers and out-of-memory observers;
+//  * trace_trackers.{hpp,cpp}: fragctl's physical spans as the segments
+//    trace trackers see (NCCL buffer registration);
+//  * forwarding_pools.{hpp,cpp}: MemPool(allocator=X), pools whose
+//    allocations go to another library's allocator.
 //
 // fragctl keeps the memory and every live block's size and stream: the
 // process-default allocator of each device (built with block_table:true by
@@ -45,8 +49,10 @@
 
 #include "c_api.hpp"
 #include "device_stats.hpp"
+#include "forwarding_pools.hpp"
 #include "graph_pools.hpp"
 #include "history.hpp"
+#include "trace_trackers.hpp"
 
 namespace fragctl_torch {
 
@@ -70,6 +76,16 @@ fragctl_status outside_capture(bool capturing, Call&& call) {
 
 class allocator final : public cca::CUDAAllocator {
  public:
+  allocator() {
+    pools_.on_allocator([this](fragctl_allocator* a, c10::DeviceIndex device, c10::MempoolId_t id, bool created) {
+      if (created) {
+        spans_.watch(a, device, id);
+      } else {
+        spans_.forget(a);
+      }
+    });
+  }
+
   // --- allocation ---------------------------------------------------------------
   c10::DataPtr allocate(size_t bytes) override {
     const c10::DeviceIndex device = c10::cuda::current_device();
@@ -118,6 +134,7 @@ class allocator final : public cca::CUDAAllocator {
   std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex) override { return {}; }
 
   void emptyCache(c10::MempoolId_t id) override {
+    fwd_.empty(id);  // pools of other allocators: as PyTorch's, only those without users
     // A pool's memory stays while graphs may replay into it (releasePool).
     if (id != c10::MempoolId_t{0, 0}) return;
     for (fragctl_allocator* a : defaults()) check(api.fragctl_release_cached(a), "empty_cache");
@@ -156,6 +173,7 @@ class allocator final : public cca::CUDAAllocator {
   void recordStream(const c10::DataPtr& data, c10::cuda::CUDAStream stream) override {
     void* ptr = data.get();
     if (ptr == nullptr || data.get_deleter() != &raw_delete_fn) return;
+    if (fwd_.record_stream(ptr, stream.stream())) return;
     const std::optional<block_owner> owner = owner_of(ptr);
     TORCH_CHECK(owner.has_value(), "fragctl: record_stream of ", ptr, ", which is not a live tensor");
     if (owner->stream == stream.stream()) return;
@@ -165,22 +183,42 @@ class allocator final : public cca::CUDAAllocator {
   // --- graph pools ---------------------------------------------------------------------
   void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id,
                            std::function<bool(cudaStream_t)> filter) override {
+    if (fwd_.has(id)) {
+      fwd_.begin(device, id, std::move(filter));
+      return;
+    }
     pools_.begin_capture(device, id, std::move(filter));
   }
-  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id) override { pools_.end_capture(device, id); }
-  void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override { pools_.release(device, id); }
-  int getPoolUseCount(c10::DeviceIndex, c10::MempoolId_t id) override { return pools_.use_count(id); }
+  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    if (!fwd_.end(device, id)) pools_.end_capture(device, id);
+  }
+  void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    if (!fwd_.release(device, id)) pools_.release(device, id);
+  }
+  int getPoolUseCount(c10::DeviceIndex, c10::MempoolId_t id) override {
+    if (const std::optional<int> n = fwd_.use_count(id)) return *n;
+    return pools_.use_count(id);
+  }
   void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t id, bool use_on_oom) override {
+    if (fwd_.has(id)) {
+      TORCH_CHECK(!use_on_oom, "fragctl: use_on_oom is not supported for a memory pool with an allocator of its own");
+      return;
+    }
     pools_.set_use_on_oom(device, id, use_on_oom);
   }
+  // MemPool(allocator=X): X other than this allocator makes a forwarding
+  // pool (forwarding_pools.hpp); without one, the pool is fragctl's own.
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t id,
                           std::shared_ptr<cca::CUDAAllocator> allocator) override {
-    TORCH_CHECK(allocator == nullptr || allocator.get() == this,
-                "fragctl: a memory pool with an allocator of its own is not supported under fragctl");
+    if (allocator != nullptr && allocator.get() != this) {
+      fwd_.add_user(device, id, std::move(allocator));
+      return;
+    }
     pools_.add_user(device, id);
   }
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t id,
                                 const std::unordered_set<void*>& expected) override {
+    if (fwd_.has(id)) return fwd_.live_blocks_are(id, expected);
     return pools_.live_blocks_are(device, id, expected);
   }
   std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
@@ -224,8 +262,14 @@ class allocator final : public cca::CUDAAllocator {
       bool graph_pool;
       cca::SnapshotInfo* info;
     };
+    // While a trace tracker listens (NCCL registration), segments are cut at
+    // fragctl's span boundaries: what a communicator registers from the
+    // snapshot is what a SEGMENT_FREE later takes back (trace_trackers.hpp).
+    const bool by_span = history_.tracking();
+    std::int32_t counter = 0;
     for (const auto& [source, graph_pool] : sources) {
       visit_context v{this, &source, graph_pool, &info};
+      const std::size_t first = info.segments.size();
       api.fragctl_memory_map(
           source.allocator,
           [](const fragctl_map_segment* segment, void* context) {
@@ -233,7 +277,19 @@ class allocator final : public cca::CUDAAllocator {
             v.info->segments.push_back(v.self->segment_info(*segment, *v.source, v.graph_pool));
           },
           &v);  // a policy without a layout description gives no segments
+      if (!by_span) {
+        // register_mem_pool orders a pool's segments by registration_counter (and asserts it is set).
+        for (std::size_t i = first; i < info.segments.size(); ++i) info.segments[i].registration_counter = counter++;
+        continue;
+      }
+      std::vector<SegmentInfo> cut(info.segments.begin() + static_cast<std::ptrdiff_t>(first), info.segments.end());
+      info.segments.resize(first);
+      const auto spans = spans_of(source.allocator);
+      for (const SegmentInfo& s : cut) {
+        for (SegmentInfo& piece : split_at_spans(s, spans, counter)) info.segments.push_back(std::move(piece));
+      }
     }
+    for (SegmentInfo& s : fwd_.segments(id)) info.segments.push_back(std::move(s));
     if (include_traces) info.device_traces = history_.traces();
     info.config_metadata.expandable_segments = true;
     info.config_metadata.last_allocator_settings = "fragctl";
@@ -242,6 +298,10 @@ class allocator final : public cca::CUDAAllocator {
 
   // --- what fragctl memory does not support ----------------------------------------
   void* getBaseAllocation(void* ptr, size_t* size) override {
+    if (const auto f = fwd_.owner_of(ptr)) {
+      *size = f->bytes;
+      return ptr;
+    }
     const std::optional<block_owner> owner = owner_of(ptr);
     TORCH_CHECK(owner.has_value(), "fragctl: getBaseAllocation of ", ptr, ", which is not a live tensor");
     *size = owner->bytes;
@@ -282,6 +342,11 @@ class allocator final : public cca::CUDAAllocator {
   // --- called from the deleter -------------------------------------------------------
   void free(void* ptr) {
     if (ptr == nullptr) return;
+    if (const auto f = fwd_.owner_of(ptr)) {
+      history_.freed(f->device, ptr, f->bytes, f->stream, f->pool);
+      fwd_.free(ptr);
+      return;
+    }
     const std::optional<block_owner> owner = owner_of(ptr);
     if (!owner) {
       TORCH_WARN("fragctl: free of ", ptr, ", which is not a live tensor; ignored");
@@ -294,6 +359,9 @@ class allocator final : public cca::CUDAAllocator {
     if (status != FRAGCTL_OK) TORCH_WARN("fragctl: free of ", ptr, ": ", api.fragctl_last_error());
     if (owner->pool != c10::MempoolId_t{0, 0}) pools_.retire_if_unused(owner->pool);
   }
+
+  /// The bytes in pools of other allocators on `device` (MemPool(allocator=X)).
+  forwarded_usage forwarded(c10::DeviceIndex device) { return fwd_.usage(device); }
 
   /// fragctl.torch.region's allocator of `tag` on `device`, or nullptr.
   fragctl_allocator* region_allocator(const std::string& tag, c10::DeviceIndex device) {
@@ -312,6 +380,7 @@ class allocator final : public cca::CUDAAllocator {
     TORCH_CHECK(api.fragctl_block_info(a, nullptr, &bytes, &stream) != FRAGCTL_ERROR_STATE,
                 "fragctl: the default allocator of device ", device,
                 " keeps no live-block table; the native route needs block_table:true (fragctl.torch.enable sets it)");
+    spans_.watch(a, device, {0, 0});
     defaults_[static_cast<std::size_t>(device)].store(a, std::memory_order_release);
     c10::DeviceIndex seen = devices_seen_.load(std::memory_order_relaxed);
     while (seen <= device && !devices_seen_.compare_exchange_weak(seen, static_cast<c10::DeviceIndex>(device + 1))) {
@@ -346,6 +415,16 @@ class allocator final : public cca::CUDAAllocator {
 
   void* allocate_on(std::size_t bytes, c10::DeviceIndex device, cudaStream_t stream) {
     if (bytes == 0) return nullptr;
+    if (fwd_.active()) {
+      if (const std::optional<c10::MempoolId_t> id = fwd_.target(device, stream)) {
+        void* ptr = fwd_.allocate(*id, bytes, stream);
+        if (ptr == nullptr) {
+          out_of_memory(bytes, device, stream, "the memory pool's own allocator has no memory for it");
+        }
+        history_.allocated(device, ptr, bytes, stream, *id);
+        return ptr;
+      }
+    }
     const bool capturing = pools_.capturing();
     const std::optional<pool_ref> pool = capturing ? pools_.capturing_pool(device, stream) : std::nullopt;
     fragctl_allocator* target = pool ? pool->allocator : default_allocator(device);
@@ -410,6 +489,11 @@ class allocator final : public cca::CUDAAllocator {
 
   graph_pools pools_;
   history history_;
+  span_watch spans_{history_};
+  forwarding_pools fwd_{[this](bool allocated, c10::DeviceIndex device, void* ptr, std::size_t bytes,
+                               cudaStream_t stream, c10::MempoolId_t pool) {
+    history_.segment(allocated, device, reinterpret_cast<std::size_t>(ptr), bytes, stream, pool);
+  }};
   std::array<std::atomic<fragctl_allocator*>, 64> defaults_{};
   std::atomic<c10::DeviceIndex> devices_seen_{0};  // defaults_ beyond this are empty
 
@@ -456,4 +540,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       pybind11::arg("tag"), pybind11::arg("device"),
       "The fragctl_allocator* of region `tag` on `device` (0 when there is none), for fragctl.torch.pause.");
+  m.def(
+      "forwarded",
+      [](int device) -> pybind11::dict {
+        pybind11::dict out;
+        fragctl_torch::forwarded_usage u;
+        if (auto& a = fragctl_torch::instance()) u = a->forwarded(static_cast<c10::DeviceIndex>(device));
+        out["pools"] = u.pools;
+        out["blocks"] = u.blocks;
+        out["live_bytes"] = u.live_bytes;
+        out["held_bytes"] = u.held_bytes;
+        out["cached_bytes"] = u.cached_bytes;
+        return out;
+      },
+      pybind11::arg("device"),
+      "The bytes on `device` in memory pools of other allocators (MemPool(allocator=X)), for "
+      "fragctl.torch.forwarded_pools.");
 }

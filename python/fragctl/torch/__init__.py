@@ -254,3 +254,20 @@ def resume(device=None, tag=None):
     be called again."""
     _, _, allocator = _pausable("resume", device, tag)
     allocator.resume()
+
+
+def forwarded_pools(device=None):
+    """The memory on ``device`` (default: the current one) in
+    ``torch.cuda.MemPool(allocator=X)`` pools, whose allocations fragctl
+    forwards to another library's allocator X (the NCCL backend's
+    ``mem_allocator``, vLLM's CuMemAllocator): a dict of ``pools``,
+    ``blocks`` (X's allocations held), ``live_bytes`` (requested by live
+    tensors), ``held_bytes`` (X's blocks, live and kept for reuse) and
+    ``cached_bytes`` (kept for reuse). That memory is X's: it is not in
+    fragctl's statistics (torch.cuda.memory_stats, fragctl.stats). Needs
+    enable() on the native route; all zeros before any such pool."""
+    torch = _torch()
+    if _enabled is None or _route != "native":
+        return {"pools": 0, "blocks": 0, "live_bytes": 0, "held_bytes": 0, "cached_bytes": 0}
+    from .. import _native
+    return dict(_native.load().forwarded(_device_index(torch, device)))
