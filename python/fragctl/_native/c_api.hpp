@@ -28,6 +28,9 @@ namespace fragctl_torch {
   X(fragctl_device_memory)       \
   X(fragctl_graph_pool_reclaim)  \
   X(fragctl_enable_peer_access)  \
+  X(fragctl_export_block)        \
+  X(fragctl_import_block)        \
+  X(fragctl_close_block)         \
   X(fragctl_last_error)
 
 struct c_api {

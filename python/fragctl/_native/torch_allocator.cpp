@@ -17,7 +17,8 @@
 //    allocator of policy graph_pool;
 //  * device_stats.{hpp,cpp}: PyTorch-shaped statistics from fragctl's counters;
 //  * history.{hpp,cpp}: the allocation history of _record_memory_history,
-//    trace trackers and out-of-memory observers.
+//    trace trackers and out-of-memory observers;
+//  * ipc.{hpp,cpp}: CUDA IPC of tensors (shareIpcHandle, getIpcDevPtr).
 //
 // fragctl keeps the memory and every live block's size and stream: the
 // process-default allocator of each device (built with block_table:true by
@@ -47,6 +48,7 @@
 #include "device_stats.hpp"
 #include "graph_pools.hpp"
 #include "history.hpp"
+#include "ipc.hpp"
 
 namespace fragctl_torch {
 
@@ -240,19 +242,21 @@ class allocator final : public cca::CUDAAllocator {
     return info;
   }
 
-  // --- what fragctl memory does not support ----------------------------------------
+  // --- sharing, peers ------------------------------------------------------------------
   void* getBaseAllocation(void* ptr, size_t* size) override {
     const std::optional<block_owner> owner = owner_of(ptr);
     TORCH_CHECK(owner.has_value(), "fragctl: getBaseAllocation of ", ptr, ", which is not a live tensor");
     *size = owner->bytes;
     return ptr;
   }
-  cca::ShareableHandle shareIpcHandle(void*) override {
-    TORCH_CHECK(false, "fragctl: CUDA IPC of tensors (torch.multiprocessing sharing CUDA tensors) is not "
-                       "supported under fragctl.torch.enable; keep such tensors out of fragctl or run without it");
+  // CUDA IPC (torch.multiprocessing): the ipc room (ipc.hpp).
+  cca::ShareableHandle shareIpcHandle(void* ptr) override {
+    const std::optional<block_owner> owner = owner_of(ptr);
+    TORCH_CHECK(owner.has_value(), "fragctl: shareIpcHandle of ", ptr, ", which is not a live tensor");
+    return ipc_.share(owner->allocator, ptr, owner->bytes);
   }
-  std::shared_ptr<void> getIpcDevPtr(std::string) override {
-    TORCH_CHECK(false, "fragctl: opening CUDA IPC handles is not supported under fragctl.torch.enable");
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    return ipc_.open(default_allocator(c10::cuda::current_device()), handle);
   }
   // `dev` may access `dev_to_access`'s memory: the runtime's peer access
   // (cudaMalloc memory, graph pools' caching segments), then fragctl's
@@ -410,6 +414,7 @@ class allocator final : public cca::CUDAAllocator {
 
   graph_pools pools_;
   history history_;
+  ipc_handles ipc_;
   std::array<std::atomic<fragctl_allocator*>, 64> defaults_{};
   std::atomic<c10::DeviceIndex> devices_seen_{0};  // defaults_ beyond this are empty
 
