@@ -19,7 +19,7 @@ python3 -c "import torch, fragctl.torch; fragctl.torch.enable(); torch.empty(1, 
   > $out/native-build.log 2>&1 || { tail -30 $out/native-build.log; exit 1; }
 note "native module built"
 pids=()
-for pair in "arena fragctl" "caching fragctl" "caching native" "arena native" "native fragctl"; do
+for pair in "arena fragctl" "caching fragctl" "caching native" "arena native" "native fragctl" "native native"; do
   set -- $pair
   (timeout 240 python3 benchmarks/interop/ipc_share.py --producer $1 --consumer $2 > $out/ipc-$1-$2.json \
     2> $out/ipc-$1-$2.err; echo "rc=$?" >> $out/ipc-$1-$2.json) &
