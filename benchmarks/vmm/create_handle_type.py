@@ -4,14 +4,16 @@ item 1; docs/benchmarks.md, "CUDA IPC").
 fragctl's cuda backend creates physical memory with
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR so that any handle can later be
 exported to another process. This times, straight through the driver
-(ctypes over libcuda.so.1), cuMemCreate + cuMemRelease, and the whole
-growth step the arena makes (create, map, set access, unmap, release), with
-requestedHandleTypes 0 and with the POSIX descriptor type, in alternating
-rounds so that drift hits both alike.
+(ctypes over libcuda.so.1), each call of the arena's growth and shrink
+(create, map, set access, unmap, release; `count` handles per phase) with
+requestedHandleTypes 0 and with the POSIX descriptor type, the two in
+alternating order from round to round so that drift and warm-up hit both
+alike.
 
     python3 benchmarks/vmm/create_handle_type.py [--device 0] [--rounds 15] [--count 64]
 
-Prints one JSON line: the median microseconds per handle of each case.
+Prints one JSON line: the median (and minimum) microseconds per handle of
+each phase, size and handle type.
 """
 import argparse
 import ctypes as c
@@ -73,35 +75,38 @@ def main():
     props = {"none": prop(0), "posix_fd": prop(POSIX_FD)}
     access = AccessDesc()
     access.location.type, access.location.id, access.flags = LOCATION_DEVICE, dev.value, READ_WRITE
-    sizes = {"2MiB": 2 << 20, "64MiB": 64 << 20}
+    sizes = {"2MiB": 2 << 20, "32MiB": 32 << 20, "64MiB": 64 << 20}  # the granule; map_chunk's default; more
     va = c.c_uint64()
     check(cu.cuMemAddressReserve(c.byref(va), args.count * (64 << 20), 0, 0, 0), "cuMemAddressReserve")
-    samples = {f"{step} {size} {kind}": [] for step in ("create+release", "create+map+access+unmap+release")
-               for size in sizes for kind in props}
+    phases = ("create", "map", "access", "unmap", "release")
+    samples = {f"{phase} {size} {kind}": [] for phase in phases + ("total",) for size in sizes for kind in props}
     handles = [0] * args.count
     one = c.c_uint64()
-    for _ in range(args.rounds):
+    kinds = list(props)
+    for r in range(args.rounds):
         for size_name, size in sizes.items():
-            for kind, p in props.items():
-                t0 = time.perf_counter()
+            for kind in (kinds if r % 2 == 0 else kinds[::-1]):  # alternate which goes first
+                p = props[kind]
+                t = [time.perf_counter()]
                 for i in range(args.count):
                     check(cu.cuMemCreate(c.byref(one), size, c.byref(p), 0), "cuMemCreate")
                     handles[i] = one.value
+                t.append(time.perf_counter())
                 for i in range(args.count):
-                    check(cu.cuMemRelease(handles[i]), "cuMemRelease")
-                samples[f"create+release {size_name} {kind}"].append((time.perf_counter() - t0) / args.count * 1e6)
-                t0 = time.perf_counter()
+                    check(cu.cuMemMap(va.value + i * size, size, 0, handles[i], 0), "cuMemMap")
+                t.append(time.perf_counter())
                 for i in range(args.count):
-                    check(cu.cuMemCreate(c.byref(one), size, c.byref(p), 0), "cuMemCreate")
-                    handles[i] = one.value
-                    addr = va.value + i * size
-                    check(cu.cuMemMap(addr, size, 0, handles[i], 0), "cuMemMap")
-                    check(cu.cuMemSetAccess(addr, size, c.byref(access), 1), "cuMemSetAccess")
+                    check(cu.cuMemSetAccess(va.value + i * size, size, c.byref(access), 1), "cuMemSetAccess")
+                t.append(time.perf_counter())
                 for i in range(args.count):
                     check(cu.cuMemUnmap(va.value + i * size, size), "cuMemUnmap")
+                t.append(time.perf_counter())
+                for i in range(args.count):
                     check(cu.cuMemRelease(handles[i]), "cuMemRelease")
-                samples[f"create+map+access+unmap+release {size_name} {kind}"].append(
-                    (time.perf_counter() - t0) / args.count * 1e6)
+                t.append(time.perf_counter())
+                for k, phase in enumerate(phases):
+                    samples[f"{phase} {size_name} {kind}"].append((t[k + 1] - t[k]) / args.count * 1e6)
+                samples[f"total {size_name} {kind}"].append((t[-1] - t[0]) / args.count * 1e6)
     print(json.dumps({"gpu": name.value.decode(), "driver": driver.value, "rounds": args.rounds,
                       "handles_per_round": args.count,
                       "median_us_per_handle": {k: round(statistics.median(v), 2) for k, v in samples.items()},

@@ -7,8 +7,10 @@
 // are the same bytes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "allocator_policies/arena/arena_policy.hpp"
 #include "allocator_policies/buckets/buckets_policy.hpp"
@@ -98,41 +100,51 @@ TEST(SimSharing, WithoutVirtualMemoryHandlesAreNotShareable) {
   EXPECT_THROW((void)sim.export_physical(physical_handle{1}), backend_error);
 }
 
+// Granules of G bytes that [p, p + bytes) touches (the arena's range is granule-aligned).
+std::size_t granules(const void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  return (a + bytes - 1) / G - a / G + 1;
+}
+
 TEST(ArenaShare, DescribesTheSpansUnderABlockEachExportedOnce) {
   sim_backend sim(backed());
   arena_policy arena(spans_of(0), sim);  // one granule per span
-  auto* a = static_cast<char*>(arena.allocate(3 * G - 4096));
+  const std::size_t bytes = 3 * G - 4096;
+  auto* a = static_cast<char*>(arena.allocate(bytes));
   const shared_memory m = arena.share(a + 1000, 2 * G);
-  ASSERT_EQ(m.handles.size(), 2U) << "[a + 1000, +2G) touches two granules";
+  ASSERT_EQ(m.handles.size(), granules(a + 1000, 2 * G)) << "one handle per granule touched";
   EXPECT_EQ(static_cast<char*>(m.base) + m.offset, a + 1000);
-  EXPECT_EQ(m.bytes, 2 * G);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(m.base) % G, 0U) << "the first span's start";
+  EXPECT_EQ(m.bytes, m.handles.size() * G);
   EXPECT_NE(m.handles[0].serial, m.handles[1].serial);
-  const shared_memory whole = arena.share(a, 3 * G - 4096);
-  ASSERT_EQ(whole.handles.size(), 3U);
-  EXPECT_EQ(whole.handles[0].fd, m.handles[0].fd) << "the same handle, the same descriptor";
-  EXPECT_EQ(sim.exported_handles(), 3U);
+  const shared_memory whole = arena.share(a, bytes);
+  const std::size_t n = whole.handles.size();
+  ASSERT_EQ(n, granules(a, bytes));
+  EXPECT_EQ(whole.handles[n - 1].fd, m.handles[m.handles.size() - 1].fd) << "the same handle, the same descriptor";
+  EXPECT_EQ(sim.exported_handles(), n);
 
-  // Map the three handles elsewhere as an importer would: same bytes.
-  void* view = sim.reserve_address(3 * G);
+  // Map the handles elsewhere as an importer would: same bytes.
+  void* view = sim.reserve_address(n * G);
   std::vector<physical_handle> imported;
-  for (std::size_t i = 0; i < 3; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     imported.push_back(sim.import_physical(whole.handles[i].fd, G));
     ASSERT_TRUE(sim.map(static_cast<char*>(view) + i * G, G, imported.back()));
   }
-  ASSERT_TRUE(sim.set_access(view, 3 * G));
-  std::memset(a, 0x33, 3 * G - 4096);
-  EXPECT_EQ(static_cast<unsigned char*>(view)[2 * G + 5], 0x33);
+  ASSERT_TRUE(sim.set_access(view, n * G));
+  std::memset(a, 0x33, bytes);
+  auto* seen = static_cast<unsigned char*>(view) + whole.offset;
+  EXPECT_EQ(seen[bytes - 1], 0x33);
 
   // The producer frees and gives the memory back: descriptors close, the
   // importer's mapping keeps the bytes until it unmaps.
-  arena.deallocate(a, 3 * G - 4096);
+  arena.deallocate(a, bytes);
   arena.release_cached();
   EXPECT_EQ(sim.exported_handles(), 0U);
-  EXPECT_EQ(sim.used_bytes(), 3 * G);
-  EXPECT_EQ(static_cast<unsigned char*>(view)[2 * G + 5], 0x33);
-  for (std::size_t i = 0; i < 3; ++i) sim.unmap(static_cast<char*>(view) + i * G, G);
+  EXPECT_EQ(sim.used_bytes(), n * G);
+  EXPECT_EQ(seen[bytes - 1], 0x33);
+  for (std::size_t i = 0; i < n; ++i) sim.unmap(static_cast<char*>(view) + i * G, G);
   for (const physical_handle h : imported) sim.release_imported(h, G);
-  sim.release_address(view, 3 * G);
+  sim.release_address(view, n * G);
   EXPECT_EQ(sim.used_bytes(), 0U);
 }
 
