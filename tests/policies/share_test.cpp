@@ -17,19 +17,14 @@
 #include "allocator_policies/caching/caching_policy.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
 
 constexpr std::size_t G = 2 * MiB;
 
-sim_options backed() {
-  sim_options o;
-  o.capacity = 64 * G;
-  o.granularity = G;
-  o.backed = true;
-  return o;
-}
+sim_options backed() { return testing::backed_device(64, G); }
 
 config spans_of(std::size_t chunk) {
   config cfg;
