@@ -89,6 +89,7 @@ static_assert(sizeof(mapped_header) == 16 && sizeof(mapped_record) == 24);
 struct import_record {
   fragctl::device_backend* backend = nullptr;
   bool allocation = false;  // opened with open_allocation; else mapped handles
+  std::size_t opens = 1;    // open_allocation calls that gave this base (one close each)
   std::size_t bytes = 0;    // the reserved range (mapped handles)
   std::vector<std::pair<fragctl::physical_handle, std::size_t>> handles;
 };
@@ -315,7 +316,8 @@ fragctl_status fragctl_import_block(fragctl_allocator* allocator, const void* ha
     }
     try {
       const std::lock_guard lock(imports().mutex);
-      imports().records.emplace(b, std::move(r));
+      const auto [it, added] = imports().records.emplace(b, std::move(r));
+      if (!added) ++it->second.opens;  // the runtime gave an opened allocation's base again
     } catch (...) {
       if (r.allocation) {
         backend.close_allocation(b);
@@ -340,8 +342,14 @@ fragctl_status fragctl_close_block(fragctl_allocator* allocator, void* base) {
         return fail(FRAGCTL_ERROR_INVALID_ARGUMENT,
                     fmt::format("fragctl_close_block: {} is not an address fragctl_import_block returned", base));
       }
-      r = std::move(it->second);
-      imports().records.erase(it);
+      if (it->second.opens > 1) {  // opened again: this close answers one open
+        --it->second.opens;
+        r.backend = it->second.backend;
+        r.allocation = true;
+      } else {
+        r = std::move(it->second);
+        imports().records.erase(it);
+      }
     }
     if (r.allocation) {
       r.backend->close_allocation(base);

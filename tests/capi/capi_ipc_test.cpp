@@ -98,7 +98,12 @@ TEST(CApiIpc, PlainAllocationsGivePyTorchsHandleForm) {
     void* base = nullptr;
     ASSERT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &base), FRAGCTL_OK) << fragctl_last_error();
     EXPECT_EQ(static_cast<char*>(base) + e.offset, second) << "the sim opens its own allocation in place";
+    void* again = nullptr;
+    ASSERT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &again), FRAGCTL_OK);
+    EXPECT_EQ(again, base) << "the same base again: each open gets its close";
+    ASSERT_EQ(fragctl_close_block(a, again), FRAGCTL_OK);
     ASSERT_EQ(fragctl_close_block(a, base), FRAGCTL_OK);
+    EXPECT_EQ(fragctl_close_block(a, base), FRAGCTL_ERROR_INVALID_ARGUMENT);
     ASSERT_EQ(fragctl_free(a, first, 4096, nullptr), FRAGCTL_OK);
     ASSERT_EQ(fragctl_free(a, second, 4096, nullptr), FRAGCTL_OK);
     ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);

@@ -161,14 +161,16 @@ std::optional<physical_handle> cuda_backend::do_create_physical(std::size_t byte
   if (shareable_.load(std::memory_order_relaxed)) {
     rc = api_.mem_create(&handle, bytes, &shareable_properties_, 0);
     if (rc == CUDA_ERROR_NOT_SUPPORTED || rc == CUDA_ERROR_INVALID_VALUE) {
-      // The driver refuses the handle type (a container without it, say):
-      // plain handles from now on, memory that cannot be shared.
-      if (shareable_.exchange(false, std::memory_order_relaxed)) {
+      // The driver may refuse the handle type (a container without it, say):
+      // if a plain handle is granted, plain handles from now on, memory that
+      // cannot be shared.
+      const CUresult refused = rc;
+      rc = api_.mem_create(&handle, bytes, &physical_properties_, 0);
+      if (rc == CUDA_SUCCESS && shareable_.exchange(false, std::memory_order_relaxed)) {
         logger().debug("cuda backend: cuMemCreate refused POSIX file descriptor handles on device {} ({}); "
                        "physical memory is created without a shareable handle type",
-                       ordinal_, cuda::error_name(api_, rc));
+                       ordinal_, cuda::error_name(api_, refused));
       }
-      rc = api_.mem_create(&handle, bytes, &physical_properties_, 0);
     }
   } else {
     rc = api_.mem_create(&handle, bytes, &physical_properties_, 0);
