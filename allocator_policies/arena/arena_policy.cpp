@@ -509,6 +509,37 @@ bool arena_policy::do_resume() {
 
 bool arena_policy::do_paused() const { return impl_->paused; }
 
+shared_memory arena_policy::do_share(void* ptr, std::size_t bytes) const {
+  const impl& s = *impl_;
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  const auto base = reinterpret_cast<std::uintptr_t>(s.raw);
+  bytes = std::max<std::size_t>(bytes, 1);
+  if (a < base || a - base >= s.range || bytes > s.range - (a - base)) {
+    throw invalid_argument(fmt::format("arena: share({}, {}): not memory of this arena", ptr, bytes));
+  }
+  shared_memory out;
+  if (!s.granules) {  // the fallback block: one raw allocation
+    out.base = s.raw;
+    out.bytes = s.range;
+    out.offset = a - base;
+    return out;
+  }
+  if (s.paused) throw invalid_argument(fmt::format("arena: share({}, {}): the arena is paused", ptr, bytes));
+  const std::vector<arena_detail::granule_map::span_view> spans = s.granules->spans_under(a, bytes);
+  if (spans.empty()) {
+    throw invalid_argument(fmt::format("arena: share({}, {}): not live memory of this arena", ptr, bytes));
+  }
+  out.base = reinterpret_cast<void*>(spans.front().addr);
+  out.offset = a - spans.front().addr;
+  out.handles.reserve(spans.size());
+  for (const auto& span : spans) {
+    const exported_handle e = s.backend.export_physical(span.handle);
+    out.handles.push_back({e.fd, e.serial, span.bytes});
+    out.bytes += span.bytes;
+  }
+  return out;
+}
+
 void arena_policy::do_enable_peer_access(int peer) {
   impl& s = *impl_;
   if (peer < 0 || peer == s.backend.device()) {

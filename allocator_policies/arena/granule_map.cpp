@@ -627,6 +627,23 @@ void granule_map::grant_access_again() {
   });
 }
 
+std::vector<granule_map::span_view> granule_map::spans_under(std::uintptr_t addr, std::size_t bytes) const {
+  std::vector<span_view> out;
+  if (bytes == 0 || addr < base_ || addr - base_ >= granules_.size() << shift_ ||
+      bytes > (granules_.size() << shift_) - (addr - base_)) {
+    return out;
+  }
+  for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
+    if (!mapped(g) || granules_[g].live == 0) return {};
+    const span& s = spans_[granules_[g].span];
+    if (out.empty() || out.back().handle.value != s.handle) {
+      out.push_back({base_ + (std::size_t{s.first} << shift_), std::size_t{s.count} << shift_,
+                     physical_handle{s.handle}});
+    }
+  }
+  return out;
+}
+
 std::size_t granule_map::paused_bytes() const noexcept {
   std::size_t granules = 0;
   for (std::size_t s = 1; s < spans_.size(); ++s) {

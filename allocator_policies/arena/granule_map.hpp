@@ -207,6 +207,16 @@ class granule_map {
   /// out_of_memory's cause as backend_error, if a call fails; calling it
   /// again retries every run.
   void grant_access_again();
+  /// A span mapped under a range (spans_under).
+  struct span_view {
+    std::uintptr_t addr;
+    std::size_t bytes;
+    physical_handle handle;
+  };
+  /// The spans mapped under [addr, addr + bytes) in address order, if every
+  /// granule of it is mapped (not paused) and touched by a live block;
+  /// else empty. Allocates; for sharing, not for hot paths.
+  [[nodiscard]] std::vector<span_view> spans_under(std::uintptr_t addr, std::size_t bytes) const;
   /// Bytes of paused spans (address space whose memory was given back).
   [[nodiscard]] std::size_t paused_bytes() const noexcept;
 

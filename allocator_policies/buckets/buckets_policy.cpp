@@ -490,6 +490,9 @@ std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept
 pool_state buckets_policy::do_state() const { return impl_->do_state(); }
 void buckets_policy::do_release_cached() { impl_->do_release_cached(); }
 void buckets_policy::do_enable_peer_access(int peer) { impl_->upstream_->enable_peer_access(peer); }
+shared_memory buckets_policy::do_share(void* ptr, std::size_t bytes) const {
+  return impl_->upstream_->share(ptr, bytes);
+}
 device_backend& buckets_policy::do_backend() const noexcept { return impl_->upstream_->backend(); }
 std::string_view buckets_policy::do_name() const noexcept { return impl_->name_; }
 memory_snapshot buckets_policy::do_memory_map() const { return impl_->upstream_->memory_map(); }

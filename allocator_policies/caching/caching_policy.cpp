@@ -571,6 +571,21 @@ void caching_policy::do_enable_peer_access(int peer) {
     throw invalid_argument(fmt::format("caching: enable_peer_access({}): a peer is another device's ordinal", peer));
   }
 }
+shared_memory caching_policy::do_share(void* ptr, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  bytes = std::max<std::size_t>(bytes, 1);
+  for (const auto& [base, segment] : impl_->segments_) {
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    if (a >= b && a - b < segment.size && bytes <= segment.size - (a - b)) {
+      shared_memory out;
+      out.base = base;
+      out.bytes = segment.size;
+      out.offset = a - b;
+      return out;
+    }
+  }
+  throw invalid_argument(fmt::format("caching: share({}, {}): not memory of this allocator's segments", ptr, bytes));
+}
 device_backend& caching_policy::do_backend() const noexcept { return impl_->backend_; }
 memory_snapshot caching_policy::do_memory_map() const { return impl_->do_memory_map(); }
 

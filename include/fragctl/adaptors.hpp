@@ -46,6 +46,7 @@ class forwarding_adaptor : public device_allocator {
   bool do_paused() const override;
   std::optional<block_record> do_block_info(void* ptr) const override;
   void do_enable_peer_access(int peer) override;
+  shared_memory do_share(void* ptr, std::size_t bytes) const override;
 
   std::unique_ptr<device_allocator> upstream_;
 };
@@ -145,6 +146,7 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   bool do_paused() const override;
   std::optional<block_record> do_block_info(void* ptr) const override;
   void do_enable_peer_access(int peer) override;
+  shared_memory do_share(void* ptr, std::size_t bytes) const override;
 
   mutable std::mutex mutex_;
   std::unique_ptr<process_guard> guard_;

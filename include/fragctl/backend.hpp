@@ -32,9 +32,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "fragctl/types.hpp"
@@ -47,6 +49,21 @@ struct physical_handle {
   std::uint64_t value = 0;
   friend bool operator==(physical_handle, physical_handle) = default;
 };
+
+/// A physical handle exported for another process (export_physical): a
+/// POSIX file descriptor of the exporting process (cuda), or a token that
+/// only the same process can import (sim), and a number that no other
+/// export of this process carries, so that an importer's cache keyed by
+/// the handle never mistakes a later handle for an earlier one whose
+/// descriptor number was reused.
+struct exported_handle {
+  int fd = -1;
+  std::uint64_t serial = 0;
+};
+
+/// The runtime's IPC handle of a raw allocation (cuIpcGetMemHandle,
+/// hipIpcGetMemHandle; CUDA_IPC_HANDLE_SIZE bytes).
+using ipc_memory_handle = std::array<char, 64>;
 
 /// Free and total device memory in bytes, as the runtime reports them.
 struct memory_info {
@@ -270,6 +287,42 @@ class device_backend {
   /// (raw allocations and mapped handles whose access was granted).
   void for_each_span(const std::function<void(void*, std::size_t)>& f) const;
 
+  // --- Sharing memory with other processes (docs/interop.md, CUDA IPC) --------
+
+  /// Whether physical handles are created shareable (cuMemCreate with
+  /// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), so that export_physical can
+  /// give them to another process. False where the driver refused that
+  /// handle type (then handles are created without one) or has no export.
+  [[nodiscard]] virtual bool shareable_handles() const noexcept { return false; }
+  /// Exports `handle` (live, from create_physical) for another process. The
+  /// descriptor belongs to the backend: made on the first call, the same on
+  /// later ones, closed when the handle is released (release_physical), so
+  /// it stays valid as long as the handle lives. Not a memory call, not
+  /// counted. Throws backend_error with code "not_supported" where handles
+  /// are not shareable, backend_error when the runtime fails.
+  [[nodiscard]] exported_handle export_physical(physical_handle handle);
+  /// Imports a physical allocation of `bytes` another process (or this one)
+  /// exported: `fd` is a descriptor of this process (the caller keeps and
+  /// closes it) or, on sim, the exporter's token. The handle maps like one
+  /// from create_physical; release it with release_imported once unmapped.
+  /// The memory is not counted as held: it belongs to the exporter. Throws
+  /// backend_error ("not_supported" where the backend cannot import).
+  [[nodiscard]] physical_handle import_physical(int fd, std::size_t bytes);
+  /// Releases a handle from import_physical (unmapped). The memory goes
+  /// back to the device once its owner released it too.
+  void release_imported(physical_handle handle, std::size_t bytes);
+  /// The runtime's IPC handle of `base`, a pointer from allocate() (the
+  /// whole allocation). Throws backend_error ("not_supported" where the
+  /// backend has no IPC of raw memory).
+  [[nodiscard]] ipc_memory_handle export_allocation(void* base);
+  /// Opens another process's raw allocation from its IPC handle; returns
+  /// its base address in this process. Throws backend_error.
+  [[nodiscard]] void* open_allocation(const ipc_memory_handle& handle);
+  /// Closes an allocation open_allocation opened.
+  void close_allocation(void* base);
+  /// Handles exported and not yet released (descriptors held).
+  [[nodiscard]] std::size_t exported_handles() const;
+
   // --- Counters --------------------------------------------------------------
 
   [[nodiscard]] backend_counters counters() const noexcept;
@@ -314,6 +367,18 @@ class device_backend {
   virtual void do_add_access_peer(int peer);
   /// Forgets the `index`-th peer added (0-based, in add order). The default does nothing.
   virtual void do_remove_access_peer(std::size_t /*index*/) noexcept {}
+  /// Sharing (export_physical ... close_allocation). The defaults refuse
+  /// (not_supported); do_close_export closes an exported descriptor when its
+  /// handle is released (the default does nothing).
+  virtual int do_export_physical(physical_handle handle);
+  virtual void do_close_export(int /*fd*/) noexcept {}
+  virtual physical_handle do_import_physical(int fd, std::size_t bytes);
+  virtual ipc_memory_handle do_export_allocation(void* base);
+  virtual void* do_open_allocation(const ipc_memory_handle& handle);
+  virtual void do_close_allocation(void* base);
+  [[noreturn]] void refuse_sharing(const char* call) const;
+  /// Forgets (closing its descriptor) the export of a handle being released.
+  void forget_export(physical_handle handle) noexcept;
 
   void count(backend_call c) noexcept {
     calls_[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed);
@@ -331,6 +396,12 @@ class device_backend {
   std::atomic<std::uint64_t> failed_allocations_{0};
   std::vector<int> peers_;  // add_access_peer's, in order
   std::shared_ptr<span_registry> spans_;  // src/backend/span_registry.hpp
+
+  // export_physical's descriptors by handle value; `any_exports_` keeps
+  // release_physical from taking the lock when nothing was ever exported.
+  mutable std::mutex exports_mutex_;
+  std::unordered_map<std::uint64_t, exported_handle> exports_;
+  std::atomic<bool> any_exports_{false};
 };
 
 struct config;  // fragctl/config.hpp

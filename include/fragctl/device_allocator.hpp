@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "fragctl/memory_map.hpp"
 #include "fragctl/types.hpp"
@@ -71,6 +72,24 @@ enum class pause_keep : std::uint8_t {
 struct block_record {
   std::size_t bytes = 0;
   stream_t stream = nullptr;
+};
+
+/// The memory under a range of live blocks, described so that another
+/// process can map it (device_allocator::share; docs/interop.md, "Sharing
+/// tensors between processes"). Either a raw allocation (`handles` empty:
+/// the runtime's IPC handle of `base` reaches it, device_backend::
+/// export_allocation) or the physical handles mapped one after the other
+/// from `base` on, each exported (device_backend::export_physical).
+struct shared_memory {
+  struct handle {
+    int fd = -1;              ///< the exporter's descriptor (or sim token), valid while the handle lives
+    std::uint64_t serial = 0; ///< unique in the exporting process (exported_handle::serial)
+    std::size_t bytes = 0;    ///< the handle's size
+  };
+  void* base = nullptr;     ///< the raw allocation, or where the first handle is mapped
+  std::size_t bytes = 0;    ///< the raw allocation's size, or the handles' total
+  std::size_t offset = 0;   ///< the range's start minus base
+  std::vector<handle> handles;
 };
 
 class device_allocator {
@@ -169,6 +188,18 @@ class device_allocator {
   /// the runtime fails.
   void enable_peer_access(int peer) { do_enable_peer_access(peer); }
 
+  /// Describes the memory under [ptr, ptr + bytes), which lies in live
+  /// blocks of this allocator, for another process to map: the physical
+  /// handles mapped there (exported; the backend keeps their descriptors
+  /// until the handles are released) or the raw allocation holding it. The
+  /// blocks must stay live while another process maps them (PyTorch's
+  /// reference counting of shared tensors sees to it). Throws
+  /// invalid_argument for a range that is not live memory of this allocator
+  /// (or is paused), or from an allocator that does not say what lies under
+  /// its blocks; backend_error when exporting fails (not_supported where the
+  /// backend cannot share).
+  [[nodiscard]] shared_memory share(void* ptr, std::size_t bytes) const { return do_share(ptr, bytes); }
+
   /// The backend this allocator obtains memory from.
   [[nodiscard]] device_backend& backend() const noexcept { return do_backend(); }
 
@@ -214,6 +245,8 @@ class device_allocator {
   virtual std::optional<block_record> do_block_info(void* /*ptr*/) const { return std::nullopt; }
   // Optional: the default refuses (a policy says how its memory is reached).
   virtual void do_enable_peer_access(int peer);
+  // Optional: the default refuses (a policy says what lies under its blocks).
+  virtual shared_memory do_share(void* ptr, std::size_t bytes) const;
 
   std::atomic<std::uint64_t> misuse_not_owned_{0};
   std::atomic<std::uint64_t> misuse_size_mismatch_{0};

@@ -212,6 +212,42 @@ FRAGCTL_API fragctl_status fragctl_spans(fragctl_allocator* allocator,
                                          void (*visit)(uint64_t address, uint64_t size, void* context),
                                          void* context);
 
+/* --- Sharing blocks with other processes (CUDA IPC; docs/interop.md) ------ */
+
+/** Describes the memory under [ptr, ptr + bytes) (inside live blocks of
+ * `allocator`; bytes 0 means one byte) as a handle another process passes to
+ * fragctl_import_block. Arena memory gives the file descriptors of the
+ * physical handles mapped there (created shareable), which stay open as long
+ * as those handles live; memory from plain device allocations (caching, the
+ * arena's fallback block) gives the runtime's IPC handle of the allocation,
+ * in PyTorch's own form, so that a process under PyTorch's allocator opens it
+ * too. *offset is ptr's offset from the start of what the importer maps.
+ * The blocks must stay live while another process maps them (PyTorch's
+ * reference counting of shared tensors does this). With handle NULL only
+ * *handle_size is set (the bytes needed); with capacity too small, nothing
+ * is written, *handle_size is set and the status is INVALID_ARGUMENT.
+ * INVALID_ARGUMENT for a range that is not live memory of the allocator (or
+ * is paused); BACKEND when the backend cannot share (the message says why). */
+FRAGCTL_API fragctl_status fragctl_export_block(fragctl_allocator* allocator, void* ptr, size_t bytes, void* handle,
+                                                size_t capacity, size_t* handle_size, size_t* offset);
+
+/** Maps, in this process, the memory a handle from fragctl_export_block
+ * (here or in another process) describes, on the device of `allocator`
+ * (which serves only to name the device); *base is where it starts (add the
+ * export's offset). File descriptors of another process are taken with
+ * pidfd_open and pidfd_getfd (Linux 5.6, and permission to trace the
+ * exporting process: same user, and Yama's ptrace_scope allowing it). Each
+ * call maps anew; release with fragctl_close_block. INVALID_ARGUMENT for a
+ * handle that is not one (the message names what is wrong); BACKEND when
+ * the exporter is gone, descriptors cannot be taken, or the runtime
+ * refuses; OUT_OF_MEMORY when the mapping runs out of memory. */
+FRAGCTL_API fragctl_status fragctl_import_block(fragctl_allocator* allocator, const void* handle, size_t handle_size,
+                                                void** base);
+
+/** Unmaps what fragctl_import_block mapped at `base`. INVALID_ARGUMENT for
+ * an address it did not return (or one closed already). */
+FRAGCTL_API fragctl_status fragctl_close_block(fragctl_allocator* allocator, void* base);
+
 /** The policy expression the allocator was built with, defaults filled in
  * ("buckets:arena"). Valid while the allocator lives. */
 FRAGCTL_API const char* fragctl_policy(const fragctl_allocator* allocator);

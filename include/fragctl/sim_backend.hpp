@@ -83,6 +83,8 @@ class sim_backend final : public device_backend {
   ~sim_backend() override;
 
   [[nodiscard]] std::string_view name() const noexcept override { return "sim"; }
+  /// Handles are always exportable (as tokens this process imports).
+  [[nodiscard]] bool shareable_handles() const noexcept override { return supports_virtual_memory(); }
   [[nodiscard]] int device() const noexcept override;
   [[nodiscard]] bool supports_virtual_memory() const noexcept override;
   [[nodiscard]] std::size_t granularity() const noexcept override;
@@ -156,6 +158,12 @@ class sim_backend final : public device_backend {
   bool do_set_access(void* va, std::size_t bytes) override;
   void do_add_access_peer(int peer) override;
   void do_unmap(void* va, std::size_t bytes) override;
+  int do_export_physical(physical_handle handle) override;
+  void do_close_export(int fd) noexcept override;
+  physical_handle do_import_physical(int fd, std::size_t bytes) override;
+  ipc_memory_handle do_export_allocation(void* base) override;
+  void* do_open_allocation(const ipc_memory_handle& handle) override;
+  void do_close_allocation(void* base) override;
   event_t do_create_event() override;
   void do_destroy_event(event_t event) override;
   void do_record_event(event_t event, stream_t stream) override;

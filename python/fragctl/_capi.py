@@ -124,6 +124,11 @@ def _declare(lib):
         "fragctl_enable_peer_access": (status, [p, c.c_int]),
         "fragctl_watch_spans": (status, [p, SPAN_CALLBACK, p]),
         "fragctl_spans": (status, [p, SPAN_VISIT, p]),
+
+        "fragctl_export_block": (status, [p, p, c.c_size_t, p, c.c_size_t, c.POINTER(c.c_size_t),
+                                         c.POINTER(c.c_size_t)]),
+        "fragctl_import_block": (status, [p, p, c.c_size_t, c.POINTER(p)]),
+        "fragctl_close_block": (status, [p, p]),
         "fragctl_memory_kind_of": (status, [p, c.POINTER(c.c_int)]),
         "fragctl_environment_memory_kind": (status, [c.POINTER(c.c_int)]),
         "fragctl_policy": (char_p, [p]),

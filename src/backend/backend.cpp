@@ -116,6 +116,7 @@ std::optional<physical_handle> device_backend::create_physical(std::size_t bytes
 void device_backend::release_physical(physical_handle handle, std::size_t bytes) {
   count(backend_call::release_physical);
   do_release_physical(handle, bytes);
+  forget_export(handle);
   sub_held(bytes);
 }
 
@@ -250,6 +251,67 @@ void device_backend::do_add_access_peer(int peer) {
                                   name(), device(), peer),
                       0, "not_supported");
 }
+
+// --- Sharing ----------------------------------------------------------------------
+
+namespace {
+/// Serials of exports, unique in the process (exported_handle::serial).
+std::atomic<std::uint64_t> next_export_serial{1};
+}  // namespace
+
+exported_handle device_backend::export_physical(physical_handle handle) {
+  const std::lock_guard lock(exports_mutex_);
+  if (const auto it = exports_.find(handle.value); it != exports_.end()) return it->second;
+  exported_handle e;
+  e.fd = do_export_physical(handle);
+  e.serial = next_export_serial.fetch_add(1, std::memory_order_relaxed);
+  try {
+    exports_.emplace(handle.value, e);
+  } catch (...) {
+    do_close_export(e.fd);
+    throw;
+  }
+  any_exports_.store(true, std::memory_order_release);
+  return e;
+}
+
+void device_backend::forget_export(physical_handle handle) noexcept {
+  if (!any_exports_.load(std::memory_order_acquire)) return;
+  const std::lock_guard lock(exports_mutex_);
+  const auto it = exports_.find(handle.value);
+  if (it == exports_.end()) return;
+  do_close_export(it->second.fd);
+  exports_.erase(it);
+}
+
+std::size_t device_backend::exported_handles() const {
+  const std::lock_guard lock(exports_mutex_);
+  return exports_.size();
+}
+
+physical_handle device_backend::import_physical(int fd, std::size_t bytes) { return do_import_physical(fd, bytes); }
+
+void device_backend::release_imported(physical_handle handle, std::size_t bytes) { do_release_physical(handle, bytes); }
+
+ipc_memory_handle device_backend::export_allocation(void* base) { return do_export_allocation(base); }
+
+void* device_backend::open_allocation(const ipc_memory_handle& handle) { return do_open_allocation(handle); }
+
+void device_backend::close_allocation(void* base) { do_close_allocation(base); }
+
+void device_backend::refuse_sharing(const char* call) const {
+  throw backend_error(fmt::format("{} backend: {}: device {} cannot share memory with other processes", name(),
+                                  call, device()),
+                      0, "not_supported");
+}
+
+int device_backend::do_export_physical(physical_handle /*handle*/) { refuse_sharing("export_physical"); }
+physical_handle device_backend::do_import_physical(int /*fd*/, std::size_t /*bytes*/) {
+  refuse_sharing("import_physical");
+}
+ipc_memory_handle device_backend::do_export_allocation(void* /*base*/) { refuse_sharing("export_allocation"); }
+void* device_backend::do_open_allocation(const ipc_memory_handle& /*handle*/) { refuse_sharing("open_allocation"); }
+void device_backend::do_close_allocation(void* /*base*/) { refuse_sharing("close_allocation"); }
 
 backend_counters device_backend::counters() const noexcept {
   backend_counters c;

@@ -54,6 +54,11 @@ bool device_allocator::do_pause(pause_keep /*keep*/) {
                                      name()));
 }
 
+shared_memory device_allocator::do_share(void* ptr, std::size_t /*bytes*/) const {
+  throw invalid_argument(fmt::format("{}: share({}): this allocator does not say what memory lies under its blocks",
+                                     name(), ptr));
+}
+
 void device_allocator::do_enable_peer_access(int peer) {
   throw invalid_argument(fmt::format("{}: enable_peer_access({}): this allocator does not say how its memory is "
                                      "reached from other devices",

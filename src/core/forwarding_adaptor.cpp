@@ -30,5 +30,6 @@ bool forwarding_adaptor::do_resume() { return upstream_->resume(); }
 bool forwarding_adaptor::do_paused() const { return upstream_->paused(); }
 std::optional<block_record> forwarding_adaptor::do_block_info(void* ptr) const { return upstream_->block_info(ptr); }
 void forwarding_adaptor::do_enable_peer_access(int peer) { upstream_->enable_peer_access(peer); }
+shared_memory forwarding_adaptor::do_share(void* ptr, std::size_t bytes) const { return upstream_->share(ptr, bytes); }
 
 }  // namespace fragctl

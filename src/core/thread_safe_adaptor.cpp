@@ -74,6 +74,11 @@ bool thread_safe_adaptor::do_resume() {
   return upstream().resume();
 }
 
+shared_memory thread_safe_adaptor::do_share(void* ptr, std::size_t bytes) const {
+  const std::lock_guard lock(mutex_);
+  return upstream().share(ptr, bytes);
+}
+
 void thread_safe_adaptor::do_enable_peer_access(int peer) {
   const std::lock_guard lock(mutex_);
   upstream().enable_peer_access(peer);

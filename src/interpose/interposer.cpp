@@ -253,6 +253,46 @@ int interposer::mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) 
   return success;
 }
 
+int interposer::ipc_get_mem_handle(void* handle, void* ptr) noexcept {
+  const auto real = real_.get_as<ipc_get_mem_handle_fn>(real_function::ipc_get_mem_handle);
+  std::optional<shared_memory> shared;
+  try {
+    std::optional<owned_block> block = ptr != nullptr ? find(ptr) : std::nullopt;
+    int device = 0;
+    if (block) {
+      device = block->device;
+    } else if (ptr == nullptr || current_device(device) != success) {
+      device = -1;
+    }
+    device_allocator* allocator = device >= 0 ? allocators_(device, false) : nullptr;
+    if (allocator != nullptr) {
+      try {
+        shared = allocator->share(ptr, 1);
+      } catch (const invalid_argument&) {  // not fragctl's memory
+      }
+    }
+  } catch (const std::exception& e) {
+    logger().warn("{}: ipc_get_mem_handle({}): {}", real_.api().name, ptr, e.what());
+    return error_unknown;
+  }
+  if (shared && !shared->handles.empty()) {
+    logger().error("{}: IpcGetMemHandle({}): this is fragctl arena memory (mapped with cuMemMap), which has no "
+                   "runtime IPC handle; share it with fragctl_export_block/fragctl_import_block, or run with "
+                   "FRAGCTL_POLICY=caching",
+                   real_.api().name, ptr);
+    return error_invalid_value;
+  }
+  if (shared && shared->offset != 0) {
+    logger().error("{}: IpcGetMemHandle({}): this fragctl block lies {} bytes into a larger device allocation, "
+                   "so the importer would open that allocation's start; share it with fragctl_export_block "
+                   "(which gives the offset)",
+                   real_.api().name, ptr, shared->offset);
+    return error_invalid_value;
+  }
+  if (real == nullptr) return error_invalid_value;
+  return real(handle, ptr);
+}
+
 std::optional<owned_block> interposer::find(const void* ptr) const {
   const absl::MutexLock lock(&mutex_);
   const auto it = owned_.find(ptr);

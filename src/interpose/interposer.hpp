@@ -38,6 +38,10 @@
 //    high attribute to 0 starts a new peak window (both highs), and
 //    cudaMemPoolTrimTo releases fragctl's cache before the real trim. Other
 //    pools and attributes go to the real functions unchanged.
+//  * CUDA IPC. cudaIpcGetMemHandle reaches only what the runtime allocated
+//    whole: the layer lets it through for a fragctl block at the start of a
+//    plain device allocation and refuses it, with a log line, for arena
+//    memory and blocks inside a segment (fragctl_export_block shares those).
 // Errors come back as the runtime's codes (interpose/runtime.hpp), with one
 // log line; nothing throws.
 #pragma once
@@ -116,6 +120,14 @@ class interposer {
   /// the real pool.
   int mem_pool_trim_to(void* pool, std::size_t min_bytes_to_keep) noexcept;
 
+  /// cudaIpcGetMemHandle: the real function for memory fragctl does not
+  /// hold, and for a fragctl block that starts a plain device allocation
+  /// (caching's segment); cudaErrorInvalidValue, with a log line saying
+  /// why, for fragctl memory the real handle would not reach: arena memory
+  /// (mapped, it has no such handle) and a block inside a larger segment
+  /// (the importer would open the segment's start). fragctl_export_block
+  /// shares both.
+  int ipc_get_mem_handle(void* handle, void* ptr) noexcept;
   /// The record of a live block, if the layer handed `ptr` out.
   [[nodiscard]] std::optional<owned_block> find(const void* ptr) const;
   /// Number of live blocks the layer handed out.

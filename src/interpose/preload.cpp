@@ -56,6 +56,7 @@ FRAGCTL_PRELOAD_EXPORT int cudaMemPoolSetAttribute(void* pool, int attribute, vo
 FRAGCTL_PRELOAD_EXPORT int cudaMemPoolTrimTo(void* pool, std::size_t min_bytes_to_keep) {
   return cuda().mem_pool_trim_to(pool, min_bytes_to_keep);
 }
+FRAGCTL_PRELOAD_EXPORT int cudaIpcGetMemHandle(void* handle, void* ptr) { return cuda().ipc_get_mem_handle(handle, ptr); }
 
 // HIP.
 FRAGCTL_PRELOAD_EXPORT int hipMalloc(void** ptr, std::size_t size) { return hip().malloc(ptr, size); }
@@ -81,3 +82,4 @@ FRAGCTL_PRELOAD_EXPORT int hipMemPoolSetAttribute(void* pool, int attribute, voi
 FRAGCTL_PRELOAD_EXPORT int hipMemPoolTrimTo(void* pool, std::size_t min_bytes_to_keep) {
   return hip().mem_pool_trim_to(pool, min_bytes_to_keep);
 }
+FRAGCTL_PRELOAD_EXPORT int hipIpcGetMemHandle(void* handle, void* ptr) { return hip().ipc_get_mem_handle(handle, ptr); }

@@ -49,6 +49,7 @@ enum class real_function : std::uint8_t {
   malloc_async,                 ///< int (void** ptr, size_t bytes, void* stream): for allocations under capture
   malloc_async_ptsz,            ///< cudaMallocAsync_ptsz (no HIP form: falls back to malloc_async)
   stream_is_capturing,          ///< int (void* stream, int* status): cudaStreamIsCapturing
+  ipc_get_mem_handle,           ///< int (void* handle, void* ptr): cudaIpcGetMemHandle
   count_
 };
 
@@ -63,6 +64,7 @@ using mem_pool_attribute_fn = int (*)(void*, int, void*);
 using mem_pool_trim_to_fn = int (*)(void*, std::size_t);
 using malloc_async_fn = int (*)(void**, std::size_t, void*);
 using stream_is_capturing_fn = int (*)(void*, int*);
+using ipc_get_mem_handle_fn = int (*)(void*, void*);
 
 /// cudaStreamCaptureStatus / hipStreamCaptureStatus: 1 is "active" in both.
 inline constexpr int capture_status_active = 1;
@@ -88,13 +90,15 @@ inline constexpr runtime_api cuda_runtime{
     "cuda", "libcudart.so",
     {"cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz", "cudaMemGetInfo", "cudaGetDevice", "cudaSetDevice",
      "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
-     "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing"}};
+     "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing",
+     "cudaIpcGetMemHandle"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
     {"hipFree", "hipFreeAsync", "hipFreeAsync", "hipMemGetInfo", "hipGetDevice", "hipSetDevice",
      "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
-     "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing"}};
+     "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing",
+     "hipIpcGetMemHandle"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

@@ -110,6 +110,13 @@ int fake_malloc_async(void** p, std::size_t, void* s) {
   return success;
 }
 
+int fake_ipc_get_mem_handle(void* handle, void* ptr) {
+  fake->calls.push_back("ipc_get_mem_handle");
+  std::memset(handle, 0x2a, 64);
+  (void)ptr;
+  return success;
+}
+
 void* resolve_fake(const char* name) {
   ++fake->lookups[name];
   const std::string n = name;
@@ -126,6 +133,7 @@ void* resolve_fake(const char* name) {
   if (n == "cudaMemPoolTrimTo") return reinterpret_cast<void*>(&fake_pool_trim);
   if (n == "cudaStreamIsCapturing") return reinterpret_cast<void*>(&fake_stream_is_capturing);
   if (n == "cudaMallocAsync") return reinterpret_cast<void*>(&fake_malloc_async);
+  if (n == "cudaIpcGetMemHandle") return reinterpret_cast<void*>(&fake_ipc_get_mem_handle);
   return nullptr;
 }
 
@@ -180,6 +188,37 @@ TEST_F(InterposerTest, MallocServesFromFragctlAndRecordsOwnership) {
   EXPECT_EQ(stats(0).requested.current, std::size_t{3} << 20);
   EXPECT_TRUE(runtime_.freed.empty());
   EXPECT_EQ(layer.free_async(p, nullptr, stream_mode::legacy), success);
+}
+
+TEST_F(InterposerTest, IpcHandlesOfArenaMemoryAreRefusedNotPassedToTheRuntime) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena"));
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 3 << 20), success);
+  char handle[64] = {};
+  EXPECT_EQ(layer.ipc_get_mem_handle(handle, p), error_invalid_value) << "mapped memory has no runtime handle";
+  EXPECT_EQ(layer.ipc_get_mem_handle(handle, static_cast<char*>(p) + 4096), error_invalid_value)
+      << "nor does the inside of a block";
+  EXPECT_TRUE(runtime_.calls.empty()) << "the runtime never saw it";
+  int foreign = 0;
+  EXPECT_EQ(layer.ipc_get_mem_handle(handle, &foreign), success) << "memory fragctl does not hold goes through";
+  EXPECT_EQ(runtime_.calls, std::vector<std::string>{"ipc_get_mem_handle"});
+  EXPECT_EQ(layer.free_async(p, nullptr, stream_mode::legacy), success);
+}
+
+TEST_F(InterposerTest, IpcHandlesOfCachingBlocksPassOnlyAtTheStartOfASegment) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("caching"));
+  void* first = nullptr;
+  void* second = nullptr;
+  ASSERT_EQ(layer.malloc(&first, 4096), success);
+  ASSERT_EQ(layer.malloc(&second, 4096), success);  // in the same small segment, after `first`
+  char handle[64] = {};
+  EXPECT_EQ(layer.ipc_get_mem_handle(handle, second), error_invalid_value)
+      << "the importer would open the segment's start, not this block";
+  EXPECT_TRUE(runtime_.calls.empty());
+  EXPECT_EQ(layer.ipc_get_mem_handle(handle, first), success) << "the segment's first block is its start";
+  EXPECT_EQ(runtime_.calls, std::vector<std::string>{"ipc_get_mem_handle"});
+  EXPECT_EQ(layer.free_async(first, nullptr, stream_mode::legacy), success);
+  EXPECT_EQ(layer.free_async(second, nullptr, stream_mode::legacy), success);
 }
 
 TEST_F(InterposerTest, FreeSynchronizesTheDeviceBeforeTheBlockIsReleased) {

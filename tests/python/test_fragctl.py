@@ -131,6 +131,30 @@ class AllocatorTest(unittest.TestCase):
                 c.pause()
             self.assertIn("arena", str(refused.exception))
 
+    def test_export_and_import_a_block_through_the_c_api(self):
+        # fragctl_export_block / fragctl_import_block as _capi declares them
+        # (CUDA IPC's handles; on sim a token this process imports).
+        import ctypes
+        from fragctl import _capi
+        lib = _capi.library()
+        with fragctl.Allocator("arena", backend="sim", sim_capacity="256MiB", sim_backed=True) as a:
+            p = a.malloc(3 * MiB)
+            ctypes.memset(p, 0x5C, 3 * MiB)
+            size, offset = ctypes.c_size_t(), ctypes.c_size_t()
+            _capi.check(lib.fragctl_export_block(a._handle, p, 3 * MiB, None, 0, ctypes.byref(size),
+                                                 ctypes.byref(offset)))
+            handle = ctypes.create_string_buffer(size.value)
+            _capi.check(lib.fragctl_export_block(a._handle, p, 3 * MiB, handle, size.value, ctypes.byref(size),
+                                                 ctypes.byref(offset)))
+            self.assertEqual(handle.raw[:2], b"\x02F")
+            base = ctypes.c_void_p()
+            _capi.check(lib.fragctl_import_block(a._handle, handle, size.value, ctypes.byref(base)))
+            view = base.value + offset.value
+            self.assertNotEqual(view, p)
+            self.assertEqual(ctypes.string_at(view + 3 * MiB - 16, 16), b"\x5c" * 16)
+            _capi.check(lib.fragctl_close_block(a._handle, base))
+            a.free(p, 3 * MiB)
+
     def test_closed_allocator_refuses_calls(self):
         a = fragctl.Allocator("caching", backend="sim")
         a.close()

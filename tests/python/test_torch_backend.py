@@ -116,6 +116,16 @@ class native_route(unittest.TestCase):
                 # After the pool is gone only the tensors outside it are held (and the runtime's rounding).
                 self.assertLessEqual(r["reserved_end"] - r["reserved_start"], r["held_outside"] + (64 << 20), r)
 
+    def test_cuda_ipc_shares_tensors_between_processes(self):
+        for route in ("torch", "native"):
+            r = ok(self, run(route, "ipc"))
+            with self.subTest(route=route):
+                self.assertEqual(r.get("exit"), 0, r)
+                self.assertTrue(r.get("read_ok"), r)
+                self.assertTrue(r.get("producer_sees_writes"), r)
+                self.assertTrue(r.get("kept_while_shared"), r)
+                self.assertTrue(r.get("memory_returned"), r)
+
     def test_memory_viz_snapshot(self):
         r = ok(self, run("native", "snapshot"))
         self.assertGreater(r["segments"], 0)

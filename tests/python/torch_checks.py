@@ -14,6 +14,7 @@ import traceback
 
 GiB = 1 << 30
 MiB = 1 << 20
+ROUTE = "torch"  # the route main() runs the check under
 
 
 def setup(route):
@@ -344,11 +345,30 @@ def check_mempool(torch):
             "held_outside": held_outside}
 
 
+def check_ipc(torch):
+    """CUDA IPC through torch.multiprocessing: benchmarks/interop/ipc_share.py with this route in both
+    processes (its producer and consumer), in processes of its own."""
+    import subprocess
+    route = ROUTE
+    producer = "native" if route == "torch" else os.environ.get("FRAGCTL_TEST_POLICY", "arena")
+    consumer = "native" if route == "torch" else "fragctl"
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "interop",
+                          "ipc_share.py")
+    done = subprocess.run([sys.executable, script, "--producer", producer, "--consumer", consumer],
+                          capture_output=True, text=True, timeout=600)
+    lines = done.stdout.strip().splitlines()
+    found = json.loads(lines[-1]) if lines else {"stderr": done.stderr[-2000:]}
+    found["exit"] = done.returncode
+    return found
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 
 def main():
     route, name = sys.argv[1], sys.argv[2]
+    global ROUTE
+    ROUTE = route
     torch = setup(route)
     kwargs = {}
     if name == "record_stream_control":

@@ -76,6 +76,16 @@ inline run_result run_command(const std::string& command) {
   return r;
 }
 
+/// Sim options of a backed device (real host memory: tests write and read
+/// patterns) of `granules` granules of `granularity` bytes.
+inline sim_options backed_device(std::size_t granules, std::size_t granularity) {
+  sim_options o;
+  o.capacity = granules * granularity;
+  o.granularity = granularity;
+  o.backed = true;
+  return o;
+}
+
 /// Sim options whose work completes only when the test says so
 /// (sim_backend::complete): stream-order tests hold frees pending with them.
 inline sim_options manual_events() {

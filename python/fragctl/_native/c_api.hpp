@@ -30,6 +30,9 @@ namespace fragctl_torch {
   X(fragctl_enable_peer_access)  \
   X(fragctl_watch_spans)         \
   X(fragctl_spans)               \
+  X(fragctl_export_block)        \
+  X(fragctl_import_block)        \
+  X(fragctl_close_block)         \
   X(fragctl_last_error)
 
 struct c_api {

@@ -22,6 +22,8 @@
 //    trace trackers see (NCCL buffer registration);
 //  * forwarding_pools.{hpp,cpp}: MemPool(allocator=X), pools whose
 //    allocations go to another library's allocator.
+
+//  * ipc.{hpp,cpp}: CUDA IPC of tensors (shareIpcHandle, getIpcDevPtr).
 //
 // fragctl keeps the memory and every live block's size and stream: the
 // process-default allocator of each device (built with block_table:true by
@@ -53,6 +55,8 @@
 #include "graph_pools.hpp"
 #include "history.hpp"
 #include "trace_trackers.hpp"
+
+#include "ipc.hpp"
 
 namespace fragctl_torch {
 
@@ -296,7 +300,7 @@ class allocator final : public cca::CUDAAllocator {
     return info;
   }
 
-  // --- what fragctl memory does not support ----------------------------------------
+  // --- sharing, peers ------------------------------------------------------------------
   void* getBaseAllocation(void* ptr, size_t* size) override {
     if (const auto f = fwd_.owner_of(ptr)) {
       *size = f->bytes;
@@ -307,12 +311,14 @@ class allocator final : public cca::CUDAAllocator {
     *size = owner->bytes;
     return ptr;
   }
-  cca::ShareableHandle shareIpcHandle(void*) override {
-    TORCH_CHECK(false, "fragctl: CUDA IPC of tensors (torch.multiprocessing sharing CUDA tensors) is not "
-                       "supported under fragctl.torch.enable; keep such tensors out of fragctl or run without it");
+  // CUDA IPC (torch.multiprocessing): the ipc room (ipc.hpp).
+  cca::ShareableHandle shareIpcHandle(void* ptr) override {
+    const std::optional<block_owner> owner = owner_of(ptr);
+    TORCH_CHECK(owner.has_value(), "fragctl: shareIpcHandle of ", ptr, ", which is not a live tensor");
+    return ipc_.share(owner->allocator, ptr, owner->bytes);
   }
-  std::shared_ptr<void> getIpcDevPtr(std::string) override {
-    TORCH_CHECK(false, "fragctl: opening CUDA IPC handles is not supported under fragctl.torch.enable");
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    return ipc_.open(default_allocator(c10::cuda::current_device()), handle);
   }
   // `dev` may access `dev_to_access`'s memory: the runtime's peer access
   // (cudaMalloc memory, graph pools' caching segments), then fragctl's
@@ -494,6 +500,8 @@ class allocator final : public cca::CUDAAllocator {
                                cudaStream_t stream, c10::MempoolId_t pool) {
     history_.segment(allocated, device, reinterpret_cast<std::size_t>(ptr), bytes, stream, pool);
   }};
+
+  ipc_handles ipc_;
   std::array<std::atomic<fragctl_allocator*>, 64> defaults_{};
   std::atomic<c10::DeviceIndex> devices_seen_{0};  // defaults_ beyond this are empty
 

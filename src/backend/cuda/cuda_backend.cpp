@@ -3,8 +3,13 @@
 #include <cstdint>
 #include <memory>
 
+#include <unistd.h>
+
+#include <cstring>
+
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
 
 namespace fragctl {
 
@@ -83,6 +88,16 @@ cuda_backend::cuda_backend(int device) : api_(cuda::driver()), ordinal_(device) 
       if (rc != CUDA_SUCCESS) fail(rc, "cuMemGetAllocationGranularity");
       granularity_ = minimum;
       virtual_memory_ = true;
+      // Shareable from the start where the device has POSIX descriptors.
+      int posix_fd = 0;
+      if (api_.mem_export_to_shareable_handle != nullptr && api_.mem_import_from_shareable_handle != nullptr &&
+          api_.device_get_attribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                    device_) == CUDA_SUCCESS &&
+          posix_fd != 0) {
+        shareable_properties_ = physical_properties_;
+        shareable_properties_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        shareable_.store(true, std::memory_order_relaxed);
+      }
     }
   } catch (...) {
     (void)api_.primary_ctx_release(device_);
@@ -142,7 +157,24 @@ std::optional<physical_handle> cuda_backend::do_create_physical(std::size_t byte
   require_virtual_memory("create_physical");
   context_scope scope(*this);
   CUmemGenericAllocationHandle handle = 0;
-  const CUresult rc = api_.mem_create(&handle, bytes, &physical_properties_, 0);
+  CUresult rc = CUDA_ERROR_UNKNOWN;
+  if (shareable_.load(std::memory_order_relaxed)) {
+    rc = api_.mem_create(&handle, bytes, &shareable_properties_, 0);
+    if (rc == CUDA_ERROR_NOT_SUPPORTED || rc == CUDA_ERROR_INVALID_VALUE) {
+      // The driver may refuse the handle type (a container without it, say):
+      // if a plain handle is granted, plain handles from now on, memory that
+      // cannot be shared.
+      const CUresult refused = rc;
+      rc = api_.mem_create(&handle, bytes, &physical_properties_, 0);
+      if (rc == CUDA_SUCCESS && shareable_.exchange(false, std::memory_order_relaxed)) {
+        logger().debug("cuda backend: cuMemCreate refused POSIX file descriptor handles on device {} ({}); "
+                       "physical memory is created without a shareable handle type",
+                       ordinal_, cuda::error_name(api_, refused));
+      }
+    }
+  } else {
+    rc = api_.mem_create(&handle, bytes, &physical_properties_, 0);
+  }
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;
   if (rc != CUDA_SUCCESS) fail(rc, "cuMemCreate");
   return physical_handle{static_cast<std::uint64_t>(handle)};
@@ -323,6 +355,82 @@ void cuda_backend::do_memcpy_async(void* dst, const void* src, std::size_t bytes
   const CUresult rc =
       api_.memcpy_async(device_address(dst), device_address(src), bytes, static_cast<CUstream>(stream));
   if (rc != CUDA_SUCCESS) fail(rc, "cuMemcpyAsync");
+}
+
+// --- Sharing ---------------------------------------------------------------------------
+
+int cuda_backend::do_export_physical(physical_handle handle) {
+  require_virtual_memory("export_physical");
+  if (!shareable_.load(std::memory_order_relaxed)) {
+    throw backend_error(fmt::format("cuda backend: export_physical: device {}'s physical memory is not created "
+                                    "shareable (the driver has no POSIX file descriptor handles here)",
+                                    ordinal_),
+                        not_supported_code, "not_supported");
+  }
+  context_scope scope(*this);
+  int fd = -1;
+  const CUresult rc = api_.mem_export_to_shareable_handle(
+      &fd, static_cast<CUmemGenericAllocationHandle>(handle.value), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (rc != CUDA_SUCCESS) fail(rc, "cuMemExportToShareableHandle");
+  return fd;
+}
+
+void cuda_backend::do_close_export(int fd) noexcept { (void)::close(fd); }
+
+physical_handle cuda_backend::do_import_physical(int fd, std::size_t /*bytes*/) {
+  require_virtual_memory("import_physical");
+  if (api_.mem_import_from_shareable_handle == nullptr) {
+    throw backend_error(fmt::format("cuda backend: import_physical: driver {}.{} has no "
+                                    "cuMemImportFromShareableHandle",
+                                    api_.version / 1000, (api_.version % 1000) / 10),
+                        not_supported_code, "not_supported");
+  }
+  context_scope scope(*this);
+  CUmemGenericAllocationHandle handle = 0;
+  // A POSIX descriptor travels in the pointer-sized argument itself.
+  void* os_handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd));  // NOLINT(performance-no-int-to-ptr)
+  const CUresult rc =
+      api_.mem_import_from_shareable_handle(&handle, os_handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (rc != CUDA_SUCCESS) fail(rc, "cuMemImportFromShareableHandle");
+  return physical_handle{static_cast<std::uint64_t>(handle)};
+}
+
+ipc_memory_handle cuda_backend::do_export_allocation(void* base) {
+  if (api_.ipc_get_mem_handle == nullptr) {
+    throw backend_error("cuda backend: export_allocation: the driver has no cuIpcGetMemHandle", not_supported_code,
+                        "not_supported");
+  }
+  context_scope scope(*this);
+  CUipcMemHandle handle{};
+  if (const CUresult rc = api_.ipc_get_mem_handle(&handle, device_address(base)); rc != CUDA_SUCCESS) {
+    fail(rc, "cuIpcGetMemHandle");
+  }
+  static_assert(sizeof handle == sizeof(ipc_memory_handle));
+  ipc_memory_handle out{};
+  std::memcpy(out.data(), &handle, out.size());
+  return out;
+}
+
+void* cuda_backend::do_open_allocation(const ipc_memory_handle& handle) {
+  if (api_.ipc_open_mem_handle == nullptr) {
+    throw backend_error("cuda backend: open_allocation: the driver has no cuIpcOpenMemHandle", not_supported_code,
+                        "not_supported");
+  }
+  context_scope scope(*this);
+  CUipcMemHandle h{};
+  std::memcpy(&h, handle.data(), handle.size());
+  CUdeviceptr p = 0;
+  if (const CUresult rc = api_.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS); rc != CUDA_SUCCESS) {
+    fail(rc, "cuIpcOpenMemHandle");
+  }
+  return host_pointer(p);
+}
+
+void cuda_backend::do_close_allocation(void* base) {
+  context_scope scope(*this);
+  if (const CUresult rc = api_.ipc_close_mem_handle(device_address(base)); rc != CUDA_SUCCESS) {
+    fail(rc, "cuIpcCloseMemHandle");
+  }
 }
 
 std::unique_ptr<device_backend> make_cuda_backend(int device) { return std::make_unique<cuda_backend>(device); }

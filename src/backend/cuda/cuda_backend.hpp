@@ -11,11 +11,20 @@
 // context check plus the driver call. Only error paths allocate (the message).
 //
 // Handles are mapped from offset 0, the only offset cuMemMap accepts.
+//
+// Sharing. Physical handles are created with
+// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR where the device says it has that
+// handle type, so any of them can be exported later
+// (cuMemExportToShareableHandle) for another process to import and map; if
+// cuMemCreate refuses the type, the backend creates handles without it from
+// then on (one debug line) and exporting is refused. Raw allocations are
+// shared with cuIpcGetMemHandle / cuIpcOpenMemHandle.
 #pragma once
 
 #include <cuda.h>
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -42,6 +51,9 @@ class cuda_backend final : public device_backend {
   /// CU_MEM_ALLOC_GRANULARITY_MINIMUM for pinned device memory (2 MiB on
   /// H100/H200); 2 MiB where virtual memory is not supported.
   [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
+  [[nodiscard]] bool shareable_handles() const noexcept override {
+    return shareable_.load(std::memory_order_relaxed);
+  }
 
  private:
   class context_scope;
@@ -72,6 +84,12 @@ class cuda_backend final : public device_backend {
   void* do_allocate_host(std::size_t bytes) override;
   void do_free_host(void* ptr, std::size_t bytes) override;
   void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;
+  int do_export_physical(physical_handle handle) override;
+  void do_close_export(int fd) noexcept override;
+  physical_handle do_import_physical(int fd, std::size_t bytes) override;
+  ipc_memory_handle do_export_allocation(void* base) override;
+  void* do_open_allocation(const ipc_memory_handle& handle) override;
+  void do_close_allocation(void* base) override;
 
   /// Throws backend_error with code "not_supported" unless VM is supported.
   void require_virtual_memory(const char* call) const;
@@ -83,7 +101,9 @@ class cuda_backend final : public device_backend {
   CUcontext context_ = nullptr;
   bool virtual_memory_ = false;
   std::size_t granularity_ = 0;
-  CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device
+  CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device, no handle type
+  CUmemAllocationProp shareable_properties_{};  ///< the same, exportable as a POSIX file descriptor
+  std::atomic<bool> shareable_{false};          ///< create with shareable_properties_
   std::vector<CUmemAccessDesc> access_;        ///< read-write for this device, then its peers
 };
 

@@ -149,7 +149,13 @@ load_result load() {
   get(api.mem_set_access, "cuMemSetAccess", 10020, "cuMemSetAccess");
   get(api.mem_get_allocation_granularity, "cuMemGetAllocationGranularity", 10020,
       "cuMemGetAllocationGranularity");
-  (void)get.take_missing();  // optional: has_virtual_memory() says whether all are there
+  get(api.mem_export_to_shareable_handle, "cuMemExportToShareableHandle", 10020, "cuMemExportToShareableHandle");
+  get(api.mem_import_from_shareable_handle, "cuMemImportFromShareableHandle", 10020,
+      "cuMemImportFromShareableHandle");
+  get(api.ipc_get_mem_handle, "cuIpcGetMemHandle", 4010, "cuIpcGetMemHandle");
+  get(api.ipc_open_mem_handle, "cuIpcOpenMemHandle", 11000, "cuIpcOpenMemHandle_v2");
+  get(api.ipc_close_mem_handle, "cuIpcCloseMemHandle", 4010, "cuIpcCloseMemHandle");
+  (void)get.take_missing();  // optional: has_virtual_memory() and the sharing calls check theirs
   return r;
 }
 

@@ -60,6 +60,11 @@ struct driver_api {
   PFN_cuStreamWaitEvent_v3020 stream_wait_event = nullptr;
   PFN_cuStreamDestroy_v4000 stream_destroy = nullptr;
 
+  // IPC of raw allocations (optional).
+  PFN_cuIpcGetMemHandle_v4010 ipc_get_mem_handle = nullptr;
+  PFN_cuIpcOpenMemHandle_v11000 ipc_open_mem_handle = nullptr;
+  PFN_cuIpcCloseMemHandle_v4010 ipc_close_mem_handle = nullptr;
+
   // Virtual memory management (optional).
   PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
   PFN_cuMemAddressFree_v10020 mem_address_free = nullptr;
@@ -69,6 +74,9 @@ struct driver_api {
   PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
   PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
   PFN_cuMemGetAllocationGranularity_v10020 mem_get_allocation_granularity = nullptr;
+  // Shareable physical handles (optional, not part of has_virtual_memory).
+  PFN_cuMemExportToShareableHandle_v10020 mem_export_to_shareable_handle = nullptr;
+  PFN_cuMemImportFromShareableHandle_v10020 mem_import_from_shareable_handle = nullptr;
 
   int version = 0;  ///< cuDriverGetVersion: 1000 * major + 10 * minor
 

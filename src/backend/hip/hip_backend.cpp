@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -354,6 +355,43 @@ void hip_backend::do_memcpy_async(void* dst, const void* src, std::size_t bytes,
   device_scope scope(*this);
   const hipError_t rc = api_.memcpy_async(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream));
   if (rc != hipSuccess) fail(rc, "hipMemcpyAsync");
+}
+
+// --- Sharing (raw allocations) -------------------------------------------------------
+
+void hip_backend::require_entry(const void* fn, const char* entry) const {
+  if (fn != nullptr) return;
+  throw backend_error(fmt::format("hip backend: the HIP runtime has no {}", entry), hipErrorNotSupported,
+                      "not_supported");
+}
+
+ipc_memory_handle hip_backend::do_export_allocation(void* base) {
+  require_entry(reinterpret_cast<const void*>(api_.ipc_get_mem_handle), "hipIpcGetMemHandle");
+  device_scope scope(*this);
+  hipIpcMemHandle_t handle{};
+  if (const hipError_t rc = api_.ipc_get_mem_handle(&handle, base); rc != hipSuccess) fail(rc, "hipIpcGetMemHandle");
+  static_assert(sizeof handle == sizeof(ipc_memory_handle));
+  ipc_memory_handle out{};
+  std::memcpy(out.data(), &handle, out.size());
+  return out;
+}
+
+void* hip_backend::do_open_allocation(const ipc_memory_handle& handle) {
+  require_entry(reinterpret_cast<const void*>(api_.ipc_open_mem_handle), "hipIpcOpenMemHandle");
+  device_scope scope(*this);
+  hipIpcMemHandle_t h{};
+  std::memcpy(&h, handle.data(), handle.size());
+  void* p = nullptr;
+  if (const hipError_t rc = api_.ipc_open_mem_handle(&p, h, hipIpcMemLazyEnablePeerAccess); rc != hipSuccess) {
+    fail(rc, "hipIpcOpenMemHandle");
+  }
+  return p;
+}
+
+void hip_backend::do_close_allocation(void* base) {
+  require_entry(reinterpret_cast<const void*>(api_.ipc_close_mem_handle), "hipIpcCloseMemHandle");
+  device_scope scope(*this);
+  if (const hipError_t rc = api_.ipc_close_mem_handle(base); rc != hipSuccess) fail(rc, "hipIpcCloseMemHandle");
 }
 
 std::unique_ptr<device_backend> make_hip_backend(int device) { return std::make_unique<hip_backend>(device); }

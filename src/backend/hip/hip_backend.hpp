@@ -70,6 +70,15 @@ class hip_backend final : public device_backend {
   void* do_allocate_host(std::size_t bytes) override;
   void do_free_host(void* ptr, std::size_t bytes) override;
   void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;
+  // Raw allocations are shared with hipIpcGetMemHandle/hipIpcOpenMemHandle.
+  // Physical handles are not exported (the base refuses with not_supported):
+  // the HIP 5 headers fragctl builds against here have no
+  // hipMemExportToShareableHandle, and the HIP 6 path is not yet written.
+  ipc_memory_handle do_export_allocation(void* base) override;
+  void* do_open_allocation(const ipc_memory_handle& handle) override;
+  void do_close_allocation(void* base) override;
+  /// Throws not_supported naming `entry` unless the runtime has it.
+  void require_entry(const void* fn, const char* entry) const;
 
   /// Throws backend_error with code "not_supported" unless VM is supported.
   void require_virtual_memory(const char* call) const;

@@ -123,6 +123,10 @@ load_result load() {
                    load_error_code, "missing_symbol");
   }
 
+  get(api.ipc_get_mem_handle, "hipIpcGetMemHandle");
+  get(api.ipc_open_mem_handle, "hipIpcOpenMemHandle");
+  get(api.ipc_close_mem_handle, "hipIpcCloseMemHandle");
+  (void)get.take_missing();  // optional: export_allocation checks
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
   get(api.mem_address_reserve, "hipMemAddressReserve");
   get(api.mem_address_free, "hipMemAddressFree");

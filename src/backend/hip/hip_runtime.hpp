@@ -62,6 +62,11 @@ struct runtime_api {
   hipError_t (*stream_wait_event)(hipStream_t stream, hipEvent_t event, unsigned int flags) = nullptr;
   hipError_t (*stream_destroy)(hipStream_t stream) = nullptr;
 
+  // IPC of raw allocations (optional).
+  hipError_t (*ipc_get_mem_handle)(hipIpcMemHandle_t* handle, void* ptr) = nullptr;
+  hipError_t (*ipc_open_mem_handle)(void** ptr, hipIpcMemHandle_t handle, unsigned int flags) = nullptr;
+  hipError_t (*ipc_close_mem_handle)(void* ptr) = nullptr;
+
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
   // Virtual memory management (optional).
   hipError_t (*mem_address_reserve)(void** ptr, size_t bytes, size_t alignment, void* addr,

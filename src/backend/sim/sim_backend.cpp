@@ -301,9 +301,47 @@ void sim_backend::do_free(void* ptr, std::size_t bytes) {
     fail(sim_error::invalid_value,
          fmt::format("free: size {} does not match the allocation's {} at {}", bytes, it->second.bytes, ptr));
   }
+  if (it->second.opens != 0) {
+    fail(sim_error::invalid_value,
+         fmt::format("free: {} is still open in {} importer(s) (open_allocation)", ptr, it->second.opens));
+  }
   if (s.options.backed) sim_detail::unmap_pages(ptr, it->second.span);
   s.used -= bytes;
   s.raw.erase(it);
+}
+
+// IPC of raw allocations: the handle carries the address; opening it in the
+// same process gives that address and counts an open, which free refuses.
+ipc_memory_handle sim_backend::do_export_allocation(void* base) {
+  const std::lock_guard lock(state_->mu);
+  if (!state_->raw.contains(address_of(base))) {
+    fail(sim_error::invalid_value, fmt::format("export_allocation: {} is not the start of a live allocation", base));
+  }
+  ipc_memory_handle h{};
+  const std::uintptr_t a = address_of(base);
+  std::memcpy(h.data(), &a, sizeof a);
+  return h;
+}
+
+void* sim_backend::do_open_allocation(const ipc_memory_handle& handle) {
+  std::uintptr_t a = 0;
+  std::memcpy(&a, handle.data(), sizeof a);
+  const std::lock_guard lock(state_->mu);
+  const auto it = state_->raw.find(a);
+  if (it == state_->raw.end()) {
+    fail(sim_error::invalid_value, fmt::format("open_allocation: {} is not a live allocation", pointer_to(a)));
+  }
+  ++it->second.opens;
+  return pointer_to(a);
+}
+
+void sim_backend::do_close_allocation(void* base) {
+  const std::lock_guard lock(state_->mu);
+  const auto it = state_->raw.find(address_of(base));
+  if (it == state_->raw.end() || it->second.opens == 0) {
+    fail(sim_error::invalid_value, fmt::format("close_allocation: {} is not open", base));
+  }
+  --it->second.opens;
 }
 
 memory_info sim_backend::do_get_memory_info() {

@@ -63,6 +63,7 @@ enum class sim_error : int {
 struct raw_block {
   std::size_t bytes = 0;  ///< size given to allocate
   std::size_t span = 0;   ///< address span it occupies (host pages or fake range)
+  std::size_t opens = 0;  ///< open_allocation's not yet closed
 };
 struct host_block {
   std::size_t bytes = 0;
@@ -72,6 +73,7 @@ struct physical_block {
   std::size_t bytes = 0;
   std::size_t file_offset = 0;  ///< where its data lives in the memory file (backed)
   std::size_t mappings = 0;     ///< live mappings of it
+  std::uint64_t memory = 0;     ///< the handle that created the memory (itself, or the exporter of an import)
 };
 struct mapping {
   std::size_t bytes = 0;
@@ -185,6 +187,12 @@ struct sim_backend::state {
   absl::btree_map<std::uintptr_t, sim_detail::host_block> host ABSL_GUARDED_BY(mu);
   absl::btree_map<std::uintptr_t, std::size_t> reservations ABSL_GUARDED_BY(mu);  // base -> bytes
   absl::flat_hash_map<std::uint64_t, sim_detail::physical_block> handles ABSL_GUARDED_BY(mu);
+  /// Handles (creator and imports) referring to each physical memory, by its
+  /// creator's id: the memory is freed when the last one is released.
+  absl::flat_hash_map<std::uint64_t, std::size_t> memory_refs ABSL_GUARDED_BY(mu);
+  /// export_physical's tokens: token -> the exporting handle.
+  absl::flat_hash_map<int, std::uint64_t> tokens ABSL_GUARDED_BY(mu);
+  int next_token ABSL_GUARDED_BY(mu) = 1 << 20;
   absl::btree_map<std::uintptr_t, sim_detail::mapping> mappings ABSL_GUARDED_BY(mu);
   sim_detail::address_ranges accessible ABSL_GUARDED_BY(mu);  ///< mapped and granted access
   absl::flat_hash_map<int, sim_detail::address_ranges> peer_accessible ABSL_GUARDED_BY(mu);  ///< by peer

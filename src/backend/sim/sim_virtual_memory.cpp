@@ -108,7 +108,8 @@ std::optional<physical_handle> sim_backend::do_create_physical(std::size_t bytes
     s.memory_file_end = file_offset + bytes;
   }
   const std::uint64_t id = s.next_handle++;
-  s.handles.emplace(id, sim_detail::physical_block{bytes, file_offset, 0});
+  s.handles.emplace(id, sim_detail::physical_block{bytes, file_offset, 0, id});
+  s.memory_refs[id] = 1;
   s.used += bytes;
   return physical_handle{id};
 }
@@ -133,9 +134,55 @@ void sim_backend::do_release_physical(physical_handle handle, std::size_t bytes)
   if (s.take_fault(sim_fault_target::release_physical)) {
     fail(sim_error::injected, fmt::format("release_physical: injected fault (handle {})", handle.value));
   }
-  if (s.options.backed) sim_detail::discard_file_range(s.memory_file, block.file_offset, block.bytes);
-  s.used -= bytes;
+  // The memory goes when its last handle (creator or import) goes.
+  const auto refs = s.memory_refs.find(block.memory);
+  if (refs != s.memory_refs.end() && --refs->second == 0) {
+    if (s.options.backed) sim_detail::discard_file_range(s.memory_file, block.file_offset, block.bytes);
+    s.used -= bytes;
+    s.memory_refs.erase(refs);
+  }
   s.handles.erase(it);
+}
+
+// Sharing: a token stands for the descriptor a real driver exports; only
+// this process's sim backends can import it (the sim's memory is the
+// process's own).
+int sim_backend::do_export_physical(physical_handle handle) {
+  state& s = *state_;
+  const std::lock_guard lock(s.mu);
+  s.require_virtual_memory("export_physical");
+  if (!s.handles.contains(handle.value)) {
+    fail(sim_error::invalid_handle, fmt::format("export_physical: {} is not a live handle", handle.value));
+  }
+  const int token = s.next_token++;
+  s.tokens.emplace(token, handle.value);
+  return token;
+}
+
+void sim_backend::do_close_export(int fd) noexcept {
+  const std::lock_guard lock(state_->mu);
+  state_->tokens.erase(fd);
+}
+
+physical_handle sim_backend::do_import_physical(int fd, std::size_t bytes) {
+  state& s = *state_;
+  const std::lock_guard lock(s.mu);
+  s.require_virtual_memory("import_physical");
+  const auto token = s.tokens.find(fd);
+  if (token == s.tokens.end()) {
+    fail(sim_error::invalid_handle, fmt::format("import_physical: {} is not an exported handle (its handle was "
+                                                "released, or it comes from another process)",
+                                                fd));
+  }
+  const sim_detail::physical_block exporter = s.handles.at(token->second);
+  if (exporter.bytes != bytes) {
+    fail(sim_error::invalid_value,
+         fmt::format("import_physical: {} bytes, but the exported handle has {}", bytes, exporter.bytes));
+  }
+  const std::uint64_t id = s.next_handle++;
+  s.handles.emplace(id, sim_detail::physical_block{bytes, exporter.file_offset, 0, exporter.memory});
+  ++s.memory_refs[exporter.memory];
+  return physical_handle{id};
 }
 
 bool sim_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {

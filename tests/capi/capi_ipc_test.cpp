@@ -1,0 +1,146 @@
+// fragctl_export_block / fragctl_import_block / fragctl_close_block (issue 30,
+// item 1) on the sim backend, backed: a handle of arena memory maps the same
+// bytes elsewhere and keeps them after the exporter freed the block and gave
+// the memory back; a handle of a plain allocation is PyTorch's own form; bad
+// handles and addresses are refused with a message. (Across processes the
+// descriptors are taken with pidfd_getfd; that is checked on the GPU machine,
+// benchmarks/interop/ipc_share.py.)
+#include "fragctl/fragctl.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+fragctl_allocator* make(const char* policy) {
+  fragctl_allocator* a = nullptr;
+  EXPECT_EQ(fragctl_create(policy, "sim_capacity:256MiB,sim_backed:true,map_chunk:0,release_threshold:0,"
+                                   "release_delay:0",
+                           "sim", 0, &a),
+            FRAGCTL_OK)
+      << fragctl_last_error();
+  return a;
+}
+
+struct exported {
+  std::vector<char> handle;
+  std::size_t offset = 0;
+};
+
+exported export_of(fragctl_allocator* a, void* ptr, std::size_t bytes) {
+  exported e;
+  std::size_t size = 0;
+  EXPECT_EQ(fragctl_export_block(a, ptr, bytes, nullptr, 0, &size, &e.offset), FRAGCTL_OK) << fragctl_last_error();
+  e.handle.resize(size);
+  EXPECT_EQ(fragctl_export_block(a, ptr, bytes, e.handle.data(), e.handle.size(), &size, &e.offset), FRAGCTL_OK)
+      << fragctl_last_error();
+  return e;
+}
+
+std::size_t device_used(fragctl_allocator* a) {
+  std::size_t free = 0, total = 0;
+  EXPECT_EQ(fragctl_device_memory(a, &free, &total), FRAGCTL_OK);
+  return total - free;
+}
+
+TEST(CApiIpc, ArenaMemoryMapsElsewhereAndOutlivesTheExportersFree) {
+  fragctl_allocator* a = make("arena");
+  void* p = nullptr;
+  const std::size_t bytes = 5 * MiB;  // three 2 MiB granules
+  ASSERT_EQ(fragctl_malloc(a, &p, bytes, nullptr), FRAGCTL_OK);
+  std::memset(p, 0x42, bytes);
+
+  const exported e = export_of(a, p, bytes);
+  ASSERT_GE(e.handle.size(), 2U);
+  EXPECT_EQ(e.handle[0], 2) << "PyTorch's handle version byte";
+  EXPECT_EQ(e.handle[1], 'F') << "fragctl's mapped-memory kind";
+  EXPECT_EQ(e.handle, export_of(a, p, bytes).handle) << "the same block gives the same handle string";
+
+  void* base = nullptr;
+  ASSERT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &base), FRAGCTL_OK) << fragctl_last_error();
+  ASSERT_NE(base, nullptr);
+  auto* view = static_cast<unsigned char*>(base) + e.offset;
+  EXPECT_NE(static_cast<void*>(view), p) << "mapped at another address";
+  EXPECT_EQ(view[0], 0x42);
+  EXPECT_EQ(view[bytes - 1], 0x42);
+  view[17] = 0x07;
+  EXPECT_EQ(static_cast<unsigned char*>(p)[17], 0x07) << "writes go both ways";
+
+  // The exporter frees and gives its cache back; the import keeps the bytes.
+  const std::size_t used = device_used(a);
+  ASSERT_EQ(fragctl_free(a, p, bytes, nullptr), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_release_cached(a), FRAGCTL_OK);
+  EXPECT_EQ(device_used(a), used) << "memory an importer maps stays on the device";
+  EXPECT_EQ(view[bytes - 1], 0x42);
+  ASSERT_EQ(fragctl_close_block(a, base), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(device_used(a), 0U) << "closed, the memory returns to the device";
+  EXPECT_EQ(fragctl_close_block(a, base), FRAGCTL_ERROR_INVALID_ARGUMENT) << "closed once";
+  ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+}
+
+TEST(CApiIpc, PlainAllocationsGivePyTorchsHandleForm) {
+  for (const char* policy : {"caching", "buckets:caching"}) {
+    SCOPED_TRACE(policy);
+    fragctl_allocator* a = make(policy);
+    void* first = nullptr;
+    void* second = nullptr;
+    ASSERT_EQ(fragctl_malloc(a, &first, 4096, nullptr), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_malloc(a, &second, 4096, nullptr), FRAGCTL_OK);
+    const exported e = export_of(a, second, 4096);
+    ASSERT_EQ(e.handle.size(), 2U + 64U) << "version, 'c', then the runtime's 64-byte IPC handle";
+    EXPECT_EQ(e.handle[0], 2);
+    EXPECT_EQ(e.handle[1], 'c');
+    void* base = nullptr;
+    ASSERT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &base), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_EQ(static_cast<char*>(base) + e.offset, second) << "the sim opens its own allocation in place";
+    void* again = nullptr;
+    ASSERT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &again), FRAGCTL_OK);
+    EXPECT_EQ(again, base) << "the same base again: each open gets its close";
+    ASSERT_EQ(fragctl_close_block(a, again), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_close_block(a, base), FRAGCTL_OK);
+    EXPECT_EQ(fragctl_close_block(a, base), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    ASSERT_EQ(fragctl_free(a, first, 4096, nullptr), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_free(a, second, 4096, nullptr), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+  }
+}
+
+TEST(CApiIpc, RefusesWhatIsNotAHandleOrNotLiveMemory) {
+  fragctl_allocator* a = make("arena");
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, MiB, nullptr), FRAGCTL_OK);
+  std::size_t size = 0, offset = 0;
+  char small[4];
+  EXPECT_EQ(fragctl_export_block(a, p, MiB, small, sizeof small, &size, &offset), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_GT(size, sizeof small) << "the size needed is given";
+  int not_device = 0;
+  EXPECT_EQ(fragctl_export_block(a, &not_device, 4, nullptr, 0, &size, &offset), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("not memory of this arena"), std::string::npos)
+      << fragctl_last_error();
+
+  void* base = nullptr;
+  const char garbage[] = "not a handle";
+  EXPECT_EQ(fragctl_import_block(a, garbage, sizeof garbage, &base), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  exported e = export_of(a, p, MiB);
+  e.handle[1] = 'e';  // PyTorch's expandable segments
+  EXPECT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &base), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("unknown handle kind"), std::string::npos);
+  e.handle[1] = 'F';
+  EXPECT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size() - 1, &base), FRAGCTL_ERROR_INVALID_ARGUMENT)
+      << "a truncated handle";
+  EXPECT_EQ(base, nullptr);
+  EXPECT_EQ(fragctl_close_block(a, p), FRAGCTL_ERROR_INVALID_ARGUMENT) << "not an imported address";
+
+  // A freed block's handle names a released descriptor: refused by the backend.
+  ASSERT_EQ(fragctl_free(a, p, MiB, nullptr), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_release_cached(a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &base), FRAGCTL_ERROR_BACKEND);
+  ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+}
+
+}  // namespace
