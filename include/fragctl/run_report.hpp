@@ -81,6 +81,7 @@ struct hang_note {
   double deadline_s = 0;                  ///< fragctl's deadline in force
   std::optional<double> group_timeout_s;  ///< the process group's timeout, when known
   double elapsed_s = 0;                   ///< how long the rank waited
+  bool timed_out = true;                  ///< false: it failed otherwise (a peer gave up first)
   std::vector<std::int64_t> missing;      ///< ranks that had not entered it
   std::vector<std::string> peers;         ///< one line per other rank: where it was
   std::string message;                    ///< the error the rank raised

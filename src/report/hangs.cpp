@@ -40,18 +40,25 @@ std::string modules_text(const hang_note& h) {
 std::string hang_headline(const hang_note& h) {
   std::string out = fmt::format("{} #{} of {}", h.collective, h.sequence, h.block);
   if (!h.communicator.empty()) out += fmt::format(" ({})", h.communicator);
-  out += fmt::format(" passed fragctl's deadline of {:g} s after {:.1f} s", h.deadline_s, h.elapsed_s);
+  if (h.timed_out) {
+    out += fmt::format(" passed fragctl's deadline of {:g} s after {:.1f} s", h.deadline_s, h.elapsed_s);
+  } else {
+    out += fmt::format(" failed after {:.1f} s", h.elapsed_s);
+  }
   if (!h.missing.empty()) {
     out += "; ";
     out += ranks_text(h.missing);
     out += " had not entered it";
+  } else if (!h.peers.empty()) {  // no one missing: what the first other rank did (gave up, diverged)
+    out += "; ";
+    out += h.peers.front();
   }
   return out;
 }
 
 void hangs_text(std::string& out, const std::vector<hang_note>& hangs) {
   if (hangs.empty()) return;
-  out += fmt::format("\nHangs: {} (collectives that passed their deadline)\n", hangs.size());
+  out += fmt::format("\nHangs: {} (collectives that passed their deadline or failed)\n", hangs.size());
   for (const hang_note& h : hangs) {
     out += fmt::format("  rank {}: {}\n", h.rank, printable(hang_headline(h)));
     for (const std::string& peer : h.peers) out += fmt::format("    {}\n", printable(peer));
@@ -81,7 +88,7 @@ void rank_hang_lines(std::string& out, const std::vector<run_report>& runs) {
   std::stable_sort(with.begin(), with.end(), [](const run_report* a, const run_report* b) {
     return a->writer.rank.value_or(-1) < b->writer.rank.value_or(-1);
   });
-  out += "\nHangs (collectives that passed their deadline; `fragctl report FILE` shows where every rank was)\n";
+  out += "\nHangs (collectives that passed their deadline or failed; `fragctl report FILE` shows where every rank was)\n";
   for (const run_report* r : with) {
     for (const hang_note& h : r->hangs) {
       out += fmt::format("  rank {}: {}\n", r->writer.rank ? *r->writer.rank : h.rank, printable(hang_headline(h)));

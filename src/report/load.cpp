@@ -209,6 +209,7 @@ absl::StatusOr<std::vector<hang_note>> hangs_of(const json& j, const std::string
     n.deadline_s = h.value("deadline_s", 0.0);
     if (const auto t = h.find("group_timeout_s"); t != h.end() && !t->is_null()) n.group_timeout_s = t->get<double>();
     n.elapsed_s = h.value("elapsed_s", 0.0);
+    n.timed_out = h.value("timed_out", true);
     n.missing = h.value("missing", std::vector<std::int64_t>());
     n.peers = h.value("peers", std::vector<std::string>());
     n.message = h.value("message", std::string());

@@ -93,6 +93,7 @@ class TorchCollectives:
         self.failed: Optional[Tuple[int, str, Any, int, float]] = None  # the record of the failed collective
         self.deadline_passed = False  # it failed at fragctl's deadline (not at torch's timeout)
         self.interrupt: Optional[BaseException] = None  # a KeyboardInterrupt a callback caught
+        self.recorded = False  # the failure is in the reports (_errors.raise_for_status)
         self.progress = Progress(dist, group, self.rank, self.size, deadline, group_timeout, explicit)
         # Keep the ctypes function objects alive as long as the manager.
         self._all_gather = ALL_GATHER(self._gather)

@@ -196,7 +196,7 @@ class ShardedModule(GradientFlow):
 
     def _check(self, status: int) -> None:
         if status != _capi.OK:
-            _errors.raise_for_status(status, self._lib, self._collectives, self.rank)
+            _errors.raise_for_status(status, self._lib, self._collectives, self.rank, getattr(self, "_z", None))
 
     def _load(self, values: List[List[Any]]) -> None:
         """Copies full parameter values (per block, per parameter) into this

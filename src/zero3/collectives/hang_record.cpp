@@ -40,6 +40,7 @@ void record_hang(const hang_record& h) noexcept {
         {"deadline_s", static_cast<double>(h.deadline.count()) / 1000.0},
         {"group_timeout_s", nullptr},
         {"elapsed_s", h.elapsed_s},
+        {"timed_out", true},
         {"time_unix_s", static_cast<std::int64_t>(std::time(nullptr))},
         {"missing", h.missing},
         {"peers", h.peers},
