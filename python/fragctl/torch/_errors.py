@@ -63,7 +63,7 @@ def _deadline_text(progress: Any) -> str:
     return "fragctl's deadline of %s (%g x %s)" % (_seconds(progress.deadline), DEADLINE_FRACTION, group)
 
 
-def _collective_message(status: int, collectives: Any, rank: int, c_message: str) -> str:
+def collective_message(status: int, collectives: Any, rank: int, c_message: str) -> str:
     """The message of a failed collective: what it was, whom it waited for
     and where they were (Progress.report), the deadline in force, then the
     torch.distributed error."""
@@ -119,7 +119,7 @@ def hang_record(status: int, collectives: Any, rank: int, text: str) -> Dict[str
             "peers": list(report.get("lines", ())), "message": text}
 
 
-def _record(lib: Any, handle: Any, record: Dict[str, Any]) -> None:
+def record(lib: Any, handle: Any, record: Dict[str, Any]) -> None:
     """Hands `record` to the manager's reports (fragctl_zero3_record_hang,
     which rewrites them at once). A report that cannot be written must not
     hide the collective's error: its failure is left to the log."""
@@ -144,10 +144,10 @@ def raise_for_status(status: int, lib: Any, collectives: Any, rank: int, handle:
     message = lib.fragctl_last_error().decode(errors="replace")
     if status in (_capi.COLLECTIVE, _capi.TIMEOUT):
         collective, block, _ = collectives.failure or ("", "", "")
-        text = _collective_message(status, collectives, rank, message)
+        text = collective_message(status, collectives, rank, message)
         if collectives.failure is not None and not collectives.recorded:
             collectives.recorded = True  # the manager stays failed: later calls raise the same, recorded once
-            _record(lib, handle, hang_record(status, collectives, rank, text))
+            record(lib, handle, hang_record(status, collectives, rank, text))
         report = collectives.report or {}
         entry = collectives.failed
         details = dict(sequence=entry[0] if entry else 0, missing=report.get("missing", ()),
