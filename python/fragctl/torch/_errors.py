@@ -114,7 +114,7 @@ def hang_record(status: int, collectives: Any, rank: int, text: str) -> Dict[str
             "block": block, "modules": list(modules), "bytes": entry[3] if entry else 0,
             "deadline_s": progress.deadline, "group_timeout_s": progress.group_timeout,
             "elapsed_s": round(time.time() - entry[4], 3) if entry else 0.0,
-            "timed_out": status == _capi.TIMEOUT, "time_unix_s": int(time.time()),
+            "timed_out": status == _capi.TIMEOUT, "time_unix_s": round(time.time(), 3),
             "missing": missing, "diverged": list(report.get("diverged", ())),
             "peers": list(report.get("lines", ())), "message": text}
 

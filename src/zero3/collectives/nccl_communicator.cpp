@@ -157,8 +157,9 @@ class nccl_communicator final : public communicator {
   }
 
   void check() override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     poll_locked();
+    record_hang_unlocked(lock);
     throw_if_failed_locked();
   }
 
@@ -167,6 +168,7 @@ class nccl_communicator final : public communicator {
     std::unique_lock lock(mutex_);
     while (true) {
       poll_locked();
+      record_hang_unlocked(lock);
       throw_if_failed_locked();
       if (pending_.empty()) break;
       lock.unlock();
@@ -190,8 +192,9 @@ class nccl_communicator final : public communicator {
     const auto started = clock::now();
     nccl::result_t r = nccl::success;
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       poll_locked();
+      record_hang_unlocked(lock);
       throw_if_failed_locked();
       const device_binding bound = backend_.bind_device();
       (void)lib_.group_start();
@@ -326,6 +329,17 @@ class nccl_communicator final : public communicator {
     return {std::move(message), stuck.operation, stuck.tag, true};
   }
 
+  // Writes a hang found by poll_locked into the reports with `lock`
+  // released (the reports take the allocators' locks), before the caller
+  // raises it: the process may end right after.
+  void record_hang_unlocked(std::unique_lock<std::mutex>& lock) {
+    std::optional<hang_record> hang = std::exchange(hang_, std::nullopt);
+    if (!hang) return;
+    lock.unlock();
+    record_hang(*hang);
+    lock.lock();
+  }
+
   void fail_locked(failure f) {
     if (!failed_) failed_ = std::move(f);
     logger().error("{}", failed_->message);
@@ -377,12 +391,11 @@ class nccl_communicator final : public communicator {
       wake_.wait_for(lock, period, [this] { return stop_; });
       if (stop_) break;
       poll_locked();
-      std::optional<hang_record> hang = std::exchange(hang_, std::nullopt);
+      record_hang_unlocked(lock);
       const std::string record = progress_.due(clock::now());
-      if (!hang && record.empty()) continue;
-      lock.unlock();  // file writes, and the reports take the allocators' locks
+      if (record.empty()) continue;
+      lock.unlock();  // a file write
       (void)progress_.write(record);
-      if (hang) record_hang(*hang);
       lock.lock();
     }
   }
