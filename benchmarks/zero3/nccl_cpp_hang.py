@@ -76,12 +76,13 @@ def worker(args):
 def check(args):
     os.makedirs(args.out, exist_ok=True)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r), "--out",
-                               args.out, "--timeout-ms", str(args.timeout_ms), "--steps", str(args.steps),
-                               "--stop-step", str(args.stop_step)],
-                              env=env, stdout=subprocess.PIPE, stderr=open(os.path.join(args.out, "rank%d.err" % r), "w"),
-                              text=True)
-             for r in (0, 1)]
+    procs = []
+    for r in (0, 1):
+        with open(os.path.join(args.out, "rank%d.err" % r), "w") as err:
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", "--rank", str(r),
+                                           "--out", args.out, "--timeout-ms", str(args.timeout_ms), "--steps",
+                                           str(args.steps), "--stop-step", str(args.stop_step)],
+                                          env=env, stdout=subprocess.PIPE, stderr=err, text=True))
     limit = args.timeout_ms / 1000 + 60
     try:
         out0, _ = procs[0].communicate(timeout=limit)

@@ -14,7 +14,7 @@ returns:
     (all_gather #N) and the block, written within the group's timeout + 2 s
     of step --stop-step's start;
   - rank 0's report holds the same hang under "hangs", missing [1];
-  - torchrun ended within the group's timeout + 60 s and no rank's process
+  - torchrun ended within the group's timeout + 90 s and no rank's process
     is left (no hang, no orphan).
 
 Prints one JSON line with the figures and exits 0 when every check passed.
@@ -91,7 +91,7 @@ def check(args):
                os.path.abspath(__file__), "--worker", "--out", args.out, "--timeout", str(args.timeout),
                "--steps", str(args.steps), "--stop-step", str(args.stop_step)]
     started = time.monotonic()
-    limit = args.timeout + 60
+    limit = args.timeout + 90  # the watchdog, else fragctl (END_GRACE_S after the timeout), ends rank 0
     try:
         run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=limit)
         torchrun_rc, torchrun_tail = run.returncode, (run.stdout + run.stderr)[-3000:]

@@ -35,6 +35,7 @@ thread that is not blocked raises CollectiveTimeoutError.
 """
 import collections
 import ctypes
+import os
 import re
 import sys
 import threading
@@ -111,6 +112,7 @@ class TorchCollectives:
         self.deadline_passed = False  # it failed at fragctl's deadline (not at torch's timeout)
         self.interrupt: Optional[BaseException] = None  # a KeyboardInterrupt a callback caught
         self.recorded = False  # the failure is in the reports (_errors.raise_for_status)
+        self.raised = False  # the driving thread raised it
         self.handle: Any = None  # the manager (fragctl_zero3*) once made: where the watcher records a hang
         self.progress = Progress(dist, group, self.rank, self.size, deadline, group_timeout, explicit)
         # GPUs: collectives queued and not yet complete, oldest first, each
@@ -286,10 +288,20 @@ class TorchCollectives:
             return self._fail("reduce_scatter", tag, e)
 
 
+#: After a queued collective expired, how long past the process group's
+#: timeout PyTorch's NCCL watchdog has to end the process before fragctl does.
+END_GRACE_S = 30.0
+
+
 def _watch(collectives: TorchCollectives) -> None:
     """The watcher thread of a manager on GPUs: retires completed
     collectives and expires the oldest one past its deadline, even while the
-    driving thread is blocked elsewhere. Ends at close(), or once one expired."""
+    driving thread is blocked elsewhere. Ends at close(), or once one
+    expired and the driving thread raised it. A process that neither
+    raised it nor was ended by PyTorch's watchdog END_GRACE_S after the
+    group's timeout (the driving thread blocked behind the hung collective,
+    the watchdog stalled: seen on torch 2.11 while it dumped its debug
+    information) is ended here, its reports written first: no rank hangs."""
     poll = min(0.1, collectives.progress.gap)
     while not collectives._closing.wait(poll):
         try:
@@ -299,4 +311,21 @@ def _watch(collectives: TorchCollectives) -> None:
         except Exception:  # noqa: BLE001 (a work's query failed: the driving thread's next call reports it)
             return
         if collectives.expired is not None:
+            break
+    else:
+        return
+    progress = collectives.progress
+    after_timeout = max(0.0, (progress.group_timeout or progress.deadline) - progress.deadline)
+    end_at = time.monotonic() + after_timeout + END_GRACE_S
+    while not collectives._closing.wait(0.5):
+        if collectives.raised:
             return
+        if time.monotonic() >= end_at:
+            try:
+                sys.stderr.write("[fragctl] zero3 rank %d: still running %g s after the process group's timeout, "
+                                 "the hung collective's error not taken (PyTorch's NCCL watchdog did not end the "
+                                 "process); ending it\n" % (collectives.rank, END_GRACE_S))
+                sys.stderr.flush()
+                _capi.library().fragctl_flush()
+            finally:
+                os._exit(1)

@@ -148,6 +148,7 @@ def raise_for_status(status: int, lib: Any, collectives: Any, rank: int, handle:
         if collectives.failure is not None and not collectives.recorded:
             collectives.recorded = True  # the manager stays failed: later calls raise the same, recorded once
             record(lib, handle, hang_record(status, collectives, rank, text))
+        collectives.raised = True
         report = collectives.report or {}
         entry = collectives.failed
         details = dict(sequence=entry[0] if entry else 0, missing=report.get("missing", ()),
