@@ -71,11 +71,11 @@ struct writer_rank {
 /// A collective that passed its deadline, as its rank recorded it in its
 /// JSON report ("hangs", docs/reports.md "Hangs"; fragctl/stats_export.hpp).
 struct hang_note {
-  std::int64_t rank = -1;     ///< the rank that waited; -1 when not recorded
-  std::string communicator;   ///< "gloo", "nccl", "threads", ...
-  std::string collective;     ///< "all_gather", "reduce_scatter"
+  std::int64_t rank = -1;      ///< the rank that waited; -1 when not recorded
+  std::string communicator;    ///< "gloo", "nccl", "threads", ...
+  std::string collective;      ///< "all_gather", "reduce_scatter"
   std::uint64_t sequence = 0;  ///< its number, the same on every rank
-  std::string block;          ///< "block 3 'model.layers.2'"
+  std::string block;           ///< "block 3 'model.layers.2'"
   std::vector<std::string> modules;
   std::size_t bytes = 0;
   double deadline_s = 0;                  ///< fragctl's deadline in force

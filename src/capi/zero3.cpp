@@ -353,7 +353,8 @@ fragctl_status fragctl_zero3_record_hang(fragctl_zero3* z, const char* record) {
     }
     const std::uint64_t failures_before = output_failures();
     (void)flush_process_outputs("hang");
-    if (output_failures() != failures_before) throw fragctl::error("zero3: a report with the hang could not be written");
+    if (output_failures() != failures_before)
+      throw fragctl::error("zero3: a report with the hang could not be written");
   });
 }
 

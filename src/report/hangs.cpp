@@ -78,6 +78,21 @@ void hangs_html(markup& out, const std::vector<hang_note>& hangs) {
   out.emit("</ul>\n");
 }
 
+nlohmann::ordered_json hangs_json(const std::vector<hang_note>& hangs) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const hang_note& h : hangs) {
+    out.push_back({{"collective", h.collective},
+                   {"sequence", h.sequence},
+                   {"block", h.block},
+                   {"timed_out", h.timed_out},
+                   {"deadline_s", h.deadline_s},
+                   {"elapsed_s", h.elapsed_s},
+                   {"missing", h.missing},
+                   {"peers", h.peers}});
+  }
+  return out;
+}
+
 void rank_hang_lines(std::string& out, const std::vector<run_report>& runs) {
   std::vector<const run_report*> with;
   std::set<std::string> sources;
@@ -88,7 +103,8 @@ void rank_hang_lines(std::string& out, const std::vector<run_report>& runs) {
   std::stable_sort(with.begin(), with.end(), [](const run_report* a, const run_report* b) {
     return a->writer.rank.value_or(-1) < b->writer.rank.value_or(-1);
   });
-  out += "\nHangs (collectives that passed their deadline or failed; `fragctl report FILE` shows where every rank was)\n";
+  out +=
+      "\nHangs (collectives that passed their deadline or failed; `fragctl report FILE` shows where every rank was)\n";
   for (const run_report* r : with) {
     for (const hang_note& h : r->hangs) {
       out += fmt::format("  rank {}: {}\n", r->writer.rank ? *r->writer.rank : h.rank, printable(hang_headline(h)));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fragctl/run_report.hpp"
+#include "nlohmann/json.hpp"
 #include "report/markup.hpp"
 
 namespace fragctl::report_detail {
@@ -26,5 +27,10 @@ void hangs_html(markup& out, const std::vector<hang_note>& hangs);
 /// Under the rank table: a line per rank whose report recorded a hang
 /// (each report file once). Nothing when none did.
 void rank_hang_lines(std::string& out, const std::vector<run_report>& runs);
+
+/// The hangs as render_rank_json writes them: a list of {"collective",
+/// "sequence", "block", "timed_out", "deadline_s", "elapsed_s", "missing",
+/// "peers"}.
+[[nodiscard]] nlohmann::ordered_json hangs_json(const std::vector<hang_note>& hangs);
 
 }  // namespace fragctl::report_detail

@@ -311,6 +311,7 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
                      {"ooms", s.ooms},
                      {"oom_verdicts", std::move(verdicts)},
                      {"device_memory", std::move(device)},
+                     {"hangs", report_detail::hangs_json(r.hangs)},
                      {"stats", ordered_json::parse(to_json(s))}});
   }
   const auto extremes = [](const rank_extremes& e) {

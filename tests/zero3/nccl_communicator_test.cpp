@@ -80,8 +80,8 @@ TEST(progress_files, a_rank_that_has_not_entered_is_named_with_where_it_last_was
     EXPECT_EQ(n, 1U);
     p->complete(n, "all_gather", "block 0 'a'", 64);
   }
-  const collective_entry stuck{rank0.enter("reduce_scatter", "block 1 'b'", 128), "reduce_scatter", "block 1 'b'",
-                               128, 0};
+  const collective_entry stuck{rank0.enter("reduce_scatter", "block 1 'b'", 128), "reduce_scatter", "block 1 'b'", 128,
+                               0};
   EXPECT_EQ(stuck.number, 2U);
   (void)rank2.enter("reduce_scatter", "block 1 'b'", 128);  // rank 2 is in #2 too; rank 1 is not
   EXPECT_EQ(rank0.path_of(1), id_file + ".rank1.progress");
@@ -122,9 +122,7 @@ TEST(progress_files, records_of_another_job_or_behind_a_link_are_not_read) {
   progress_files current(id_file, "job2", 1, 2, 10s);
   (void)current.enter("all_gather", "block 0 'a'", 8);
   const std::string target = dir + "/elsewhere";
-  {
-    std::ofstream(target) << current.record();
-  }
+  { std::ofstream(target) << current.record(); }
   std::filesystem::remove(mine.path_of(1));
   std::filesystem::create_symlink(target, mine.path_of(1));
   v = mine.read_peers(stuck);
@@ -145,9 +143,9 @@ TEST(progress_files, the_record_is_written_when_it_changed_at_most_every_gap) {
   const auto t0 = progress_files::clock::now();
   EXPECT_FALSE(p.due(t0).empty());  // the first record at once
   (void)p.enter("all_gather", "x", 8);
-  EXPECT_TRUE(p.due(t0 + 100ms).empty());   // changed, within the gap
-  EXPECT_FALSE(p.due(t0 + 200ms).empty());  // changed, the gap passed
-  EXPECT_TRUE(p.due(t0 + 900ms).empty());   // unchanged, before the beat
+  EXPECT_TRUE(p.due(t0 + 100ms).empty());    // changed, within the gap
+  EXPECT_FALSE(p.due(t0 + 200ms).empty());   // changed, the gap passed
+  EXPECT_TRUE(p.due(t0 + 900ms).empty());    // unchanged, before the beat
   EXPECT_FALSE(p.due(t0 + 1200ms).empty());  // the heartbeat
   // Without an id file nothing is written and the verdict says why.
   progress_files alone("", "job", 0, 2, 10s);

@@ -37,13 +37,13 @@ struct hang_record {
   std::string communicator;  ///< "threads", "nccl", "rccl"
   std::string collective;    ///< the operation that passed its deadline
   std::uint64_t sequence = 0;
-  std::string block;         ///< the caller's tag
-  std::size_t bytes = 0;     ///< 0: not known
+  std::string block;      ///< the caller's tag
+  std::size_t bytes = 0;  ///< 0: not known
   std::chrono::milliseconds deadline{0};
-  double elapsed_s = 0;      ///< since this rank entered the collective
-  std::vector<int> missing;  ///< ranks that had not entered (or not finished) it
+  double elapsed_s = 0;            ///< since this rank entered the collective
+  std::vector<int> missing;        ///< ranks that had not entered (or not finished) it
   std::vector<std::string> peers;  ///< one line per other rank that was read: where it was
-  std::string message;       ///< the collective_error's text
+  std::string message;             ///< the collective_error's text
 };
 
 /// Records `h` in this process's reports and rewrites them (reason "hang"):

@@ -77,7 +77,9 @@ std::string job_key(const nccl::unique_id_t& id) {
 class nccl_communicator final : public communicator {
  public:
   nccl_communicator(device_backend& backend, const nccl_options& options)
-      : lib_(nccl::load(options)), backend_(backend), options_(options),
+      : lib_(nccl::load(options)),
+        backend_(backend),
+        options_(options),
         progress_(options.unique_id_file, "", options.rank, options.size, options.timeout) {
     const nccl::unique_id_t id = obtain_unique_id(lib_, options_);
     progress_ = progress_files(options_.unique_id_file, job_key(id), options_.rank, options_.size, options_.timeout);
@@ -412,7 +414,7 @@ class nccl_communicator final : public communicator {
   std::vector<event_t> free_events_;
   std::optional<failure> failed_;
   std::uint64_t blocked_ns_ = 0;
-  progress_files progress_;            // this rank's record; guarded by mutex_ (write() needs no lock)
+  progress_files progress_;          // this rank's record; guarded by mutex_ (write() needs no lock)
   std::optional<hang_record> hang_;  // a hang the watchdog has not written into the reports yet
 };
 

@@ -75,7 +75,10 @@ std::string host_name() {
 
 progress_files::progress_files(std::string id_file, std::string job, int rank, int size,
                                std::chrono::milliseconds deadline)
-    : id_file_(std::move(id_file)), job_(std::move(job)), rank_(rank), size_(size),
+    : id_file_(std::move(id_file)),
+      job_(std::move(job)),
+      rank_(rank),
+      size_(size),
       gap_(std::clamp<clock::duration>(deadline / 50, std::chrono::milliseconds(50), std::chrono::seconds(5))),
       beat_(std::clamp<clock::duration>(deadline / 10, std::chrono::milliseconds(250), std::chrono::seconds(30))),
       start_unix_s_(now_unix_s()) {
@@ -154,9 +157,10 @@ peer_verdict progress_files::read_peers(const collective_entry& stuck) const {
     json record = text ? json::parse(*text, nullptr, /*allow_exceptions=*/false) : json();
     if (!record.is_object() || record.value("job", std::string()) != job_ || record.value("rank", -1) != r) {
       v.missing.push_back(r);
-      v.lines.push_back(fmt::format("rank {}: no record of this job at {} (it has not made this communicator, or the "
-                                    "directory is not shared with its host)",
-                                    r, path));
+      v.lines.push_back(
+          fmt::format("rank {}: no record of this job at {} (it has not made this communicator, or the "
+                      "directory is not shared with its host)",
+                      r, path));
       continue;
     }
     const collective_entry in = entry_of(record.value("in", json()));
@@ -175,8 +179,8 @@ peer_verdict progress_files::read_peers(const collective_entry& stuck) const {
       mark.completed_s = done.at_unix_s - start;
       mark.silent_s = now - (done.number == 0 ? start : done.at_unix_s);
       v.missing.push_back(r);
-      v.lines.push_back(fmt::format("{} ({})", missing_line(r, false, stuck.operation, stuck.number, stuck.tag, mark),
-                                    alive));
+      v.lines.push_back(
+          fmt::format("{} ({})", missing_line(r, false, stuck.operation, stuck.number, stuck.tag, mark), alive));
     } else if (done.number >= stuck.number) {
       v.lines.push_back(fmt::format("rank {} completed #{} (it is at #{}; {})", r, stuck.number, in.number, alive));
     } else if (record.value("gave_up", std::uint64_t{0}) == stuck.number) {

@@ -148,11 +148,11 @@ class thread_group {
         places += "; ";
         places += line;
       }
-      hang.message = fmt::format("zero3 rank {}: {} #{} of {} did not complete within {} ms: rank{} {} {} {}; "
-                                 "communicator aborted{}",
-                                 rank, op, number, tag, timeout_.count(), hang.missing.size() == 1 ? "" : "s",
-                                 fmt::join(hang.missing, ", "), hang.missing.size() == 1 ? "has" : "have",
-                                 finishing ? "not finished it" : "not entered it", places);
+      hang.message = fmt::format(
+          "zero3 rank {}: {} #{} of {} did not complete within {} ms: rank{} {} {} {}; "
+          "communicator aborted{}",
+          rank, op, number, tag, timeout_.count(), hang.missing.size() == 1 ? "" : "s", fmt::join(hang.missing, ", "),
+          hang.missing.size() == 1 ? "has" : "have", finishing ? "not finished it" : "not entered it", places);
       hang.rank = rank;
       hang.size = size_;
       hang.communicator = "threads";
