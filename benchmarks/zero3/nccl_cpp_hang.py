@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from nccl_hang import first_hang  # this script's folder is on sys.path
+
 
 class Param(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("elements", ctypes.c_size_t), ("element_bytes", ctypes.c_size_t),
@@ -95,13 +97,7 @@ def check(args):
     lines = [json.loads(line) for line in out0.splitlines() if line.startswith("{")]
     stop = next((line["stop_step_at"] for line in lines if "stop_step_at" in line), None)
     failed = next((line for line in lines if "failed" in line), None)
-    hang = None
-    try:
-        with open(os.path.join(args.out, "report.0.json")) as f:
-            hangs = json.load(f).get("hangs", [])
-        hang = hangs[0] if hangs else None
-    except (OSError, ValueError):
-        pass
+    hang = first_hang(os.path.join(args.out, "report.0.json"))
     message = failed["message"] if failed else ""
     result = {"timeout_ms": args.timeout_ms, "rank0_rc": rc0, "failed": failed and failed["failed"],
               "status": failed and failed["status"], "message": message, "hang": hang,

@@ -69,6 +69,16 @@ def worker(args):
     return 0
 
 
+def first_hang(path):
+    """The first record under "hangs" of the JSON report at `path`, or None."""
+    try:
+        with open(path) as f:
+            hangs = json.load(f).get("hangs", [])
+    except (OSError, ValueError):
+        return None
+    return hangs[0] if hangs else None
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -121,14 +131,7 @@ def check(args):
     if os.path.exists(os.path.join(args.out, "rank0.stop_step")):
         with open(os.path.join(args.out, "rank0.stop_step")) as f:
             stop_at = float(f.read())
-    hang = None
-    try:
-        with open(os.path.join(args.out, "report.0.json")) as f:
-            hangs = json.load(f).get("hangs", [])
-        hang = hangs[0] if hangs else None
-    except (OSError, ValueError):
-        pass
-    result["hang"] = hang
+    hang = result["hang"] = first_hang(os.path.join(args.out, "report.0.json"))
     if hang and stop_at:
         result["seconds_to_hang_record"] = round(hang["time_unix_s"] - stop_at, 2)
     message = result["message"] or ""
