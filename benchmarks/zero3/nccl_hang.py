@@ -1,194 +1,168 @@
-"""A rank that stops inside fragctl.torch.zero3.shard's training (issue 31,
-deliverable 1 on NCCL): what the waiting rank says, and when.
+#!/usr/bin/env python3
+"""A hung collective on two GPUs (NCCL): does fragctl name the rank that did
+not come before PyTorch's NCCL watchdog, and do both processes end?
+(issue 31, deliverable 1).
 
-Two ranks (one process per GPU over NCCL; gloo on CPU ranks), a small Llama
-(or the torch.nn decoder of benchmarks/services/workload.py) sharded by
-zero3.shard after fragctl.torch.enable("arena") (on GPUs), group timeout
---group-timeout seconds. Rank 1 stops before step 2's forward: it sleeps
-past the group's timeout and then exits, as a rank stuck in a data loader
-or a debugger would look to the others. Rank 0 goes on into step 2 and
-waits in the first collective. Expected (the issue's target): rank 0 raises
-fragctl.torch.zero3.CollectiveTimeoutError naming rank 1, the collective
-and the block, within the group's timeout plus 2 s, and both processes
-exit. The parent records what happened: rank 0's exception (type, message,
-seconds from its step-2 forward to the raise) or, if rank 0 died without
-one (PyTorch's NCCL watchdog aborts the process), its exit code and the
-last lines of its stderr; when each process ended; rank 1 is ended by the
-parent 5 s after rank 0 ends, as torchrun ends the others.
+Two ranks (torchrun, one process per GPU) train fragctl.torch.zero3.shard of
+a small bf16 MLP on allocators that write their JSON reports into the run's
+folder; rank 1 stops before step --stop-step's forward (it sleeps, as a rank
+stuck in data loading would) and rank 0 goes on, logging the loss every step
+(a CUDA synchronization behind the hung all-gather). Checked, after torchrun
+returns:
 
-    python3 benchmarks/zero3/nccl_hang.py --out DIR      (writes DIR/nccl_hang.json)
+  - rank 0's stderr has fragctl's line naming rank 1, the collective
+    (all_gather #N) and the block, written within the group's timeout + 2 s
+    of step --stop-step's start;
+  - rank 0's report holds the same hang under "hangs", missing [1];
+  - torchrun ended within the group's timeout + 90 s and no rank's process
+    is left (no hang, no orphan).
+
+Prints one JSON line with the figures and exits 0 when every check passed.
+
+    NCCL_NVLS_ENABLE=0 FRAGCTL_LIBRARY=build-gpu/libfragctl.so PYTHONPATH=python \\
+      python3 benchmarks/zero3/nccl_hang.py [--timeout 20] [--out DIR]
 """
 import argparse
+import datetime
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import multi_gpu  # noqa: E402  (launch, free_port, NCCL_SAFE)
 
-STOP_STEP = 1  # rank 1 stops before this step's forward (the second step)
-
-
-def options(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--model", default="llama", choices=["llama", "torch"])
-    p.add_argument("--group-timeout", type=float, default=20.0, help="init_process_group(timeout=) in seconds")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--intermediate", type=int, default=2816)
-    p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--seq", type=int, default=512)
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--port", type=int, default=29871)
-    p.add_argument("--rank-job", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
-
-
-def write(path, record):
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)
-
-
-def rank_job(args):
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    path = os.path.join(args.out, "rank-%d.json" % rank)
-    record = {"rank": rank, "pid": os.getpid(), "steps_done": 0}
-    write(path, record)
-    try:
-        import datetime
-        import torch
-        import torch.distributed as dist
-        import fragctl.torch
-        import fragctl.torch.zero3 as zero3
-        sys.path.insert(0, multi_gpu.SERVICES)
-        import workload
-        cuda = args.device == "cuda"
-        if cuda:
-            fragctl.torch.enable("arena")
-            torch.cuda.set_device(rank)
-        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=args.group_timeout))
-        model = workload.build_model(args, torch)
-        sharded = zero3.shard(model, config={"stage": 3}, block_types=(type(model.model.layers[0]),))
-        record["deadline_s"] = sharded._collectives.progress.deadline
-        optimizer = torch.optim.AdamW(sharded.parameters(), lr=1e-4)
-        data = workload.batches(args, torch, args.steps)
-        for step, ids in enumerate(data):
-            if step == STOP_STEP and rank == 1:
-                record["stopped_at"] = time.time()
-                write(path, record)
-                time.sleep(args.group_timeout + 30)  # stops answering past every timeout
-                record["woke_at"] = time.time()
-                write(path, record)
-                os._exit(3)
-            record["forward_at"] = time.time()
-            write(path, record)
-            ids = ids.to(args.device)
-            loss = sharded(input_ids=ids, labels=ids).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            record["last_loss"] = loss.item()
-            record["steps_done"] = step + 1
-            write(path, record)
-    except BaseException as e:  # noqa: BLE001 (recorded for the parent)
-        record["raised_at"] = time.time()
-        record["error"] = {"type": type(e).__name__, "message": str(e)[:3000],
-                           "is_collective_timeout": type(e).__name__ == "CollectiveTimeoutError"}
-        for name in ("rank", "collective", "block", "sequence", "missing", "deadline", "group_timeout"):
-            value = getattr(e, name, None)
-            if value is not None:
-                record["error"][name] = value if isinstance(value, (int, float, str, list)) else str(value)
-        write(path, record)
-        sys.stderr.write("rank %d: %s: %s\n" % (rank, type(e).__name__, e))
-        sys.stderr.flush()
-        os._exit(1)
-    record["finished_at"] = time.time()
-    write(path, record)
-    os._exit(0)
-
-
-def parent(args):
-    os.makedirs(args.out, exist_ok=True)
-    argv = [sys.executable, os.path.abspath(__file__), "--rank-job"]
-    for name in ("out", "device", "model", "group_timeout", "layers", "hidden", "heads", "intermediate", "vocab",
-                 "seq", "batch", "steps"):
-        argv += ["--" + name.replace("_", "-"), str(getattr(args, name))]
-    logs = [open(os.path.join(args.out, "rank-%d.stderr" % r), "w") for r in range(2)]
-    began = time.time()
-    port = multi_gpu.free_port(args.port)
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), PYTHONUNBUFFERED="1", **multi_gpu.NCCL_SAFE)
-        procs.append(subprocess.Popen(argv, env=env, stdout=logs[rank], stderr=subprocess.STDOUT))
-    ended = [None, None]
-    limit = began + args.group_timeout + 150  # start-up included
-    while time.time() < limit and None in ended:
-        for i, p in enumerate(procs):
-            if ended[i] is None and p.poll() is not None:
-                ended[i] = time.time()
-        if ended[0] is not None and ended[1] is None and time.time() > ended[0] + 5:
-            break  # torchrun ends the other ranks once one has failed
-        time.sleep(0.1)
-    killed = []
-    for i, p in enumerate(procs):
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-            ended[i] = time.time()
-            killed.append(i)
-    for f in logs:
-        f.close()
-    ranks = []
-    for r in range(2):
-        with open(os.path.join(args.out, "rank-%d.json" % r)) as f:
-            ranks.append(json.load(f))
-        with open(os.path.join(args.out, "rank-%d.stderr" % r), errors="replace") as f:
-            lines = [line.rstrip() for line in f if line.strip() and not line.startswith("frame #")]
-        ranks[r]["stderr_tail"] = lines[-25:]
-        ranks[r]["exit_code"] = procs[r].returncode
-        ranks[r]["ended_at"] = ended[r]
-    r0, r1 = ranks
-    result = {"device": args.device, "group_timeout_s": args.group_timeout, "killed_by_parent": killed, "ranks": ranks}
-    if "forward_at" in r0 and r1.get("stopped_at"):
-        result["rank0_ended_after_s"] = round(ended[0] - r0["forward_at"], 2)
-        if "raised_at" in r0:
-            result["rank0_raised_after_s"] = round(r0["raised_at"] - r0["forward_at"], 2)
-    error = r0.get("error", {})
-    message = error.get("message", "")
-    result["verdict"] = {
-        "collective_timeout_error": bool(error.get("is_collective_timeout")),
-        "names_rank_1": "rank 1" in message,
-        "names_collective": any(c in message for c in ("all_gather", "reduce_scatter")),
-        "names_block": "block " in message,
-        "within_group_timeout_plus_2s": result.get("rank0_raised_after_s", 1e9) <= args.group_timeout + 2,
-        "both_exited": all(p.returncode is not None for p in procs),
-        "rank1_ended_by_parent": 1 in killed,
-    }
-    write(os.path.join(args.out, "nccl_hang.json"), result)
-    print(json.dumps({k: result[k] for k in ("verdict",)} | {k: result.get(k) for k in (
-        "rank0_raised_after_s", "rank0_ended_after_s", "killed_by_parent")}, indent=1))
-    print("rank 0 error: %s: %s" % (error.get("type"), message[:1500]))
-    if not error:
-        print("rank 0 exited %s without a Python exception; its stderr ends:\n  %s"
-              % (r0["exit_code"], "\n  ".join(r0["stderr_tail"][-8:])))
+def worker(args):
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    err = os.open(os.path.join(args.out, "rank%d.err" % rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(err, 2)
+    with open(os.path.join(args.out, "rank%d.pid" % rank), "w") as f:
+        f.write(str(os.getpid()))
+    import torch
+    import torch.distributed as dist
+    import fragctl
+    import fragctl.torch.zero3 as zero3
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank),
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    allocator = fragctl.Allocator("caching", backend="cuda", device=local_rank,
+                                  report=os.path.join(args.out, "report.%d.json" % rank))
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(6):
+        layers += [torch.nn.Linear(2048, 2048), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers).to(device="cuda", dtype=torch.bfloat16)
+    sharded = zero3.shard(model, allocator=allocator)
+    opt = torch.optim.SGD(sharded.parameters(), lr=1e-3)
+    x = torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16)
+    for step in range(args.steps):
+        if step == args.stop_step:
+            with open(os.path.join(args.out, "rank%d.stop_step" % rank), "w") as f:
+                f.write(repr(time.time()))
+            if rank == 1:
+                time.sleep(10 * args.timeout + 600)  # stops before the step's first collective
+        loss = sharded(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        print("rank %d step %d loss %.6f" % (rank, step, loss.item()), file=sys.stderr, flush=True)
     return 0
 
 
-def main(argv=None):
-    args = options(argv)
-    for k, v in multi_gpu.NCCL_SAFE.items():
-        os.environ[k] = v
-    return rank_job(args) if args.rank_job else parent(args)
+def first_hang(path):
+    """The first record under "hangs" of the JSON report at `path`, or None."""
+    try:
+        with open(path) as f:
+            hangs = json.load(f).get("hangs", [])
+    except (OSError, ValueError):
+        return None
+    return hangs[0] if hangs else None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (not reaped yet) is not running.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def check(args):
+    os.makedirs(args.out, exist_ok=True)
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               os.path.abspath(__file__), "--worker", "--out", args.out, "--timeout", str(args.timeout),
+               "--steps", str(args.steps), "--stop-step", str(args.stop_step)]
+    started = time.monotonic()
+    limit = args.timeout + 90  # the watchdog, else fragctl (END_GRACE_S after the timeout), ends rank 0
+    try:
+        run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=limit)
+        torchrun_rc, torchrun_tail = run.returncode, (run.stdout + run.stderr)[-3000:]
+    except subprocess.TimeoutExpired as e:
+        torchrun_rc, torchrun_tail = None, str(e)
+    took = time.monotonic() - started
+    time.sleep(2)  # let the workers torchrun signalled finish ending
+    orphans = []
+    for rank in (0, 1):
+        try:
+            with open(os.path.join(args.out, "rank%d.pid" % rank)) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            continue
+        if alive(pid):
+            orphans.append(pid)
+            os.kill(pid, 9)
+    result = {"group_timeout_s": args.timeout, "torchrun_rc": torchrun_rc, "torchrun_s": round(took, 1),
+              "orphans": orphans, "checks": {}}
+    err = ""
+    if os.path.exists(os.path.join(args.out, "rank0.err")):
+        with open(os.path.join(args.out, "rank0.err"), errors="replace") as f:
+            err = f.read()
+    lines = [line for line in err.splitlines() if line.startswith("[fragctl] zero3 rank 0:")]
+    result["message"] = lines[0] if lines else None
+    stop_at = None
+    if os.path.exists(os.path.join(args.out, "rank0.stop_step")):
+        with open(os.path.join(args.out, "rank0.stop_step")) as f:
+            stop_at = float(f.read())
+    hang = result["hang"] = first_hang(os.path.join(args.out, "report.0.json"))
+    if hang and stop_at:
+        result["seconds_to_hang_record"] = round(hang["time_unix_s"] - stop_at, 2)
+    message = result["message"] or ""
+    result["checks"] = {
+        "names rank 1, the collective and the block": ("rank 1 has not entered it" in message
+                                                       and "all_gather #" in message and "block " in message),
+        "in rank 0's report, missing [1]": bool(hang) and hang.get("missing") == [1],
+        "within the group's timeout + 2 s": ("seconds_to_hang_record" in result
+                                             and result["seconds_to_hang_record"] <= args.timeout + 2),
+        "torchrun ended": torchrun_rc is not None,
+        "no orphan": not orphans,
+    }
+    if not all(result["checks"].values()):
+        result["torchrun_tail"] = torchrun_tail
+        result["rank0_err_tail"] = err[-3000:]
+    print(json.dumps(result))
+    return 0 if all(result["checks"].values()) else 1
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", type=float, default=20.0, help="the process group's timeout, seconds")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--stop-step", type=int, default=2, help="rank 1 stops before this step's forward")
+    parser.add_argument("--out", default=None, help="folder for the ranks' stderr and reports (default: a new one)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    args.out = os.path.abspath(args.out or tempfile.mkdtemp(prefix="fragctl-nccl-hang-"))
+    return check(args)
 
 
 if __name__ == "__main__":

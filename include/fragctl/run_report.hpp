@@ -68,6 +68,25 @@ struct writer_rank {
   std::string launcher;                    ///< "torchrun", "openmpi", "slurm"; empty when none
 };
 
+/// A collective that passed its deadline, as its rank recorded it in its
+/// JSON report ("hangs", docs/reports.md "Hangs"; fragctl/stats_export.hpp).
+struct hang_note {
+  std::int64_t rank = -1;      ///< the rank that waited; -1 when not recorded
+  std::string communicator;    ///< "gloo", "nccl", "threads", ...
+  std::string collective;      ///< "all_gather", "reduce_scatter"
+  std::uint64_t sequence = 0;  ///< its number, the same on every rank
+  std::string block;           ///< "block 3 'model.layers.2'"
+  std::vector<std::string> modules;
+  std::size_t bytes = 0;
+  double deadline_s = 0;                  ///< fragctl's deadline in force
+  std::optional<double> group_timeout_s;  ///< the process group's timeout, when known
+  double elapsed_s = 0;                   ///< how long the rank waited
+  bool timed_out = true;                  ///< false: it failed otherwise (a peer gave up first)
+  std::vector<std::int64_t> missing;      ///< ranks that had not entered it
+  std::vector<std::string> peers;         ///< one line per other rank: where it was
+  std::string message;                    ///< the error the rank raised
+};
+
 /// Everything known about one allocator's run.
 struct run_report {
   std::string name;    ///< what it is called in tables: "gpt2m / caching", "job.json"
@@ -78,6 +97,7 @@ struct run_report {
   timeline time;                   ///< replays only
   replay_result replay;            ///< replays only (kind == "replay")
   writer_rank writer;              ///< JSON reports only
+  std::vector<hang_note> hangs;    ///< JSON reports only: its process's hung collectives
 };
 
 /// How load_run_reports treats a trace.
@@ -117,7 +137,8 @@ struct text_options {
 /// The terminal summary of one run: current and peak requested and reserved
 /// bytes, reserved_over_requested, external fragmentation, largest free
 /// block, top wasted regions, the size histogram as a bar chart, backend
-/// calls, and OOM events with their diagnosis.
+/// calls, OOM events with their diagnosis, and the hung collectives its
+/// process recorded (run_report::hangs), if any.
 [[nodiscard]] std::string render_text(const run_report& r, const text_options& options = {});
 
 /// Runs side by side, one column each, and the difference of each against
@@ -142,7 +163,9 @@ inline constexpr double rank_imbalance_threshold = 0.05;
 /// device's, and the OOMs by verdict; then the imbalance (largest and
 /// smallest peak reserved and requested, with their ranks, and a line when
 /// peak reserved differs by more than rank_imbalance_threshold), and the
-/// device memory outside fragctl split as far as the reports allow.
+/// device memory outside fragctl split as far as the reports allow; then,
+/// when a report recorded hung collectives, a line per rank that waited
+/// naming the ranks it waited for.
 [[nodiscard]] std::string render_rank_table(const std::vector<run_report>& runs);
 
 /// The same as one JSON document: {"ranks": [a row per rank with its

@@ -9,7 +9,8 @@
 //
 // Document shape (docs/statistics.md):
 //   {"schema_version": 1, "reason": "exit", "pid": 123, "time_unix_s": ...,
-//    "allocators": [ <to_json of each allocator>, ... ]}
+//    "allocators": [ <to_json of each allocator>, ... ],
+//    "hangs": [ <record_stats_export_hang's records> ]}  (only when there are some)
 // Allocators appear in registration order; one destroyed earlier in the
 // process stays in the document with its final statistics (the last
 // stats_export_retired_kept of them per file: the registry forgets older
@@ -31,6 +32,11 @@
 // "interval"). The interval is process-wide: the shortest one registered. A
 // registration may give a memory map source: each allocator's entry of the
 // JSON document then carries its "memory_map" (fragctl/memory_map.hpp).
+//
+// Hangs (docs/reports.md, "Hangs"). A collective that passed its deadline is
+// recorded once for the process (record_stats_export_hang): every document
+// the process writes afterwards carries the records under "hangs", beside
+// "allocators".
 #pragma once
 
 #include <chrono>
@@ -116,6 +122,22 @@ void register_stats_export(const void* owner, const stats_export_outputs& output
 /// it returns the source is never called again. Thread-safe; unknown owners
 /// are ignored.
 void retire_stats_export(const void* owner) noexcept;
+
+/// Hang records a document keeps: the newest ones, oldest first.
+inline constexpr std::size_t stats_export_hangs_kept = 16;
+
+/// Records a collective that passed its deadline: `record` is one JSON
+/// object (docs/reports.md, "Hangs": the collective, its number, block and
+/// modules, the ranks that had not entered it and where each last was, the
+/// deadline and the time waited). Every stats export document written by
+/// this process afterwards carries it under "hangs" (the newest
+/// stats_export_hangs_kept). Writes nothing itself: the caller flushes
+/// (flush_process_outputs). InvalidArgument for text that is not a JSON
+/// object. Thread-safe; a forked child starts with none.
+[[nodiscard]] absl::Status record_stats_export_hang(std::string_view record);
+
+/// The hang records so far, oldest first, as JSON text.
+[[nodiscard]] std::vector<std::string> stats_export_hangs();
 
 /// Prometheus text of several allocators: to_prometheus of each, merged so
 /// that every metric family appears once (HELP and TYPE lines first, then

@@ -176,6 +176,7 @@ def _declare(lib):
                                                   c.c_size_t, c.POINTER(c.c_size_t), c.POINTER(c.c_int)]),
         "fragctl_zero3_stats_json": (status, [p, c.POINTER(p)]),
         "fragctl_zero3_default_options_json": (status, [c.POINTER(p)]),
+        "fragctl_zero3_record_hang": (status, [p, char_p]),
         "fragctl_zero3_destroy": (None, [p]),
     }
     for name, (restype, argtypes) in signatures.items():

@@ -17,6 +17,8 @@
 
 #include "capi/handle.hpp"
 #include "fmt/format.h"
+#include "fragctl/process_hooks.hpp"
+#include "fragctl/stats_export.hpp"
 #include "fragctl/zero3/block_manager.hpp"
 #include "nlohmann/json.hpp"
 #include "util/strings.hpp"
@@ -341,6 +343,19 @@ fragctl_status fragctl_zero3_stats_json(fragctl_zero3* z, char** json) {
   FRAGCTL_REQUIRE(json != nullptr, "fragctl_zero3_stats_json: json is NULL");
   *json = nullptr;
   return zero3_call([&] { *json = capi::copy_out(to_json(started(z).manager->stats())); });
+}
+
+fragctl_status fragctl_zero3_record_hang(fragctl_zero3* z, const char* record) {
+  FRAGCTL_REQUIRE(z != nullptr && record != nullptr, "fragctl_zero3_record_hang: manager or record is NULL");
+  return zero3_call([&] {
+    if (const absl::Status s = record_stats_export_hang(record); !s.ok()) {
+      throw fragctl::invalid_argument(fmt::format("fragctl_zero3_record_hang: {}", util::to_std(s.message())));
+    }
+    const std::uint64_t failures_before = output_failures();
+    (void)flush_process_outputs("hang");
+    if (output_failures() != failures_before)
+      throw fragctl::error("zero3: a report with the hang could not be written");
+  });
 }
 
 fragctl_status fragctl_zero3_default_options_json(char** json) {

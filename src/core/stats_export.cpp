@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <ctime>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -16,6 +18,7 @@
 #include "core/memory_map_json.hpp"
 #include "core/stats_json.hpp"
 #include "fmt/format.h"
+#include "util/fork_safe_mutex.hpp"
 
 namespace fragctl {
 
@@ -24,7 +27,43 @@ namespace {
 // A launcher's figure, null when it gave none.
 nlohmann::json figure(const std::optional<std::int64_t>& n) { return n ? nlohmann::json(*n) : nlohmann::json(nullptr); }
 
+// The process's hang records (record_stats_export_hang), never destroyed:
+// the exit hook writes documents after static destructors may have run. The
+// mutex is a leaf lock (no other fragctl lock is taken under it).
+struct hang_records {
+  util::fork_safe_mutex mutex;
+  std::deque<nlohmann::json> records;
+};
+
+hang_records& hangs() {
+  static hang_records* const all = new hang_records();
+  return *all;
+}
+
+nlohmann::json hangs_value() {
+  hang_records& h = hangs();
+  const std::lock_guard guard(h.mutex);
+  return nlohmann::json(h.records);
+}
+
 }  // namespace
+
+absl::Status record_stats_export_hang(std::string_view record) {
+  auto parsed = detail::parse_json(record, "hang record");
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_object()) return absl::InvalidArgumentError("hang record: expected a JSON object");
+  hang_records& h = hangs();
+  const std::lock_guard guard(h.mutex);
+  h.records.push_back(*std::move(parsed));
+  while (h.records.size() > stats_export_hangs_kept) h.records.pop_front();
+  return absl::OkStatus();
+}
+
+std::vector<std::string> stats_export_hangs() {
+  std::vector<std::string> out;
+  for (const nlohmann::json& one : hangs_value()) out.push_back(one.dump());
+  return out;
+}
 
 std::string stats_export_to_json(const std::vector<stats_export_entry>& allocators, std::string_view reason) {
   const detail::launcher_identity who = detail::process_launcher_identity();
@@ -34,7 +73,7 @@ std::string stats_export_to_json(const std::vector<stats_export_entry>& allocato
     if (entry.map) one["memory_map"] = detail::memory_snapshot_to_json_value(*entry.map, stats_export_map_max_blocks);
     list.push_back(std::move(one));
   }
-  const nlohmann::json doc{
+  nlohmann::json doc{
       {"schema_version", stats_schema_version},
       {"reason", std::string(reason)},
       {"pid", static_cast<std::int64_t>(::getpid())},
@@ -46,6 +85,7 @@ std::string stats_export_to_json(const std::vector<stats_export_entry>& allocato
       {"world_size", figure(who.world_size)},
       {"allocators", std::move(list)},
   };
+  if (nlohmann::json recorded = hangs_value(); !recorded.empty()) doc["hangs"] = std::move(recorded);
   return detail::dump_json(doc);
 }
 

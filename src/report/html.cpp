@@ -8,6 +8,7 @@
 
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
+#include "report/hangs.hpp"
 #include "report/markup.hpp"
 #include "report/ranks.hpp"
 #include "report/render_util.hpp"
@@ -234,6 +235,7 @@ void run_section(markup& out, const run_report& r, std::size_t index) {
   }
   histogram(out, s);
   ooms(out, s);
+  report_detail::hangs_html(out, r.hangs);
   backend_calls(out, s);
   out.emit("</section>\n");
 }

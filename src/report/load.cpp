@@ -187,6 +187,37 @@ absl::StatusOr<writer_rank> writer_of(const json& j, const std::string& source) 
   return w;
 }
 
+// The "hangs" of a report document (docs/reports.md, "Hangs"): absent in
+// reports without one and in those of earlier fragctl. A field of the wrong
+// type is an error naming it (json::exception, caught by the caller).
+absl::StatusOr<std::vector<hang_note>> hangs_of(const json& j, const std::string& source) {
+  std::vector<hang_note> out;
+  const auto it = j.find("hangs");
+  if (it == j.end() || it->is_null()) return out;
+  if (!it->is_array()) return absl::InvalidArgumentError(fmt::format("{}: \"hangs\" is not an array", source));
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& h = (*it)[i];
+    if (!h.is_object()) return absl::InvalidArgumentError(fmt::format("{}: hangs[{}] is not an object", source, i));
+    hang_note n;
+    n.rank = h.value("rank", std::int64_t{-1});
+    n.communicator = h.value("communicator", std::string());
+    n.collective = h.value("collective", std::string());
+    n.sequence = h.value("sequence", std::uint64_t{0});
+    n.block = h.value("block", std::string());
+    n.modules = h.value("modules", std::vector<std::string>());
+    n.bytes = h.value("bytes", std::size_t{0});
+    n.deadline_s = h.value("deadline_s", 0.0);
+    if (const auto t = h.find("group_timeout_s"); t != h.end() && !t->is_null()) n.group_timeout_s = t->get<double>();
+    n.elapsed_s = h.value("elapsed_s", 0.0);
+    n.timed_out = h.value("timed_out", true);
+    n.missing = h.value("missing", std::vector<std::int64_t>());
+    n.peers = h.value("peers", std::vector<std::string>());
+    n.message = h.value("message", std::string());
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, const std::string& source) {
   if (is_replay_json(j)) return from_replay_json(j, source);
   if (!is_report_json(j)) {
@@ -201,6 +232,8 @@ absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, con
   if (!reason.ok()) return reason.status();
   auto writer = document ? writer_of(j, source) : writer_rank{};
   if (!writer.ok()) return writer.status();
+  auto hangs = document ? hangs_of(j, source) : std::vector<hang_note>{};
+  if (!hangs.ok()) return hangs.status();
   std::vector<run_report> out;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string where = fmt::format("{}: allocators[{}]", source, i);
@@ -214,6 +247,7 @@ absl::StatusOr<std::vector<run_report>> reports_from_document(const json& j, con
     rep.kind = "report";
     rep.stats = *std::move(stats);
     rep.writer = *writer;
+    rep.hangs = *hangs;
     rep.name = list.size() == 1 ? base_name(source) : fmt::format("{} [{}] {}", base_name(source), i, rep.stats.allocator);
     if (const auto m = list[i].find("memory_map"); m != list[i].end()) {
       auto map = detail::memory_snapshot_from_json_value(*m, where + ".memory_map");

@@ -11,6 +11,7 @@
 #include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "report/hangs.hpp"
 #include "report/render_util.hpp"
 #include "util/strings.hpp"
 
@@ -269,6 +270,7 @@ std::string render_rank_table(const std::vector<run_report>& runs) {
       "  device call; not fragctl's: device memory in use less fragctl's reserved bytes, see below)\n";
   imbalance_lines(out, rows);
   device_lines(out, rows);
+  report_detail::rank_hang_lines(out, runs);
   return out;
 }
 
@@ -309,6 +311,7 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
                      {"ooms", s.ooms},
                      {"oom_verdicts", std::move(verdicts)},
                      {"device_memory", std::move(device)},
+                     {"hangs", report_detail::hangs_json(r.hangs)},
                      {"stats", ordered_json::parse(to_json(s))}});
   }
   const auto extremes = [](const rank_extremes& e) {

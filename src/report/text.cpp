@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 #include "fragctl/run_report.hpp"
+#include "report/hangs.hpp"
 #include "report/render_util.hpp"
 #include "util/strings.hpp"
 
@@ -173,6 +174,7 @@ std::string render_text(const run_report& r, const text_options& options) {
   histogram_section(out, s, options.bar_width);
   backend_section(out, s);
   oom_section(out, s);
+  report_detail::hangs_text(out, r.hangs);
   return out;
 }
 

@@ -131,3 +131,36 @@ class ReportTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class QueuedTest(unittest.TestCase):
+    """On GPUs collectives are queued: a rank may have queued past the one
+    another rank's deadline passed on, none of them complete yet."""
+
+    def test_a_rank_that_queued_past_it_waits_too_and_only_the_absent_one_is_missing(self):
+        store = FakeStore()
+        progress = progress_of(3, store)
+        self.addCleanup(progress.close)
+        for _ in range(4):
+            progress.enter("all_gather", 1, 4096)
+            progress.leave()
+        progress.enter("all_gather", 2, 8192)
+        stuck = progress.current  # #5, queued, not complete
+        progress.enter("all_gather", 3, 8192)  # #6 queued behind it
+        self.assertEqual(progress.current[0], 6)
+        now, start = time.time(), time.time() - 60
+        # rank 1 completed #4 and queued nothing more; rank 2 queued #5 and #6.
+        publish(store, progress.prefix, 1, start, done=[4, "all_gather", 1, 4096, now - 10])
+        publish(store, progress.prefix, 2, start, current=[6, "all_gather", 3, 8192, now - 1],
+                done=[4, "all_gather", 1, 4096, now - 10])
+        report = progress.report(stuck)
+        self.assertEqual(report["missing"], [1])
+        self.assertEqual(report["diverged"], [])
+        text = "\n".join(report["lines"])
+        self.assertIn("rank 1 has not entered all_gather #5 of block 2 'layers.2'", text)
+        self.assertIn("rank 2 has queued all_gather #5 of block 2 'layers.2' and later collectives, up to #6", text)
+        # Completing #5 keeps #6 as the one it is in; completing #6 clears it.
+        progress.complete(stuck)
+        self.assertEqual((progress.done[0], progress.current[0]), (5, 6))
+        progress.complete(progress.current)
+        self.assertEqual((progress.done[0], progress.current), (6, None))

@@ -312,18 +312,28 @@ HANG_TIMEOUT = datetime.timedelta(seconds=3)  # the group's timeout of the hang 
 HANG_STEP = 1  # the stopping rank stops before this step's forward (the second step)
 
 
-def hang_worker(rank, world, directory, stopper):
+def hang_worker(rank, world, directory, stopper, report=False):
     """One rank of a run in which rank `stopper` stops before step 2's
     forward: it sleeps past the group's timeout, then tries to go on. Writes
     rank-<r>.pkl with what it saw and ends as a training script would, by
-    returning (no os._exit): every process must end by itself."""
+    returning (no os._exit): every process must end by itself. With
+    `report`, the manager's allocator writes the JSON report
+    <directory>/report.<r>.json, and the rank keeps what it held right
+    after the error (before the process's exit rewrites it)."""
     import torch.distributed as dist
     import fragctl.torch.zero3 as zero3
     out = {"rank": rank, "done": []}
+    report_path = os.path.join(directory, "report.%d.json" % rank)
     try:
         dist.init_process_group("gloo", init_method="file://" + os.path.join(directory, "store"), rank=rank,
                                 world_size=world, timeout=HANG_TIMEOUT)
-        sharded = zero3.shard(make_model(), config=DS_CONFIG)
+        allocator = None
+        if report:  # as torchrun starts a rank: the report records it
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+            import fragctl
+            allocator = fragctl.Allocator("caching", backend="sim", device=0, sim_backed=True,
+                                          sim_capacity="256MiB", report=report_path)
+        sharded = zero3.shard(make_model(), config=DS_CONFIG, allocator=allocator)
         opt = optimizer(sharded.parameters())
         for step, x in enumerate(make_data()):
             if step == HANG_STEP and rank == stopper:
@@ -338,6 +348,9 @@ def hang_worker(rank, world, directory, stopper):
         out["error"] = {"type": type(e).__name__, "message": str(e), "is_timeout": isinstance(e, TimeoutError)}
         for name in ("rank", "collective", "block", "sequence", "missing", "deadline", "group_timeout"):
             out["error"][name] = getattr(e, name, None)
+        if report and os.path.exists(report_path):
+            with open(report_path) as f:
+                out["report_at_error"] = f.read()
     with open(os.path.join(directory, "rank-%d.pkl" % rank), "wb") as f:
         pickle.dump(out, f)
 
@@ -367,7 +380,7 @@ def run_ranks(world, mode, wait=120, kind="mlp", target=None, args=None):
         if not os.path.exists(path):
             raise AssertionError("rank %d wrote no result (exit code %s)" % (r, processes[r].exitcode))
         with open(path, "rb") as f:
-            results.append(dict(pickle.load(f), exitcode=ended[r]))
+            results.append(dict(pickle.load(f), exitcode=ended[r], directory=directory))
     return results
 
 
@@ -685,6 +698,53 @@ class Zero3ShardTest(unittest.TestCase):
         self.assert_names_the_stopped_rank(results[0], stopper=1, others=(2,))
         self.assert_names_the_stopped_rank(results[2], stopper=1, others=(0,))
         self.assertEqual([r["exitcode"] for r in results], [0, 0, 0])
+
+    def test_the_hang_is_in_each_ranks_report_and_fragctl_report_shows_it(self):
+        # Issue 31: the error named the missing rank, but the rank's fragctl
+        # report (FRAGCTL_REPORT, here the allocator's report= option) had
+        # no trace of the hang, and the process was about to end.
+        import json
+        import subprocess
+        import sys
+        results = run_ranks(2, None, wait=30, target=hang_worker, args=(1, True))
+        self.assert_names_the_stopped_rank(results[0], stopper=1, others=())
+        directory = results[0]["directory"]
+        sequence = results[0]["error"]["sequence"]
+        for r in results:
+            # Written when the error was raised, not only at exit.
+            self.assertIn("report_at_error", r, "rank %d: no report when its error was raised" % r["rank"])
+            self.assertIn('"hangs"', r["report_at_error"])
+            with open(os.path.join(directory, "report.%d.json" % r["rank"])) as f:
+                document = json.load(f)
+            [hang] = document["hangs"]
+            self.assertEqual((hang["rank"], hang["collective"], hang["sequence"], hang["block"], hang["modules"]),
+                             (r["rank"], "all_gather", sequence, "block 0 '0'", ["0"]))
+            self.assertEqual(hang["communicator"], "torch.distributed gloo")
+            self.assertEqual(hang["group_timeout_s"], HANG_TIMEOUT.total_seconds())
+            self.assertEqual(hang["message"], r["error"]["message"])
+        with open(os.path.join(directory, "report.0.json")) as f:
+            hang0 = json.load(f)["hangs"][0]
+        self.assertTrue(hang0["timed_out"])
+        self.assertEqual(hang0["missing"], [1])
+        self.assertGreaterEqual(hang0["elapsed_s"], hang0["deadline_s"])
+        self.assertTrue(any(line.startswith("rank 1 has not entered all_gather #%d" % sequence)
+                            for line in hang0["peers"]), hang0["peers"])
+        # fragctl report: one rank's report shows the hang and where rank 1 was ...
+        command = [sys.executable, "-m", "fragctl", "report"]
+        text = subprocess.run(command + [os.path.join(directory, "report.0.json")], capture_output=True, text=True,
+                              check=True).stdout
+        self.assertIn("Hangs: 1", text)
+        self.assertIn("rank 0: all_gather #%d of block 0 '0' (torch.distributed gloo) passed fragctl's deadline of "
+                      "%g s" % (sequence, hang0["deadline_s"]), text)
+        self.assertIn("rank 1 had not entered it", text)
+        self.assertIn("    rank 1 has not entered all_gather #%d of block 0 '0'" % sequence, text)
+        self.assertIn("    modules: 0;", text)
+        # ... and both side by side give a line per rank under the table.
+        table = subprocess.run(command + [os.path.join(directory, "report.%d.json" % r) for r in (0, 1)],
+                               capture_output=True, text=True, check=True).stdout
+        self.assertIn("Hangs (collectives that passed their deadline or failed", table)
+        self.assertIn("  rank 0: all_gather #%d of block 0 '0'" % sequence, table)
+        self.assertIn("  rank 1: all_gather #%d of block 0 '0'" % sequence, table)
 
 
 @unittest.skipIf(SKIP, SKIP)

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <latch>
 
+#include "fragctl/stats_export.hpp"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "zero3/collectives/host_math.hpp"
 #include "zero3/zero3_harness.hpp"
 
@@ -125,6 +127,23 @@ TEST(thread_communicator, a_rank_that_never_joins_is_named_with_where_it_last_wa
   // The rank that waited too is not named.
   EXPECT_EQ(message.find("rank 0 has not"), std::string::npos) << message;
   EXPECT_EQ(message.find("rank 1 has not"), std::string::npos) << message;
+  // The same hang is in the process's reports (issue 31): the rank that
+  // timed out recorded it, with the missing rank and where it last was.
+  const std::vector<std::string> hangs = stats_export_hangs();
+  ASSERT_FALSE(hangs.empty());
+  const nlohmann::json hang = nlohmann::json::parse(hangs.back());
+  EXPECT_EQ(hang["communicator"], "threads");
+  EXPECT_EQ(hang["collective"], "all_gather");
+  EXPECT_EQ(hang["sequence"], 2);
+  EXPECT_EQ(hang["block"], "block 7 'layer.6'");
+  EXPECT_EQ(hang["missing"], nlohmann::json::array({2}));
+  EXPECT_EQ(hang["message"], message);
+  EXPECT_DOUBLE_EQ(hang["deadline_s"].get<double>(), 0.15);
+  EXPECT_GE(hang["elapsed_s"].get<double>(), 0.15);
+  ASSERT_EQ(hang["peers"].size(), 1U);
+  EXPECT_EQ(hang["peers"][0].get<std::string>().rfind("rank 2 has not entered " + what + "; it completed #1", 0), 0U);
+  const std::string document = stats_export_to_json({}, "request");
+  EXPECT_NE(document.find("\"hangs\""), std::string::npos);
 }
 
 TEST(thread_communicator, mismatched_collectives_are_an_error) {

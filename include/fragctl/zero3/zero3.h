@@ -212,6 +212,16 @@ FRAGCTL_API fragctl_status fragctl_zero3_stats_json(fragctl_zero3* z, char** jso
  * stage3_param_persistence_threshold, reduce_bucket_size; and alignment
  * (bytes). Release *json with fragctl_string_free. */
 FRAGCTL_API fragctl_status fragctl_zero3_default_options_json(char** json);
+/* Records a collective of the caller's (fragctl_zero3_create_with_collectives)
+ * that passed its deadline in this process's reports (docs/reports.md,
+ * "Hangs"): `record` is one JSON object (the collective, its number, block
+ * and modules, the ranks that had not entered it and where each last was,
+ * the deadline, the time waited). Every JSON report (FRAGCTL_REPORT) the
+ * process writes from now on carries it under "hangs"; they are rewritten
+ * now, since the process is likely to end. The manager's own communicators
+ * (threads, NCCL, RCCL) record their hangs themselves. INVALID_ARGUMENT for
+ * text that is not a JSON object; IO when a report could not be written. */
+FRAGCTL_API fragctl_status fragctl_zero3_record_hang(fragctl_zero3* z, const char* record);
 /* Frees the manager and its memory (into its allocators). NULL is accepted. */
 FRAGCTL_API void fragctl_zero3_destroy(fragctl_zero3* z);
 

@@ -19,18 +19,36 @@ was entered, which is earlier than the group's own timeout; past it the
 callback reads every rank's record from the store (``report``: who has not
 entered this collective) and returns FRAGCTL_ERROR_TIMEOUT. Any other
 failure reads the records too, so a rank that arrives after the others gave
-up learns that they did. On GPUs (NCCL) a call returns once queued, so the
-record says queued, not completed, and the deadline is PyTorch's watchdog's.
+up learns that they did.
+
+On GPUs (NCCL) a collective is queued (``async_op=True``, then ``wait()``,
+which only orders the manager's stream after it, as ``async_op=False``
+does) and its work kept until it completes (``is_completed()``, an event
+query). Each queued collective has fragctl's deadline too, checked at every
+callback and by a watcher thread (the driving thread may be blocked in a
+CUDA synchronization behind the hung collective): past it, the ranks'
+records are read, the message is written to stderr and the hang into the
+manager's reports (fragctl_zero3_record_hang) at once, before PyTorch's NCCL
+watchdog (the group's timeout, later) aborts the communicator and ends the
+process; the next callback returns FRAGCTL_ERROR_TIMEOUT, so a driving
+thread that is not blocked raises CollectiveTimeoutError.
 """
+import collections
 import ctypes
+import os
 import re
+import sys
+import threading
 import time
 from datetime import timedelta
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, Optional, Tuple
 
 from .. import _capi
+from . import _errors
 from ._interop import stream_context, wrap
 from ._progress import Progress
+
+Entry = Tuple[int, str, Any, int, float]  # a collective as Progress records it
 
 
 class GatherPart(ctypes.Structure):
@@ -93,7 +111,18 @@ class TorchCollectives:
         self.failed: Optional[Tuple[int, str, Any, int, float]] = None  # the record of the failed collective
         self.deadline_passed = False  # it failed at fragctl's deadline (not at torch's timeout)
         self.interrupt: Optional[BaseException] = None  # a KeyboardInterrupt a callback caught
+        self.recorded = False  # the failure is in the reports (_errors.raise_for_status)
+        self.raised = False  # the driving thread raised it
+        self.handle: Any = None  # the manager (fragctl_zero3*) once made: where the watcher records a hang
         self.progress = Progress(dist, group, self.rank, self.size, deadline, group_timeout, explicit)
+        # GPUs: collectives queued and not yet complete, oldest first, each
+        # (entry, work, deadline); the one whose deadline passed.
+        self._queued: Deque[Tuple[Entry, Any, float]] = collections.deque()
+        self._queued_lock = threading.Lock()
+        self._expire_lock = threading.Lock()
+        self.expired: Optional[Entry] = None
+        self._closing = threading.Event()
+        self._watcher: Optional[threading.Thread] = None
         # Keep the ctypes function objects alive as long as the manager.
         self._all_gather = ALL_GATHER(self._gather)
         self._reduce_scatter = REDUCE_SCATTER(self._scatter)
@@ -101,11 +130,78 @@ class TorchCollectives:
                                   self._reduce_scatter)
 
     def close(self) -> None:
+        self._closing.set()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(1.0)
         self.progress.close()
+
+    def detach(self) -> None:
+        """The manager is about to be destroyed: a hang found from now on is
+        not recorded through it (waits for one being recorded)."""
+        with self._expire_lock:
+            self.handle = None
+
+    # --- GPUs: queued collectives and their deadlines -----------------------
+
+    def _queue(self, work: Any) -> None:
+        """Keeps `work`, the current collective's, until it completes."""
+        with self._queued_lock:
+            self._queued.append((self.progress.current, work, time.monotonic() + self.progress.deadline))
+            if self._watcher is None and not self._closing.is_set():
+                self._watcher = threading.Thread(target=_watch, args=(self,), name="fragctl-zero3-deadline",
+                                                 daemon=True)
+                self._watcher.start()
+
+    def _retire(self) -> Optional[Tuple[Entry, Any, float]]:
+        """Retires the queued collectives that completed, oldest first;
+        returns the oldest that has not, or None."""
+        with self._queued_lock:
+            while self._queued and self._queued[0][1].is_completed():
+                entry = self._queued.popleft()[0]
+                self.progress.complete(entry)
+            return self._queued[0] if self._queued else None
+
+    def _check_queued(self) -> None:
+        """Raises DeadlinePassed when a queued collective passed its deadline."""
+        if not self._queued and self.expired is None:
+            return
+        oldest = self._retire()
+        if self.expired is None and oldest is not None and time.monotonic() > oldest[2]:
+            self.expire(oldest[0])
+        if self.expired is not None:
+            raise DeadlinePassed()
+
+    def expire(self, entry: Entry) -> None:
+        """Queued collective `entry` passed its deadline: reads the ranks'
+        records, writes the message to stderr and the hang into the
+        manager's reports, once (the watcher or the driving thread, whichever
+        comes first)."""
+        with self._expire_lock:
+            if self.expired is not None:
+                return
+            self.failed = entry
+            self.deadline_passed = True
+            self.failure = (entry[1], self.progress.describe(entry[2])[0],
+                            "the collective queued on the GPU did not complete")
+            self.progress.give_up(entry)
+            self.report = self.progress.report(entry)
+            text = _errors.collective_message(_capi.TIMEOUT, self, self.rank, "")
+            try:
+                sys.stderr.write("[fragctl] %s\n" % text)
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001 (no stderr: the reports still get it)
+                pass
+            if self.handle is not None:
+                _errors.record(_capi.library(), self.handle, _errors.hang_record(_capi.TIMEOUT, self, self.rank, text))
+                self.recorded = True
+            self.expired = entry
 
     def _fail(self, collective: str, tag: bytes, error: BaseException) -> int:
         if not isinstance(error, Exception):
             self.interrupt = error
+        if self.expired is not None and isinstance(error, DeadlinePassed):
+            return _capi.TIMEOUT  # expire() named the ranks already
         self.deadline_passed = isinstance(error, DeadlinePassed)
         timed_out = self.deadline_passed or _is_timeout(error)
         cause = error.__cause__ if isinstance(error, DeadlinePassed) and error.__cause__ else error
@@ -136,6 +232,7 @@ class TorchCollectives:
     def _gather(self, _context, parts, count, stream, tag) -> int:
         torch = self.torch
         try:
+            self._check_queued()
             self.progress.enter("all_gather", block_of(tag.decode(errors="replace")),
                                 sum(parts[i].bytes for i in range(count)) * self.size)
             with stream_context(self.torch, self.device, stream):
@@ -151,8 +248,12 @@ class TorchCollectives:
                         self._wait(self.dist.all_gather(gathered, send, group=self.group, async_op=True))
                         torch.cat(gathered, out=recv)
                     else:
-                        self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group)
-            self.progress.leave()
+                        work = self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group,
+                                                    async_op=True)
+                        work.wait()  # orders this stream after it; the host does not wait
+                        self._queue(work)
+            if self.blocking:
+                self.progress.leave()
             return _capi.OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("all_gather", tag, e)
@@ -160,6 +261,7 @@ class TorchCollectives:
     def _scatter(self, _context, parts, count, dtype, stream, tag) -> int:
         torch = self.torch
         try:
+            self._check_queued()
             element = {0: torch.uint8, 1: torch.float16, 2: torch.bfloat16, 3: torch.float32}[dtype]
             width = torch.tensor([], dtype=element).element_size()
             self.progress.enter("reduce_scatter", block_of(tag.decode(errors="replace")),
@@ -174,11 +276,56 @@ class TorchCollectives:
                         total = send.clone()
                         self._wait(self.dist.all_reduce(total, group=self.group, async_op=self.blocking))
                         recv.copy_(total[self.rank * n:(self.rank + 1) * n])
-                    elif hasattr(self.dist, "reduce_scatter_tensor"):
-                        self.dist.reduce_scatter_tensor(recv, send.clone(), group=self.group)
-                    else:  # torch 1.13
-                        self.dist._reduce_scatter_base(recv, send.clone(), group=self.group)
-            self.progress.leave()
+                    else:
+                        scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
+                        work = scatter(recv, send.clone(), group=self.group, async_op=True)  # torch 1.13: _base
+                        work.wait()  # orders this stream after it; the host does not wait
+                        self._queue(work)
+            if self.blocking:
+                self.progress.leave()
             return _capi.OK
         except BaseException as e:  # noqa: BLE001 (nothing may cross into C)
             return self._fail("reduce_scatter", tag, e)
+
+
+#: After a queued collective expired, how long past the process group's
+#: timeout PyTorch's NCCL watchdog has to end the process before fragctl does.
+END_GRACE_S = 30.0
+
+
+def _watch(collectives: TorchCollectives) -> None:
+    """The watcher thread of a manager on GPUs: retires completed
+    collectives and expires the oldest one past its deadline, even while the
+    driving thread is blocked elsewhere. Ends at close(), or once one
+    expired and the driving thread raised it. A process that neither
+    raised it nor was ended by PyTorch's watchdog END_GRACE_S after the
+    group's timeout (the driving thread blocked behind the hung collective,
+    the watchdog stalled: seen on torch 2.11 while it dumped its debug
+    information) is ended here, its reports written first: no rank hangs."""
+    poll = min(0.1, collectives.progress.gap)
+    while not collectives._closing.wait(poll):
+        try:
+            oldest = collectives._retire()
+            if oldest is not None and time.monotonic() > oldest[2]:
+                collectives.expire(oldest[0])
+        except Exception:  # noqa: BLE001 (a work's query failed: the driving thread's next call reports it)
+            return
+        if collectives.expired is not None:
+            break
+    else:
+        return
+    progress = collectives.progress
+    after_timeout = max(0.0, (progress.group_timeout or progress.deadline) - progress.deadline)
+    end_at = time.monotonic() + after_timeout + END_GRACE_S
+    while not collectives._closing.wait(0.5):
+        if collectives.raised:
+            return
+        if time.monotonic() >= end_at:
+            try:
+                sys.stderr.write("[fragctl] zero3 rank %d: still running %g s after the process group's timeout, "
+                                 "the hung collective's error not taken (PyTorch's NCCL watchdog did not end the "
+                                 "process); ending it\n" % (collectives.rank, END_GRACE_S))
+                sys.stderr.flush()
+                _capi.library().fragctl_flush()
+            finally:
+                os._exit(1)

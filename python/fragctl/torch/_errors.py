@@ -1,6 +1,10 @@
 """The exceptions of fragctl.torch.zero3 and the one place that turns the
-fragctl_status of a failed block-manager call into one of them."""
-from typing import Any, Dict, Optional, Sequence
+fragctl_status of a failed block-manager call into one of them; a failed
+collective is also recorded in the process's fragctl reports (the JSON
+report's "hangs", docs/reports.md "Hangs")."""
+import json
+import time
+from typing import Any, Dict, List, Optional, Sequence
 
 from .. import _capi
 from ._progress import DEADLINE_FRACTION
@@ -59,7 +63,7 @@ def _deadline_text(progress: Any) -> str:
     return "fragctl's deadline of %s (%g x %s)" % (_seconds(progress.deadline), DEADLINE_FRACTION, group)
 
 
-def _collective_message(status: int, collectives: Any, rank: int, c_message: str) -> str:
+def collective_message(status: int, collectives: Any, rank: int, c_message: str) -> str:
     """The message of a failed collective: what it was, whom it waited for
     and where they were (Progress.report), the deadline in force, then the
     torch.distributed error."""
@@ -92,19 +96,59 @@ def _collective_message(status: int, collectives: Any, rank: int, c_message: str
 
 
 
-def raise_for_status(status: int, lib: Any, collectives: Any, rank: int) -> None:
+def hang_record(status: int, collectives: Any, rank: int, text: str) -> Dict[str, Any]:
+    """The failed collective as the reports carry it (docs/reports.md,
+    "Hangs"; the keys fragctl_zero3_record_hang documents)."""
+    progress = collectives.progress
+    collective, tag, _ = collectives.failure or ("", "", "")
+    report = collectives.report or {}
+    entry = collectives.failed
+    block, modules = progress.describe(entry[2]) if entry else (tag, [])
+    try:
+        backend = "torch.distributed " + str(collectives.dist.get_backend(collectives.group))
+    except Exception:  # noqa: BLE001 (the group may be gone)
+        backend = "torch.distributed"
+    missing: List[int] = list(report.get("missing", ()))
+    return {"rank": rank, "world_size": progress.size, "communicator": backend,
+            "collective": entry[1] if entry else collective, "sequence": entry[0] if entry else 0,
+            "block": block, "modules": list(modules), "bytes": entry[3] if entry else 0,
+            "deadline_s": progress.deadline, "group_timeout_s": progress.group_timeout,
+            "elapsed_s": round(time.time() - entry[4], 3) if entry else 0.0,
+            "timed_out": status == _capi.TIMEOUT, "time_unix_s": round(time.time(), 3),
+            "missing": missing, "diverged": list(report.get("diverged", ())),
+            "peers": list(report.get("lines", ())), "message": text}
+
+
+def record(lib: Any, handle: Any, record: Dict[str, Any]) -> None:
+    """Hands `record` to the manager's reports (fragctl_zero3_record_hang,
+    which rewrites them at once). A report that cannot be written must not
+    hide the collective's error: its failure is left to the log."""
+    if handle is None or not handle:
+        return
+    try:
+        lib.fragctl_zero3_record_hang(handle, json.dumps(record).encode())
+    except Exception:  # noqa: BLE001 (see above)
+        pass
+
+
+def raise_for_status(status: int, lib: Any, collectives: Any, rank: int, handle: Any = None) -> None:
     """Raises what a failed fragctl_zero3_* call's status means: first a
     KeyboardInterrupt (or other BaseException) a collective callback caught,
     then CollectiveTimeoutError / CollectiveError with the rank, collective
-    and block of the failed collective, ValueError (invalid argument),
-    fragctl.OutOfMemoryError, else Zero3Error."""
+    and block of the failed collective (recorded first in the reports of
+    the manager `handle`, fragctl_zero3_record_hang), ValueError (invalid
+    argument), fragctl.OutOfMemoryError, else Zero3Error."""
     interrupt, collectives.interrupt = collectives.interrupt, None
     if interrupt is not None:
         raise interrupt
     message = lib.fragctl_last_error().decode(errors="replace")
     if status in (_capi.COLLECTIVE, _capi.TIMEOUT):
         collective, block, _ = collectives.failure or ("", "", "")
-        text = _collective_message(status, collectives, rank, message)
+        text = collective_message(status, collectives, rank, message)
+        if collectives.failure is not None and not collectives.recorded:
+            collectives.recorded = True  # the manager stays failed: later calls raise the same, recorded once
+            record(lib, handle, hang_record(status, collectives, rank, text))
+        collectives.raised = True
         report = collectives.report or {}
         entry = collectives.failed
         details = dict(sequence=entry[0] if entry else 0, missing=report.get("missing", ()),

@@ -206,10 +206,18 @@ class Progress:
         self.version += 1
 
     def leave(self) -> None:
-        """The collective entered last completed (was queued, on GPUs)."""
-        seq, kind, block, nbytes, _ = self.current
-        self.done = (seq, kind, block, nbytes, time.time())
-        self.current = None
+        """The collective entered last completed."""
+        self.complete(self.current)
+
+    def complete(self, entry: Tuple[int, str, Any, int, float]) -> None:
+        """Collective `entry` (and every earlier one) completed. On GPUs
+        several may be queued: ``current`` stays the newest queued until it
+        completes itself."""
+        seq, kind, block, nbytes, _ = entry
+        if self.done is None or seq > self.done[0]:
+            self.done = (seq, kind, block, nbytes, time.time())
+        if self.current is not None and self.current[0] <= seq:
+            self.current = None
         self.version += 1
 
     # --- publishing ---------------------------------------------------------
@@ -231,10 +239,12 @@ class Progress:
 
     # --- the failure path ---------------------------------------------------
 
-    def give_up(self) -> None:
-        """Marks the current collective abandoned and publishes at once."""
-        if self.current is not None:
-            self.gave_up = (self.current[0], time.time())
+    def give_up(self, entry: Optional[Tuple[int, str, Any, int, float]] = None) -> None:
+        """Marks collective `entry` (default: the current one) abandoned and
+        publishes at once."""
+        entry = entry or self.current
+        if entry is not None:
+            self.gave_up = (entry[0], time.time())
             self.version += 1
         if self.store is not None:
             _call(self._publish, _STORE_CALL_S)
@@ -258,14 +268,14 @@ class Progress:
         seq, kind, block = entry[0], entry[1], entry[2]
         return "%s #%d of %s" % (kind, seq, self.describe(block)[0])
 
-    def report(self) -> Dict[str, Any]:
+    def report(self, stuck: Optional[Tuple[int, str, Any, int, float]] = None) -> Dict[str, Any]:
         """This rank's view of every rank at a failure of its current
         collective: {"lines": [...], "missing": [ranks that have not entered
         it], "diverged": [ranks in another collective under its number, or
         past it], "records": {rank: record}}. Waits `gap` first, so a rank
         that entered just now has published; reads the store within about
         _READ_ALL_S seconds in all."""
-        entry = self.current or (self.done if self.done else (0, "collective", None, 0, self.start))
+        entry = stuck or self.current or (self.done if self.done else (0, "collective", None, 0, self.start))
         seq = entry[0]
         lines, present, missing, diverged, records = [], [], [], [], {}
         if self.store is None:
@@ -290,7 +300,8 @@ class Progress:
             line = self._describe_peer(rank, record, entry, now)
             current, done, gave_up = record.get("in"), record.get("done"), record.get("gave_up")
             if (gave_up and gave_up[0] == seq) or (current and current[0] == seq and
-                                                   (current[1], current[2]) == (entry[1], entry[2])):
+                                                   (current[1], current[2]) == (entry[1], entry[2])) or (
+                    current and current[0] > seq and not (done and done[0] >= seq)):  # queued past it (GPUs)
                 present.append((rank, line))
                 continue
             lines.append(line)
@@ -322,6 +333,9 @@ class Progress:
                 return ("rank %d is in %s while this rank is in %s: the ranks' collectives diverged (%s)"
                         % (rank, self.where(current), self.where(entry), alive))
             return "rank %d is in %s too, since %.1f s (%s)" % (rank, self.where(current), current[4] - start, alive)
+        if current and current[0] > seq and not (done and done[0] >= seq):
+            return ("rank %d has queued %s and later collectives, up to #%d; none has completed (%s)"
+                    % (rank, self.where(entry), current[0], alive))
         if (current and current[0] > seq) or (done and done[0] >= seq):
             last = current or done
             return ("rank %d is past it, at %s: the ranks' collectives diverged (%s)"

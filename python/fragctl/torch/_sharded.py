@@ -121,6 +121,7 @@ class ShardedModule(GradientFlow):
             self._pools.close()
             raise
         self._z = handle
+        self._collectives.handle = handle
         try:
             self.allocator = allocator if allocator is not None else (
                 None if self._pools.owned else self._pools.long_lived)
@@ -196,7 +197,7 @@ class ShardedModule(GradientFlow):
 
     def _check(self, status: int) -> None:
         if status != _capi.OK:
-            _errors.raise_for_status(status, self._lib, self._collectives, self.rank)
+            _errors.raise_for_status(status, self._lib, self._collectives, self.rank, getattr(self, "_z", None))
 
     def _load(self, values: List[List[Any]]) -> None:
         """Copies full parameter values (per block, per parameter) into this
@@ -417,6 +418,7 @@ class ShardedModule(GradientFlow):
             shard.data = self._torch.empty(0, dtype=shard.dtype)
         self._shards = []
         if getattr(self, "_z", None):
+            self._collectives.detach()  # no hang is recorded through the manager from now on
             self._lib.fragctl_zero3_destroy(self._z)
             self._z = None
         if getattr(self, "_pools", None) is not None:

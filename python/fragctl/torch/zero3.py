@@ -22,6 +22,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import Allocator, _capi
 from ._blocks import find_blocks
+from ._collectives import END_GRACE_S
 from ._deepspeed import ConfigSource, DeepSpeedKeyNote, invalid, note, read_section, shown
 from ._errors import CollectiveError, CollectiveTimeoutError, Zero3Error
 from ._progress import DEADLINE_FRACTION, group_timeout
@@ -394,5 +395,5 @@ def shard(model: Any, process_group: Any = None, config: ConfigSource = None, *,
     return ShardedModule(torch, model, group, text, deadline, group_seconds, timeout is not None,
                          tuple(block_types), allocator)
 
-__all__ = ["CollectiveError", "CollectiveTimeoutError", "DEADLINE_FRACTION", "DeepSpeedKeyNote", "ShardedModule",
-           "Zero3Config", "Zero3Error", "parse_config", "shard"]
+__all__ = ["CollectiveError", "CollectiveTimeoutError", "DEADLINE_FRACTION", "DeepSpeedKeyNote", "END_GRACE_S",
+           "ShardedModule", "Zero3Config", "Zero3Error", "parse_config", "shard"]

@@ -13,19 +13,31 @@
 // tag. One mutex orders the NCCL calls of the driving thread and the
 // watchdog, so the abort never races a call on the same communicator. The
 // unique id comes from nccl_rendezvous.hpp.
+//
+// Naming the missing ranks (issue 31). Collectives are numbered as queued;
+// each rank's record (the newest queued, the last completed) is published by
+// the watchdog to a file beside the id file (progress_files.hpp), outside the
+// communicator that may hang. At a collective's deadline the rank reads the
+// others' files and its error names those that have not entered it and
+// where each last was; the watchdog writes the hang into the process's
+// reports (hang_record.hpp) before anything else ends the process.
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/log.hpp"
+#include "zero3/collectives/hang_record.hpp"
 #include "zero3/collectives/nccl_library.hpp"
 #include "zero3/collectives/nccl_rendezvous.hpp"
+#include "zero3/collectives/progress_files.hpp"
 
 namespace fragctl::zero3 {
 
@@ -50,13 +62,27 @@ struct pending_op {
   clock::time_point deadline;
   std::string operation;
   std::string tag;
+  std::uint64_t number = 0;  // progress_files' number of it
+  std::size_t bytes = 0;
+  clock::time_point entered;
 };
+
+// The job key of the progress files: the id's first bytes, in hex.
+std::string job_key(const nccl::unique_id_t& id) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += fmt::format("{:02x}", static_cast<unsigned char>(id.internal[i]));
+  return out;
+}
 
 class nccl_communicator final : public communicator {
  public:
   nccl_communicator(device_backend& backend, const nccl_options& options)
-      : lib_(nccl::load(options)), backend_(backend), options_(options) {
+      : lib_(nccl::load(options)),
+        backend_(backend),
+        options_(options),
+        progress_(options.unique_id_file, "", options.rank, options.size, options.timeout) {
     const nccl::unique_id_t id = obtain_unique_id(lib_, options_);
+    progress_ = progress_files(options_.unique_id_file, job_key(id), options_.rank, options_.size, options_.timeout);
     const auto started = clock::now();
     {
       const device_binding bound = backend_.bind_device();
@@ -82,6 +108,7 @@ class nccl_communicator final : public communicator {
     }
     wake_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
+    if (hang_) record_hang(*hang_);  // not yet written by the watchdog
     std::lock_guard lock(mutex_);
     if (comm_ != nullptr) {
       try {
@@ -106,7 +133,9 @@ class nccl_communicator final : public communicator {
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept override { return options_.timeout; }
 
   void all_gather(std::span<const gather_part> parts, stream_t stream, std::string_view tag) override {
-    enqueue("all_gather", tag, stream, [&] {
+    std::size_t bytes = 0;
+    for (const gather_part& p : parts) bytes += p.bytes * static_cast<std::size_t>(size());
+    enqueue("all_gather", tag, bytes, stream, [&] {
       for (const gather_part& p : parts) {
         const nccl::result_t r = lib_.all_gather(p.send, p.recv, p.bytes, nccl::type_uint8, comm_, stream);
         if (r != nccl::success && r != nccl::in_progress) return r;
@@ -117,7 +146,9 @@ class nccl_communicator final : public communicator {
 
   void reduce_scatter(std::span<const scatter_part> parts, data_type type, stream_t stream,
                       std::string_view tag) override {
-    enqueue("reduce_scatter", tag, stream, [&] {
+    std::size_t bytes = 0;
+    for (const scatter_part& p : parts) bytes += p.elements * size_of(type) * static_cast<std::size_t>(size());
+    enqueue("reduce_scatter", tag, bytes, stream, [&] {
       for (const scatter_part& p : parts) {
         const nccl::result_t r =
             lib_.reduce_scatter(p.send, p.recv, p.elements, nccl::type_of(type), nccl::op_sum, comm_, stream);
@@ -128,8 +159,9 @@ class nccl_communicator final : public communicator {
   }
 
   void check() override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     poll_locked();
+    record_hang_unlocked(lock);
     throw_if_failed_locked();
   }
 
@@ -138,6 +170,7 @@ class nccl_communicator final : public communicator {
     std::unique_lock lock(mutex_);
     while (true) {
       poll_locked();
+      record_hang_unlocked(lock);
       throw_if_failed_locked();
       if (pending_.empty()) break;
       lock.unlock();
@@ -157,12 +190,13 @@ class nccl_communicator final : public communicator {
 
  private:
   template <class Calls>
-  void enqueue(const char* op, std::string_view tag, stream_t stream, Calls&& calls) {
+  void enqueue(const char* op, std::string_view tag, std::size_t bytes, stream_t stream, Calls&& calls) {
     const auto started = clock::now();
     nccl::result_t r = nccl::success;
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       poll_locked();
+      record_hang_unlocked(lock);
       throw_if_failed_locked();
       const device_binding bound = backend_.bind_device();
       (void)lib_.group_start();
@@ -187,7 +221,9 @@ class nccl_communicator final : public communicator {
       free_events_.pop_back();
     }
     backend_.record_event(event, stream);
-    pending_.push_back({event, clock::now() + options_.timeout, op, std::string(tag)});
+    const std::uint64_t number = progress_.enter(op, tag, bytes);
+    const auto now = clock::now();
+    pending_.push_back({event, now + options_.timeout, op, std::string(tag), number, bytes, now});
     blocked_ns_ += nanoseconds_since(started);
   }
 
@@ -238,13 +274,12 @@ class nccl_communicator final : public communicator {
       }
       if (!done) {
         if (clock::now() > oldest.deadline) {
-          fail_locked({fmt::format("zero3 rank {}: {} of {} did not complete within {} ms; communicator aborted",
-                                   rank(), oldest.operation, oldest.tag, options_.timeout.count()),
-                       oldest.operation, oldest.tag, true});
+          fail_locked(name_missing_locked(oldest));
           return;
         }
         break;
       }
+      progress_.complete(oldest.number, oldest.operation, oldest.tag, oldest.bytes);
       free_events_.push_back(oldest.event);
       pending_.pop_front();
     }
@@ -258,6 +293,53 @@ class nccl_communicator final : public communicator {
                                lib_.describe(state, comm_)),
                    op, what, false});
     }
+  }
+
+  // The failure of `stuck`, past its deadline: which ranks have not entered
+  // it, read from their progress files, and the hang's record for the
+  // reports (written by the watchdog, outside the lock).
+  failure name_missing_locked(const pending_op& stuck) {
+    progress_.give_up(stuck.number);
+    (void)progress_.write(progress_.record());  // the others see this rank gave up
+    const collective_entry entry{stuck.number, stuck.operation, stuck.tag, stuck.bytes, 0};
+    const peer_verdict peers = progress_.read_peers(entry);
+    std::string message = fmt::format("zero3 rank {}: {} #{} of {} did not complete within {} ms", rank(),
+                                      stuck.operation, stuck.number, stuck.tag, options_.timeout.count());
+    if (!peers.missing.empty()) {
+      message += fmt::format("; rank{} {} {} not entered it", peers.missing.size() == 1 ? "" : "s",
+                             fmt::join(peers.missing, ", "), peers.missing.size() == 1 ? "has" : "have");
+    }
+    message += "; communicator aborted";
+    for (const std::string& line : peers.lines) {
+      message += "\n  ";
+      message += line;
+    }
+    hang_record h;
+    h.rank = rank();
+    h.size = size();
+    h.communicator = std::string(lib_.name);
+    h.collective = stuck.operation;
+    h.sequence = stuck.number;
+    h.block = stuck.tag;
+    h.bytes = stuck.bytes;
+    h.deadline = options_.timeout;
+    h.elapsed_s = std::chrono::duration<double>(clock::now() - stuck.entered).count();
+    h.missing = peers.missing;
+    h.peers = peers.lines;
+    h.message = message;
+    if (!failed_) hang_ = std::move(h);
+    return {std::move(message), stuck.operation, stuck.tag, true};
+  }
+
+  // Writes a hang found by poll_locked into the reports with `lock`
+  // released (the reports take the allocators' locks), before the caller
+  // raises it: the process may end right after.
+  void record_hang_unlocked(std::unique_lock<std::mutex>& lock) {
+    std::optional<hang_record> hang = std::exchange(hang_, std::nullopt);
+    if (!hang) return;
+    lock.unlock();
+    record_hang(*hang);
+    lock.lock();
   }
 
   void fail_locked(failure f) {
@@ -311,6 +393,12 @@ class nccl_communicator final : public communicator {
       wake_.wait_for(lock, period, [this] { return stop_; });
       if (stop_) break;
       poll_locked();
+      record_hang_unlocked(lock);
+      const std::string record = progress_.due(clock::now());
+      if (record.empty()) continue;
+      lock.unlock();  // a file write
+      (void)progress_.write(record);
+      lock.lock();
     }
   }
 
@@ -326,6 +414,8 @@ class nccl_communicator final : public communicator {
   std::vector<event_t> free_events_;
   std::optional<failure> failed_;
   std::uint64_t blocked_ns_ = 0;
+  progress_files progress_;          // this rank's record; guarded by mutex_ (write() needs no lock)
+  std::optional<hang_record> hang_;  // a hang the watchdog has not written into the reports yet
 };
 
 }  // namespace

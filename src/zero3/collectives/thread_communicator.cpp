@@ -11,7 +11,8 @@
 // names the ranks that have not entered the collective (or not finished it),
 // each with the last collective it completed and how long ago: collectives
 // are numbered per rank, and every rank calls the same ones in the same order,
-// so #n is the same collective on every rank (issue 31). The data moves at once on
+// so #n is the same collective on every rank (issue 31); the hang goes into
+// the process's reports too (hang_record.hpp). The data moves at once on
 // the host; the collective also counts as one unit of sim work on its stream,
 // so with manual completion the events after it stay pending as on a GPU.
 #include <condition_variable>
@@ -23,6 +24,7 @@
 #include "fmt/ranges.h"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/zero3/communicator.hpp"
+#include "zero3/collectives/hang_record.hpp"
 #include "zero3/collectives/host_math.hpp"
 
 namespace fragctl::zero3 {
@@ -128,46 +130,63 @@ class thread_group {
       cv_.notify_all();
       return;
     }
-    const auto deadline = clock::now() + timeout_;
+    const auto entered = clock::now();
+    const auto deadline = entered + timeout_;
     while (generation_ == generation && !aborted_) {
       if (cv_.wait_until(lock, deadline) != std::cv_status::timeout) continue;
       if (generation_ != generation || aborted_) break;
-      std::vector<int> missing;
+      hang_record hang;
       for (int r = 0; r < size_; ++r) {
-        if (arrived_at_[static_cast<std::size_t>(r)] != generation + 1) missing.push_back(r);
+        if (arrived_at_[static_cast<std::size_t>(r)] != generation + 1) hang.missing.push_back(r);
       }
       aborted_ = true;
       abort_reason_ = fmt::format("rank {} timed out in {} #{} of {}", rank, op, number, tag);
       cv_.notify_all();
-      throw collective_error(fmt::format("zero3 rank {}: {} #{} of {} did not complete within {} ms: rank{} {} {} "
-                                         "{}; communicator aborted{}",
-                                         rank, op, number, tag, timeout_.count(), missing.size() == 1 ? "" : "s",
-                                         fmt::join(missing, ", "), missing.size() == 1 ? "has" : "have",
-                                         finishing ? "not finished it" : "not entered it",
-                                         where(missing, kind, tag, number, finishing)),
-                             rank, op, tag, true);
+      hang.peers = where(hang.missing, kind, tag, number, finishing);
+      std::string places;
+      for (const std::string& line : hang.peers) {
+        places += "; ";
+        places += line;
+      }
+      hang.message = fmt::format(
+          "zero3 rank {}: {} #{} of {} did not complete within {} ms: rank{} {} {} {}; "
+          "communicator aborted{}",
+          rank, op, number, tag, timeout_.count(), hang.missing.size() == 1 ? "" : "s", fmt::join(hang.missing, ", "),
+          hang.missing.size() == 1 ? "has" : "have", finishing ? "not finished it" : "not entered it", places);
+      hang.rank = rank;
+      hang.size = size_;
+      hang.communicator = "threads";
+      hang.collective = op;
+      hang.sequence = number;
+      hang.block = tag;
+      hang.deadline = timeout_;
+      hang.elapsed_s = std::chrono::duration<double>(clock::now() - entered).count();
+      lock.unlock();  // the reports take the allocators' locks
+      record_hang(hang);
+      throw collective_error(hang.message, rank, op, tag, true);
     }
     if (generation_ == generation) throw aborted(rank, op, tag);
   }
 
-  // "; rank 2 has not entered all_gather #4 of block 7 'layer.6'; it completed
+  // "rank 2 has not entered all_gather #4 of block 7 'layer.6'; it completed
   // #3 (reduce_scatter of block 7 'layer.6') at 0.2 s and has been silent 0.4 s"
   // for each rank of `missing` (times since the group was made).
-  [[nodiscard]] std::string where(const std::vector<int>& missing, op_kind kind, const std::string& tag,
-                                  std::uint64_t number, bool finishing) const {
+  [[nodiscard]] std::vector<std::string> where(const std::vector<int>& missing, op_kind kind, const std::string& tag,
+                                               std::uint64_t number, bool finishing) const {
     const auto now = clock::now();
     const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
-    std::string out;
+    std::vector<std::string> out;
     for (const int r : missing) {
       const completed_op& last = completed_[static_cast<std::size_t>(r)];
-      out += fmt::format("; rank {} has {} {} #{} of {}", r, finishing ? "not finished" : "not entered",
-                         op_name(kind), number, tag);
-      if (last.number == 0) {
-        out += fmt::format("; it has completed no collective and has been silent {:.1f} s", seconds(now - started_));
-      } else {
-        out += fmt::format("; it completed #{} ({} of {}) at {:.1f} s and has been silent {:.1f} s", last.number,
-                           op_name(last.kind), last.tag, seconds(last.at - started_), seconds(now - last.at));
+      peer_mark mark;
+      mark.number = last.number;
+      mark.silent_s = seconds(now - (last.number == 0 ? started_ : last.at));
+      if (last.number != 0) {
+        mark.operation = op_name(last.kind);
+        mark.tag = last.tag;
+        mark.completed_s = seconds(last.at - started_);
       }
+      out.push_back(missing_line(r, finishing, op_name(kind), number, tag, mark));
     }
     return out;
   }
