@@ -67,10 +67,9 @@ note "multi_gpu.py exited $?"
 grep -E "^\[|^\|" "$out/multi_gpu.log" | head -60
 if [ "${HANG:-1}" = 1 ] && [ "$nproc" -ge 2 ]; then
   note "a rank that stops: nccl_hang.py, group timeout 20 s"
-  CUDA_VISIBLE_DEVICES=0,1 timeout 200 "$python" benchmarks/zero3/nccl_hang.py --out "$work/hang" > "$work/hang.log" 2>&1
+  CUDA_VISIBLE_DEVICES=0,1 timeout 200 "$python" benchmarks/zero3/nccl_hang.py --out "$work/hang" > "$out/nccl_hang.json" 2> "$work/hang.log"
   note "nccl_hang.py exited $?"
-  cat "$work/hang.log"
-  cp "$work/hang/nccl_hang.json" "$out/" 2>/dev/null
+  tail -20 "$work/hang.log"; cat "$out/nccl_hang.json"
 fi
 tar -czf "$out/logs.tar.gz" -C "$work" . 2>/dev/null
 note "done"
