@@ -239,17 +239,21 @@ class TorchCollectives:
                 for i in range(count):
                     part = parts[i]
                     recv = wrap(self.torch, self.device, part.recv, part.bytes * self.size)
-                    send = wrap(self.torch, self.device, part.send, part.bytes).clone()
+                    send = wrap(self.torch, self.device, part.send, part.bytes)
                     if self.blocking:
                         # Into tensors of its own: a collective abandoned at the
                         # deadline may still complete later, after the manager's
                         # buffer went back to its allocator.
                         gathered = [torch.empty_like(send) for _ in range(self.size)]
-                        self._wait(self.dist.all_gather(gathered, send, group=self.group, async_op=True))
+                        self._wait(self.dist.all_gather(gathered, send.clone(), group=self.group, async_op=True))
                         torch.cat(gathered, out=recv)
                     else:
-                        work = self.dist.all_gather(list(recv.chunk(self.size)), send, group=self.group,
-                                                    async_op=True)
+                        # One flat output and the manager's own buffers: no
+                        # list of chunks (a gathered-size temporary and a copy)
+                        # and no clone. In place (send == recv + rank * bytes)
+                        # is NCCL's in-place all-gather.
+                        gather = getattr(self.dist, "all_gather_into_tensor", None) or self.dist._all_gather_base
+                        work = gather(recv, send, group=self.group, async_op=True)
                         work.wait()  # orders this stream after it; the host does not wait
                         self._queue(work)
             if self.blocking:
@@ -278,7 +282,10 @@ class TorchCollectives:
                         recv.copy_(total[self.rank * n:(self.rank + 1) * n])
                     else:
                         scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
-                        work = scatter(recv, send.clone(), group=self.group, async_op=True)  # torch 1.13: _base
+                        # The manager's buffers as they are (in place when recv is
+                        # send's own chunk, NCCL's in-place reduce-scatter): no
+                        # copy of the whole bucket.
+                        work = scatter(recv, send, group=self.group, async_op=True)  # torch 1.13: _base
                         work.wait()  # orders this stream after it; the host does not wait
                         self._queue(work)
             if self.blocking:
