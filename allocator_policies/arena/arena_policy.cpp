@@ -598,6 +598,7 @@ pool_state arena_policy::do_state() const {
   p.largest_free_block = s.largest_free();
   p.segments = s.granules ? s.granules->mapped_runs() : 1;
   p.retries = s.retries;
+  p.plan = s.plan.stats();
   return p;
 }
 

@@ -85,7 +85,7 @@ void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t s
   if (history_.size() >= history_cap) {
     history_.clear();
     allocs_ = 0;
-    next_check_ = 1024;
+    next_check_ = 256;
   }
   history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
   if (!is_free) ++allocs_;
@@ -222,7 +222,7 @@ void step_plan::step_boundary() noexcept {
 }
 
 bool step_plan::detect() {
-  next_check_ = allocs_ + std::max<std::uint64_t>(1024, allocs_ / 8);
+  next_check_ = allocs_ + std::max<std::uint64_t>(256, allocs_ / 8);
   // Allocation keys, and for each allocation its event, its free's event
   // (never: not freed yet) and the live units before it.
   const std::size_t n = allocs_;
@@ -256,7 +256,7 @@ bool step_plan::detect() {
     live_before.push_back(live);
     live += ev.units;
   }
-  // The largest period P whose last two repeats are equal: z[P] >= P in the
+  // Periods P whose last two repeats are equal: z[P] >= P in the
   // Z-array of the reversed keys (z[i]: the longest common prefix of the
   // reversed sequence and its suffix from i).
   std::vector<std::uint64_t> r(keys.rbegin(), keys.rend());
@@ -270,12 +270,13 @@ bool step_plan::detect() {
       hi = i + len;
     }
   }
-  // Of the candidates, the longest over which the live bytes come back to
+  // Of the candidates, the shortest over which the live bytes come back to
   // where they were: a step frees what it allocates, where a run of
-  // layers (forward keeps each layer's output, backward frees it) does not.
+  // layers (forward keeps each layer's output, backward frees it) does not,
+  // and two or more steps are a multiple of it.
   // The step starts where the live bytes are lowest in its last repeat.
   std::size_t period = 0, m = 0;
-  for (std::size_t p = n / 2; p >= min_period_ && period == 0; --p) {
+  for (std::size_t p = min_period_; p <= n / 2 && period == 0; ++p) {
     if (z[p] < p) continue;
     std::size_t low = n - p;
     for (std::size_t a = n - p; a < n; ++a) {

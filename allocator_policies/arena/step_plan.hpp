@@ -10,7 +10,7 @@
 // the step and serves it from one range laid out for it, mapped once.
 //
 // Learning. Every allocation and free is appended to a history (address,
-// size, stream). Now and then (each time the allocations grew by an eighth)
+// size, stream). Now and then (each time the allocations grew by an eighth, at least 256)
 // the history's allocation sizes are searched for a period: the largest P
 // for which the last 2P allocations are two equal halves (a Z-array of the
 // reversed sequence, O(n)). The step's phase is the allocation before which
@@ -48,24 +48,14 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "fragctl/device_allocator.hpp"
 
 namespace fragctl::arena_detail {
 
 class step_plan {
  public:
-  /// What the plan did so far (arena_policy::plan_figures).
-  struct figures {
-    std::uint64_t steps_detected = 0;      ///< plans made: repeating steps found
-    std::uint64_t planned_steps = 0;       ///< steps served wholly from a plan
-    std::uint64_t dropped = 0;             ///< plans dropped because the job left them
-    std::uint64_t planned_bytes = 0;       ///< bytes allocated from a plan's region (cumulative)
-    std::uint64_t unplanned_bytes = 0;     ///< bytes allocated by the arena's own placement (cumulative)
-    std::uint64_t step_allocations = 0;    ///< allocations per step of the current plan (0: none)
-    std::uint64_t region_bytes = 0;        ///< bytes of the current plan's region (0: none)
-    std::uint64_t step_planned_bytes = 0;  ///< bytes per step the current plan serves
-    std::uint64_t last_step_driver_calls = 0;     ///< driver memory calls of the latest planned step
-    std::uint64_t planned_step_driver_calls = 0;  ///< driver memory calls over all planned steps
-  };
+  /// What the plan did so far (pool_state::plan).
+  using figures = step_plan_state;
 
   /// What the arena should do with the allocation at hand.
   enum class next : std::uint8_t {
@@ -178,7 +168,7 @@ class step_plan {
   mode mode_ = mode::learning;
   std::vector<event> history_;
   std::uint64_t allocs_ = 0;       // allocations in history_
-  std::uint64_t next_check_ = 1024;
+  std::uint64_t next_check_ = 256;
   std::uint64_t min_period_ = 32;  // raised past a period whose plan failed
   // The plan.
   std::vector<slot> slots_;

@@ -1,0 +1,211 @@
+// The arena's steady-state plan (step_plan.hpp) on the sim backend: a job
+// that repeats itself is served without driver calls once its step is
+// found, the peak memory is no higher than without the plan, a job that
+// leaves its plan goes back to best fit, and the plan's figures reach the
+// statistics and the report.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "allocator_policies/arena/arena_policy.hpp"
+#include "fragctl/run_report.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "fragctl/stats.hpp"
+
+namespace fragctl {
+namespace {
+
+sim_options options() {
+  sim_options o;
+  o.capacity = 8 * GiB;
+  o.granularity = 2 * MiB;
+  return o;
+}
+
+config with_plan(bool on) {
+  config cfg;
+  cfg.step_plan = on;
+  return cfg;
+}
+
+// A model of a checkpointed transformer's training step at `tokens` tokens:
+// long-lived parameters (made by the caller), per layer a kept input and
+// transient tensors whose sizes follow the tokens; backward recomputes and
+// frees the kept inputs in reverse; gradients live until the step's end,
+// as set_to_none leaves them.
+struct job {
+  arena_policy& a;
+  std::vector<std::size_t> params;
+  std::size_t peak_live = 0, live = 0;
+
+  void* alloc(std::size_t bytes) {
+    live += a.allocation_size(bytes);
+    peak_live = std::max(peak_live, live);
+    return a.allocate(bytes, 0);
+  }
+  void free(void* p, std::size_t bytes) {
+    live -= a.allocation_size(bytes);
+    a.deallocate(p, bytes, 0);
+  }
+
+  void step(std::size_t tokens) {
+    constexpr int layers = 8;
+    const std::size_t act = tokens * 8 * KiB;          // a layer's input
+    const std::size_t scores = tokens * tokens * 96;   // attention scores
+    const std::size_t mlp = tokens * 22 * KiB;         // the MLP's inner width
+    std::vector<void*> kept;
+    void* x = alloc(act);
+    for (int l = 0; l < layers; ++l) {
+      void* s = alloc(scores);
+      void* p = alloc(scores * 2);  // fp32 softmax
+      free(s, scores);
+      void* o = alloc(act);
+      free(p, scores * 2);
+      void* m = alloc(mlp);
+      void* m2 = alloc(mlp);
+      free(o, act);
+      void* y = alloc(act);
+      free(m, mlp);
+      free(m2, mlp);
+      kept.push_back(x);
+      x = y;
+    }
+    void* logits = alloc(tokens * 256 * KiB / 8);
+    free(x, act);
+    void* dx = alloc(act);
+    free(logits, tokens * 256 * KiB / 8);
+    std::vector<void*> grads;
+    for (int l = layers - 1; l >= 0; --l) {
+      void* s = alloc(scores);
+      void* p = alloc(scores * 2);
+      void* m = alloc(mlp);
+      free(s, scores);
+      void* g = alloc(params[static_cast<std::size_t>(l)]);
+      grads.push_back(g);
+      void* dp = alloc(scores * 2);
+      free(p, scores * 2);
+      void* ndx = alloc(act);
+      free(dp, scores * 2);
+      free(m, mlp);
+      free(dx, act);
+      free(kept[static_cast<std::size_t>(l)], act);
+      dx = ndx;
+    }
+    free(dx, act);
+    // The optimizer: one temporary per parameter, then the gradients go.
+    std::vector<void*> temps;
+    for (int l = 0; l < layers; ++l) temps.push_back(alloc(params[static_cast<std::size_t>(l)]));
+    for (int l = 0; l < layers; ++l) free(temps[static_cast<std::size_t>(l)], params[static_cast<std::size_t>(l)]);
+    for (int l = 0; l < layers; ++l) {
+      free(grads[static_cast<std::size_t>(layers - 1 - l)], params[static_cast<std::size_t>(l)]);
+    }
+  }
+};
+
+struct outcome {
+  std::vector<std::uint64_t> calls;  // driver memory calls per step
+  double ratio = 0;                  // peak held / peak live
+  pool_state state;
+};
+
+// Runs the job for each entry of `tokens` (one step each); returns the
+// driver memory calls of each step and the peak memory held over the peak
+// live bytes.
+outcome run(const std::vector<std::size_t>& tokens, bool plan) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(plan), sim);
+  job j{a, {}};
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  outcome out;
+  for (const std::size_t t : tokens) {
+    const std::uint64_t before = sim.counters().memory_calls();
+    j.step(t);
+    out.calls.push_back(sim.counters().memory_calls() - before);
+  }
+  out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
+  out.state = a.state();
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  return out;
+}
+
+std::uint64_t sum(const std::vector<std::uint64_t>& v, std::size_t from) {
+  std::uint64_t n = 0;
+  for (std::size_t i = from; i < v.size(); ++i) n += v[i];
+  return n;
+}
+
+TEST(arena_plan, repeating_job_makes_no_driver_calls_once_planned) {
+  const std::vector<std::size_t> tokens(16, 2048);
+  const outcome with = run(tokens, true);
+  const outcome without = run(tokens, false);
+  // Without the plan, best fit re-stitches pages in every step (the
+  // positive control: the job is one the plan has to change).
+  EXPECT_GT(sum(without.calls, 6), 0u) << "the job does not exercise stitching";
+  // With it, the step is found within its first repeats and the later
+  // steps make no driver call at all.
+  for (std::size_t i = 6; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
+  EXPECT_GE(with.state.plan.steps_detected, 1u);
+  EXPECT_GE(with.state.plan.planned_steps, 5u);
+  EXPECT_EQ(with.state.plan.last_step_driver_calls, 0u);
+  EXPECT_GT(with.state.plan.planned_bytes, 0u);
+  // No more memory than without the plan.
+  EXPECT_LE(with.ratio, without.ratio + 1e-9);
+}
+
+TEST(arena_plan, varying_job_is_left_to_best_fit_at_no_cost) {
+  // Sequence lengths drawn per step: no step repeats, nothing is planned,
+  // and the arena behaves exactly as without the plan.
+  const std::vector<std::size_t> tokens = {1024, 1536, 768, 2048, 1280, 1792, 896, 1664, 1152, 1920};
+  const outcome with = run(tokens, true);
+  const outcome without = run(tokens, false);
+  EXPECT_EQ(with.calls, without.calls);
+  EXPECT_DOUBLE_EQ(with.ratio, without.ratio);
+  EXPECT_EQ(with.state.plan.planned_steps, 0u);
+}
+
+TEST(arena_plan, a_job_that_changes_shape_leaves_its_plan) {
+  // Repeats long enough to be planned, then a longer sequence: the plan is
+  // left, its memory goes back to best fit, and every block is still served.
+  std::vector<std::size_t> tokens(8, 1024);
+  tokens.push_back(2048);
+  tokens.push_back(2048);
+  const outcome with = run(tokens, true);
+  EXPECT_GE(with.state.plan.planned_steps, 1u);
+  EXPECT_GE(with.state.plan.dropped, 1u);
+  EXPECT_GT(with.state.plan.unplanned_bytes, 0u);
+}
+
+TEST(arena_plan, figures_reach_json_and_report) {
+  const outcome with = run(std::vector<std::size_t>(10, 2048), true);
+  allocator_stats s;
+  s.allocator = "arena";
+  s.backend = "sim";
+  s.pool = with.state;
+  const std::string j = to_json(s);
+  EXPECT_NE(j.find("\"step_plan\""), std::string::npos);
+  EXPECT_NE(j.find("\"planned_steps\""), std::string::npos);
+  const auto back = stats_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pool.plan.planned_steps, with.state.plan.planned_steps);
+  EXPECT_EQ(back->pool.plan.planned_bytes, with.state.plan.planned_bytes);
+  EXPECT_EQ(back->pool.plan.last_step_driver_calls, with.state.plan.last_step_driver_calls);
+  EXPECT_NE(to_prometheus(s).find("fragctl_step_plan_planned_steps_total"), std::string::npos);
+  run_report r;
+  r.name = "plan";
+  r.stats = s;
+  const std::string text = render_text(r, {});
+  EXPECT_NE(text.find("Steady-state plan"), std::string::npos);
+  EXPECT_NE(text.find("driver calls"), std::string::npos);
+  // Without a plan the section and the JSON object are absent.
+  allocator_stats none;
+  EXPECT_EQ(to_json(none).find("step_plan"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fragctl
