@@ -639,8 +639,31 @@ memory_snapshot arena_policy::do_memory_map() const {
       segs[i].blocks.push_back(piece);
     }
   };
+  // The plan's ranges are live blocks of the index; what is live in them is
+  // the planned blocks, the rest is free (for the plan's step).
+  struct planned {
+    std::uintptr_t addr;
+    std::size_t bytes, requested;
+  };
+  std::vector<planned> in_plan;
+  if (!s.plan_blocks.empty()) {
+    s.plan.for_each_live([&](std::uintptr_t a, std::size_t b, std::size_t r) { in_plan.push_back({a, b, r}); });
+    std::sort(in_plan.begin(), in_plan.end(), [](const planned& x, const planned& y) { return x.addr < y.addr; });
+  }
   s.blocks.for_each_in_order([&](const block_index::block& b) {
     const std::uintptr_t end = b.addr + b.size;
+    if (!b.is_free && std::binary_search(s.plan_blocks.begin(), s.plan_blocks.end(), b.addr)) {
+      std::uintptr_t at = b.addr;
+      auto it = std::lower_bound(in_plan.begin(), in_plan.end(), b.addr,
+                                 [](const planned& x, std::uintptr_t a) { return x.addr < a; });
+      for (; it != in_plan.end() && it->addr < end; ++it) {
+        if (it->addr > at) place(at, it->addr, memory_block{.use = block_use::free});
+        place(it->addr, it->addr + it->bytes, memory_block{.requested = it->requested, .use = block_use::live});
+        at = it->addr + it->bytes;
+      }
+      if (at < end) place(at, end, memory_block{.use = block_use::free});
+      return;
+    }
     if (!b.is_free) {
       place(b.addr, end, memory_block{.requested = b.requested, .use = block_use::live});
       return;

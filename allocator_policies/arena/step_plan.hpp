@@ -114,6 +114,11 @@ class step_plan {
   [[nodiscard]] bool region_to_free() const noexcept {
     return mode_ == mode::draining && live_planned_ == 0 && region_bytes_ != 0;
   }
+  /// Calls f(addr, bytes, requested) for every live planned block, in no order.
+  template <class F>
+  void for_each_live(F&& f) const {
+    for (const auto& [addr, ls] : live_) f(addr, ls.bytes, ls.requested);
+  }
   /// Whether the plan holds ranges of the arena.
   [[nodiscard]] bool has_region() const noexcept { return region_bytes_ != 0; }
   [[nodiscard]] std::uint32_t region_stream() const noexcept { return stream_; }

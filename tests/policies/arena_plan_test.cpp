@@ -108,6 +108,8 @@ struct outcome {
   std::vector<std::uint64_t> calls;  // driver memory calls per step
   double ratio = 0;                  // peak held / peak live
   pool_state state;
+  std::size_t map_live = 0;          // live bytes the memory map shows after the last step
+  std::size_t map_free = 0;          // free bytes it shows
 };
 
 // Runs the job for each entry of `tokens` (one step each); returns the
@@ -130,6 +132,9 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan) {
   }
   out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
   out.state = a.state();
+  for (const memory_segment& seg : a.memory_map().segments) {
+    for (const memory_block& b : seg.blocks) (b.use == block_use::live ? out.map_live : out.map_free) += b.size;
+  }
   for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
   return out;
 }
@@ -156,6 +161,16 @@ TEST(arena_plan, repeating_job_makes_no_driver_calls_once_planned) {
   EXPECT_GT(with.state.plan.planned_bytes, 0u);
   // No more memory than without the plan.
   EXPECT_LE(with.ratio, without.ratio + 1e-9);
+}
+
+TEST(arena_plan, memory_map_shows_the_plan_free_between_steps) {
+  // Between two planned steps no planned block is live: the plan's ranges
+  // are free memory in the map, not one live block.
+  const outcome with = run(std::vector<std::size_t>(10, 2048), true);
+  ASSERT_GE(with.state.plan.planned_steps, 1u);
+  ASSERT_GT(with.state.plan.region_bytes, 0u);
+  EXPECT_EQ(with.map_live, with.state.allocated);
+  EXPECT_GE(with.map_free, with.state.plan.region_bytes);
 }
 
 TEST(arena_plan, varying_job_is_left_to_best_fit_at_no_cost) {
