@@ -144,13 +144,13 @@ void step_plan_section(std::string& out, const allocator_stats& s) {
   const step_plan_state& p = s.pool.plan;
   if (p.steps_detected == 0) return;
   section(out, "Steady-state plan");
-  out += fmt::format("  {:<24} {:>14}   planned {}, served wholly {}, left {}\n", "steps", "", p.steps_detected,
-                     p.planned_steps, p.dropped);
+  out += fmt::format("  {:<24} {:>14}   repeating steps found {}, steps served from a plan {}, plans left {}\n",
+                     "steps", "", p.steps_detected, p.planned_steps, p.dropped);
   out += fmt::format("  {:<24} {:>14}   {} of them unplanned\n", "bytes allocated",
                      bytes(p.planned_bytes + p.unplanned_bytes), bytes(p.unplanned_bytes));
   if (p.step_allocations != 0) {
-    out += fmt::format("  {:<24} {:>14}   {} allocations per step, {} of them planned\n", "current plan",
-                       bytes(p.region_bytes), p.step_allocations, bytes(p.step_planned_bytes));
+    out += fmt::format("  {:<24} {:>14}   held; {} allocations per step, {} allocated per step from it\n",
+                       "current plan", bytes(p.region_bytes), p.step_allocations, bytes(p.step_planned_bytes));
   }
   const double per_step =
       p.planned_steps != 0 ? static_cast<double>(p.planned_step_driver_calls) / static_cast<double>(p.planned_steps)
