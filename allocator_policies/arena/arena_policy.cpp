@@ -44,6 +44,13 @@
 // saves at least 1/relocate_saving of its granules, since a block moved for
 // less cuts into mapped free ranges that a repeating step's next blocks fit.
 //
+// The steady-state plan (step_plan.hpp). Once the job repeats a step
+// (found from the sizes it asks for, no marker), the step's blocks are laid
+// out in the arena's free holes and one new range, which become live blocks
+// of the arena, and the repeating step is served from that layout: no
+// search and no driver call. What does not follow the plan goes to the
+// placement above; the plan's ranges go back once it is left.
+//
 // Driver calls. The common path (the block lands on mapped granules) makes
 // none. A newly touched run costs one map per span and one set_access for the
 // run; the spans stolen for one gap are unmapped with one call per run of

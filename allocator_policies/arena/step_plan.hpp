@@ -7,40 +7,45 @@
 // space than is ever live at once, so the arena, holding only about the live
 // bytes, re-stitches pages to follow the blocks every step (thousands of
 // driver calls per step on a decoder LM). The plan removes that: it learns
-// the step and serves it from one range laid out for it, mapped once.
+// the step and serves it from ranges laid out for it, mapped once.
 //
 // Learning. Every allocation and free is appended to a history (address,
-// size, stream). Now and then (each time the allocations grew by an eighth, at least 256)
-// the history's allocation sizes are searched for a period: the largest P
-// for which the last 2P allocations are two equal halves (a Z-array of the
-// reversed sequence, O(n)). The step's phase is the allocation before which
+// size, stream). Each time the allocations grew by an eighth (at least 256),
+// the history's allocation sizes are searched for a period: P such that the
+// last 2P allocations are two equal halves (a Z-array of the reversed
+// sequence, O(n)) and the live bytes come back over it (a step frees what it
+// allocates; a run of layers, whose forward keeps each layer's output, does
+// not); the shortest such P. The step's phase is the allocation before which
 // the live bytes were lowest in the last period: between two steps, where
 // only what outlives a step (parameters, optimizer state) is live. No step
 // marker is needed.
 //
 // Planning. The period that ends at that phase is one step. Its blocks that
 // are freed within it, on the stream that allocated them, are *planned*;
-// the others (what outlives the step) are not. The planned blocks, each
-// live over an interval of allocation indices, are laid out greedily by
-// size, largest first, each at the lowest offset where it overlaps no block
-// placed before it whose interval meets its own. The layout's extent is the
-// plan's *region*: one live block of the arena, mapped once, that no trim or
-// steal touches.
+// the others (what outlives the step) are not. At the next step start the
+// planned blocks, each live over an interval of allocation indices, are
+// laid out greedily by size, largest first, each at the lowest offset where
+// it overlaps no block placed before it whose interval meets its own: in the
+// arena's free holes inside spans live blocks touch (the *bins*, memory no
+// steal could move), then in one new range (lay_out). The used bins and the
+// new range are the plan's ranges: live blocks of the arena, mapped once,
+// that no trim or steal touches. A plan that would raise the memory held
+// above its high-water mark is not started (the arena checks).
 //
-// Serving. From the next step start on, allocation t of the step is served
-// at the region's base plus its offset when its size and stream are the
-// plan's and every planned free due before it has happened; a planned block
-// is freed when its address is in the region. Reuse within the region is on
-// one stream, so stream order makes it safe at once. Anything that differs
-// (another size, a free later or earlier than planned, another stream) takes
-// the step off the plan: from there the arena places blocks as before, and
-// once no planned block is live the region is freed back to the arena (its
-// pages become cached spans, reused by stitching) and learning goes on.
-// Unplanned allocations in a planned step go through the arena as before.
+// Serving. From then on, allocation t of the step is served at its planned
+// address when its size and stream are the plan's and every planned free
+// due before it has happened; a free at an address of a live planned block
+// is that block's. Reuse within the ranges is on one stream, so stream order
+// makes it safe at once. Anything that differs (another size, a free later
+// or earlier than planned, another stream) takes the step off the plan:
+// from there the arena places blocks as before, and once no planned block
+// is live the ranges are freed back to the arena (their pages become cached
+// spans, reused by stitching) and learning goes on. Unplanned allocations
+// in a planned step go through the arena as before.
 //
 // Not thread-safe, like the arena. The hot calls make no backend call and
-// no heap allocation beyond the history's growth (amortized) and the
-// region's address map.
+// no heap allocation beyond the history's growth (amortized); the map of
+// live planned blocks is reserved when a plan is made.
 #pragma once
 
 #include <cstddef>
