@@ -44,6 +44,13 @@
 // saves at least 1/relocate_saving of its granules, since a block moved for
 // less cuts into mapped free ranges that a repeating step's next blocks fit.
 //
+// The steady-state plan (step_plan.hpp). Once the job repeats a step
+// (found from the sizes it asks for, no marker), the step's blocks are laid
+// out in the arena's free holes and one new range, which become live blocks
+// of the arena, and the repeating step is served from that layout: no
+// search and no driver call. What does not follow the plan goes to the
+// placement above; the plan's ranges go back once it is left.
+//
 // Driver calls. The common path (the block lands on mapped granules) makes
 // none. A newly touched run costs one map per span and one set_access for the
 // run; the spans stolen for one gap are unmapped with one call per run of
@@ -98,6 +105,7 @@
 
 #include "allocator_policies/arena/block_index.hpp"
 #include "allocator_policies/arena/granule_map.hpp"
+#include "allocator_policies/arena/step_plan.hpp"
 #include "core/stream_clock.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
@@ -108,6 +116,7 @@ namespace fragctl {
 using arena_detail::block_index;
 using arena_detail::granule_map;
 using arena_detail::nil;
+using arena_detail::step_plan;
 
 struct arena_policy::impl {
   impl(const config& cfg, device_backend& b);
@@ -138,6 +147,20 @@ struct arena_policy::impl {
   void give_back_unused() noexcept;
   void trim() noexcept;
   [[nodiscard]] std::size_t largest_free() const;
+  /// Best fit, moved closer to mapped memory when large, mapped: the
+  /// arena's own placement of a block of `size` (rounded) on stream `si`.
+  [[nodiscard]] std::uintptr_t place(std::size_t size, std::uint32_t si, std::size_t requested);
+  /// Maps the plan's region and starts the plan; false when it cannot be had.
+  bool start_plan();
+  /// Gives the region of a plan left behind back to the arena.
+  void free_region() noexcept;
+  /// Frees the plan's ranges (plan_blocks).
+  void free_plan_blocks() noexcept;
+  /// Tells the plan of an allocation or a free; if its history cannot grow
+  /// (no host memory), the plan is left and planning stops.
+  void note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free, bool planned) noexcept;
+  /// Frees a planned block (the address is in the plan's region).
+  free_result free_planned(std::uintptr_t addr, std::size_t bytes, stream_t stream) noexcept;
   [[nodiscard]] out_of_memory oom(std::size_t requested) const;
 
   device_backend& backend;
@@ -152,6 +175,10 @@ struct arena_policy::impl {
   bool paused = false;                  // pause() until resume()
   std::size_t allocated = 0;
   std::uint64_t retries = 0;
+  step_plan plan;  // the steady-state plan (step_plan.hpp), with virtual memory only
+  std::vector<step_plan::bin> plan_bins;    // scratch of start_plan
+  std::vector<std::uintptr_t> plan_blocks;  // the plan's ranges (live blocks), sorted
+  std::size_t peak_held = 0;                // most physical memory held (mapped and pooled) so far
 };
 
 arena_policy::impl::impl(const config& cfg, device_backend& b)
@@ -166,6 +193,9 @@ arena_policy::impl::impl(const config& cfg, device_backend& b)
       granules.emplace(backend, clock, reinterpret_cast<std::uintptr_t>(raw), range, g, cap, cfg.map_chunk,
                        cfg.wait_before_growing);
       blocks.reset(reinterpret_cast<std::uintptr_t>(raw), range);
+      plan.enable(cfg.step_plan);
+      plan.set_call_counter(
+          [](const void* ctx) { return static_cast<const device_backend*>(ctx)->counters().memory_calls(); }, &backend);
     } catch (...) {
       granules.reset();
       backend.release_address(raw, range);
@@ -194,13 +224,14 @@ arena_policy::impl::impl(const config& cfg, device_backend& b)
       backend.free(raw, range);
       throw;
     }
+    plan.enable(false);
   }
 }
 
 arena_policy::impl::~impl() {
-  if (blocks.live_count() != 0) {
-    logger().warn("arena: destroyed with {} live blocks ({} bytes); their memory is freed", blocks.live_count(),
-                  allocated);
+  const std::size_t live = blocks.live_count() + plan.live_planned() - plan_blocks.size();
+  if (live != 0) {
+    logger().warn("arena: destroyed with {} live blocks ({} bytes); their memory is freed", live, allocated);
   }
   try {
     clock.synchronize_all();
@@ -271,6 +302,10 @@ arena_policy::impl::spot arena_policy::impl::closer_to_mapped(std::size_t size, 
 // is logged and the out_of_memory, with its diagnosis, still reaches the
 // caller; a runtime error of the mapping itself propagates.
 void arena_policy::impl::map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
+  struct note_peak {
+    impl& s;
+    ~note_peak() { s.peak_held = std::max(s.peak_held, s.granules->held_bytes()); }
+  } peak{*this};
   if (granules->map_range(addr, bytes, /*wait=*/false)) return;
   if (!granules->map_range(addr, bytes, /*wait=*/true)) {
     clock.synchronize_all();
@@ -297,6 +332,150 @@ void arena_policy::impl::trim() noexcept {
     granules->trim(threshold, calls - release_delay);
   } catch (const std::exception& e) {
     logger().error("arena: unmapping free granules failed: {}", e.what());
+  }
+}
+
+std::uintptr_t arena_policy::impl::place(std::size_t size, std::uint32_t si, std::size_t requested) {
+  blocks.prepare();
+  block_index::fit where = blocks.find_fit(size, si, clock);
+  if (where.blocked != free_stamp::none) {
+    // A better block waits for another stream's frees: ask once whether they are done.
+    clock.refresh(where.blocked);
+    where = blocks.find_fit(size, si, clock);
+  }
+  if (!where) where = find_fit_slow(size, si, requested);
+  std::uintptr_t addr = 0;
+  if (granules && !granules->covered(blocks.address_of(where, size), size)) {
+    spot p;
+    if (size >= relocate_spans * granules->max_span_bytes()) {
+      p = closer_to_mapped(size, si, blocks.address_of(where, size));
+    }
+    if (p.id == nil) p = {where.id, blocks.address_of(where, size)};
+    if (!granules->covered(p.at, size)) map_or_throw(p.at, size, requested);
+    addr = blocks.allocate_at(p.id, p.at, size, requested);
+  } else {
+    addr = blocks.allocate(where, size, requested);
+  }
+  if (granules) granules->on_allocate(addr, size);
+  return addr;
+}
+
+// The plan's ranges are live blocks of the arena: the mapped free ranges
+// the layout used (so that the step's blocks fill the holes its first steps
+// left between long-lived blocks) and, for what they do not hold, one new
+// range. Their spans are never cached, so no trim or steal takes them while
+// the plan serves from them.
+bool arena_policy::impl::start_plan() {
+  const std::uint32_t si = plan.region_stream();
+  std::vector<step_plan::bin>& bins = plan_bins;
+  bins.clear();
+  plan_blocks.clear();
+  try {
+    // The bins: free memory in spans live blocks touch (holes no steal can
+    // take), for the step's small blocks; the rest goes to one new range,
+    // which steals the cached spans.
+    blocks.for_each_free_id([&](std::uint32_t id, const block_index::block& b) {
+      if (!clock.usable_on(b.stamp, si)) return;
+      granules->for_each_pinned_in(b.addr, b.size, [&](std::uintptr_t lo, std::size_t bytes) {
+        const std::uintptr_t from = round_up(lo, block_index::unit);
+        const std::uintptr_t to = round_down(lo + bytes, block_index::unit);
+        if (to > from) bins.push_back({from, to - from, id, 0});
+      });
+    });
+    std::sort(bins.begin(), bins.end(),
+              [](const step_plan::bin& a, const step_plan::bin& b) { return a.base < b.base; });
+    const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
+    // A plan must not raise the memory held above its high-water mark: the
+    // new range takes the cached spans and pooled handles first.
+    const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
+    if (granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held) {
+      plan.abandon();
+      return false;
+    }
+    // Highest first: a split keeps the lower part in the node it cuts, so
+    // the ids of bins lower in the same free block stay valid.
+    for (std::size_t i = bins.size(); i-- > 0;) {
+      const step_plan::bin& b = bins[i];
+      if (b.used == 0) continue;
+      const std::size_t size = round_up(b.used, block_index::unit);
+      blocks.prepare();
+      plan_blocks.push_back(blocks.allocate_at(b.block, b.base, size, size));
+      granules->on_allocate(b.base, size);
+    }
+    std::uintptr_t base = 0;
+    if (extra != 0) {
+      base = place(extra, si, extra);
+      plan_blocks.push_back(base);
+    }
+    std::sort(plan_blocks.begin(), plan_blocks.end());
+    plan.start(bins, base);
+    return true;
+  } catch (const out_of_memory&) {
+    free_plan_blocks();
+    plan.abandon();
+    return false;
+  } catch (...) {
+    free_plan_blocks();
+    plan.abandon();
+    throw;
+  }
+}
+
+void arena_policy::impl::free_plan_blocks() noexcept {
+  const free_stamp stamp = clock.on_free(plan.region_stream());
+  for (const std::uintptr_t addr : plan_blocks) {
+    const std::uint32_t id = blocks.take_live(addr);
+    if (id == nil) continue;
+    const std::size_t size = blocks.at(id).size;
+    granules->on_free(addr, size, stamp, calls);
+    blocks.release(id, stamp, clock);
+  }
+  plan_blocks.clear();
+}
+
+void arena_policy::impl::free_region() noexcept {
+  free_plan_blocks();
+  plan.region_freed();
+}
+
+free_result arena_policy::impl::free_planned(std::uintptr_t addr, std::size_t bytes, stream_t stream) noexcept {
+  std::uint32_t si = free_stamp::none;
+  try {
+    si = clock.index_of(stream);
+  } catch (const std::exception&) {
+    // An untracked stream: below, its work is waited for.
+  }
+  const step_plan::freed f = plan.free_planned(addr, si);
+  if (f.requested == 0) return {free_status::not_owned, 0};  // not a planned block
+  ++calls;
+  allocated -= f.bytes;
+  if (si != plan.region_stream()) {
+    // The region is reused in the order of the plan's stream: another
+    // stream's work on this block must be done first.
+    try {
+      backend.synchronize_stream(stream);
+    } catch (const std::exception& e) {
+      logger().error("arena: synchronizing stream {} failed: {}", stream, e.what());
+    }
+  }
+  note(addr, f.bytes, si, /*is_free=*/true, false);
+  if (plan.region_to_free()) free_region();
+  return {bytes == f.requested ? free_status::ok : free_status::size_mismatch, f.requested};
+}
+
+void arena_policy::impl::note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free,
+                              bool planned) noexcept {
+  const auto units = static_cast<std::uint32_t>(size / block_index::unit);
+  try {
+    if (is_free) {
+      plan.after_free(addr, units, si);
+    } else {
+      plan.after_allocate(addr, units, si, planned);
+    }
+  } catch (const std::exception&) {
+    plan.leave();
+    plan.enable(false);
+    if (plan.region_to_free()) free_region();
   }
 }
 
@@ -345,27 +524,32 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
   ++s.calls;
   const std::size_t size = round_up(bytes, block_index::unit);
   const std::uint32_t si = s.clock.index_of(stream);
-  s.blocks.prepare();
-  block_index::fit where = s.blocks.find_fit(size, si, s.clock);
-  if (where.blocked != free_stamp::none) {
-    // A better block waits for another stream's frees: ask once whether they are done.
-    s.clock.refresh(where.blocked);
-    where = s.blocks.find_fit(size, si, s.clock);
-  }
-  if (!where) where = s.find_fit_slow(size, si, bytes);
-  std::uintptr_t addr = 0;
-  if (s.granules && !s.granules->covered(s.blocks.address_of(where, size), size)) {
-    impl::spot p;
-    if (size >= impl::relocate_spans * s.granules->max_span_bytes()) {
-      p = s.closer_to_mapped(size, si, s.blocks.address_of(where, size));
+  if (s.plan.enabled()) {
+    const auto units = static_cast<std::uint32_t>(size / block_index::unit);
+    step_plan::next n = s.plan.before_allocate(units, si);
+    if (n == step_plan::next::need_region && s.start_plan()) n = s.plan.before_allocate(units, si);
+    if (n == step_plan::next::serve) {
+      const std::uintptr_t addr = s.plan.serve(bytes);
+      s.note(addr, size, si, /*is_free=*/false, /*planned=*/true);
+      s.allocated += size;
+      return reinterpret_cast<void*>(addr);
     }
-    if (p.id == nil) p = {where.id, s.blocks.address_of(where, size)};
-    if (!s.granules->covered(p.at, size)) s.map_or_throw(p.at, size, bytes);
-    addr = s.blocks.allocate_at(p.id, p.at, size, bytes);
-  } else {
-    addr = s.blocks.allocate(where, size, bytes);
+    if (s.plan.region_to_free()) s.free_region();
+    std::uintptr_t addr = 0;
+    try {
+      addr = s.place(size, si, bytes);
+    } catch (const out_of_memory&) {
+      // The plan's region, idle between steps, is memory the arena may take.
+      if (!s.plan.has_region() || s.plan.live_planned() != 0) throw;
+      s.plan.leave();
+      s.free_region();
+      addr = s.place(size, si, bytes);
+    }
+    s.note(addr, size, si, /*is_free=*/false, /*planned=*/false);
+    s.allocated += size;
+    return reinterpret_cast<void*>(addr);
   }
-  if (s.granules) s.granules->on_allocate(addr, size);
+  const std::uintptr_t addr = s.place(size, si, bytes);
   s.allocated += size;
   return reinterpret_cast<void*>(addr);
 }
@@ -373,6 +557,13 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
 free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   impl& s = *impl_;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  if (s.plan.in_region(addr)) {
+    const free_result r = s.free_planned(addr, bytes, stream);
+    if (r.status != free_status::not_owned) return r;
+    // Not a planned block: one of the arena's own, unless it is one of the
+    // plan's ranges (which no caller was given).
+    if (std::binary_search(s.plan_blocks.begin(), s.plan_blocks.end(), addr)) return r;
+  }
   const std::uint32_t id = s.blocks.take_live(addr);
   if (id == nil) return {free_status::not_owned, 0};
   ++s.calls;
@@ -396,6 +587,7 @@ free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t s
   }
   s.blocks.release(id, stamp, s.clock);
   s.allocated -= size;
+  if (s.plan.enabled()) s.note(addr, size, stamp.stream, /*is_free=*/true, false);
   if (trim) s.trim();
   return {bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
 }
@@ -413,6 +605,7 @@ pool_state arena_policy::do_state() const {
   p.largest_free_block = s.largest_free();
   p.segments = s.granules ? s.granules->mapped_runs() : 1;
   p.retries = s.retries;
+  p.plan = s.plan.stats();
   return p;
 }
 
@@ -453,8 +646,31 @@ memory_snapshot arena_policy::do_memory_map() const {
       segs[i].blocks.push_back(piece);
     }
   };
+  // The plan's ranges are live blocks of the index; what is live in them is
+  // the planned blocks, the rest is free (for the plan's step).
+  struct planned {
+    std::uintptr_t addr;
+    std::size_t bytes, requested;
+  };
+  std::vector<planned> in_plan;
+  if (!s.plan_blocks.empty()) {
+    s.plan.for_each_live([&](std::uintptr_t a, std::size_t b, std::size_t r) { in_plan.push_back({a, b, r}); });
+    std::sort(in_plan.begin(), in_plan.end(), [](const planned& x, const planned& y) { return x.addr < y.addr; });
+  }
   s.blocks.for_each_in_order([&](const block_index::block& b) {
     const std::uintptr_t end = b.addr + b.size;
+    if (!b.is_free && std::binary_search(s.plan_blocks.begin(), s.plan_blocks.end(), b.addr)) {
+      std::uintptr_t at = b.addr;
+      auto it = std::lower_bound(in_plan.begin(), in_plan.end(), b.addr,
+                                 [](const planned& x, std::uintptr_t a) { return x.addr < a; });
+      for (; it != in_plan.end() && it->addr < end; ++it) {
+        if (it->addr > at) place(at, it->addr, memory_block{.use = block_use::free});
+        place(it->addr, it->addr + it->bytes, memory_block{.requested = it->requested, .use = block_use::live});
+        at = it->addr + it->bytes;
+      }
+      if (at < end) place(at, end, memory_block{.use = block_use::free});
+      return;
+    }
     if (!b.is_free) {
       place(b.addr, end, memory_block{.requested = b.requested, .use = block_use::live});
       return;
@@ -475,6 +691,8 @@ memory_snapshot arena_policy::do_memory_map() const {
 void arena_policy::do_release_cached() {
   impl& s = *impl_;
   if (!s.granules) return;
+  s.plan.leave();  // the region goes back once no planned block is live
+  if (s.plan.region_to_free()) s.free_region();
   s.clock.synchronize_all();
   s.granules->release_unused();
 }

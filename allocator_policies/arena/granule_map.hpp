@@ -268,6 +268,23 @@ class granule_map {
     for (; it != runs_.end() && it->first <= hi; ++it)
       f(base_ + (std::size_t{it->first} << shift_), std::size_t{it->end - it->first} << shift_);
   }
+  /// Calls f(addr, bytes) for every maximal part of [addr, addr + bytes)
+  /// whose granules are mapped in spans some live block touches (memory no
+  /// steal or trim can take), in address order.
+  template <class F>
+  void for_each_pinned_in(std::uintptr_t addr, std::size_t bytes, F&& f) const {
+    const std::uintptr_t end = addr + bytes;
+    std::uintptr_t run = 0;
+    bool in = false;
+    for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
+      const bool pinned = mapped(g) && spans_[granules_[g].span].live != 0;
+      const std::uintptr_t lo = std::max(addr, base_ + (g << shift_));
+      if (pinned && !in) run = lo;
+      if (!pinned && in) f(run, lo - run);
+      in = pinned;
+    }
+    if (in) f(run, end - run);
+  }
   /// Longest part of [addr, addr + bytes) whose granules are all mapped.
   [[nodiscard]] std::size_t longest_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept;
 

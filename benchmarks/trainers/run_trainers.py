@@ -8,7 +8,8 @@ verdict: memory placement must not change the math, and should not cost time.
 Per model the runs are: PyTorch's native allocator; expandable_segments:True;
 fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
 (profiled from the arena run's report); cudaMallocAsync (run name async)
-and the arena with wait_before_growing:false (arena-nowait), both not in the
+the arena with wait_before_growing:false (arena-nowait) and the arena
+without its steady-state plan, step_plan:false (arena-noplan), none in the
 default list; LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
@@ -56,6 +57,8 @@ def runs_for(model, out_dir, preload):
         "arena": fragctl_run("arena"),
         # the arena as before issue 16: creates memory rather than wait for frees in flight
         "arena-nowait": fragctl_run("arena", "wait_before_growing:false"),
+        # the arena without its steady-state plan (issue 32): best fit for every block
+        "arena-noplan": fragctl_run("arena", "step_plan:false"),
         "buckets:arena": fragctl_run("buckets:arena"),
         "warmup:arena": fragctl_run("warmup:arena"),
         "preload": ("LD_PRELOAD arena", "preload", "arena", [], preload_env),

@@ -36,6 +36,21 @@ namespace fragctl {
 class device_backend;
 
 /// What a policy knows about its cache at a moment. Bytes throughout.
+/// The arena's steady-state plan (docs/policies/arena.md, "The steady-state
+/// plan"); all zero for other policies and while no repeating step was found.
+struct step_plan_state {
+  std::uint64_t steps_detected = 0;      ///< plans made: repeating steps found without a marker
+  std::uint64_t planned_steps = 0;       ///< steps served wholly from a plan
+  std::uint64_t dropped = 0;             ///< plans left because the job no longer followed them
+  std::uint64_t planned_bytes = 0;       ///< bytes allocated from a plan (cumulative)
+  std::uint64_t unplanned_bytes = 0;     ///< bytes allocated by the policy's own placement (cumulative)
+  std::uint64_t step_allocations = 0;    ///< allocations per step of the current plan (0: none)
+  std::uint64_t step_planned_bytes = 0;  ///< bytes per step the current plan serves
+  std::uint64_t region_bytes = 0;        ///< memory the current plan holds for its blocks
+  std::uint64_t last_step_driver_calls = 0;     ///< driver memory calls in the latest planned step
+  std::uint64_t planned_step_driver_calls = 0;  ///< driver memory calls over all planned steps
+};
+
 struct pool_state {
   std::size_t reserved = 0;            ///< held from the backend (segments, mapped granules)
   std::size_t allocated = 0;           ///< handed out to callers, after rounding
@@ -43,6 +58,7 @@ struct pool_state {
   std::size_t largest_free_block = 0;  ///< largest block one request could get without a backend call
   std::size_t segments = 0;            ///< segments or mapped regions held
   std::uint64_t retries = 0;           ///< allocations that succeeded only after releasing cache (cumulative)
+  step_plan_state plan;                ///< the arena's steady-state plan
 };
 
 /// How a policy judged a deallocation it was given.

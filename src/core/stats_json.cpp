@@ -144,6 +144,19 @@ json stats_to_json_value(const allocator_stats& s) {
         {"external_fragmentation", s.external_fragmentation()},
         {"internal_waste_bytes", s.internal_waste()}}},
   };
+  if (s.pool.plan.steps_detected != 0) {
+    const step_plan_state& p = s.pool.plan;
+    out["step_plan"] = {{"steps_detected", p.steps_detected},
+                        {"planned_steps", p.planned_steps},
+                        {"dropped", p.dropped},
+                        {"planned_bytes", p.planned_bytes},
+                        {"unplanned_bytes", p.unplanned_bytes},
+                        {"step_allocations", p.step_allocations},
+                        {"step_planned_bytes", p.step_planned_bytes},
+                        {"region_bytes", p.region_bytes},
+                        {"last_step_driver_calls", p.last_step_driver_calls},
+                        {"planned_step_driver_calls", p.planned_step_driver_calls}};
+  }
   if (s.device_memory.measured) {
     out["device_memory"] = {{"free", s.device_memory.free},
                             {"total", s.device_memory.total},
@@ -200,6 +213,19 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
     r.integer(*p, "largest_free_block", s.pool.largest_free_block, "pool");
     r.integer(*p, "segments", s.pool.segments, "pool");
     r.integer(*p, "retries", s.pool.retries, "pool");
+  }
+  if (const json* p = r.object(j, "step_plan")) {  // absent without a plan, and in earlier reports
+    step_plan_state& q = s.pool.plan;
+    r.integer(*p, "steps_detected", q.steps_detected, "step_plan");
+    r.integer(*p, "planned_steps", q.planned_steps, "step_plan");
+    r.integer(*p, "dropped", q.dropped, "step_plan");
+    r.integer(*p, "planned_bytes", q.planned_bytes, "step_plan");
+    r.integer(*p, "unplanned_bytes", q.unplanned_bytes, "step_plan");
+    r.integer(*p, "step_allocations", q.step_allocations, "step_plan");
+    r.integer(*p, "step_planned_bytes", q.step_planned_bytes, "step_plan");
+    r.integer(*p, "region_bytes", q.region_bytes, "step_plan");
+    r.integer(*p, "last_step_driver_calls", q.last_step_driver_calls, "step_plan");
+    r.integer(*p, "planned_step_driver_calls", q.planned_step_driver_calls, "step_plan");
   }
   if (const json* d = r.object(j, "device_memory")) {  // absent when not measured, and in earlier reports
     s.device_memory.measured = true;

@@ -90,6 +90,22 @@ std::string to_prometheus(const allocator_stats& s) {
   e.metric("pool_largest_free_block_bytes", "gauge", "Largest block one request could get from the cache.",
            s.pool.largest_free_block);
   e.metric("pool_segments", "gauge", "Segments or mapped regions held.", s.pool.segments);
+  if (s.pool.plan.steps_detected != 0) {
+    const step_plan_state& p = s.pool.plan;
+    e.metric("step_plan_steps_detected_total", "counter", "Repeating steps the arena found and planned.",
+             p.steps_detected);
+    e.metric("step_plan_planned_steps_total", "counter", "Steps served wholly from a plan.", p.planned_steps);
+    e.metric("step_plan_dropped_total", "counter", "Plans left because the job no longer followed them.",
+             p.dropped);
+    e.metric("step_plan_planned_bytes_total", "counter", "Bytes allocated from a plan.", p.planned_bytes);
+    e.metric("step_plan_unplanned_bytes_total", "counter", "Bytes allocated by the arena's own placement.",
+             p.unplanned_bytes);
+    e.metric("step_plan_region_bytes", "gauge", "Memory the current plan holds for its blocks.", p.region_bytes);
+    e.metric("step_plan_last_step_driver_calls", "gauge", "Driver memory calls in the latest planned step.",
+             p.last_step_driver_calls);
+    e.metric("step_plan_driver_calls_total", "counter", "Driver memory calls over all planned steps.",
+             p.planned_step_driver_calls);
+  }
   e.metric("reserved_over_requested_ratio", "gauge", "Peak reserved over peak requested bytes (1 is ideal).",
            s.reserved_over_requested());
   e.metric("fragmentation_ratio", "gauge", "1 - peak requested / peak reserved.", s.fragmentation());

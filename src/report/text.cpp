@@ -141,6 +141,25 @@ void backend_section(std::string& out, const allocator_stats& s) {
   }
 }
 
+void step_plan_section(std::string& out, const allocator_stats& s) {
+  const step_plan_state& p = s.pool.plan;
+  if (p.steps_detected == 0) return;
+  section(out, "Steady-state plan");
+  out += fmt::format("  {:<24} {:>14}   repeating steps found {}, steps served from a plan {}, plans left {}\n",
+                     "steps", "", p.steps_detected, p.planned_steps, p.dropped);
+  out += fmt::format("  {:<24} {:>14}   {} of them unplanned\n", "bytes allocated",
+                     bytes(p.planned_bytes + p.unplanned_bytes), bytes(p.unplanned_bytes));
+  if (p.step_allocations != 0) {
+    out += fmt::format("  {:<24} {:>14}   held; {} allocations per step, {} allocated per step from it\n",
+                       "current plan", bytes(p.region_bytes), p.step_allocations, bytes(p.step_planned_bytes));
+  }
+  const double per_step =
+      p.planned_steps != 0 ? static_cast<double>(p.planned_step_driver_calls) / static_cast<double>(p.planned_steps)
+                           : 0.0;
+  out += fmt::format("  {:<24} {:>14.1f}   per planned step (latest {})\n", "driver calls", per_step,
+                     p.last_step_driver_calls);
+}
+
 void oom_section(std::string& out, const allocator_stats& s) {
   if (s.ooms == 0) {
     section(out, "OOM events: none");
@@ -173,6 +192,7 @@ std::string render_text(const run_report& r, const text_options& options) {
   wasted_section(out, r, options.top_regions);
   histogram_section(out, s, options.bar_width);
   backend_section(out, s);
+  step_plan_section(out, s);
   oom_section(out, s);
   report_detail::hangs_text(out, r.hangs);
   return out;

@@ -171,6 +171,9 @@ const std::vector<option_row>& rows() {
       bool_row("wait_before_growing", &config::wait_before_growing,
                "arena: before creating physical memory while cached spans wait on pending frees, wait for them "
                "and re-stitch the spans (false: create at once)"),
+      bool_row("step_plan", &config::step_plan,
+               "arena: learn a step that repeats itself and serve it from one planned range mapped once, with "
+               "no driver call (false: every block placed by best fit)"),
       size_row("fallback_size", &config::fallback_size, "arena without virtual memory: size of the pre-reserved block",
                "90% of free"),
       size_row("buckets_limit", &config::buckets_limit, "buckets: largest request served from size classes"),

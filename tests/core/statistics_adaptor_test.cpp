@@ -153,7 +153,7 @@ allocator_stats sample_stats() {
   s.backend_calls.peak_held_bytes = 14;
   s.backend_calls.host_bytes = 15;
   s.backend_calls.failed_allocations = 16;
-  s.pool = {17, 18, 19, 20, 21, 22};
+  s.pool = {17, 18, 19, 20, 21, 22, {}};
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) s.size_histogram[i] = i * i;
   s.size_histogram[47] = std::uint64_t{1} << 60;
   s.size_histogram_sum = 23;

@@ -1,0 +1,326 @@
+#include "allocator_policies/arena/step_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace fragctl::arena_detail {
+
+namespace {
+
+constexpr std::size_t unit_bytes = 512;
+/// History kept at most (events); beyond it learning starts over.
+constexpr std::size_t history_cap = std::size_t{1} << 20;
+constexpr std::uint32_t never = UINT32_MAX;
+
+}  // namespace
+
+step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t stream) noexcept {
+  switch (mode_) {
+    case mode::learning:
+    case mode::draining:
+      return next::place;
+    case mode::pending:
+      if (countdown_ > 0) {
+        --countdown_;
+        return next::place;
+      }
+      return next::need_region;
+    case mode::active:
+      break;
+  }
+  if (t_ == plan_period_) step_boundary();
+  if (mode_ != mode::active) return next::place;
+  const slot& s = slots_[t_];
+  if (s.key != key_of(units, stream) || freed_in_gap_ != due_in_gap_[t_]) {
+    off_plan();
+    return next::place;
+  }
+  if (!s.planned) {
+    ++t_;
+    freed_in_gap_ = 0;
+    return next::place;
+  }
+  return next::serve;
+}
+
+std::uintptr_t step_plan::serve(std::size_t requested) {
+  const slot& s = slots_[t_];
+  const std::uintptr_t addr = s.offset;
+  const std::size_t bytes = static_cast<std::size_t>(s.key >> 16) * unit_bytes;
+  live_[addr] = live_slot{t_, bytes, requested};  // room reserved in start()
+  ++live_planned_;
+  figures_.planned_bytes += bytes;
+  ++t_;
+  freed_in_gap_ = 0;
+  return addr;
+}
+
+void step_plan::after_allocate(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool planned) {
+  if (!planned) figures_.unplanned_bytes += std::uint64_t{units} * unit_bytes;
+  record(addr, units, stream, false);
+  if (mode_ == mode::learning && allocs_ >= next_check_) (void)detect();
+}
+
+step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stream) noexcept {
+  const auto it = live_.find(addr);
+  if (it == live_.end()) return {};
+  const live_slot ls = it->second;
+  live_.erase(it);
+  --live_planned_;
+  if (mode_ == mode::active) {
+    if (stream == stream_ && slots_[ls.t].due == t_) {
+      ++freed_in_gap_;
+    } else {
+      off_plan();
+    }
+  }
+  return {ls.bytes, ls.requested};
+}
+
+void step_plan::after_free(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream) {
+  record(addr, units, stream, true);
+}
+
+void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
+  if (history_.size() >= history_cap) {
+    history_.clear();
+    allocs_ = 0;
+    next_check_ = 256;
+  }
+  history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
+  if (!is_free) ++allocs_;
+}
+
+void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcept {
+  std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (slot& s : slots_) {
+    if (!s.planned) continue;
+    s.offset += s.bin < bins.size() ? bins[s.bin].base : base;
+    lo = std::min<std::uintptr_t>(lo, s.offset);
+    hi = std::max<std::uintptr_t>(hi, s.offset + (s.key >> 16) * unit_bytes);
+  }
+  region_ = lo;
+  region_bytes_ = hi - lo;
+  mode_ = mode::active;
+  t_ = 0;
+  freed_in_gap_ = 0;
+  std::uint64_t held = plan_extent_;
+  for (const bin& b : bins) held += (b.used + unit_bytes - 1) / unit_bytes * unit_bytes;
+  figures_.region_bytes = held;
+  step_start_calls_ = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
+  plan_steps_ = 0;
+}
+
+std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
+  // Greedy by size: largest first (longer lives first among equals), each in
+  // the first bin, at the lowest offset, free of the blocks placed so far
+  // whose lives meet its own; what no bin holds goes to a new range.
+  std::vector<std::uint32_t> order(items_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
+    const item &a = items_[x], &b = items_[y];
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    if (a.due - a.t != b.due - b.t) return a.due - a.t > b.due - b.t;
+    return a.t < b.t;
+  });
+  const auto nbins = static_cast<std::uint32_t>(bins.size());
+  for (bin& b : bins) b.used = 0;
+  struct taken {
+    std::uint32_t bin;
+    std::uint64_t lo, hi;
+    bool operator<(const taken& o) const noexcept { return bin != o.bin ? bin < o.bin : lo < o.lo; }
+  };
+  std::vector<taken> busy;
+  std::vector<std::uint32_t> placed;
+  placed.reserve(items_.size());
+  std::uint64_t extent = 0;
+  for (const std::uint32_t i : order) {
+    const item& it = items_[i];
+    busy.clear();
+    for (const std::uint32_t j : placed) {
+      const item& o = items_[j];
+      const slot& os = slots_[o.t];
+      if (o.t < it.due && it.t < o.due) busy.push_back({os.bin, os.offset, os.offset + o.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    std::uint32_t where = nbins;
+    std::uint64_t offset = 0;
+    std::size_t k = 0;
+    for (std::uint32_t b = 0; b <= nbins; ++b) {
+      offset = 0;
+      bool fits = true;
+      for (; k < busy.size() && busy[k].bin == b; ++k) {
+        if (offset + it.bytes <= busy[k].lo) break;
+        offset = std::max(offset, busy[k].hi);
+      }
+      while (k < busy.size() && busy[k].bin == b) ++k;
+      if (b < nbins && offset + it.bytes > bins[b].bytes) fits = false;
+      if (fits) {
+        where = b;
+        break;
+      }
+    }
+    slot& s = slots_[it.t];
+    s.bin = where;
+    s.offset = offset;
+    if (where < nbins) {
+      bins[where].used = std::max(bins[where].used, offset + it.bytes);
+    } else {
+      extent = std::max(extent, offset + it.bytes);
+    }
+    placed.push_back(i);
+  }
+  plan_extent_ = extent;
+  return extent;
+}
+
+void step_plan::abandon() noexcept {
+  mode_ = mode::learning;
+  next_check_ = allocs_ * 2;  // not again soon
+  ++figures_.dropped;
+  figures_.step_allocations = 0;
+  figures_.step_planned_bytes = 0;
+}
+
+void step_plan::leave() noexcept {
+  if (mode_ == mode::active) off_plan();
+  if (mode_ == mode::pending) abandon();
+}
+
+void step_plan::off_plan() noexcept {
+  mode_ = mode::draining;
+  ++figures_.dropped;
+  // A plan that never served a whole step had the wrong period (a layer's,
+  // not the step's): look for longer ones from now on.
+  if (plan_steps_ == 0) min_period_ = plan_period_ + 1;
+}
+
+void step_plan::region_freed() noexcept {
+  region_ = 0;
+  plan_extent_ = 0;
+  region_bytes_ = 0;
+  live_.clear();
+  mode_ = mode::learning;
+  figures_.region_bytes = 0;
+  figures_.step_allocations = 0;
+  figures_.step_planned_bytes = 0;
+}
+
+void step_plan::step_boundary() noexcept {
+  if (freed_in_gap_ != due_in_gap_[plan_period_]) {
+    off_plan();
+    return;
+  }
+  ++figures_.planned_steps;
+  ++plan_steps_;
+  const std::uint64_t calls = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
+  figures_.last_step_driver_calls = calls - step_start_calls_;
+  figures_.planned_step_driver_calls += calls - step_start_calls_;
+  step_start_calls_ = calls;
+  t_ = 0;
+  freed_in_gap_ = 0;
+}
+
+bool step_plan::detect() {
+  next_check_ = allocs_ + std::max<std::uint64_t>(256, allocs_ / 8);
+  // Allocation keys, and for each allocation its event, its free's event
+  // (never: not freed yet) and the live units before it.
+  const std::size_t n = allocs_;
+  if (n < 2 * min_period_) return false;
+  std::vector<std::uint64_t> keys;
+  std::vector<std::uint32_t> at, freed_at;
+  std::vector<std::int64_t> live_before;
+  keys.reserve(n);
+  at.reserve(n + 1);
+  freed_at.reserve(n);
+  live_before.reserve(n);
+  absl::flat_hash_map<std::uintptr_t, std::uint32_t> open;
+  open.reserve(n / 4 + 16);
+  std::int64_t live = 0;
+  for (std::uint32_t e = 0; e < history_.size(); ++e) {
+    const event& ev = history_[e];
+    if (ev.is_free) {
+      live -= ev.units;
+      const auto it = open.find(ev.addr);
+      if (it != open.end()) {
+        // Freed on another stream than it was allocated on: never planned.
+        freed_at[it->second] = history_[at[it->second]].stream == ev.stream ? e : never - 1;
+        open.erase(it);
+      }
+      continue;
+    }
+    open[ev.addr] = static_cast<std::uint32_t>(keys.size());
+    keys.push_back(key_of(ev.units, ev.stream));
+    at.push_back(e);
+    freed_at.push_back(never);
+    live_before.push_back(live);
+    live += ev.units;
+  }
+  // Periods P whose last two repeats are equal: z[P] >= P in the
+  // Z-array of the reversed keys (z[i]: the longest common prefix of the
+  // reversed sequence and its suffix from i).
+  std::vector<std::uint64_t> r(keys.rbegin(), keys.rend());
+  std::vector<std::uint32_t> z(n, 0);
+  for (std::size_t i = 1, l = 0, hi = 0; i < n; ++i) {
+    std::size_t len = i < hi ? std::min<std::size_t>(hi - i, z[i - l]) : 0;
+    while (i + len < n && r[len] == r[i + len]) ++len;
+    z[i] = static_cast<std::uint32_t>(len);
+    if (i + len > hi) {
+      l = i;
+      hi = i + len;
+    }
+  }
+  // Of the candidates, the shortest over which the live bytes come back to
+  // where they were: a step frees what it allocates, where a run of
+  // layers (forward keeps each layer's output, backward frees it) does not,
+  // and two or more steps are a multiple of it.
+  // The step starts where the live bytes are lowest in its last repeat.
+  std::size_t period = 0, m = 0;
+  for (std::size_t p = min_period_; p <= n / 2 && period == 0; ++p) {
+    if (z[p] < p) continue;
+    std::size_t low = n - p;
+    for (std::size_t a = n - p; a < n; ++a) {
+      if (live_before[a] < live_before[low]) low = a;
+    }
+    if (live_before[low] == live_before[low - p]) {
+      period = p;
+      m = low;
+    }
+  }
+  if (period == 0) return false;
+  const std::size_t first = m - period;
+  const std::uint32_t end_event = at[m];
+  stream_ = history_[at[first]].stream;
+  // The step's slots; planned ones live over [t, due) in allocation indices.
+  slots_.assign(period, slot{});
+  due_in_gap_.assign(period + 1, 0);
+  items_.clear();
+  std::uint64_t step_bytes = 0;
+  for (std::size_t t = 0; t < period; ++t) {
+    const std::size_t a = first + t;
+    slot& s = slots_[t];
+    s.key = keys[a];
+    const std::uint32_t f = freed_at[a];
+    s.planned = f < end_event && history_[at[a]].stream == stream_;
+    if (!s.planned) continue;
+    // The gap its free falls in: the allocations of the step before it.
+    const auto gap = std::lower_bound(at.begin() + static_cast<std::ptrdiff_t>(first),
+                                      at.begin() + static_cast<std::ptrdiff_t>(m + 1), f);
+    s.due = static_cast<std::uint32_t>(gap - (at.begin() + static_cast<std::ptrdiff_t>(first)));
+    ++due_in_gap_[s.due];
+    const std::uint64_t bytes = (keys[a] >> 16) * unit_bytes;
+    step_bytes += bytes;
+    items_.push_back({static_cast<std::uint32_t>(t), s.due, bytes});
+  }
+  if (items_.empty()) return false;
+  plan_period_ = period;
+  countdown_ = m + period - n;
+  mode_ = mode::pending;
+  live_.reserve(items_.size());
+  ++figures_.steps_detected;
+  figures_.step_allocations = period;
+  figures_.step_planned_bytes = step_bytes;
+  return true;
+}
+
+}  // namespace fragctl::arena_detail

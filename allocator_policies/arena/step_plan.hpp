@@ -1,0 +1,209 @@
+// The arena's online plan of a repeating step (docs/policies/arena.md,
+// "The steady-state plan").
+//
+// A training or inference loop repeats itself: once its shapes stop
+// changing, every step asks for the same sizes in the same order and frees
+// them at the same points. Best fit spreads such a step over more address
+// space than is ever live at once, so the arena, holding only about the live
+// bytes, re-stitches pages to follow the blocks every step (thousands of
+// driver calls per step on a decoder LM). The plan removes that: it learns
+// the step and serves it from ranges laid out for it, mapped once.
+//
+// Learning. Every allocation and free is appended to a history (address,
+// size, stream). Each time the allocations grew by an eighth (at least 256),
+// the history's allocation sizes are searched for a period: P such that the
+// last 2P allocations are two equal halves (a Z-array of the reversed
+// sequence, O(n)) and the live bytes come back over it (a step frees what it
+// allocates; a run of layers, whose forward keeps each layer's output, does
+// not); the shortest such P. The step's phase is the allocation before which
+// the live bytes were lowest in the last period: between two steps, where
+// only what outlives a step (parameters, optimizer state) is live. No step
+// marker is needed.
+//
+// Planning. The period that ends at that phase is one step. Its blocks that
+// are freed within it, on the stream that allocated them, are *planned*;
+// the others (what outlives the step) are not. At the next step start the
+// planned blocks, each live over an interval of allocation indices, are
+// laid out greedily by size, largest first, each at the lowest offset where
+// it overlaps no block placed before it whose interval meets its own: in the
+// arena's free holes inside spans live blocks touch (the *bins*, memory no
+// steal could move), then in one new range (lay_out). The used bins and the
+// new range are the plan's ranges: live blocks of the arena, mapped once,
+// that no trim or steal touches. A plan that would raise the memory held
+// above its high-water mark is not started (the arena checks).
+//
+// Serving. From then on, allocation t of the step is served at its planned
+// address when its size and stream are the plan's and every planned free
+// due before it has happened; a free at an address of a live planned block
+// is that block's. Reuse within the ranges is on one stream, so stream order
+// makes it safe at once. Anything that differs (another size, a free later
+// or earlier than planned, another stream) takes the step off the plan:
+// from there the arena places blocks as before, and once no planned block
+// is live the ranges are freed back to the arena (their pages become cached
+// spans, reused by stitching) and learning goes on. Unplanned allocations
+// in a planned step go through the arena as before.
+//
+// Not thread-safe, like the arena. The hot calls make no backend call and
+// no heap allocation beyond the history's growth (amortized); the map of
+// live planned blocks is reserved when a plan is made.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "fragctl/device_allocator.hpp"
+
+namespace fragctl::arena_detail {
+
+class step_plan {
+ public:
+  /// What the plan did so far (pool_state::plan).
+  using figures = step_plan_state;
+
+  /// What the arena should do with the allocation at hand.
+  enum class next : std::uint8_t {
+    place,       ///< its own placement (not planned)
+    serve,       ///< serve() gives its address
+    need_region  ///< a plan starts here: map region_bytes() and call start(base), then serve()
+  };
+
+  step_plan() = default;
+
+  [[nodiscard]] bool enabled() const noexcept { return enabled_; }
+  void enable(bool on) noexcept { enabled_ = on; }
+
+  /// Before an allocation of `units` (512-byte units) on stream `stream`.
+  [[nodiscard]] next before_allocate(std::uint32_t units, std::uint32_t stream) noexcept;
+  /// The address of the planned allocation before_allocate() answered serve for.
+  [[nodiscard]] std::uintptr_t serve(std::size_t requested);
+  /// After any allocation (planned or not), for the history.
+  void after_allocate(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool planned);
+
+  /// Whether `addr` may be a planned block (within the hull of the plan's ranges).
+  [[nodiscard]] bool in_region(std::uintptr_t addr) const noexcept {
+    return addr - region_ < region_bytes_;  // unsigned: false below the region
+  }
+  /// Frees the planned block at `addr` (in_region) on `stream`. Returns its
+  /// requested size, or 0 when no planned block starts there. `same_stream`
+  /// is false when the caller must wait for the free before the region's
+  /// memory is reused (another stream than the plan's).
+  struct freed {
+    std::size_t bytes = 0;      // rounded
+    std::size_t requested = 0;  // 0: not a live planned block
+  };
+  [[nodiscard]] freed free_planned(std::uintptr_t addr, std::uint32_t stream) noexcept;
+  /// After any free the arena made itself (not a planned block), for the history.
+  void after_free(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream);
+
+  /// A free range the plan may lay blocks out in (mapped free memory of the
+  /// arena at the step's start), and how much of it the layout used.
+  struct bin {
+    std::uintptr_t base = 0;
+    std::uint64_t bytes = 0;
+    std::uint32_t block = 0;  // the arena's free block it lies in
+    std::uint64_t used = 0;   // set by lay_out: the layout's extent in it
+  };
+  /// Lays the step's planned blocks out in `bins` (tried in order) and, for
+  /// what fits none, in a new range after them; returns that range's bytes
+  /// (0: the bins hold everything). Sets each bin's `used`.
+  [[nodiscard]] std::uint64_t lay_out(std::vector<bin>& bins);
+  /// The ranges are the arena's now (the used bins, and the new range at
+  /// `base` if lay_out asked for one): the plan begins with this allocation.
+  void start(const std::vector<bin>& bins, std::uintptr_t base) noexcept;
+  /// The region could not be had: forget the plan.
+  void abandon() noexcept;
+  /// Whether the plan's ranges are to be given back: the plan was left and
+  /// no planned block is live. The caller frees them and calls region_freed().
+  [[nodiscard]] bool region_to_free() const noexcept {
+    return mode_ == mode::draining && live_planned_ == 0 && region_bytes_ != 0;
+  }
+  /// Calls f(addr, bytes, requested) for every live planned block, in no order.
+  template <class F>
+  void for_each_live(F&& f) const {
+    for (const auto& [addr, ls] : live_) f(addr, ls.bytes, ls.requested);
+  }
+  /// Whether the plan holds ranges of the arena.
+  [[nodiscard]] bool has_region() const noexcept { return region_bytes_ != 0; }
+  [[nodiscard]] std::uint32_t region_stream() const noexcept { return stream_; }
+  /// Leaves the plan now (release_cached, an out-of-memory): region_to_free()
+  /// then names the region as soon as no planned block is live.
+  void leave() noexcept;
+  void region_freed() noexcept;
+
+  /// Driver memory calls so far, read at each step start of a plan.
+  void set_call_counter(std::uint64_t (*read)(const void*), const void* ctx) noexcept {
+    read_calls_ = read;
+    read_ctx_ = ctx;
+  }
+
+  [[nodiscard]] const figures& stats() const noexcept { return figures_; }
+  [[nodiscard]] bool serving() const noexcept { return mode_ == mode::active; }
+  /// Planned blocks live now.
+  [[nodiscard]] std::uint32_t live_planned() const noexcept { return live_planned_; }
+
+ private:
+  enum class mode : std::uint8_t { learning, pending, active, draining };
+  struct event {
+    std::uintptr_t addr;
+    std::uint32_t units;
+    std::uint16_t stream;
+    std::uint8_t is_free;
+  };
+  /// One allocation of the planned step.
+  struct slot {
+    std::uint64_t key;     // units and stream
+    std::uint64_t offset;  // in its bin (lay_out), then its address (start); planned only
+    std::uint32_t bin;     // planned only
+    std::uint32_t due;     // gap (allocation index) its free is due before; planned only
+    bool planned;
+  };
+  struct live_slot {
+    std::uint32_t t;
+    std::size_t bytes;
+    std::size_t requested;
+  };
+
+  [[nodiscard]] static std::uint64_t key_of(std::uint32_t units, std::uint32_t stream) noexcept {
+    return (std::uint64_t{units} << 16) | (stream & 0xffff);
+  }
+  void record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free);
+  /// Looks for a period in the history and plans it; whether a plan is pending.
+  bool detect();
+  void off_plan() noexcept;
+  void step_boundary() noexcept;
+
+  bool enabled_ = true;
+  mode mode_ = mode::learning;
+  std::vector<event> history_;
+  std::uint64_t allocs_ = 0;       // allocations in history_
+  std::uint64_t next_check_ = 256;
+  std::uint64_t min_period_ = 32;  // raised past a period whose plan failed
+  // The plan.
+  std::vector<slot> slots_;
+  std::vector<std::uint32_t> due_in_gap_;  // planned frees due in each gap [0, P]
+  struct item {
+    std::uint32_t t, due;  // lives over allocations [t, due) of the step
+    std::uint64_t bytes;
+  };
+  std::vector<item> items_;  // the planned blocks, for lay_out
+  std::uint64_t plan_extent_ = 0;
+  std::uint64_t plan_period_ = 0;
+  std::uint64_t countdown_ = 0;  // pending: allocations until the step starts
+  std::uint32_t stream_ = 0;
+  // Serving.
+  std::uintptr_t region_ = 0;
+  std::size_t region_bytes_ = 0;  // 0 while no region is mapped: in_region() false
+  std::uint32_t t_ = 0;           // next allocation's index in the step
+  std::uint32_t freed_in_gap_ = 0;
+  std::uint32_t live_planned_ = 0;
+  std::uint64_t step_start_calls_ = 0;
+  std::uint64_t plan_steps_ = 0;  // steps the current plan served whole
+  absl::flat_hash_map<std::uintptr_t, live_slot> live_;
+  std::uint64_t (*read_calls_)(const void*) = nullptr;
+  const void* read_ctx_ = nullptr;
+  figures figures_;
+};
+
+}  // namespace fragctl::arena_detail

@@ -1,0 +1,319 @@
+// The arena's steady-state plan (step_plan.hpp) on the sim backend: a job
+// that repeats itself is served without driver calls once its step is
+// found, the peak memory is no higher than without the plan, a job that
+// leaves its plan goes back to best fit, failed driver calls (at the plan's
+// start too) leave the arena consistent, the memory map shows the plan's
+// free memory, and the plan's figures reach the statistics and the report.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "allocator_policies/arena/arena_policy.hpp"
+#include "fragctl/run_report.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "fragctl/stats.hpp"
+#include "support/arena_world.hpp"
+
+namespace fragctl {
+namespace {
+
+sim_options options() {
+  sim_options o;
+  o.capacity = 8 * GiB;
+  o.granularity = 2 * MiB;
+  return o;
+}
+
+config with_plan(bool on) {
+  config cfg;
+  cfg.step_plan = on;
+  return cfg;
+}
+
+// A model of a checkpointed transformer's training step at `tokens` tokens:
+// long-lived parameters (made by the caller), per layer a kept input and
+// transient tensors whose sizes follow the tokens; backward recomputes and
+// frees the kept inputs in reverse; gradients live until the step's end,
+// as set_to_none leaves them.
+struct job {
+  arena_policy& a;
+  std::vector<std::size_t> params;
+  std::size_t peak_live = 0, live = 0;
+
+  void* alloc(std::size_t bytes) {
+    live += a.allocation_size(bytes);
+    peak_live = std::max(peak_live, live);
+    return a.allocate(bytes, 0);
+  }
+  void free(void* p, std::size_t bytes) {
+    live -= a.allocation_size(bytes);
+    a.deallocate(p, bytes, 0);
+  }
+
+  void step(std::size_t tokens) {
+    constexpr int layers = 8;
+    const std::size_t act = tokens * 8 * KiB;          // a layer's input
+    const std::size_t scores = tokens * tokens * 96;   // attention scores
+    const std::size_t mlp = tokens * 22 * KiB;         // the MLP's inner width
+    std::vector<void*> kept;
+    void* x = alloc(act);
+    for (int l = 0; l < layers; ++l) {
+      void* s = alloc(scores);
+      void* p = alloc(scores * 2);  // fp32 softmax
+      free(s, scores);
+      void* o = alloc(act);
+      free(p, scores * 2);
+      void* m = alloc(mlp);
+      void* m2 = alloc(mlp);
+      free(o, act);
+      void* y = alloc(act);
+      free(m, mlp);
+      free(m2, mlp);
+      kept.push_back(x);
+      x = y;
+    }
+    void* logits = alloc(tokens * 256 * KiB / 8);
+    free(x, act);
+    void* dx = alloc(act);
+    free(logits, tokens * 256 * KiB / 8);
+    std::vector<void*> grads;
+    for (int l = layers - 1; l >= 0; --l) {
+      void* s = alloc(scores);
+      void* p = alloc(scores * 2);
+      void* m = alloc(mlp);
+      free(s, scores);
+      void* g = alloc(params[static_cast<std::size_t>(l)]);
+      grads.push_back(g);
+      void* dp = alloc(scores * 2);
+      free(p, scores * 2);
+      void* ndx = alloc(act);
+      free(dp, scores * 2);
+      free(m, mlp);
+      free(dx, act);
+      free(kept[static_cast<std::size_t>(l)], act);
+      dx = ndx;
+    }
+    free(dx, act);
+    // The optimizer: one temporary per parameter, then the gradients go.
+    std::vector<void*> temps;
+    for (int l = 0; l < layers; ++l) temps.push_back(alloc(params[static_cast<std::size_t>(l)]));
+    for (int l = 0; l < layers; ++l) free(temps[static_cast<std::size_t>(l)], params[static_cast<std::size_t>(l)]);
+    for (int l = 0; l < layers; ++l) {
+      free(grads[static_cast<std::size_t>(layers - 1 - l)], params[static_cast<std::size_t>(l)]);
+    }
+  }
+};
+
+struct outcome {
+  std::vector<std::uint64_t> calls;  // driver memory calls per step
+  double ratio = 0;                  // peak held / peak live
+  pool_state state;
+  std::size_t map_live = 0;          // live bytes the memory map shows after the last step
+  std::size_t map_free = 0;          // free bytes it shows
+};
+
+// Runs the job for each entry of `tokens` (one step each); returns the
+// driver memory calls of each step and the peak memory held over the peak
+// live bytes.
+outcome run(const std::vector<std::size_t>& tokens, bool plan) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(plan), sim);
+  job j{a, {}};
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  outcome out;
+  for (const std::size_t t : tokens) {
+    const std::uint64_t before = sim.counters().memory_calls();
+    j.step(t);
+    out.calls.push_back(sim.counters().memory_calls() - before);
+  }
+  out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
+  out.state = a.state();
+  for (const memory_segment& seg : a.memory_map().segments) {
+    for (const memory_block& b : seg.blocks) (b.use == block_use::live ? out.map_live : out.map_free) += b.size;
+  }
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  return out;
+}
+
+std::uint64_t sum(const std::vector<std::uint64_t>& v, std::size_t from) {
+  std::uint64_t n = 0;
+  for (std::size_t i = from; i < v.size(); ++i) n += v[i];
+  return n;
+}
+
+TEST(arena_plan, repeating_job_makes_no_driver_calls_once_planned) {
+  const std::vector<std::size_t> tokens(16, 2048);
+  const outcome with = run(tokens, true);
+  const outcome without = run(tokens, false);
+  // Without the plan, best fit re-stitches pages in every step (the
+  // positive control: the job is one the plan has to change).
+  EXPECT_GT(sum(without.calls, 6), 0u) << "the job does not exercise stitching";
+  // With it, the step is found within its first repeats and the later
+  // steps make no driver call at all.
+  for (std::size_t i = 6; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
+  EXPECT_GE(with.state.plan.steps_detected, 1u);
+  EXPECT_GE(with.state.plan.planned_steps, 5u);
+  EXPECT_EQ(with.state.plan.last_step_driver_calls, 0u);
+  EXPECT_GT(with.state.plan.planned_bytes, 0u);
+  // No more memory than without the plan.
+  EXPECT_LE(with.ratio, without.ratio + 1e-9);
+}
+
+TEST(arena_plan, memory_map_shows_the_plan_free_between_steps) {
+  // Between two planned steps no planned block is live: the plan's ranges
+  // are free memory in the map, not one live block.
+  const outcome with = run(std::vector<std::size_t>(10, 2048), true);
+  ASSERT_GE(with.state.plan.planned_steps, 1u);
+  ASSERT_GT(with.state.plan.region_bytes, 0u);
+  EXPECT_EQ(with.map_live, with.state.allocated);
+  EXPECT_GE(with.map_free, with.state.plan.region_bytes);
+}
+
+TEST(arena_plan, varying_job_is_left_to_best_fit_at_no_cost) {
+  // Sequence lengths drawn per step: no two steps ask for the same sizes,
+  // nothing is planned, and the arena does exactly what it does without
+  // the plan (the same driver calls in every step, the same peak). Plans
+  // for a family of shapes are not done (docs/policies/arena.md).
+  const std::vector<std::size_t> tokens = {1024, 1536, 768,  2048, 1280, 1792, 896,  1664,
+                                           1152, 1920, 1408, 640,  1856, 1216, 1984, 1088};
+  const outcome with = run(tokens, true);
+  const outcome without = run(tokens, false);
+  EXPECT_GT(sum(without.calls, 6), 0u) << "the job does not exercise stitching";
+  EXPECT_EQ(with.calls, without.calls);
+  EXPECT_DOUBLE_EQ(with.ratio, without.ratio);
+  EXPECT_EQ(with.state.plan.planned_steps, 0u);
+}
+
+TEST(arena_plan, plan_off_leaves_best_fit_as_it_was) {
+  // step_plan:false: nothing is recorded or planned.
+  const outcome without = run(std::vector<std::size_t>(8, 1024), false);
+  EXPECT_EQ(without.state.plan.steps_detected, 0u);
+  EXPECT_EQ(without.state.plan.planned_bytes, 0u);
+}
+
+TEST(arena_plan, a_job_that_changes_shape_leaves_its_plan) {
+  // Repeats long enough to be planned, then a longer sequence: the plan is
+  // left, its memory goes back to best fit, and every block is still served.
+  std::vector<std::size_t> tokens(8, 1024);
+  tokens.push_back(2048);
+  tokens.push_back(2048);
+  const outcome with = run(tokens, true);
+  EXPECT_GE(with.state.plan.planned_steps, 1u);
+  EXPECT_GE(with.state.plan.dropped, 1u);
+  EXPECT_GT(with.state.plan.unplanned_bytes, 0u);
+}
+
+TEST(arena_plan, figures_reach_json_and_report) {
+  const outcome with = run(std::vector<std::size_t>(10, 2048), true);
+  allocator_stats s;
+  s.allocator = "arena";
+  s.backend = "sim";
+  s.pool = with.state;
+  const std::string j = to_json(s);
+  EXPECT_NE(j.find("\"step_plan\""), std::string::npos);
+  EXPECT_NE(j.find("\"planned_steps\""), std::string::npos);
+  const auto back = stats_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pool.plan.planned_steps, with.state.plan.planned_steps);
+  EXPECT_EQ(back->pool.plan.planned_bytes, with.state.plan.planned_bytes);
+  EXPECT_EQ(back->pool.plan.last_step_driver_calls, with.state.plan.last_step_driver_calls);
+  EXPECT_NE(to_prometheus(s).find("fragctl_step_plan_planned_steps_total"), std::string::npos);
+  run_report r;
+  r.name = "plan";
+  r.stats = s;
+  const std::string text = render_text(r, {});
+  EXPECT_NE(text.find("Steady-state plan"), std::string::npos);
+  EXPECT_NE(text.find("driver calls"), std::string::npos);
+  // Without a plan the section and the JSON object are absent.
+  allocator_stats none;
+  EXPECT_EQ(to_json(none).find("step_plan"), std::string::npos);
+}
+
+// A small repeating step on the backed fixture of the failure tests: kept
+// inputs, transient blocks of several sizes, gradients until the step's end.
+void small_step(testing_arena::world& w) {
+  using testing_arena::G;
+  std::vector<void*> kept, grads;
+  for (int l = 0; l < 8; ++l) {
+    void* a = w.take(10 * G + 512);
+    void* b = w.take(20 * G);
+    w.give(a);
+    kept.push_back(w.take(2 * G + 1024));
+    w.give(b);
+  }
+  for (int l = 7; l >= 0; --l) {
+    void* r = w.take(20 * G);
+    grads.push_back(w.take(3 * G));
+    w.give(r);
+    w.give(kept[static_cast<std::size_t>(l)]);
+  }
+  for (void* g : grads) w.give(g);
+}
+
+config small_spans() {
+  config cfg;
+  cfg.map_chunk = 4 * testing_arena::G;
+  return cfg;
+}
+
+TEST(arena_plan, plan_runs_on_the_failure_fixture) {
+  // The positive control of the next test: without faults the small job is
+  // planned (so the faults below reach the plan's start) and its later
+  // steps make no driver call.
+  testing_arena::world w(small_spans());
+  void* weights = w.take(5 * testing_arena::G);
+  std::uint64_t last = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::uint64_t before = w.sim->counters().memory_calls();
+    small_step(w);
+    last = w.sim->counters().memory_calls() - before;
+    ASSERT_TRUE(w.consistent()) << "step " << i;
+  }
+  EXPECT_GE(w.arena->state().plan.planned_steps, 4u);
+  EXPECT_EQ(last, 0u);
+  w.give(weights);
+  w.tear_down();
+}
+
+TEST(arena_plan, failed_driver_calls_leave_the_plan_consistent) {
+  // Every k-th create, map or set_access fails (memory pressure that comes
+  // and goes), including those that map the plan's range: each growth is
+  // rolled back and retried, a plan that cannot get its range is
+  // abandoned, and after every step the arena agrees with the device and
+  // every block keeps its data; at the end the device is empty.
+  for (const sim_fault_target target :
+       {sim_fault_target::create_physical, sim_fault_target::map, sim_fault_target::set_access}) {
+    // k = 0: every call fails in steps 3 to 8 (where the plan is found and
+    // would start), none before or after.
+    for (const std::uint64_t k : {0u, 2u, 3u, 7u}) {
+      SCOPED_TRACE(::testing::Message() << "target " << static_cast<int>(target) << ", every " << k);
+      testing_arena::world w(small_spans());
+      void* weights = w.take(5 * testing_arena::G);
+      if (k != 0) w.sim->fail_every(target, k);
+      for (int i = 0; i < 16; ++i) {
+        if (k == 0 && i == 3) w.sim->fail_from(target, 1);
+        if (k == 0 && i == 9) w.sim->reset_faults();
+        try {
+          small_step(w);
+        } catch (const out_of_memory&) {
+          // A retry failed too: the step is cut short; its blocks stay live
+          // and are checked, then freed below.
+        }
+        ASSERT_TRUE(w.consistent()) << "step " << i;
+        while (w.blocks.size() > 1) w.give(w.blocks.back().p);
+      }
+      w.sim->reset_faults();
+      w.give(weights);
+      w.tear_down();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fragctl
