@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_driver.hpp"
@@ -69,6 +70,8 @@ class cuda_backend final : public device_backend {
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;
+  /// NVML's figures (nvml.hpp) for this device's PCI bus id.
+  process_memory do_get_process_memory() const noexcept override;
   void* do_allocate_host(std::size_t bytes) override;
   void do_free_host(void* ptr, std::size_t bytes) override;
   void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;
@@ -83,6 +86,7 @@ class cuda_backend final : public device_backend {
   CUcontext context_ = nullptr;
   bool virtual_memory_ = false;
   std::size_t granularity_ = 0;
+  std::string pci_bus_id_;  ///< cuDeviceGetPCIBusId; empty where the driver lacks it
   CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device
   std::vector<CUmemAccessDesc> access_;        ///< read-write for this device, then its peers
 };

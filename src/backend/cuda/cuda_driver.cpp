@@ -150,6 +150,8 @@ load_result load() {
   get(api.mem_get_allocation_granularity, "cuMemGetAllocationGranularity", 10020,
       "cuMemGetAllocationGranularity");
   (void)get.take_missing();  // optional: has_virtual_memory() says whether all are there
+  get(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId", 4010, "cuDeviceGetPCIBusId");
+  (void)get.take_missing();  // optional: without it there are no per-process figures
   return r;
 }
 

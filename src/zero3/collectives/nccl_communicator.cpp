@@ -14,6 +14,7 @@
 // watchdog, so the abort never races a call on the same communicator. The
 // unique id comes from nccl_rendezvous.hpp.
 #include <algorithm>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -23,6 +24,7 @@
 
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
+#include "fragctl/device_memory.hpp"
 #include "fragctl/log.hpp"
 #include "zero3/collectives/nccl_library.hpp"
 #include "zero3/collectives/nccl_rendezvous.hpp"
@@ -57,6 +59,7 @@ class nccl_communicator final : public communicator {
   nccl_communicator(device_backend& backend, const nccl_options& options)
       : lib_(nccl::load(options)), backend_(backend), options_(options) {
     const nccl::unique_id_t id = obtain_unique_id(lib_, options_);
+    const std::size_t outside_before = process_memory_outside_fragctl(backend_);
     const auto started = clock::now();
     {
       const device_binding bound = backend_.bind_device();
@@ -72,6 +75,7 @@ class nccl_communicator final : public communicator {
     }
     wait_ready("init", "communicator", started + options_.timeout);
     blocked_ns_ += nanoseconds_since(started);
+    attribute_memory_since(outside_before);
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -96,6 +100,12 @@ class nccl_communicator final : public communicator {
       try {
         backend_.destroy_event(e);
       } catch (const std::exception&) {  // device lost: nothing to free
+      }
+    }
+    if (memory_bytes_ != 0) {
+      try {
+        attribute_device_memory(backend_, device_memory_use::nccl, memory_label(), 0);
+      } catch (const std::exception&) {  // out of host memory: the ledger keeps a stale figure
       }
     }
   }
@@ -165,9 +175,13 @@ class nccl_communicator final : public communicator {
       poll_locked();
       throw_if_failed_locked();
       const device_binding bound = backend_.bind_device();
+      // NCCL connects and allocates its buffers lazily, at the first call.
+      const std::size_t outside_before = first_call_ ? process_memory_outside_fragctl(backend_) : SIZE_MAX;
       (void)lib_.group_start();
       const nccl::result_t inner = calls();
       r = lib_.group_end();
+      if (first_call_) attribute_memory_since(outside_before);
+      first_call_ = false;
       if (inner != nccl::success) r = inner;
       if (r != nccl::success && r != nccl::in_progress) {
         fail_locked({fmt::format("zero3 rank {}: {} of {} failed: {}; communicator aborted", rank(), op, tag,
@@ -277,6 +291,26 @@ class nccl_communicator final : public communicator {
     comm_ = nullptr;
   }
 
+  // The label this communicator's device memory is attributed under.
+  [[nodiscard]] std::string memory_label() const {
+    return fmt::format("zero3 {} rank {} of {} ({})", lib_.name, rank(), size(), static_cast<const void*>(this));
+  }
+
+  // Adds what the process took outside fragctl since `before`
+  // (process_memory_outside_fragctl, SIZE_MAX: not measured) to the device
+  // memory attributed to this communicator (docs/reports.md).
+  void attribute_memory_since(std::size_t before) noexcept {
+    if (before == SIZE_MAX) return;
+    const std::size_t after = process_memory_outside_fragctl(backend_);
+    if (after == SIZE_MAX || after <= before) return;
+    memory_bytes_ += after - before;
+    try {
+      attribute_device_memory(backend_, device_memory_use::nccl, memory_label(), memory_bytes_);
+    } catch (const std::exception& e) {
+      logger().debug("zero3 rank {}: the communicator's device memory is not attributed: {}", rank(), e.what());
+    }
+  }
+
   void throw_if_failed_locked() const {
     if (failed_) throw collective_error(failed_->message, rank(), failed_->operation, failed_->tag, failed_->timed_out);
   }
@@ -326,6 +360,8 @@ class nccl_communicator final : public communicator {
   std::vector<event_t> free_events_;
   std::optional<failure> failed_;
   std::uint64_t blocked_ns_ = 0;
+  bool first_call_ = true;        // no collective enqueued yet
+  std::size_t memory_bytes_ = 0;  // device memory attributed to this communicator
 };
 
 }  // namespace
