@@ -27,8 +27,9 @@
 // report's "not fragctl's": where the known parts exceed it (figures read a
 // moment apart, or bytes attributed that the device does not hold) `other`
 // is 0 and the parts take what is left in this order: other fragctl, graph
-// pools, other processes (counted or measured now), then context and NCCL
-// (measured earlier or reported by callers). Devices are told apart by backend name and ordinal, so two sim
+// pools, other processes (counted or measured now), NCCL (measured around
+// each communicator), then the context, the estimate that may already hold
+// a communicator made before fragctl's first allocator. Devices are told apart by backend name and ordinal, so two sim
 // backends of one ordinal in a process are one device to the ledger.
 //
 // Threads: every function is thread-safe. The ledger's lock is a leaf: it

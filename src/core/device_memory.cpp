@@ -84,8 +84,8 @@ device_memory_split split_device_memory(const device_memory_inputs& in) noexcept
   s.other_fragctl = take(in.other_fragctl);
   s.graph_pools = take(in.graph_pools);
   s.other_processes = s.per_process ? take(in.process.other_processes) : 0;
-  s.context = take(in.context);
   s.nccl = take(in.nccl);
+  s.context = take(in.context);
   s.other = left;
   return s;
 }
