@@ -6,7 +6,10 @@ attribution, and the report file that carries both.
 """
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import textwrap
 import unittest
 
 import fragctl
@@ -58,6 +61,22 @@ class DeviceMemorySplitTest(unittest.TestCase):
                 ptr = a.malloc(32 * MiB)  # fragctl's own bytes are not the communicator's
             self.assertEqual(a.device_memory_split()["nccl"], 0)
             a.free(ptr, 32 * MiB)
+
+    def test_fragctl_torch_attributes_a_process_group_on_the_default_allocator(self):
+        # Process-wide state (the default allocator): in a child process.
+        code = textwrap.dedent("""
+            import fragctl, fragctl.torch
+            with fragctl.torch.nccl_memory("world", device=0):
+                pass  # sim: nothing taken outside fragctl
+            split = fragctl.default_allocator(0).device_memory_split()
+            print(split["context"], split["nccl"], split["per_process"])
+        """)
+        env = dict(os.environ, FRAGCTL_BACKEND="sim", FRAGCTL_CONF="sim_context:256MiB")
+        python_dir = os.path.dirname(os.path.dirname(os.path.abspath(fragctl.__file__)))
+        env["PYTHONPATH"] = python_dir + os.pathsep + env.get("PYTHONPATH", "")
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.split(), [str(256 * MiB), "0", "True"])
 
 
 if __name__ == "__main__":
