@@ -5,10 +5,10 @@
 #include <optional>
 
 #include "capi/handle.hpp"
-#include "fmt/format.h"
-#include "fragctl/allocator_stack.hpp"
 #include "core/json_io.hpp"
 #include "core/stats_json.hpp"
+#include "fmt/format.h"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/backend.hpp"
 #include "fragctl/device_memory.hpp"
 
@@ -47,7 +47,8 @@ fragctl_status fragctl_device_memory(fragctl_allocator* allocator, size_t* free,
 }
 
 fragctl_status fragctl_device_memory_split_json(fragctl_allocator* allocator, char** json) {
-  FRAGCTL_REQUIRE(allocator != nullptr && json != nullptr, "fragctl_device_memory_split_json: allocator or json is NULL");
+  FRAGCTL_REQUIRE(allocator != nullptr && json != nullptr,
+                  "fragctl_device_memory_split_json: allocator or json is NULL");
   return guarded([&] {
     fragctl::allocator_stack& stack = *allocator->stack;
     const fragctl::memory_info info = stack.backend().get_memory_info();

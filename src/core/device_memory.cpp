@@ -115,10 +115,11 @@ device_memory_split device_memory_split_of(const device_backend& backend, std::s
 
 std::string describe(const device_memory_split& s) {
   using util::human_bytes;
-  std::string text = fmt::format("not fragctl's {}: context {}, NCCL {}, graph pools {}, other fragctl allocators {}, "
-                                 "other {}",
-                                 human_bytes(s.not_fragctl()), human_bytes(s.context), human_bytes(s.nccl),
-                                 human_bytes(s.graph_pools), human_bytes(s.other_fragctl), human_bytes(s.other));
+  std::string text = fmt::format(
+      "not fragctl's {}: context {}, NCCL {}, graph pools {}, other fragctl allocators {}, "
+      "other {}",
+      human_bytes(s.not_fragctl()), human_bytes(s.context), human_bytes(s.nccl), human_bytes(s.graph_pools),
+      human_bytes(s.other_fragctl), human_bytes(s.other));
   if (s.per_process) {
     text += fmt::format(", other processes {} (NVML; this process {})", human_bytes(s.other_processes),
                         human_bytes(s.this_process));
@@ -157,8 +158,7 @@ void leave_device_memory_ledger(const device_backend& backend) noexcept {
 
 std::string_view to_string(device_memory_use use) noexcept {
   switch (use) {
-    case device_memory_use::nccl:
-      return "nccl";
+    case device_memory_use::nccl: return "nccl";
   }
   return "?";
 }

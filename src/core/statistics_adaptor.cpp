@@ -110,7 +110,7 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
     add(c.ooms, std::uint64_t{1});
     const std::optional<device_memory_split> split = record_oom(e.details(), stream);
     if (!split) throw;
-    out_of_memory annotated = e;  // what() carries the split (torch's OutOfMemoryError included)
+    out_of_memory annotated = e;          // what() carries the split (torch's OutOfMemoryError included)
     std::string note = "device memory ";  // in steps: GCC 12's -Wrestrict at -O3
     note += describe(*split);
     annotated.add_note(note);

@@ -51,18 +51,18 @@ json split_json(const device_memory_split& m) {
 json oom_event_json(const oom_event& e) {
   const oom_details& d = e.details;
   json out{{"sequence", e.sequence},
-              {"time_unix_ms", e.time_unix_ms},
-              {"stream", e.stream},
-              {"requested", d.requested},
-              {"reserved", d.reserved},
-              {"cached_free", d.cached_free},
-              {"largest_free_block", d.largest_free_block},
-              {"device_free", d.device_free},
-              {"device_total", d.device_total},
-              {"used_by_others", memory_used_by_others(d)},
-              {"outside_at_start", d.outside_at_start},
-              {"verdict", std::string(to_string(e.verdict))},
-              {"advice", e.advice}};
+           {"time_unix_ms", e.time_unix_ms},
+           {"stream", e.stream},
+           {"requested", d.requested},
+           {"reserved", d.reserved},
+           {"cached_free", d.cached_free},
+           {"largest_free_block", d.largest_free_block},
+           {"device_free", d.device_free},
+           {"device_total", d.device_total},
+           {"used_by_others", memory_used_by_others(d)},
+           {"outside_at_start", d.outside_at_start},
+           {"verdict", std::string(to_string(e.verdict))},
+           {"advice", e.advice}};
   if (e.memory_split) out["memory_split"] = split_json(*e.memory_split);
   return out;
 }
@@ -270,7 +270,8 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
     r.integer(*d, "free", s.device_memory.free, "device_memory");
     r.integer(*d, "total", s.device_memory.total, "device_memory");
     r.integer(*d, "outside_at_start", s.device_memory.outside_at_start, "device_memory");
-    if (const json* m = r.object(*d, "split")) s.device_memory.split = r.split(*m, s.device_memory.total, "device_memory.split");
+    if (const json* m = r.object(*d, "split"))
+      s.device_memory.split = r.split(*m, s.device_memory.total, "device_memory.split");
   }
   if (!r.status().ok()) return r.status();
   if (const auto h = j.find("size_histogram"); h != j.end()) {

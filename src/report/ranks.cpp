@@ -87,7 +87,8 @@ rank_extremes peak_requested_extremes(const std::vector<rank_row>& rows) {
 }
 
 rank_extremes not_fragctl_extremes(const std::vector<rank_row>& rows) {
-  return extremes_of(rows, [](const rank_row& r) { return r.not_fragctl; }, true);
+  const auto not_fragctl = [](const rank_row& r) { return r.not_fragctl; };
+  return extremes_of(rows, not_fragctl, true);
 }
 
 std::pair<const split_part*, std::size_t> widest_split_part(const rank_extremes& e) {
@@ -369,7 +370,8 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
                 {"not_fragctl", row.not_fragctl},
                 {"not_fragctl_at_start", row.at_start},
                 {"not_fragctl_since_start", row.since_start}};
-      if (row.split != nullptr) device["split"] = ordered_json::parse(detail::dump_json(detail::device_memory_split_to_json_value(*row.split)));
+      if (row.split != nullptr)
+        device["split"] = ordered_json::parse(detail::dump_json(detail::device_memory_split_to_json_value(*row.split)));
     }
     ranks.push_back({{"rank", row.rank},
                      {"local_rank", figure(r.writer.local_rank)},

@@ -57,7 +57,7 @@ TEST(device_memory_split, the_parts_add_up_to_what_is_not_fragctls) {
   in.nccl = 100 * GiB;  // figures read a moment apart: cut, never more than used
   const device_memory_split cut = split_device_memory(in);
   EXPECT_EQ(cut.nccl, 4 * GiB + 512 * MiB);  // 6 - 1 - 0.5 (no NVML: no other processes)
-  EXPECT_EQ(cut.context, 0u);                 // the estimate goes first
+  EXPECT_EQ(cut.context, 0u);                // the estimate goes first
   EXPECT_EQ(cut.other, 0u);
   in.process = {true, 7 * GiB, 2 * GiB};
   const device_memory_split measured_first = split_device_memory(in);

@@ -86,7 +86,7 @@ class cuda_backend final : public device_backend {
   CUcontext context_ = nullptr;
   bool virtual_memory_ = false;
   std::size_t granularity_ = 0;
-  std::string pci_bus_id_;  ///< cuDeviceGetPCIBusId; empty where the driver lacks it
+  std::string pci_bus_id_;                     ///< cuDeviceGetPCIBusId; empty where the driver lacks it
   CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device
   std::vector<CUmemAccessDesc> access_;        ///< read-write for this device, then its peers
 };

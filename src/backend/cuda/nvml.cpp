@@ -18,7 +18,7 @@ namespace {
 using nvml_return = int;  // nvmlReturn_t; NVML_SUCCESS is 0
 using nvml_device = struct nvml_device_st*;
 constexpr nvml_return nvml_success = 0;
-constexpr nvml_return nvml_insufficient_size = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+constexpr nvml_return nvml_insufficient_size = 7;         // NVML_ERROR_INSUFFICIENT_SIZE
 constexpr unsigned long long nvml_not_available = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
 
 // nvmlProcessInfo_v2_t, which nvmlDeviceGetComputeRunningProcesses_v3 and

@@ -48,9 +48,10 @@ const sim_options& checked(const sim_options& o) {
                                        min_alignment, o.granularity));
   }
   if (o.context_bytes > o.capacity || o.other_process_bytes > o.capacity - o.context_bytes) {
-    throw invalid_argument(fmt::format("sim_options: context ({}) and other processes' bytes ({}) exceed the "
-                                       "capacity ({})",
-                                       o.context_bytes, o.other_process_bytes, o.capacity));
+    throw invalid_argument(
+        fmt::format("sim_options: context ({}) and other processes' bytes ({}) exceed the "
+                    "capacity ({})",
+                    o.context_bytes, o.other_process_bytes, o.capacity));
   }
   if (o.backed && o.granularity < sim_detail::page_size()) {
     throw invalid_argument(

@@ -14,8 +14,8 @@
 // watchdog, so the abort never races a call on the same communicator. The
 // unique id comes from nccl_rendezvous.hpp.
 #include <algorithm>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
