@@ -11,6 +11,7 @@
 #include "allocator_policies/registry.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
+#include "fragctl/device_memory.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 #include "fragctl/stats_export.hpp"
@@ -49,10 +50,13 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
     register_stats_export(
         this, outputs, [this] { return report_stats(); }, std::move(map));
   }
+  // Last: nothing after it throws, so the destructor always leaves.
+  join_device_memory_ledger(*backend_, keeps_graph_pool(), statistics_->stats().device_memory.outside_at_start);
 }
 
 allocator_stack::~allocator_stack() {
   if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_stats_export(this);
+  leave_device_memory_ledger(*backend_);
 }
 
 namespace {
@@ -66,9 +70,11 @@ device_allocator& policy_of(device_allocator& top) {
 
 }  // namespace
 
-bool allocator_stack::keeps_block_table() const noexcept {
-  return cfg_.block_table || dynamic_cast<graph_pool_policy*>(&policy_of(*top_)) != nullptr;
+bool allocator_stack::keeps_graph_pool() const noexcept {
+  return dynamic_cast<graph_pool_policy*>(&policy_of(*top_)) != nullptr;
 }
+
+bool allocator_stack::keeps_block_table() const noexcept { return cfg_.block_table || keeps_graph_pool(); }
 
 bool allocator_stack::graph_pool_reclaim(void* ptr) {
   auto* pool = dynamic_cast<graph_pool_policy*>(&policy_of(*top_));
@@ -113,6 +119,8 @@ allocator_stats allocator_stack::report_stats() const {
     s.device_memory.measured = true;
     s.device_memory.free = info.free;
     s.device_memory.total = info.total;
+    s.device_memory.split =
+        device_memory_split_of(*backend_, s.reserved.current, info.free, info.total, s.device_memory.outside_at_start);
   } catch (const std::exception& e) {  // a runtime already unloading at exit: the report goes without
     logger().debug("report: no device memory information ({})", e.what());
   }

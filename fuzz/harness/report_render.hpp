@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -291,7 +292,20 @@ inline std::vector<run_report> direct_runs(byte_reader& in) {
     runs[i].writer.world_size = in.byte() >= 224 ? std::int64_t{1} << in.below(63) : std::int64_t{4};
     runs[i].writer.host = next_string(in);
     runs[i].writer.launcher = next_string(in);
-    runs[i].stats.device_memory = {in.byte() < 160, next_size(in), next_size(in), next_size(in)};
+    runs[i].stats.device_memory = {in.byte() < 160, next_size(in), next_size(in), next_size(in), std::nullopt};
+  }
+  // Read after the ranks, for the same reason: the split of the device
+  // memory that is not fragctl's (any figures, consistent or not).
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (in.byte() >= 128) continue;
+    device_memory_split m;
+    m.per_process = in.byte() < 128;
+    for (std::size_t device_memory_split::*field :
+         {&device_memory_split::used, &device_memory_split::this_process, &device_memory_split::fragctl,
+          &device_memory_split::other_fragctl, &device_memory_split::graph_pools, &device_memory_split::context,
+          &device_memory_split::nccl, &device_memory_split::other, &device_memory_split::other_processes})
+      m.*field = next_size(in);
+    runs[i].stats.device_memory.split = m;
   }
   return runs;
 }

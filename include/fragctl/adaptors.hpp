@@ -78,7 +78,9 @@ class statistics_adaptor final : public forwarding_adaptor {
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
 
-  void record_oom(const oom_details& details, stream_t stream) noexcept;
+  /// Keeps and logs the OOM event; returns its split of the device memory
+  /// (nullopt where none was taken).
+  std::optional<device_memory_split> record_oom(const oom_details& details, stream_t stream) noexcept;
 
   struct counters;
   std::unique_ptr<counters> counters_;

@@ -29,7 +29,8 @@ struct stats_export_entry;  // fragctl/stats_export.hpp
 /// cfg.report_path or cfg.prometheus_path set, the stack joins the
 /// FRAGCTL_REPORT registry (fragctl/stats_export.hpp): its statistics (and, with
 /// cfg.report_map, its memory map) are written there on SIGUSR1, at exit,
-/// when it is destroyed, and every cfg.report_interval_ms.
+/// when it is destroyed, and every cfg.report_interval_ms. Every stack joins
+/// its device's memory ledger (fragctl/device_memory.hpp) for its life.
 class allocator_stack {
  public:
   allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg);
@@ -54,6 +55,9 @@ class allocator_stack {
   /// True when block_info answers for live blocks: cfg.block_table is on, or
   /// the policy is a graph_pool (which keeps its live blocks).
   [[nodiscard]] bool keeps_block_table() const noexcept;
+  /// True when the policy is a graph_pool (its reserved bytes are "graph
+  /// pools" in the device memory split, fragctl/device_memory.hpp).
+  [[nodiscard]] bool keeps_graph_pool() const noexcept;
   /// With a graph_pool policy: makes `ptr`, a block kept in the pool, live
   /// again, as an allocation of its size on its stream (counted by the
   /// statistics); returns false, changing nothing, when `ptr` is not kept in

@@ -71,6 +71,18 @@ struct memory_info {
   std::size_t total = 0;
 };
 
+/// Device memory by process, as the vendor's management library reports it
+/// (NVML for cuda; sim's own model): what a report needs to tell this
+/// process's memory from other processes' (docs/reports.md, "Every rank side
+/// by side").
+struct process_memory {
+  /// False where the backend has no per-process figures (no NVML, HIP, this
+  /// process not in NVML's list, as in a container that hides host PIDs).
+  bool measured = false;
+  std::size_t this_process = 0;     ///< device bytes this process uses (context included)
+  std::size_t other_processes = 0;  ///< device bytes every other process on the device uses
+};
+
 /// Every kind of backend call, for counters.
 enum class backend_call : std::uint8_t {
   allocate,
@@ -235,6 +247,11 @@ class device_backend {
 
   /// Free and total device memory as the runtime sees it now.
   [[nodiscard]] memory_info get_memory_info();
+  /// This process's and the other processes' device memory now (NVML's
+  /// per-process usage on cuda, loaded with dlopen("libnvidia-ml.so.1");
+  /// sim's model). `measured` false where the backend cannot tell. Never
+  /// throws for a missing library; not a memory call, not counted.
+  [[nodiscard]] process_memory get_process_memory() const noexcept;
   /// Allocates `bytes` of page-locked host memory the device can read and
   /// write (cuMemHostAlloc / hipHostMalloc; plain memory on sim). Returns
   /// nullptr when out of memory.
@@ -359,6 +376,8 @@ class device_backend {
   virtual stream_t do_create_stream() = 0;
   virtual void do_destroy_stream(stream_t stream) = 0;
   virtual memory_info do_get_memory_info() = 0;
+  /// The default: no per-process figures.
+  virtual process_memory do_get_process_memory() const noexcept { return {}; }
   virtual void* do_allocate_host(std::size_t bytes) = 0;
   virtual void do_free_host(void* ptr, std::size_t bytes) = 0;
   virtual void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) = 0;

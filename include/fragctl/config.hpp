@@ -40,6 +40,8 @@ struct config {
   bool sim_backed = false;
   bool sim_virtual_memory = true;
   int sim_devices = 1;
+  std::size_t sim_context = 0;          ///< sim_options::context_bytes
+  std::size_t sim_other_processes = 0;  ///< sim_options::other_process_bytes
 
   // caching policy (PyTorch-class defaults).
   std::size_t small_size = 1 * MiB;           ///< requests up to this go to the small pool

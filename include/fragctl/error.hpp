@@ -99,6 +99,10 @@ class out_of_memory : public std::bad_alloc {
   explicit out_of_memory(const oom_details& details, const char* allocator_name = "fragctl");
   [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
   [[nodiscard]] const oom_details& details() const noexcept { return details_; }
+  /// Appends "; " and `note` to what(): what an adaptor above the failing
+  /// policy knows and the policy did not (the statistics adaptor's split of
+  /// the device memory that is not fragctl's).
+  void add_note(std::string_view note);
 
  private:
   oom_details details_;

@@ -333,6 +333,29 @@ FRAGCTL_API fragctl_status fragctl_block_info(fragctl_allocator* allocator, void
  * backend's capacity). */
 FRAGCTL_API fragctl_status fragctl_device_memory(fragctl_allocator* allocator, size_t* free, size_t* total);
 
+/** The allocator's device memory split by whose it is (docs/reports.md, "The
+ * device memory that is not fragctl's"), as a JSON object in *json (release
+ * it with fragctl_string_free): used, this_process and other_processes
+ * (NVML; null without per-process figures), fragctl (this allocator's
+ * reserved bytes), not_fragctl, other_fragctl, graph_pools, context, nccl,
+ * other. */
+FRAGCTL_API fragctl_status fragctl_device_memory_split_json(fragctl_allocator* allocator, char** json);
+
+/** Records that `label` (a communicator's name) holds `bytes` of device
+ * memory on the allocator's device for `use` ("nccl"), replacing what
+ * `label` held before; 0 removes it. Every allocator's split on that device
+ * counts it. INVALID_ARGUMENT for another use or a NULL argument. */
+FRAGCTL_API fragctl_status fragctl_attribute_device_memory(fragctl_allocator* allocator, const char* use,
+                                                           const char* label, size_t bytes);
+
+/** This process's device memory on the allocator's device that no fragctl
+ * allocator holds (NVML's per-process figure less every fragctl allocator's
+ * reserved bytes there), in *bytes: measured before and after creating a
+ * communicator, the difference is what to attribute to it. STATE where the
+ * backend has no per-process figures (no NVML, HIP, a container hiding
+ * this process's pid). */
+FRAGCTL_API fragctl_status fragctl_process_device_memory_outside(fragctl_allocator* allocator, size_t* bytes);
+
 /* --- Graph pools ------------------------------------------------------------ */
 /* A CUDA graph's private pool is an allocator with policy "graph_pool" over a
  * base ("graph_pool:caching"; docs/policies/graph_pool.md): a block freed on

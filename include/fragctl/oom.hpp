@@ -37,9 +37,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "fragctl/device_memory.hpp"
 #include "fragctl/error.hpp"
 
 namespace fragctl {
@@ -58,6 +60,9 @@ struct oom_event {
   oom_details details;
   oom_verdict verdict = oom_verdict::capacity;
   std::string advice;  ///< oom_advice at the time of the failure
+  /// The device's used memory split by whose it is at the failure
+  /// (fragctl/device_memory.hpp); statistics_adaptor fills it in.
+  std::optional<device_memory_split> memory_split;
 };
 
 /// The event built from an allocator's oom_details, with verdict and advice.
@@ -65,7 +70,8 @@ struct oom_event {
 
 /// One line for logs and reports: what was requested, reserved, cached and
 /// free on the device, the largest free block, memory used by others, the
-/// verdict with its reason, and the advice.
+/// verdict with its reason, the advice, and the split of the memory that is
+/// not fragctl's where the event has one.
 [[nodiscard]] std::string describe(const oom_event& e, std::string_view allocator);
 
 }  // namespace fragctl

@@ -59,10 +59,18 @@ struct sim_options {
   bool manual_completion = false;       ///< events complete only when told
   int device = 0;                       ///< ordinal reported by device()
   int devices = 1;  ///< devices in the simulated machine: ordinals below it other than `device` can be access peers
+  /// Device bytes this process's runtime context holds from the start (the
+  /// CUDA context of a real device): used on the device, counted in this
+  /// process's usage (get_process_memory), never an allocation's.
+  std::size_t context_bytes = 0;
+  /// Device bytes other processes hold: used on the device, counted in
+  /// get_process_memory's other_processes.
+  std::size_t other_process_bytes = 0;
 };
 
 /// The sim options a configuration names (sim_capacity, sim_granularity,
-/// sim_backed, sim_virtual_memory, device); manual_completion off.
+/// sim_backed, sim_virtual_memory, sim_devices, sim_context,
+/// sim_other_processes, device); manual_completion off.
 [[nodiscard]] sim_options sim_options_from(const config& cfg);
 
 /// Which calls a fault rule applies to.
@@ -116,6 +124,17 @@ class sim_backend final : public device_backend {
 
   /// Device bytes in use now (raw + physical), as the simulated device sees them.
   [[nodiscard]] std::size_t used_bytes() const noexcept;
+  /// Sets the device bytes this process holds outside any allocation of this
+  /// backend, as a library's own buffers would (NCCL's communicators,
+  /// cuBLAS's workspaces): used on the device and in this process's usage.
+  /// Allocations fail as out of memory where they no longer fit beside them.
+  void set_library_bytes(std::size_t bytes);
+
+  // Per-process figures (get_process_memory), sim's model: this process uses
+  // its allocations, context_bytes and the library bytes; other processes
+  // other_process_bytes. The device's used memory (get_memory_info) is the
+  // sum of both; capacity is what allocations, context, library bytes and
+  // other processes share.
   /// Bytes of address space mapped now (the sum of the live mappings).
   [[nodiscard]] std::size_t mapped_bytes() const;
   /// Number of live raw allocations, physical handles, reservations, mappings,
@@ -176,6 +195,7 @@ class sim_backend final : public device_backend {
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;
+  process_memory do_get_process_memory() const noexcept override;
   void* do_allocate_host(std::size_t bytes) override;
   void do_free_host(void* ptr, std::size_t bytes) override;
   void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "fragctl/backend.hpp"
 #include "fragctl/device_allocator.hpp"
+#include "fragctl/device_memory.hpp"
 #include "fragctl/oom.hpp"
 
 namespace fragctl {
@@ -97,6 +99,9 @@ struct allocator_stats {
     /// runtime's context, libraries loaded before it, other processes);
     /// always set by statistics_adaptor.
     std::size_t outside_at_start = 0;
+    /// The used memory split by whose it is (fragctl/device_memory.hpp),
+    /// taken with free and total; absent in earlier reports.
+    std::optional<device_memory_split> split;
   } device_memory;
 
   /// peak reserved / peak requested; 1.0 is ideal; 0 when nothing was requested.

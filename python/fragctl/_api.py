@@ -3,11 +3,12 @@ process-default allocators (configure, default_allocator, stats, report,
 flush), version() and policies(). The package (fragctl/__init__.py)
 exports them; fragctl.summary and fragctl.torch build on them.
 """
+import contextlib
 import ctypes
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _capi
 from ._capi import FragctlError, library
@@ -24,6 +25,10 @@ def version() -> str:
 def policies() -> List[str]:
     """Names of the policies a policy expression may use."""
     return library().fragctl_policy_names().decode().split(",")
+
+
+#: What Allocator.attributing gave each (allocator handle, use, label) so far.
+_attributed: Dict[Tuple[Optional[int], str, str], int] = {}
 
 
 class Allocator:
@@ -184,6 +189,52 @@ class Allocator:
         out = ctypes.c_void_p()
         _capi.check(self._call(library().fragctl_stats_json, ctypes.byref(out)))
         return json.loads(_capi.take_string(out))
+
+    def device_memory_split(self) -> Dict[str, Any]:
+        """The allocator's device memory split by whose it is, as a dict
+        (docs/reports.md, "The device memory that is not fragctl's"): used,
+        this_process and other_processes (NVML; None without per-process
+        figures), fragctl (this allocator's reserved bytes), not_fragctl,
+        other_fragctl, graph_pools, context, nccl, other."""
+        import json
+        out = ctypes.c_void_p()
+        _capi.check(self._call(library().fragctl_device_memory_split_json, ctypes.byref(out)))
+        return json.loads(_capi.take_string(out))
+
+    def attribute_device_memory(self, use: str, label: str, nbytes: int) -> None:
+        """Records that ``label`` (a communicator's name) holds ``nbytes`` of
+        this allocator's device for ``use`` ("nccl"), replacing what it held
+        before; 0 removes it. Every report's split on the device counts it."""
+        _capi.check(self._call(library().fragctl_attribute_device_memory, _capi.text(use, "use"),
+                               _capi.text(label, "label"), ctypes.c_size_t(int(nbytes))))
+
+    def process_memory_outside(self) -> Optional[int]:
+        """This process's device memory on the allocator's device that no
+        fragctl allocator holds (NVML), or None where the backend has no
+        per-process figures."""
+        out = ctypes.c_size_t()
+        status = self._call(library().fragctl_process_device_memory_outside, ctypes.byref(out))
+        if status == _capi.STATE:
+            return None
+        _capi.check(status)
+        return out.value
+
+    @contextlib.contextmanager
+    def attributing(self, use: str, label: str) -> Iterator[None]:
+        """Attributes to ``label`` the device memory the process takes
+        outside fragctl while the ``with`` block runs (process_memory_outside
+        before and after): wrap ``torch.distributed.init_process_group`` and
+        a first collective (NCCL allocates its buffers lazily). Adds to what
+        ``label`` held; does nothing without per-process figures."""
+        before = self.process_memory_outside()
+        yield
+        after = self.process_memory_outside()
+        if before is None or after is None or after <= before:
+            return
+        key = (self._handle.value, use, label)
+        held = _attributed.get(key, 0) + (after - before)
+        self.attribute_device_memory(use, label, held)
+        _attributed[key] = held
 
     def report(self, path: str) -> str:
         """Writes a report document with this allocator's statistics and memory map to ``path``; returns ``path``."""

@@ -140,6 +140,9 @@ def _declare(lib):
         "fragctl_default_allocator": (status, [c.c_int, c.c_int, c.POINTER(p)]),
         "fragctl_write_default_report": (status, [char_p]),
         "fragctl_parse_size": (status, [char_p, c.POINTER(c.c_size_t)]),
+        "fragctl_device_memory_split_json": (status, [p, c.POINTER(p)]),
+        "fragctl_attribute_device_memory": (status, [p, char_p, char_p, c.c_size_t]),
+        "fragctl_process_device_memory_outside": (status, [p, c.POINTER(c.c_size_t)]),
         # The activation-checkpoint store (fragctl/checkpoint/checkpoint.h).
         "fragctl_checkpoint_create": (status, [p, c.c_size_t, c.c_size_t, c.c_int, c.POINTER(p)]),
         "fragctl_checkpoint_destroy": (None, [p]),

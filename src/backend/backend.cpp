@@ -209,6 +209,8 @@ memory_info device_backend::get_memory_info() {
   return do_get_memory_info();
 }
 
+process_memory device_backend::get_process_memory() const noexcept { return do_get_process_memory(); }
+
 void* device_backend::allocate_host(std::size_t bytes) {
   count(backend_call::allocate_host);
   void* p = do_allocate_host(bytes);

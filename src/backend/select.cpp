@@ -30,6 +30,8 @@ sim_options sim_options_from(const config& cfg) {
   options.virtual_memory = cfg.sim_virtual_memory;
   options.device = cfg.device;
   options.devices = std::max(cfg.sim_devices, cfg.device + 1);
+  options.context_bytes = cfg.sim_context;
+  options.other_process_bytes = cfg.sim_other_processes;
   return options;
 }
 

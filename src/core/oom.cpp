@@ -79,13 +79,18 @@ std::string describe(const oom_event& e, std::string_view allocator) {
                            human_bytes(d.device_total));
       break;
   }
-  return fmt::format(
+  std::string line = fmt::format(
       "out of memory: {} could not allocate {} on stream {}: reserved {}, cached free {}, largest free "
       "block {}, device free {} of {}, used by others {} ({} when the allocator started); verdict: {}; try {}",
       allocator, human_bytes(d.requested), e.stream == 0 ? std::string("default") : fmt::format("{:#x}", e.stream),
-      human_bytes(d.reserved), human_bytes(d.cached_free),
-      human_bytes(d.largest_free_block), human_bytes(d.device_free), human_bytes(d.device_total),
-      human_bytes(memory_used_by_others(d)), human_bytes(d.outside_at_start), reason, e.advice);
+      human_bytes(d.reserved), human_bytes(d.cached_free), human_bytes(d.largest_free_block),
+      human_bytes(d.device_free), human_bytes(d.device_total), human_bytes(memory_used_by_others(d)),
+      human_bytes(d.outside_at_start), reason, e.advice);
+  if (e.memory_split) {
+    line += "; device memory ";  // appended in steps: GCC 12's -Wrestrict at -O3
+    line += describe(*e.memory_split);
+  }
+  return line;
 }
 
 }  // namespace fragctl

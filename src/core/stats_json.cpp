@@ -22,21 +22,49 @@ using nlohmann::json;
 
 json gauge_json(const byte_gauge& g) { return json{{"current", g.current}, {"peak", g.peak}}; }
 
+// The split of the device memory (fragctl/device_memory.hpp); `total` is
+// the enclosing object's.
+json split_json(const device_memory_split& m);
+
+json oom_event_json(const oom_event& e);
+
+}  // namespace
+
+json device_memory_split_to_json_value(const device_memory_split& split) { return split_json(split); }
+
+namespace {
+
+json split_json(const device_memory_split& m) {
+  return json{{"per_process", m.per_process},
+              {"used", m.used},
+              {"this_process", m.per_process ? json(m.this_process) : json(nullptr)},
+              {"fragctl", m.fragctl},
+              {"not_fragctl", m.not_fragctl()},
+              {"other_fragctl", m.other_fragctl},
+              {"graph_pools", m.graph_pools},
+              {"context", m.context},
+              {"nccl", m.nccl},
+              {"other", m.other},
+              {"other_processes", m.per_process ? json(m.other_processes) : json(nullptr)}};
+}
+
 json oom_event_json(const oom_event& e) {
   const oom_details& d = e.details;
-  return json{{"sequence", e.sequence},
-              {"time_unix_ms", e.time_unix_ms},
-              {"stream", e.stream},
-              {"requested", d.requested},
-              {"reserved", d.reserved},
-              {"cached_free", d.cached_free},
-              {"largest_free_block", d.largest_free_block},
-              {"device_free", d.device_free},
-              {"device_total", d.device_total},
-              {"used_by_others", memory_used_by_others(d)},
-              {"outside_at_start", d.outside_at_start},
-              {"verdict", std::string(to_string(e.verdict))},
-              {"advice", e.advice}};
+  json out{{"sequence", e.sequence},
+           {"time_unix_ms", e.time_unix_ms},
+           {"stream", e.stream},
+           {"requested", d.requested},
+           {"reserved", d.reserved},
+           {"cached_free", d.cached_free},
+           {"largest_free_block", d.largest_free_block},
+           {"device_free", d.device_free},
+           {"device_total", d.device_total},
+           {"used_by_others", memory_used_by_others(d)},
+           {"outside_at_start", d.outside_at_start},
+           {"verdict", std::string(to_string(e.verdict))},
+           {"advice", e.advice}};
+  if (e.memory_split) out["memory_split"] = split_json(*e.memory_split);
+  return out;
 }
 
 // Reads one optional field of an object; absent leaves `out` unchanged.
@@ -77,6 +105,41 @@ class reader {
       return nullptr;
     }
     return &*it;
+  }
+
+  void boolean(const json& obj, const char* key, bool& out, std::string_view prefix = {}) {
+    if (!status_.ok()) return;
+    const auto it = obj.find(key);
+    if (it == obj.end()) return;
+    if (!it->is_boolean()) {
+      fail(prefix, key, "true or false");
+      return;
+    }
+    out = it->get<bool>();
+  }
+
+  // A figure that may be null (not measured): null leaves `out` unchanged.
+  template <class T>
+  void optional_integer(const json& obj, const char* key, T& out, std::string_view prefix = {}) {
+    if (const auto it = obj.find(key); it != obj.end() && it->is_null()) return;
+    integer(obj, key, out, prefix);
+  }
+
+  // The split written by split_json, `total` given.
+  device_memory_split split(const json& m, std::size_t total, const std::string& prefix) {
+    device_memory_split out;
+    out.total = total;
+    boolean(m, "per_process", out.per_process, prefix);
+    integer(m, "used", out.used, prefix);
+    optional_integer(m, "this_process", out.this_process, prefix);
+    integer(m, "fragctl", out.fragctl, prefix);
+    integer(m, "other_fragctl", out.other_fragctl, prefix);
+    integer(m, "graph_pools", out.graph_pools, prefix);
+    integer(m, "context", out.context, prefix);
+    integer(m, "nccl", out.nccl, prefix);
+    integer(m, "other", out.other, prefix);
+    optional_integer(m, "other_processes", out.other_processes, prefix);
+    return out;
   }
 
   void gauge(const json& obj, const char* key, byte_gauge& out) {
@@ -161,6 +224,7 @@ json stats_to_json_value(const allocator_stats& s) {
     out["device_memory"] = {{"free", s.device_memory.free},
                             {"total", s.device_memory.total},
                             {"outside_at_start", s.device_memory.outside_at_start}};
+    if (s.device_memory.split) out["device_memory"]["split"] = split_json(*s.device_memory.split);
   }
   return out;
 }
@@ -232,6 +296,8 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
     r.integer(*d, "free", s.device_memory.free, "device_memory");
     r.integer(*d, "total", s.device_memory.total, "device_memory");
     r.integer(*d, "outside_at_start", s.device_memory.outside_at_start, "device_memory");
+    if (const json* m = r.object(*d, "split"))
+      s.device_memory.split = r.split(*m, s.device_memory.total, "device_memory.split");
   }
   if (!r.status().ok()) return r.status();
   if (const auto h = j.find("size_histogram"); h != j.end()) {
@@ -272,6 +338,9 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
       std::string verdict;
       r.string(ej, "verdict", verdict);
       r.string(ej, "advice", e.advice);
+      if (const json* m = r.object(ej, "memory_split")) {
+        e.memory_split = r.split(*m, e.details.device_total, prefix + ".memory_split");
+      }
       if (!r.status().ok()) return r.status();
       // An unknown verdict (a newer writer) is recomputed from the numbers.
       e.verdict = diagnose(e.details);

@@ -13,6 +13,10 @@ namespace fragctl::detail {
 /// One allocator's statistics as a JSON object, schema_version included.
 [[nodiscard]] nlohmann::json stats_to_json_value(const allocator_stats& s);
 
+/// A device memory split (fragctl/device_memory.hpp) as the report's
+/// device_memory.split object.
+[[nodiscard]] nlohmann::json device_memory_split_to_json_value(const device_memory_split& split);
+
 /// The inverse of stats_to_json_value; `where` prefixes error messages.
 [[nodiscard]] absl::StatusOr<allocator_stats> stats_from_json_value(const nlohmann::json& j,
                                                                     std::string_view where);

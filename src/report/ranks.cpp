@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/json_io.hpp"
+#include "core/stats_json.hpp"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "report/hangs.hpp"
@@ -24,9 +25,10 @@ namespace {
 std::size_t minus(std::size_t a, std::size_t b) noexcept { return a > b ? a - b : 0; }
 
 template <class Figure>
-rank_extremes extremes_of(const std::vector<rank_row>& rows, Figure figure) {
+rank_extremes extremes_of(const std::vector<rank_row>& rows, Figure figure, bool measured_only = false) {
   rank_extremes e;
   for (const rank_row& row : rows) {
+    if (measured_only && !row.device_measured) continue;
     const std::size_t v = figure(row);
     if (e.largest == nullptr || v > e.max) {
       e.largest = &row;
@@ -57,6 +59,7 @@ std::vector<rank_row> rank_rows(const std::vector<run_report>& runs) {
       row.not_fragctl = minus(row.device_used, s.reserved.current);
       row.at_start = std::min(row.not_fragctl, s.device_memory.outside_at_start);
       row.since_start = row.not_fragctl - row.at_start;
+      if (s.device_memory.split) row.split = &*s.device_memory.split;
     }
     for (const oom_event& e : s.oom_events) {
       for (std::size_t i = 0; i < rank_verdicts.size(); ++i)
@@ -82,6 +85,26 @@ rank_extremes peak_reserved_extremes(const std::vector<rank_row>& rows) {
 
 rank_extremes peak_requested_extremes(const std::vector<rank_row>& rows) {
   return extremes_of(rows, [](const rank_row& r) { return r.run->stats.requested.peak; });
+}
+
+rank_extremes not_fragctl_extremes(const std::vector<rank_row>& rows) {
+  const auto not_fragctl = [](const rank_row& r) { return r.not_fragctl; };
+  return extremes_of(rows, not_fragctl, true);
+}
+
+std::pair<const split_part*, std::size_t> widest_split_part(const rank_extremes& e) {
+  if (e.largest == nullptr || e.largest->split == nullptr || e.smallest->split == nullptr) return {nullptr, 0};
+  const split_part* widest = nullptr;
+  std::size_t by = 0;
+  for (const split_part& part : split_parts) {
+    const std::size_t a = e.largest->split->*part.field;
+    const std::size_t b = e.smallest->split->*part.field;
+    if (a > b && a - b > by) {
+      widest = &part;
+      by = a - b;
+    }
+  }
+  return {widest, by};
 }
 
 std::string rank_label(const rank_row& row, const std::vector<rank_row>& rows) {
@@ -138,6 +161,25 @@ std::string job_line(const std::vector<rank_row>& rows) {
   return fmt::format("fragctl report: {} ranks side by side ({}){}", ranks.size(), details, missing);
 }
 
+// The device memory that is not fragctl's, largest against smallest, and
+// the part of its split that differs most.
+void not_fragctl_imbalance_lines(std::string& out, const std::vector<rank_row>& rows) {
+  const rank_extremes e = report_detail::not_fragctl_extremes(rows);
+  if (e.largest == nullptr) return;
+  out += fmt::format("  {:<15} largest {} ({}), smallest {} ({}): {} more{}\n", "not fragctl's", bytes(e.max),
+                     report_detail::rank_label(*e.largest, rows), bytes(e.min),
+                     report_detail::rank_label(*e.smallest, rows), bytes(e.max - e.min),
+                     e.min == 0 ? "" : fmt::format(" (+{:.1f}%)", 100.0 * e.excess()));
+  if (!e.imbalanced()) return;
+  const auto [part, by] = report_detail::widest_split_part(e);
+  std::string line = fmt::format("  ! {} holds {} more device memory that is not fragctl's than {}",
+                                 report_detail::rank_label(*e.largest, rows), bytes(e.max - e.min),
+                                 report_detail::rank_label(*e.smallest, rows));
+  if (part != nullptr) line += fmt::format("; {} differs most: {} more", part->name, bytes(by));
+  out += line;
+  out += '\n';
+}
+
 void imbalance_lines(std::string& out, const std::vector<rank_row>& rows) {
   const rank_extremes reserved = report_detail::peak_reserved_extremes(rows);
   const rank_extremes requested = report_detail::peak_requested_extremes(rows);
@@ -161,6 +203,35 @@ void imbalance_lines(std::string& out, const std::vector<rank_row>& rows) {
   } else {
     out += fmt::format("  balanced: peak reserved within {:.0f}% across ranks\n", 100.0 * rank_imbalance_threshold);
   }
+  not_fragctl_imbalance_lines(out, rows);
+}
+
+// The split of each rank's device memory that is not fragctl's
+// (fragctl/device_memory.hpp), one row per rank.
+void split_lines(std::string& out, const std::vector<rank_row>& rows) {
+  out += "\nDevice memory that is not fragctl's, split (docs/reports.md)\n";
+  out += fmt::format("  {:<18} {:>13}", "", "not fragctl's");
+  for (const report_detail::split_part& part : report_detail::split_parts) out += fmt::format(" {:>15}", part.name);
+  out += '\n';
+  for (const rank_row& row : rows) {
+    out += fmt::format("  {:<18}", report_detail::rank_label(row, rows));
+    if (row.split == nullptr) {
+      out += " not recorded\n";
+      continue;
+    }
+    out += fmt::format(" {:>13}", bytes(row.not_fragctl));
+    for (const report_detail::split_part& part : report_detail::split_parts) {
+      const bool known = row.split->per_process || part.field != &device_memory_split::other_processes;
+      out += fmt::format(" {:>15}", known ? bytes(row.split->*part.field) : std::string("-"));
+    }
+    out += '\n';
+  }
+  out +=
+      "  context: this process's device memory when its first allocator on the device started, less fragctl's\n"
+      "  (NVML; without it, the device memory outside fragctl then, other processes' included); NCCL: what\n"
+      "  the communicators measured and reported; graph pools and other fragctl: the process's other fragctl\n"
+      "  allocators on the device; other processes: NVML (-: no per-process figures, so they are in other);\n"
+      "  other: the rest (cuBLAS and cuDNN workspaces, lazily loaded kernels, another allocator's cache)\n";
 }
 
 void device_lines(std::string& out, const std::vector<rank_row>& rows) {
@@ -187,9 +258,16 @@ void device_lines(std::string& out, const std::vector<rank_row>& rows) {
   out +=
       "  at start: held outside fragctl when its allocator was built (the CUDA or HIP context, libraries\n"
       "  loaded before it, other processes); since: taken since (NCCL communicators and buffers, cuBLAS and\n"
-      "  cuDNN workspaces, graph pools, other allocators and processes). Telling the context, NCCL and other\n"
-      "  processes apart needs NVML's per-process figures and NCCL's own, which these reports do not carry\n"
-      "  (docs/reports.md).\n";
+      "  cuDNN workspaces, graph pools, other allocators and processes).";
+  if (std::none_of(rows.begin(), rows.end(), [](const rank_row& r) { return r.split != nullptr; })) {
+    out +=
+        " Telling the context, NCCL and other\n"
+        "  processes apart needs NVML's per-process figures and NCCL's own, which these reports do not carry\n"
+        "  (docs/reports.md).\n";
+    return;
+  }
+  out += " The split below tells them apart.\n";
+  split_lines(out, rows);
 }
 
 }  // namespace
@@ -294,6 +372,8 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
                 {"not_fragctl", row.not_fragctl},
                 {"not_fragctl_at_start", row.at_start},
                 {"not_fragctl_since_start", row.since_start}};
+      if (row.split != nullptr)
+        device["split"] = ordered_json::parse(detail::dump_json(detail::device_memory_split_to_json_value(*row.split)));
     }
     ranks.push_back({{"rank", row.rank},
                      {"local_rank", figure(r.writer.local_rank)},
@@ -326,6 +406,16 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
                  {"peak_reserved", extremes(reserved)},
                  {"peak_requested", extremes(report_detail::peak_requested_extremes(rows))},
                  {"over_threshold", reserved.imbalanced()}};
+    if (const rank_extremes outside = report_detail::not_fragctl_extremes(rows); outside.largest != nullptr) {
+      imbalance["not_fragctl"] = extremes(outside);
+      imbalance["not_fragctl"]["difference"] = outside.max - outside.min;
+      imbalance["not_fragctl"]["over_threshold"] = outside.imbalanced();
+      const auto [part, by] = report_detail::widest_split_part(outside);
+      if (part != nullptr) {
+        imbalance["not_fragctl"]["differs_most"] = std::string(part->name);
+        imbalance["not_fragctl"]["differs_most_by"] = by;
+      }
+    }
   }
   const ordered_json doc{{"ranks", std::move(ranks)}, {"imbalance", std::move(imbalance)}};
   return detail::dump_json(doc) + "\n";

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fragctl/run_report.hpp"
@@ -26,6 +28,9 @@ struct rank_row {
   std::size_t not_fragctl = 0;  ///< device_used - reserved now
   std::size_t at_start = 0;     ///< of not_fragctl: held outside when the allocator was built
   std::size_t since_start = 0;  ///< of not_fragctl: the rest
+  /// not_fragctl split by whose it is (allocator_stats::device_memory.split);
+  /// null in reports written before it.
+  const device_memory_split* split = nullptr;
   /// The kept OOM events by verdict, in rank_verdicts' order.
   std::array<std::uint64_t, 4> verdicts{};
 };
@@ -51,6 +56,27 @@ struct rank_extremes {
 };
 [[nodiscard]] rank_extremes peak_reserved_extremes(const std::vector<rank_row>& rows);
 [[nodiscard]] rank_extremes peak_requested_extremes(const std::vector<rank_row>& rows);
+/// Of the rows whose device memory was measured, the device memory that is
+/// not fragctl's; largest and smallest are null where none was measured.
+[[nodiscard]] rank_extremes not_fragctl_extremes(const std::vector<rank_row>& rows);
+
+/// One part of the split of the device memory that is not fragctl's, as the
+/// ranks' renderings show it.
+struct split_part {
+  std::string_view name;  ///< "context", "NCCL", ...
+  std::size_t device_memory_split::*field;
+};
+/// The parts, in the order of fragctl/device_memory.hpp.
+inline constexpr std::array<split_part, 6> split_parts{{{"context", &device_memory_split::context},
+                                                        {"NCCL", &device_memory_split::nccl},
+                                                        {"graph pools", &device_memory_split::graph_pools},
+                                                        {"other fragctl", &device_memory_split::other_fragctl},
+                                                        {"other", &device_memory_split::other},
+                                                        {"other processes", &device_memory_split::other_processes}}};
+/// The part whose bytes differ most between the largest and the smallest of
+/// `e` (not_fragctl_extremes), and by how much; nullptr where either lacks a
+/// split.
+[[nodiscard]] std::pair<const split_part*, std::size_t> widest_split_part(const rank_extremes& e);
 
 /// "rank 2", or "rank 2 device 1" when some rank has several devices.
 [[nodiscard]] std::string rank_label(const rank_row& row, const std::vector<rank_row>& rows);

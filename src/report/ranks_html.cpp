@@ -77,6 +77,46 @@ void picture(markup& out, const std::vector<rank_row>& rows, const rank_extremes
       label_width, height - 22, bytes(scale), height - 8);
 }
 
+// The split of the device memory that is not fragctl's, a row per rank,
+// and its imbalance.
+void split_table(markup& out, const std::vector<rank_row>& rows) {
+  const rank_extremes outside = not_fragctl_extremes(rows);
+  out.emit("<h3>Device memory that is not fragctl's, split</h3>\n");
+  if (outside.largest != nullptr && outside.imbalanced()) {
+    const auto [part, by] = widest_split_part(outside);
+    markup widest;
+    if (part != nullptr) widest.emit("; {} differs most: {} more", part->name, bytes(by));
+    out.emit("<p class=\"headline imbalance\">{} holds {} more device memory that is not fragctl's than {}{}</p>\n",
+             rank_label(*outside.largest, rows), bytes(outside.max - outside.min), rank_label(*outside.smallest, rows),
+             widest);
+  } else if (outside.largest != nullptr) {
+    out.emit("<p class=\"headline\">device memory that is not fragctl's: largest {} ({}), smallest {} ({})</p>\n",
+             bytes(outside.max), rank_label(*outside.largest, rows), bytes(outside.min),
+             rank_label(*outside.smallest, rows));
+  }
+  out.emit("<table class=\"ranks split\"><tr><th>rank</th><th>not fragctl's</th>");
+  for (const split_part& part : split_parts) out.emit("<th>{}</th>", part.name);
+  out.emit("</tr>\n");
+  for (const rank_row& row : rows) {
+    out.emit("<tr><td>{}</td>", rank_label(row, rows));
+    if (row.split == nullptr) {
+      out.emit("<td colspan=\"{}\">not recorded</td></tr>\n", split_parts.size() + 1);
+      continue;
+    }
+    out.emit("<td>{}</td>", bytes(row.not_fragctl));
+    for (const split_part& part : split_parts) {
+      const bool known = row.split->per_process || part.field != &device_memory_split::other_processes;
+      out.emit("<td>{}</td>", known ? bytes(row.split->*part.field) : std::string("-"));
+    }
+    out.emit("</tr>\n");
+  }
+  out.emit(
+      "</table>\n<p class=\"note\">context: this process's device memory when its first allocator on the device "
+      "started, less fragctl's (NVML; without it, the device memory outside fragctl then); NCCL: what the "
+      "communicators measured and reported; other processes: NVML (-: no per-process figures, so they are in "
+      "other); other: the rest (library workspaces, lazily loaded kernels, another allocator's cache).</p>\n");
+}
+
 }  // namespace
 
 void rank_section_html(markup& out, const std::vector<run_report>& runs) {
@@ -121,12 +161,16 @@ void rank_section_html(markup& out, const std::vector<run_report>& runs) {
         bytes(row.cached), bytes(s.pool.largest_free_block), device(row.not_fragctl), device(row.at_start),
         device(row.since_start), s.ooms, verdicts);
   }
+  const bool split = std::any_of(rows.begin(), rows.end(), [](const rank_row& r) { return r.split != nullptr; });
   out.emit(
       "</table>\n<p class=\"note\">not fragctl's: device memory in use less fragctl's reserved bytes when the "
       "report was written; at start: what was held outside fragctl when its allocator was built (the CUDA or HIP "
       "context, libraries loaded before it, other processes); since: taken since (NCCL communicators and "
-      "buffers, library workspaces, other processes). Telling those apart needs NVML and NCCL figures the "
-      "reports do not carry.</p>\n</section>\n");
+      "buffers, library workspaces, other processes). {}</p>\n",
+      split ? constant_markup("The split below tells them apart.")
+            : constant_markup("Telling those apart needs NVML and NCCL figures the reports do not carry."));
+  if (split) split_table(out, rows);
+  out.emit("</section>\n");
 }
 
 }  // namespace fragctl::report_detail

@@ -61,6 +61,11 @@ out_of_memory::out_of_memory(const oom_details& d, const char* allocator_name) :
       human_bytes(d.device_total), verdict);
 }
 
+void out_of_memory::add_note(std::string_view note) {
+  message_ += "; ";
+  message_ += note;
+}
+
 namespace util {
 
 caught_error classify_current_exception() noexcept {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "fragctl/device_memory.hpp"
 #include "fragctl/run_report.hpp"
 #include "fragctl/stats_export.hpp"
 #include "gmock/gmock.h"
@@ -264,6 +265,94 @@ TEST(rank_table, hostile_hosts_neither_move_the_terminal_nor_add_markup) {
   EXPECT_EQ(occurrences(html, "<script"), 1u) << "only the page's own script";
   EXPECT_THAT(html, HasSubstr("&lt;/td&gt;&lt;script&gt;"));
   EXPECT_FALSE(nlohmann::json::parse(render_rank_json(runs), nullptr, false).is_discarded());
+}
+
+// --- The split of the device memory that is not fragctl's (issue 31) ---
+
+// Four ranks whose not-fragctl memory is split: each has a 500 MiB context
+// and 1 GiB of other processes' memory; rank 2's NCCL communicators took
+// 1.5 GiB, the others' 256 MiB; rank 1 has a 64 MiB graph pool.
+std::vector<run_report> four_split_ranks(const fs::path& dir) {
+  std::vector<fs::path> paths;
+  for (int rank : {3, 1, 2, 0}) {
+    const std::size_t nccl = rank == 2 ? 1536 * MiB : 256 * MiB;
+    const std::size_t pools = rank == 1 ? 64 * MiB : 0;
+    const std::size_t outside = 500 * MiB + 1 * GiB + nccl + pools + 100 * MiB;
+    allocator_stats s = rank_stats(100 * MiB, 80 * MiB, outside, 500 * MiB);
+    device_memory_inputs in;
+    in.total = s.device_memory.total;
+    in.free = s.device_memory.free;
+    in.reserved = s.reserved.current;
+    in.process = {true, s.reserved.current + outside - 1 * GiB, 1 * GiB};
+    in.context = 500 * MiB;
+    in.nccl = nccl;
+    in.graph_pools = pools;
+    s.device_memory.split = split_device_memory(in);
+    paths.push_back(write_rank(dir, rank, 4, s));
+  }
+  return load_all(paths);
+}
+
+TEST(rank_table, each_ranks_device_memory_is_split_and_the_imbalance_named) {
+  const std::vector<run_report> runs = four_split_ranks(fresh_dir("split"));
+  ASSERT_EQ(runs.size(), 4u);
+  const std::string text = render_rank_table(runs);
+  EXPECT_THAT(text, HasSubstr("Device memory that is not fragctl's, split (docs/reports.md)\n"
+                              "                     not fragctl's         context            NCCL     graph pools"
+                              "   other fragctl           other other processes\n"
+                              "  rank 0                  1.84 GiB      500.00 MiB      256.00 MiB             0 B"
+                              "             0 B      100.00 MiB        1.00 GiB\n"
+                              "  rank 1                  1.90 GiB      500.00 MiB      256.00 MiB       64.00 MiB"
+                              "             0 B      100.00 MiB        1.00 GiB\n"
+                              "  rank 2                  3.09 GiB      500.00 MiB        1.50 GiB             0 B"
+                              "             0 B      100.00 MiB        1.00 GiB\n"))
+      << text;
+  // The imbalance: largest minus smallest and which rank, for reserved
+  // (above) and for the memory that is not fragctl's, with the part that
+  // differs most.
+  EXPECT_THAT(text, HasSubstr("  not fragctl's   largest 3.09 GiB (rank 2), smallest 1.84 GiB (rank 0): 1.25 GiB more "
+                              "(+68.1%)\n"
+                              "  ! rank 2 holds 1.25 GiB more device memory that is not fragctl's than rank 0; NCCL "
+                              "differs most: 1.25 GiB more\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("The split below tells them apart."));
+  EXPECT_THAT(text, Not(HasSubstr("which these reports do not carry")));
+
+  const nlohmann::json j = nlohmann::json::parse(render_rank_json(runs));
+  EXPECT_EQ(j["ranks"][2]["device_memory"]["split"]["nccl"], 1536 * MiB);
+  EXPECT_EQ(j["ranks"][1]["device_memory"]["split"]["graph_pools"], 64 * MiB);
+  EXPECT_EQ(j["ranks"][0]["device_memory"]["split"]["other_processes"], 1 * GiB);
+  EXPECT_EQ(j["imbalance"]["not_fragctl"]["max_rank"], 2);
+  EXPECT_EQ(j["imbalance"]["not_fragctl"]["min_rank"], 0);
+  EXPECT_EQ(j["imbalance"]["not_fragctl"]["difference"], 1280 * MiB);
+  EXPECT_EQ(j["imbalance"]["not_fragctl"]["differs_most"], "NCCL");
+  EXPECT_EQ(j["imbalance"]["not_fragctl"]["over_threshold"], true);
+
+  const std::string html = render_html(runs);
+  EXPECT_THAT(html, HasSubstr("<h3>Device memory that is not fragctl's, split</h3>"));
+  EXPECT_THAT(html, HasSubstr("rank 2 holds 1.25 GiB more device memory that is not fragctl's than rank 0; NCCL "
+                              "differs most: 1.25 GiB more</p>"));
+  EXPECT_THAT(html, HasSubstr("<tr><td>rank 2</td><td>3.09 GiB</td><td>500.00 MiB</td><td>1.50 GiB</td><td>0 B</td>"
+                              "<td>0 B</td><td>100.00 MiB</td><td>1.00 GiB</td></tr>"));
+}
+
+// A report without per-process figures: other processes read "-" (they are
+// part of other), and a rank written before the split reads "not recorded".
+TEST(rank_table, a_split_without_nvml_or_from_an_older_report_says_so) {
+  const fs::path dir = fresh_dir("split_partial");
+  allocator_stats a = rank_stats(100 * MiB, 80 * MiB, 600 * MiB, 500 * MiB);
+  device_memory_inputs in;
+  in.total = a.device_memory.total;
+  in.free = a.device_memory.free;
+  in.reserved = a.reserved.current;
+  in.context = 500 * MiB;
+  a.device_memory.split = split_device_memory(in);
+  const allocator_stats b = rank_stats(100 * MiB, 80 * MiB, 600 * MiB, 500 * MiB);
+  const std::string text = render_rank_table(load_all({write_rank(dir, 0, 2, a), write_rank(dir, 1, 2, b)}));
+  EXPECT_THAT(text, HasSubstr("  rank 0                600.00 MiB      500.00 MiB             0 B             0 B"
+                              "             0 B      100.00 MiB               -\n"
+                              "  rank 1             not recorded\n"))
+      << text;
 }
 
 // --- End to end: four processes of a "torchrun job", then `fragctl report` ---

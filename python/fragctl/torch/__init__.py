@@ -31,6 +31,7 @@ import sys
 from .. import _capi
 from .. import configure as _configure
 from . import _runtime
+from ._memory import nccl_memory  # noqa: F401  (re-exported)
 from ._runtime import _torch
 from .offload import offload_activations  # noqa: F401  (re-exported)
 

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "backend/cuda/nvml.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
@@ -74,6 +75,11 @@ cuda_backend::cuda_backend(int device) : api_(cuda::driver()), ordinal_(device) 
     own.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     access_.push_back(own);
     granularity_ = 2 * MiB;
+    if (api_.device_get_pci_bus_id != nullptr) {
+      char bus_id[32] = {};
+      if (api_.device_get_pci_bus_id(bus_id, static_cast<int>(sizeof bus_id), device_) == CUDA_SUCCESS)
+        pci_bus_id_ = bus_id;
+    }
 
     int supported = 0;
     if (api_.has_virtual_memory()) {
@@ -334,6 +340,11 @@ memory_info cuda_backend::do_get_memory_info() {
   memory_info info;
   if (const CUresult rc = api_.mem_get_info(&info.free, &info.total); rc != CUDA_SUCCESS) fail(rc, "cuMemGetInfo");
   return info;
+}
+
+process_memory cuda_backend::do_get_process_memory() const noexcept {
+  if (pci_bus_id_.empty()) return {};
+  return cuda::nvml_process_memory(pci_bus_id_);
 }
 
 void* cuda_backend::do_allocate_host(std::size_t bytes) {

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_driver.hpp"
@@ -81,6 +82,8 @@ class cuda_backend final : public device_backend {
   stream_t do_create_stream() override;
   void do_destroy_stream(stream_t stream) override;
   memory_info do_get_memory_info() override;
+  /// NVML's figures (nvml.hpp) for this device's PCI bus id.
+  process_memory do_get_process_memory() const noexcept override;
   void* do_allocate_host(std::size_t bytes) override;
   void do_free_host(void* ptr, std::size_t bytes) override;
   void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) override;
@@ -101,6 +104,7 @@ class cuda_backend final : public device_backend {
   CUcontext context_ = nullptr;
   bool virtual_memory_ = false;
   std::size_t granularity_ = 0;
+  std::string pci_bus_id_;                     ///< cuDeviceGetPCIBusId; empty where the driver lacks it
   CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device, no handle type
   CUmemAllocationProp shareable_properties_{};  ///< the same, exportable as a POSIX file descriptor
   std::atomic<bool> shareable_{false};          ///< create with shareable_properties_

@@ -156,6 +156,8 @@ load_result load() {
   get(api.ipc_open_mem_handle, "cuIpcOpenMemHandle", 11000, "cuIpcOpenMemHandle_v2");
   get(api.ipc_close_mem_handle, "cuIpcCloseMemHandle", 4010, "cuIpcCloseMemHandle");
   (void)get.take_missing();  // optional: has_virtual_memory() and the sharing calls check theirs
+  get(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId", 4010, "cuDeviceGetPCIBusId");
+  (void)get.take_missing();  // optional: without it there are no per-process figures
   return r;
 }
 

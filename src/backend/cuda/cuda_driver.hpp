@@ -42,6 +42,8 @@ struct driver_api {
   PFN_cuDevicePrimaryCtxRelease_v11000 primary_ctx_release = nullptr;
   PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
   PFN_cuCtxSetCurrent_v4000 ctx_set_current = nullptr;
+  /// Optional: how NVML finds the device (nvml.hpp); null where missing.
+  PFN_cuDeviceGetPCIBusId_v4010 device_get_pci_bus_id = nullptr;
 
   PFN_cuMemAlloc_v3020 mem_alloc = nullptr;
   PFN_cuMemFree_v3020 mem_free = nullptr;

@@ -47,6 +47,12 @@ const sim_options& checked(const sim_options& o) {
     throw invalid_argument(fmt::format("sim_options.granularity must be a power of two >= {}, got {}",
                                        min_alignment, o.granularity));
   }
+  if (o.context_bytes > o.capacity || o.other_process_bytes > o.capacity - o.context_bytes) {
+    throw invalid_argument(
+        fmt::format("sim_options: context ({}) and other processes' bytes ({}) exceed the "
+                    "capacity ({})",
+                    o.context_bytes, o.other_process_bytes, o.capacity));
+  }
   if (o.backed && o.granularity < sim_detail::page_size()) {
     throw invalid_argument(
         fmt::format("sim_options.granularity must be at least the host page size ({}) "
@@ -97,7 +103,7 @@ bool sim_backend::state::take_fault(sim_fault_target target) {
 }
 
 bool sim_backend::state::fits(std::size_t bytes) const {
-  return bytes <= options.capacity - std::min(used, options.capacity);
+  return bytes <= options.capacity - std::min(device_used(), options.capacity);
 }
 
 std::uintptr_t sim_backend::state::fake_range(std::size_t span, std::size_t alignment) {
@@ -347,7 +353,18 @@ void sim_backend::do_close_allocation(void* base) {
 memory_info sim_backend::do_get_memory_info() {
   const std::lock_guard lock(state_->mu);
   const std::size_t capacity = state_->options.capacity;
-  return {capacity - std::min(state_->used, capacity), capacity};
+  return {capacity - std::min(state_->device_used(), capacity), capacity};
+}
+
+process_memory sim_backend::do_get_process_memory() const noexcept {
+  const std::lock_guard lock(state_->mu);
+  const sim_options& o = state_->options;
+  return {true, state_->used + state_->library + o.context_bytes, o.other_process_bytes};
+}
+
+void sim_backend::set_library_bytes(std::size_t bytes) {
+  const std::lock_guard lock(state_->mu);
+  state_->library = bytes;
 }
 
 // --- pinned host memory and copies ------------------------------------------

@@ -175,6 +175,12 @@ struct sim_backend::state {
   std::atomic<std::uint64_t> bindings{0};      ///< bind_device calls
   std::atomic<std::uint64_t> out_of_order{0};  ///< bindings released on another thread or out of order
   std::size_t used ABSL_GUARDED_BY(mu) = 0;  ///< raw + physical bytes
+  std::size_t library ABSL_GUARDED_BY(mu) = 0;  ///< set_library_bytes
+  /// used + library + the options' context and other processes' bytes: the
+  /// device memory in use, of every kind.
+  [[nodiscard]] std::size_t device_used() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return used + library + options.context_bytes + options.other_process_bytes;
+  }
   std::uintptr_t fake_limit ABSL_GUARDED_BY(mu) = 0;  ///< end of this instance's window
   std::uintptr_t next_fake ABSL_GUARDED_BY(mu) = 0;   ///< set by the constructor
   std::uint64_t next_handle ABSL_GUARDED_BY(mu) = 1;

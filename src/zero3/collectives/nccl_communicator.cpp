@@ -23,6 +23,7 @@
 // reports (hang_record.hpp) before anything else ends the process.
 #include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -33,6 +34,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "fragctl/backend.hpp"
+#include "fragctl/device_memory.hpp"
 #include "fragctl/log.hpp"
 #include "zero3/collectives/hang_record.hpp"
 #include "zero3/collectives/nccl_library.hpp"
@@ -83,6 +85,7 @@ class nccl_communicator final : public communicator {
         progress_(options.unique_id_file, "", options.rank, options.size, options.timeout) {
     const nccl::unique_id_t id = obtain_unique_id(lib_, options_);
     progress_ = progress_files(options_.unique_id_file, job_key(id), options_.rank, options_.size, options_.timeout);
+    const std::size_t outside_before = process_memory_outside_fragctl(backend_);
     const auto started = clock::now();
     {
       const device_binding bound = backend_.bind_device();
@@ -98,6 +101,7 @@ class nccl_communicator final : public communicator {
     }
     wait_ready("init", "communicator", started + options_.timeout);
     blocked_ns_ += nanoseconds_since(started);
+    attribute_memory_since(outside_before);
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -123,6 +127,12 @@ class nccl_communicator final : public communicator {
       try {
         backend_.destroy_event(e);
       } catch (const std::exception&) {  // device lost: nothing to free
+      }
+    }
+    if (memory_bytes_ != 0) {
+      try {
+        attribute_device_memory(backend_, device_memory_use::nccl, memory_label(), 0);
+      } catch (const std::exception&) {  // out of host memory: the ledger keeps a stale figure
       }
     }
   }
@@ -199,9 +209,13 @@ class nccl_communicator final : public communicator {
       record_hang_unlocked(lock);
       throw_if_failed_locked();
       const device_binding bound = backend_.bind_device();
+      // NCCL connects and allocates its buffers lazily, at the first call.
+      const std::size_t outside_before = first_call_ ? process_memory_outside_fragctl(backend_) : SIZE_MAX;
       (void)lib_.group_start();
       const nccl::result_t inner = calls();
       r = lib_.group_end();
+      if (first_call_) attribute_memory_since(outside_before);
+      first_call_ = false;
       if (inner != nccl::success) r = inner;
       if (r != nccl::success && r != nccl::in_progress) {
         fail_locked({fmt::format("zero3 rank {}: {} of {} failed: {}; communicator aborted", rank(), op, tag,
@@ -359,6 +373,26 @@ class nccl_communicator final : public communicator {
     comm_ = nullptr;
   }
 
+  // The label this communicator's device memory is attributed under.
+  [[nodiscard]] std::string memory_label() const {
+    return fmt::format("zero3 {} rank {} of {} ({})", lib_.name, rank(), size(), static_cast<const void*>(this));
+  }
+
+  // Adds what the process took outside fragctl since `before`
+  // (process_memory_outside_fragctl, SIZE_MAX: not measured) to the device
+  // memory attributed to this communicator (docs/reports.md).
+  void attribute_memory_since(std::size_t before) noexcept {
+    if (before == SIZE_MAX) return;
+    const std::size_t after = process_memory_outside_fragctl(backend_);
+    if (after == SIZE_MAX || after <= before) return;
+    memory_bytes_ += after - before;
+    try {
+      attribute_device_memory(backend_, device_memory_use::nccl, memory_label(), memory_bytes_);
+    } catch (const std::exception& e) {
+      logger().debug("zero3 rank {}: the communicator's device memory is not attributed: {}", rank(), e.what());
+    }
+  }
+
   void throw_if_failed_locked() const {
     if (failed_) throw collective_error(failed_->message, rank(), failed_->operation, failed_->tag, failed_->timed_out);
   }
@@ -416,6 +450,8 @@ class nccl_communicator final : public communicator {
   std::uint64_t blocked_ns_ = 0;
   progress_files progress_;          // this rank's record; guarded by mutex_ (write() needs no lock)
   std::optional<hang_record> hang_;  // a hang the watchdog has not written into the reports yet
+  bool first_call_ = true;        // no collective enqueued yet
+  std::size_t memory_bytes_ = 0;  // device memory attributed to this communicator
 };
 
 }  // namespace
