@@ -91,46 +91,46 @@ class check_entry_points(unittest.TestCase):
         self.assertIn("_declare declares fragctl_nmae, which no header declares", done.stdout)
         self.assertIn("FRAGCTL_TORCH_C_API lists fragctl_vist, which no header declares", done.stdout)
 
+    def assert_fails(self, message, **changes):
+        done = self.run_on(**changes)
+        self.assertEqual(done.returncode, 1, done.stdout)
+        self.assertIn(message, done.stdout)
+
     def test_an_argument_of_another_width_fails(self):
-        done = self.run_on(capi=("[p, c.c_char_p, c.c_size_t]", "[p, c.c_char_p, c.c_int]"))
-        self.assertEqual(done.returncode, 1)
-        self.assertIn("fragctl_service_query argument 3 is c_int, a 32-bit integer; include/fragctl/zero3/zero3.h "
-                      "has size_t capacity, a 64-bit integer (another width)", done.stdout)
+        self.assert_fails("fragctl_service_query argument 3 is c_int, a 32-bit integer; include/fragctl/zero3/zero3.h "
+                          "has size_t capacity, a 64-bit integer (another width)",
+                          capi=("[p, c.c_char_p, c.c_size_t]", "[p, c.c_char_p, c.c_int]"))
 
     def test_a_return_type_of_another_width_fails(self):
-        done = self.run_on(capi=('"fragctl_service_query": (c.c_size_t,', '"fragctl_service_query": (c.c_int,'))
-        self.assertEqual(done.returncode, 1)
-        self.assertIn("fragctl_service_query returns c_int, a 32-bit integer; include/fragctl/zero3/zero3.h returns "
-                      "a 64-bit integer", done.stdout)
+        self.assert_fails("fragctl_service_query returns c_int, a 32-bit integer; include/fragctl/zero3/zero3.h "
+                          "returns a 64-bit integer",
+                          capi=('"fragctl_service_query": (c.c_size_t,', '"fragctl_service_query": (c.c_int,'))
 
     def test_an_integer_for_a_pointer_fails(self):
-        done = self.run_on(capi=("[c.c_char_p, c.c_int, c.POINTER(p)]", "[c.c_char_p, c.c_int, c.c_size_t]"))
-        self.assertEqual(done.returncode, 1)
-        self.assertIn("fragctl_make argument 3 is c_ulong, a 64-bit integer; include/fragctl/fragctl.h has "
-                      "fragctl_thing** out, a pointer to a pointer to fragctl_thing (not a pointer)", done.stdout)
+        self.assert_fails("fragctl_make argument 3 is c_ulong, a 64-bit integer; include/fragctl/fragctl.h has "
+                          "fragctl_thing** out, a pointer to a pointer to fragctl_thing (not a pointer)",
+                          capi=("[c.c_char_p, c.c_int, c.POINTER(p)]", "[c.c_char_p, c.c_int, c.c_size_t]"))
 
     def test_a_pointer_to_another_width_fails(self):
         header = ("fragctl_thing** out", "size_t* out")
         done = self.run_on(header=header, capi=("c.POINTER(p)]", "c.POINTER(c.c_size_t)]"))
         self.assertEqual(done.returncode, 0, done.stdout)  # the control: size_t* as POINTER(c_size_t)
-        done = self.run_on(header=header, capi=("c.POINTER(p)]", "c.POINTER(c.c_int)]"))
-        self.assertEqual(done.returncode, 1)
-        self.assertIn("fragctl_make argument 3 is LP_c_int, a pointer to a 32-bit integer; include/fragctl/fragctl.h "
-                      "has size_t* out, a pointer to a 64-bit integer (points to another width or kind)", done.stdout)
+        self.assert_fails("fragctl_make argument 3 is LP_c_int, a pointer to a 32-bit integer; "
+                          "include/fragctl/fragctl.h has size_t* out, a pointer to a 64-bit integer "
+                          "(points to another width or kind)",
+                          header=header, capi=("c.POINTER(p)]", "c.POINTER(c.c_int)]"))
 
     def test_a_callback_of_another_signature_fails(self):
         done = self.run_on(capi=("[p, p, p]", "[p, c.CFUNCTYPE(None, c.c_void_p, p), p]"))
         self.assertEqual(done.returncode, 0, done.stdout)  # the control: the header's own signature
-        done = self.run_on(capi=("[p, p, p]", "[p, c.CFUNCTYPE(None, c.c_void_p), p]"))
-        self.assertEqual(done.returncode, 1)
-        self.assertIn("fragctl_visit argument 2 is CFunctionType, a function pointer of 1 parameters; "
-                      "include/fragctl/fragctl.h has void (*visit)(const void* item, void* context), a function "
-                      "pointer of 2 parameters (1 parameters where the header's have 2)", done.stdout)
-        done = self.run_on(capi=("[p, p, p]", "[p, c.CFUNCTYPE(None, c.c_int64, p), p]"))
-        self.assertEqual(done.returncode, 1)
-        self.assertIn("fragctl_visit argument 2 is CFunctionType, a function pointer of 2 parameters; "
-                      "include/fragctl/fragctl.h has void (*visit)(const void* item, void* context), a function "
-                      "pointer of 2 parameters (its parameter 1: not a pointer)", done.stdout)
+        header = ("include/fragctl/fragctl.h has void (*visit)(const void* item, void* context), a function "
+                  "pointer of 2 parameters")
+        self.assert_fails("fragctl_visit argument 2 is CFunctionType, a function pointer of 1 parameters; " + header +
+                          " (1 parameters where the header's have 2)",
+                          capi=("[p, p, p]", "[p, c.CFUNCTYPE(None, c.c_void_p), p]"))
+        self.assert_fails("fragctl_visit argument 2 is CFunctionType, a function pointer of 2 parameters; " + header +
+                          " (its parameter 1: not a pointer)",
+                          capi=("[p, p, p]", "[p, c.CFUNCTYPE(None, c.c_int64, p), p]"))
 
     def test_comments_typedefs_and_members_are_not_entry_points(self):
         done = self.run_on(capi=('"fragctl_name": (c.c_char_p, []),',
