@@ -763,7 +763,10 @@ void arena_policy::do_enable_peer_access(int peer) {
   if (peer < 0 || peer == s.backend.device()) {
     throw invalid_argument(fmt::format("arena: enable_peer_access({}): a peer is another device's ordinal", peer));
   }
-  if (!s.granules) return;  // the fallback block is a plain device allocation: the runtime's peer access covers it
+  if (!s.granules) {  // the fallback block is a plain device allocation: the runtime's peer access covers it
+    s.backend.check_access_peer(peer);
+    return;
+  }
   const bool added = std::find(s.backend.access_peers().begin(), s.backend.access_peers().end(), peer) ==
                      s.backend.access_peers().end();
   s.backend.add_access_peer(peer);  // every later set_access grants it

@@ -570,6 +570,10 @@ void caching_policy::do_enable_peer_access(int peer) {
   if (peer < 0 || peer == backend().device()) {
     throw invalid_argument(fmt::format("caching: enable_peer_access({}): a peer is another device's ordinal", peer));
   }
+  // Segments are plain device allocations (the runtime's peer access covers
+  // them), but a peer that does not exist or cannot reach this device is
+  // refused as the arena refuses it.
+  backend().check_access_peer(peer);
 }
 shared_memory caching_policy::do_share(void* ptr, std::size_t bytes) const {
   const auto a = reinterpret_cast<std::uintptr_t>(ptr);

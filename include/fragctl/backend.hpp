@@ -275,6 +275,11 @@ class device_backend {
   /// "not_supported" where the backend has no peers: the sim's are devices
   /// 0 .. sim_options::devices - 1).
   void add_access_peer(int peer);
+  /// The checks of add_access_peer without adding the peer: throws what
+  /// add_access_peer would throw for `peer`, or returns. For allocators whose
+  /// memory needs no grant (plain device allocations) but which answer a bad
+  /// peer as the arena does (caching_policy::enable_peer_access).
+  void check_access_peer(int peer) const;
   /// Undoes add_access_peer(peer) for later set_access calls (ranges already
   /// granted keep their access); a peer never added is ignored. For an
   /// allocator whose grant failed midway (arena_policy::enable_peer_access).
@@ -381,9 +386,11 @@ class device_backend {
   virtual void* do_allocate_host(std::size_t bytes) = 0;
   virtual void do_free_host(void* ptr, std::size_t bytes) = 0;
   virtual void do_memcpy_async(void* dst, const void* src, std::size_t bytes, stream_t stream) = 0;
-  /// Checks `peer` (not this device, not added before) and makes do_set_access
-  /// grant it from now on. The default refuses (not_supported).
-  virtual void do_add_access_peer(int peer);
+  /// Checks that `peer` (not this device, not negative) exists and can
+  /// access this device. The default refuses (not_supported).
+  virtual void do_check_access_peer(int peer) const;
+  /// Makes do_set_access grant `peer` (checked, not added before) from now on.
+  virtual void do_add_access_peer(int /*peer*/) {}
   /// Forgets the `index`-th peer added (0-based, in add order). The default does nothing.
   virtual void do_remove_access_peer(std::size_t /*index*/) noexcept {}
   /// Sharing (export_physical ... close_allocation). The defaults refuse

@@ -176,8 +176,9 @@ FRAGCTL_API fragctl_status fragctl_paused(fragctl_allocator* allocator, int* pau
  * (caching's plain allocations need nothing more than the runtime's own peer
  * access). Call it once the program enabled peer access (fragctl.torch's
  * native route does, from PyTorch's enablePeerAccess). Idempotent; after a
- * failure it may be called again. INVALID_ARGUMENT for the allocator's own
- * device or a negative ordinal; BACKEND when the devices cannot access each
+ * failure it may be called again. Every policy refuses the same bad peers:
+ * INVALID_ARGUMENT for the allocator's own device or a negative ordinal;
+ * BACKEND when `peer` does not exist or the devices cannot access each
  * other (the message says which). */
 FRAGCTL_API fragctl_status fragctl_enable_peer_access(fragctl_allocator* allocator, int peer);
 

@@ -175,7 +175,7 @@ class sim_backend final : public device_backend {
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
-  void do_add_access_peer(int peer) override;
+  void do_check_access_peer(int peer) const override;
   void do_unmap(void* va, std::size_t bytes) override;
   int do_export_physical(physical_handle handle) override;
   void do_close_export(int fd) noexcept override;

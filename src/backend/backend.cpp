@@ -230,15 +230,20 @@ void device_backend::memcpy_async(void* dst, const void* src, std::size_t bytes,
 }
 
 void device_backend::add_access_peer(int peer) {
-  if (peer < 0 || peer == device()) {
-    throw invalid_argument(fmt::format("{} backend: add_access_peer({}): a peer is another device's ordinal "
-                                       "(this is device {})",
-                                       name(), peer, device()));
-  }
   if (std::find(peers_.begin(), peers_.end(), peer) != peers_.end()) return;
+  check_access_peer(peer);
   peers_.reserve(peers_.size() + 1);  // so that a failure below leaves the list as it was
   do_add_access_peer(peer);
   peers_.push_back(peer);
+}
+
+void device_backend::check_access_peer(int peer) const {
+  if (peer < 0 || peer == device()) {
+    throw invalid_argument(fmt::format("{} backend: access peer {}: a peer is another device's ordinal "
+                                       "(this is device {})",
+                                       name(), peer, device()));
+  }
+  do_check_access_peer(peer);
 }
 
 void device_backend::remove_access_peer(int peer) noexcept {
@@ -248,7 +253,7 @@ void device_backend::remove_access_peer(int peer) noexcept {
   peers_.erase(it);
 }
 
-void device_backend::do_add_access_peer(int peer) {
+void device_backend::do_check_access_peer(int peer) const {
   throw backend_error(fmt::format("{} backend: device {} cannot grant peers access to its memory (peer {})",
                                   name(), device(), peer),
                       0, "not_supported");

@@ -93,5 +93,49 @@ TEST(ArenaPeerAccess, PlainAllocationsNeedNothingAndWrappersReachTheArena) {
   buckets.deallocate(big, 4 * G);
 }
 
+// A bad peer gets one answer whatever the policy: its own device or a
+// negative ordinal is an invalid_argument, a device that does not exist (or
+// cannot reach this one: the backend's can-access-peer check) a
+// backend_error, also from policies whose memory needs no grant.
+TEST(ArenaPeerAccess, EveryPolicyRefusesTheSameBadPeers) {
+  sim_options no_vm = two_devices();
+  no_vm.virtual_memory = false;
+  config fallback = small_spans();
+  fallback.fallback_size = 8 * G;
+  struct policy_case {
+    const char* name;
+    sim_options machine;
+    std::unique_ptr<device_allocator> (*make)(sim_backend&, const config&);
+    config cfg;
+  };
+  const auto make_caching = [](sim_backend& sim, const config& cfg) -> std::unique_ptr<device_allocator> {
+    return std::make_unique<caching_policy>(cfg, sim);
+  };
+  const auto make_arena = [](sim_backend& sim, const config& cfg) -> std::unique_ptr<device_allocator> {
+    return std::make_unique<arena_policy>(cfg, sim);
+  };
+  const auto make_buckets = [](sim_backend& sim, const config& cfg) -> std::unique_ptr<device_allocator> {
+    return std::make_unique<buckets_policy>(cfg, std::make_unique<arena_policy>(cfg, sim));
+  };
+  for (const policy_case& c : {policy_case{"caching", two_devices(), make_caching, config{}},
+                               policy_case{"arena", two_devices(), make_arena, small_spans()},
+                               policy_case{"arena (fallback block)", no_vm, make_arena, fallback},
+                               policy_case{"buckets:arena", two_devices(), make_buckets, small_spans()}}) {
+    SCOPED_TRACE(c.name);
+    sim_backend sim(c.machine);
+    const std::unique_ptr<device_allocator> a = c.make(sim, c.cfg);
+    EXPECT_THROW(a->enable_peer_access(0), invalid_argument) << "its own device";
+    EXPECT_THROW(a->enable_peer_access(-1), invalid_argument);
+    EXPECT_THROW(a->enable_peer_access(2), backend_error) << "no such device";
+    EXPECT_NO_THROW(a->enable_peer_access(1)) << "control: a device that exists";
+
+    sim_options one = c.machine;
+    one.devices = 1;
+    sim_backend alone(one);
+    const std::unique_ptr<device_allocator> b = c.make(alone, c.cfg);
+    EXPECT_THROW(b->enable_peer_access(1), backend_error) << "a machine of one device";
+  }
+}
+
 }  // namespace
 }  // namespace fragctl

@@ -216,7 +216,7 @@ void cuda_backend::do_remove_access_peer(std::size_t index) noexcept {
   access_.erase(access_.begin() + static_cast<std::ptrdiff_t>(index + 1));  // [0] is this device
 }
 
-void cuda_backend::do_add_access_peer(int peer) {
+void cuda_backend::do_check_access_peer(int peer) const {
   int count = 0;
   if (const CUresult rc = api_.device_get_count(&count); rc != CUDA_SUCCESS) fail(rc, "cuDeviceGetCount");
   if (peer >= count) {
@@ -236,6 +236,11 @@ void cuda_backend::do_add_access_peer(int peer) {
                                     peer, ordinal_),
                         CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cuda::error_name(api_, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED));
   }
+}
+
+void cuda_backend::do_add_access_peer(int peer) {
+  CUdevice other = 0;
+  if (const CUresult rc = api_.device_get(&other, peer); rc != CUDA_SUCCESS) fail(rc, "cuDeviceGet");
   CUmemAccessDesc desc{};
   desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   desc.location.id = other;

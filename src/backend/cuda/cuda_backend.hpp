@@ -67,6 +67,7 @@ class cuda_backend final : public device_backend {
   void do_release_physical(physical_handle handle, std::size_t bytes) override;
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
+  void do_check_access_peer(int peer) const override;
   void do_add_access_peer(int peer) override;
   void do_remove_access_peer(std::size_t index) noexcept override;
   void do_unmap(void* va, std::size_t bytes) override;

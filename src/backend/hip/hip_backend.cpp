@@ -185,7 +185,7 @@ void hip_backend::do_remove_access_peer(std::size_t index) noexcept {
   access_.erase(access_.begin() + static_cast<std::ptrdiff_t>(index + 1));  // [0] is this device
 }
 
-void hip_backend::do_add_access_peer(int peer) {
+void hip_backend::do_check_access_peer(int peer) const {
   int count = 0;
   if (const hipError_t rc = api_.get_device_count(&count); rc != hipSuccess) fail(rc, "hipGetDeviceCount");
   if (peer >= count) {
@@ -203,6 +203,9 @@ void hip_backend::do_add_access_peer(int peer) {
                                     peer, ordinal_),
                         hipErrorPeerAccessUnsupported, hip::error_name(api_, hipErrorPeerAccessUnsupported));
   }
+}
+
+void hip_backend::do_add_access_peer(int peer) {
   hipMemAccessDesc desc{};
   desc.location.type = hipMemLocationTypeDevice;
   desc.location.id = peer;

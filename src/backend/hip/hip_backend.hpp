@@ -51,6 +51,7 @@ class hip_backend final : public device_backend {
   bool do_map(void* va, std::size_t bytes, physical_handle handle) override;
   bool do_set_access(void* va, std::size_t bytes) override;
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
+  void do_check_access_peer(int peer) const override;
   void do_add_access_peer(int peer) override;
   void do_remove_access_peer(std::size_t index) noexcept override;
 #endif

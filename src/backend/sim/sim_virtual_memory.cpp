@@ -229,7 +229,7 @@ bool sim_backend::do_set_access(void* va, std::size_t bytes) {
   return true;
 }
 
-void sim_backend::do_add_access_peer(int peer) {
+void sim_backend::do_check_access_peer(int peer) const {
   const state& s = *state_;
   if (peer >= s.options.devices) {
     fail(sim_error::invalid_value, fmt::format("add_access_peer: no device {} in a machine of {} (sim_devices)", peer,
