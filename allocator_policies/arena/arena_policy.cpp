@@ -702,7 +702,7 @@ bool arena_policy::do_pause(pause_keep keep) {
   if (!s.granules) {
     throw invalid_argument("arena: pause needs virtual memory; this arena is one raw block (the fallback)");
   }
-  if (s.paused) throw invalid_argument("arena: pause: already paused");
+  if (s.paused) throw state_error("arena: pause: already paused");
   s.clock.synchronize_all();
   s.paused = true;  // before the map's calls: a failure midway may leave spans paused
   try {
@@ -719,7 +719,7 @@ bool arena_policy::do_pause(pause_keep keep) {
 
 bool arena_policy::do_resume() {
   impl& s = *impl_;
-  if (!s.paused) throw invalid_argument("arena: resume: not paused");
+  if (!s.paused) throw state_error("arena: resume: not paused");
   if (!s.granules->resume(nullptr)) return false;
   s.paused = false;
   return true;

@@ -175,10 +175,11 @@ class device_allocator {
   /// memory too. Until resume(), allocate throws invalid_argument; frees are
   /// taken as always. Returns false, nothing released but the cache, when
   /// pinned host memory for `keep == host` runs out. Throws invalid_argument
-  /// when the policy cannot pause (only `arena` over virtual memory can) or
-  /// it is paused already; backend_error when a runtime call fails: with
-  /// `keep == host` every block is then mapped again, with its contents,
-  /// where possible; with `none` what was released stays paused (paused()
+  /// when the policy cannot pause (only `arena` over virtual memory can),
+  /// state_error (an invalid_argument) when it is paused already (checked in
+  /// the same call, so of two threads pausing at once the second gets it);
+  /// backend_error when a runtime call fails: with `keep == host` every
+  /// block is then mapped again, with its contents, where possible; with `none` what was released stays paused (paused()
   /// says whether resume() is needed).
   [[nodiscard]] bool pause(pause_keep keep) { return do_pause(keep); }
 
@@ -186,7 +187,8 @@ class device_allocator {
   /// same addresses, and writes back what pause kept. Returns false when the
   /// device (or the allocator's limit) refuses the memory: then nothing is
   /// mapped, the allocator stays paused, and resume() may be called again.
-  /// Throws invalid_argument when not paused, backend_error as pause().
+  /// Throws state_error (an invalid_argument) when the arena is not paused,
+  /// invalid_argument when the policy cannot pause, backend_error as pause().
   [[nodiscard]] bool resume() { return do_resume(); }
 
   /// Whether pause() holds the allocator (until resume() succeeds).

@@ -27,6 +27,15 @@ class invalid_argument : public error {
   using error::error;
 };
 
+/// A call not valid in the object's present state, which another thread may
+/// have just changed: pause() of a paused allocator, resume() of one not
+/// paused. An invalid_argument, so code that catches those still does; the
+/// C API answers it with FRAGCTL_ERROR_STATE.
+class state_error : public invalid_argument {
+ public:
+  using invalid_argument::invalid_argument;
+};
+
 /// The GPU runtime returned an error other than out-of-memory. Carries the
 /// runtime's numeric code and its symbolic name (e.g. 2, "CUDA_ERROR_OUT_OF_MEMORY").
 class backend_error : public error {

@@ -153,7 +153,8 @@ typedef enum fragctl_pause_keep {
  * device): the pause waits only for pending frees, then copies and unmaps.
  * Until fragctl_resume, fragctl_malloc fails with INVALID_ARGUMENT; frees are
  * taken. OUT_OF_MEMORY when pinned host memory for FRAGCTL_PAUSE_KEEP_HOST
- * runs out (nothing is released but the cache); STATE when already paused;
+ * runs out (nothing is released but the cache); STATE when already paused
+ * (also for the thread that loses when two pause at once);
  * INVALID_ARGUMENT when the policy cannot pause (only `arena`, over virtual
  * memory, can); BACKEND when a runtime call fails: with the contents kept,
  * what was released is mapped back with them where possible; without, it
@@ -164,7 +165,8 @@ FRAGCTL_API fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep 
  * addresses, and writes back what fragctl_pause kept; CUDA graphs captured
  * before the pause replay into the same addresses. OUT_OF_MEMORY when the
  * device refuses the memory: nothing stays mapped, the allocator stays
- * paused, and fragctl_resume may be called again. STATE when not paused. */
+ * paused, and fragctl_resume may be called again. STATE when not paused
+ * (also for the thread that loses when two resume at once). */
 FRAGCTL_API fragctl_status fragctl_resume(fragctl_allocator* allocator);
 
 /** Sets *paused to 1 while fragctl_pause holds the allocator, else 0. */

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "capi/defaults.hpp"
 #include "capi/handle.hpp"
@@ -322,11 +323,18 @@ fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep) {
                   fmt::format("fragctl_pause: keep is {}, not FRAGCTL_PAUSE_KEEP_NONE (0) or _HOST (1)",
                               keep));
   return guarded([&] {
+    // The allocator answers "paused already" under its own lock (state_error):
+    // of two threads pausing at once, the one that loses gets STATE too.
+    constexpr std::string_view paused_already = "fragctl_pause: the allocator is paused already";
     fragctl::device_allocator& a = allocator->stack->allocator();
-    if (a.paused()) return fail(FRAGCTL_ERROR_STATE, "fragctl_pause: the allocator is paused already");
-    if (!a.pause(keep == FRAGCTL_PAUSE_KEEP_HOST ? fragctl::pause_keep::host : fragctl::pause_keep::none)) {
-      return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
-                  "fragctl_pause: pinned host memory for the blocks' contents ran out; only the cache was released");
+    if (a.paused()) return fail(FRAGCTL_ERROR_STATE, paused_already);
+    try {
+      if (!a.pause(keep == FRAGCTL_PAUSE_KEEP_HOST ? fragctl::pause_keep::host : fragctl::pause_keep::none)) {
+        return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
+                    "fragctl_pause: pinned host memory for the blocks' contents ran out; only the cache was released");
+      }
+    } catch (const fragctl::state_error&) {
+      return fail(FRAGCTL_ERROR_STATE, paused_already);
     }
     return FRAGCTL_OK;
   });
@@ -335,12 +343,18 @@ fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep) {
 fragctl_status fragctl_resume(fragctl_allocator* allocator) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_resume: allocator is NULL");
   return guarded([&] {
+    // As fragctl_pause: the allocator's own "not paused" (state_error) is STATE too.
+    constexpr std::string_view not_paused = "fragctl_resume: the allocator is not paused";
     fragctl::device_allocator& a = allocator->stack->allocator();
-    if (!a.paused()) return fail(FRAGCTL_ERROR_STATE, "fragctl_resume: the allocator is not paused");
-    if (!a.resume()) {
-      return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
-                  "fragctl_resume: the device refused the memory; the allocator stays paused (call again once "
-                  "it is free)");
+    if (!a.paused()) return fail(FRAGCTL_ERROR_STATE, not_paused);
+    try {
+      if (!a.resume()) {
+        return fail(FRAGCTL_ERROR_OUT_OF_MEMORY,
+                    "fragctl_resume: the device refused the memory; the allocator stays paused (call again once "
+                    "it is free)");
+      }
+    } catch (const fragctl::state_error&) {
+      return fail(FRAGCTL_ERROR_STATE, not_paused);
     }
     return FRAGCTL_OK;
   });

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -107,6 +109,60 @@ TEST(CApi, PauseGivesTheMemoryBackAndResumeKeepsTheAddresses) {
     EXPECT_EQ(paused, 0);
     EXPECT_EQ(fragctl_destroy(other), FRAGCTL_OK);
   }
+}
+
+// Two threads pausing (then resuming) one allocator at once: one succeeds,
+// the other gets STATE with the message a late caller gets, never the
+// allocator's own "already paused" as INVALID_ARGUMENT (both may pass the
+// paused() check before either pauses). Many rounds, so that the two calls
+// overlap in some of them.
+TEST(CApi, PauseAndResumeRacedByTwoThreadsAnswerOnlyByTheState) {
+  fragctl_allocator* a = make("arena");
+  ASSERT_NE(a, nullptr);
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 4 << 20, stream_a), FRAGCTL_OK) << fragctl_last_error();
+  struct answer {
+    fragctl_status status = FRAGCTL_OK;
+    std::string message;
+  };
+  // Runs `call` on two threads started together; returns their answers.
+  const auto race = [](auto call) {
+    std::array<answer, 2> answers;
+    std::atomic<int> ready{0};
+    const auto body = [&](int i) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) std::this_thread::yield();
+      answers[i].status = call();
+      if (answers[i].status != FRAGCTL_OK) answers[i].message = fragctl_last_error();
+    };
+    std::thread other(body, 1);
+    body(0);
+    other.join();
+    return answers;
+  };
+  // Exactly one of `answers` is OK, the other STATE with `message`.
+  const auto one_wins = [](const std::array<answer, 2>& answers, const char* message) {
+    const int winner = answers[0].status == FRAGCTL_OK ? 0 : 1;
+    const answer& loser = answers[1 - winner];
+    return answers[winner].status == FRAGCTL_OK && loser.status == FRAGCTL_ERROR_STATE && loser.message == message;
+  };
+  int bad = 0;
+  for (int round = 0; round < 500 && bad == 0; ++round) {
+    const auto paused = race([&] { return fragctl_pause(a, FRAGCTL_PAUSE_KEEP_NONE); });
+    EXPECT_TRUE(one_wins(paused, "fragctl_pause: the allocator is paused already"))
+        << "round " << round << ": " << paused[0].status << " '" << paused[0].message << "', " << paused[1].status
+        << " '" << paused[1].message << "'";
+    const auto resumed = race([&] { return fragctl_resume(a); });
+    EXPECT_TRUE(one_wins(resumed, "fragctl_resume: the allocator is not paused"))
+        << "round " << round << ": " << resumed[0].status << " '" << resumed[0].message << "', "
+        << resumed[1].status << " '" << resumed[1].message << "'";
+    bad += ::testing::Test::HasFailure() ? 1 : 0;
+  }
+  int paused = -1;
+  ASSERT_EQ(fragctl_paused(a, &paused), FRAGCTL_OK);
+  EXPECT_EQ(paused, 0);
+  EXPECT_EQ(fragctl_free(a, p, 4 << 20, stream_a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
 }
 
 TEST(CApi, PeerAccessIsGrantedOnAMachineOfSeveralDevices) {

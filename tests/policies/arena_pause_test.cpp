@@ -83,8 +83,12 @@ TEST(ArenaPause, KeepHostGivesEveryByteBackAndRestoresContentsAtTheSameAddresses
   EXPECT_GE(w.arena->paused_bytes(), 9 * G);
   EXPECT_EQ(w.sim->counters().host_bytes, w.arena->paused_bytes()) << "one pinned copy per paused span";
   EXPECT_THROW((void)w.arena->allocate(G), invalid_argument) << "nothing is served while paused";
+  // A second pause is a state_error (the C API's STATE), checked under the
+  // same call that would pause: a thread that loses a race gets it too.
+  EXPECT_THROW((void)w.arena->pause(pause_keep::none), state_error);
 
   ASSERT_TRUE(w.arena->resume());
+  EXPECT_THROW((void)w.arena->resume(), state_error) << "not paused";
   EXPECT_FALSE(w.arena->paused());
   EXPECT_EQ(addresses(w), before);
   EXPECT_TRUE(w.consistent()) << "every block mapped, accessible and holding its pattern";
