@@ -313,6 +313,9 @@ class allocator final : public cca::CUDAAllocator {
   }
   // CUDA IPC (torch.multiprocessing): the ipc room (ipc.hpp).
   cca::ShareableHandle shareIpcHandle(void* ptr) override {
+    TORCH_CHECK(!fwd_.owner_of(ptr).has_value(), "fragctl: shareIpcHandle of ", ptr,
+                ": the tensor lives in a MemPool whose allocator is another library's (MemPool(allocator=X)); ",
+                "fragctl cannot share that library's memory with another process");
     const std::optional<block_owner> owner = owner_of(ptr);
     TORCH_CHECK(owner.has_value(), "fragctl: shareIpcHandle of ", ptr, ", which is not a live tensor");
     return ipc_.share(owner->allocator, ptr, owner->bytes);
