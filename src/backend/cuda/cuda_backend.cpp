@@ -206,6 +206,7 @@ bool cuda_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
 bool cuda_backend::do_set_access(void* va, std::size_t bytes) {
   require_virtual_memory("set_access");
   context_scope scope(*this);
+  const std::lock_guard<std::mutex> lock(access_mutex_);
   const CUresult rc = api_.mem_set_access(device_address(va), bytes, access_.data(), access_.size());
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return false;
   if (rc != CUDA_SUCCESS) fail(rc, "cuMemSetAccess");
@@ -213,6 +214,7 @@ bool cuda_backend::do_set_access(void* va, std::size_t bytes) {
 }
 
 void cuda_backend::do_remove_access_peer(std::size_t index) noexcept {
+  const std::lock_guard<std::mutex> lock(access_mutex_);
   access_.erase(access_.begin() + static_cast<std::ptrdiff_t>(index + 1));  // [0] is this device
 }
 
@@ -245,6 +247,7 @@ void cuda_backend::do_add_access_peer(int peer) {
   desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   desc.location.id = other;
   desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const std::lock_guard<std::mutex> lock(access_mutex_);
   access_.push_back(desc);
 }
 

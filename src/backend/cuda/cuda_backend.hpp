@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,10 @@ class cuda_backend final : public device_backend {
   CUmemAllocationProp physical_properties_{};  ///< pinned memory on this device, no handle type
   CUmemAllocationProp shareable_properties_{};  ///< the same, exportable as a POSIX file descriptor
   std::atomic<bool> shareable_{false};          ///< create with shareable_properties_
+  // access_ is read by set_access and changed by enable_peer_access, which
+  // may run on other threads (fragctl_import_block maps outside the
+  // allocator's lock): access_mutex_ guards it.
+  mutable std::mutex access_mutex_;
   std::vector<CUmemAccessDesc> access_;        ///< read-write for this device, then its peers
 };
 

@@ -175,6 +175,7 @@ bool hip_backend::do_map(void* va, std::size_t bytes, physical_handle handle) {
 bool hip_backend::do_set_access(void* va, std::size_t bytes) {
   require_virtual_memory("set_access");
   device_scope scope(*this);
+  const std::lock_guard<std::mutex> lock(access_mutex_);
   const hipError_t rc = api_.mem_set_access(va, bytes, access_.data(), access_.size());
   if (rc == hipErrorOutOfMemory) return false;
   if (rc != hipSuccess) fail(rc, "hipMemSetAccess");
@@ -182,6 +183,7 @@ bool hip_backend::do_set_access(void* va, std::size_t bytes) {
 }
 
 void hip_backend::do_remove_access_peer(std::size_t index) noexcept {
+  const std::lock_guard<std::mutex> lock(access_mutex_);
   access_.erase(access_.begin() + static_cast<std::ptrdiff_t>(index + 1));  // [0] is this device
 }
 
@@ -210,6 +212,7 @@ void hip_backend::do_add_access_peer(int peer) {
   desc.location.type = hipMemLocationTypeDevice;
   desc.location.id = peer;
   desc.flags = hipMemAccessFlagsProtReadWrite;
+  const std::lock_guard<std::mutex> lock(access_mutex_);
   access_.push_back(desc);
 }
 

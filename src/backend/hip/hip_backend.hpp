@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "backend/hip/hip_runtime.hpp"
@@ -91,6 +92,10 @@ class hip_backend final : public device_backend {
   std::size_t granularity_ = 0;
 #ifdef FRAGCTL_HIP_VIRTUAL_MEMORY
   hipMemAllocationProp physical_properties_{};  ///< pinned memory on this device
+  // access_ is read by set_access and changed by enable_peer_access, which
+  // may run on other threads (fragctl_import_block maps outside the
+  // allocator's lock): access_mutex_ guards it.
+  mutable std::mutex access_mutex_;
   std::vector<hipMemAccessDesc> access_;        ///< read-write for this device, then its peers
 #endif
 };
