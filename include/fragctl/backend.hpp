@@ -333,6 +333,15 @@ class device_backend {
   /// Releases a handle from import_physical (unmapped). The memory goes
   /// back to the device once its owner released it too.
   void release_imported(physical_handle handle, std::size_t bytes);
+  /// map, set_access and unmap for a handle from import_physical: the same
+  /// runtime calls, but not fragctl's memory, so neither counted among this
+  /// backend's calls nor reported to watch_spans' observer (a trace tracker
+  /// would otherwise register another process's memory with NCCL).
+  [[nodiscard]] bool map_imported(void* va, std::size_t bytes, physical_handle handle) {
+    return do_map(va, bytes, handle);
+  }
+  [[nodiscard]] bool set_access_imported(void* va, std::size_t bytes) { return do_set_access(va, bytes); }
+  void unmap_imported(void* va, std::size_t bytes) { do_unmap(va, bytes); }
   /// The runtime's IPC handle of `base`, a pointer from allocate() (the
   /// whole allocation). Throws backend_error ("not_supported" where the
   /// backend has no IPC of raw memory).

@@ -183,7 +183,7 @@ void undo(const import_record& r, void* base, std::size_t mapped) noexcept {
   for (std::size_t i = 0; i < r.handles.size(); ++i) {
     const auto& [handle, bytes] = r.handles[i];
     try {
-      if (i < mapped) r.backend->unmap(static_cast<char*>(base) + at, bytes);
+      if (i < mapped) r.backend->unmap_imported(static_cast<char*>(base) + at, bytes);
       r.backend->release_imported(handle, bytes);
     } catch (const std::exception& e) {
       fragctl::logger().warn("fragctl_close_block: {}", e.what());
@@ -241,9 +241,9 @@ void* import_mapped(fragctl::device_backend& backend, const char* data, std::siz
     std::size_t at = 0;
     for (const auto& [handle, bytes] : r.handles) {
       void* va = static_cast<char*>(base) + at;
-      const bool ok = backend.map(va, bytes, handle);
+      const bool ok = backend.map_imported(va, bytes, handle);
       if (ok) ++mapped;
-      if (!ok || !backend.set_access(va, bytes)) {
+      if (!ok || !backend.set_access_imported(va, bytes)) {
         undo(r, base, mapped);
         return nullptr;  // out of memory
       }

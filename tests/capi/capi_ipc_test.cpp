@@ -9,8 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -80,6 +82,55 @@ TEST(CApiIpc, ArenaMemoryMapsElsewhereAndOutlivesTheExportersFree) {
   ASSERT_EQ(fragctl_close_block(a, base), FRAGCTL_OK) << fragctl_last_error();
   EXPECT_EQ(device_used(a), 0U) << "closed, the memory returns to the device";
   EXPECT_EQ(fragctl_close_block(a, base), FRAGCTL_ERROR_INVALID_ARGUMENT) << "closed once";
+  ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+}
+
+// The backend's count of one kind of call, from the statistics' JSON
+// ("backend_counters": {"calls": {"map": N, ...}}).
+std::uint64_t backend_calls(fragctl_allocator* a, const std::string& call) {
+  char* json = nullptr;
+  EXPECT_EQ(fragctl_stats_json(a, &json), FRAGCTL_OK);
+  const std::string text(json);
+  fragctl_string_free(json);
+  const std::size_t at = text.find("\"" + call + "\":", text.find("\"calls\""));
+  EXPECT_NE(at, std::string::npos) << call;
+  return std::stoull(text.substr(at + call.size() + 3));
+}
+
+struct span_list {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  static void visit(std::uint64_t address, std::uint64_t size, void* self) {
+    static_cast<span_list*>(self)->spans.emplace_back(address, size);
+  }
+};
+
+// Another process's memory is not fragctl's: mapping it is neither counted
+// among the allocator's driver calls nor reported as a span (which PyTorch's
+// trace trackers would hand to NCCL's registration hook).
+TEST(CApiIpc, AnImportIsNeitherCountedNorASpan) {
+  fragctl_allocator* a = make("arena");
+  void* p = nullptr;
+  const std::size_t bytes = 5 * MiB;
+  ASSERT_EQ(fragctl_malloc(a, &p, bytes, nullptr), FRAGCTL_OK);
+  const exported e = export_of(a, p, bytes);
+  const std::uint64_t maps = backend_calls(a, "map");
+  const std::uint64_t grants = backend_calls(a, "set_access");
+  const std::uint64_t unmaps = backend_calls(a, "unmap");
+  ASSERT_GT(maps, 0U) << "positive control: the arena's own mapping is counted";
+  span_list own;
+  ASSERT_EQ(fragctl_spans(a, &span_list::visit, &own), FRAGCTL_OK);
+  ASSERT_FALSE(own.spans.empty()) << "positive control: the arena's own spans are listed";
+
+  void* base = nullptr;
+  ASSERT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size(), &base), FRAGCTL_OK) << fragctl_last_error();
+  span_list after;
+  ASSERT_EQ(fragctl_spans(a, &span_list::visit, &after), FRAGCTL_OK);
+  EXPECT_EQ(after.spans, own.spans) << "the import is not a span of this allocator";
+  EXPECT_EQ(backend_calls(a, "map"), maps);
+  EXPECT_EQ(backend_calls(a, "set_access"), grants);
+  ASSERT_EQ(fragctl_close_block(a, base), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(backend_calls(a, "unmap"), unmaps);
+  ASSERT_EQ(fragctl_free(a, p, bytes, nullptr), FRAGCTL_OK);
   ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
 }
 
