@@ -106,6 +106,9 @@ class TorchCollectives:
         self.device = device
         self.use_all_reduce = dist.get_backend(group) == "gloo"  # gloo has no reduce-scatter
         self.blocking = device.type == "cpu"  # gloo: the call's work is waited for, up to the deadline
+        # GPUs: the flat collectives (torch 1.13 names them _all_gather_base, _reduce_scatter_base)
+        self._gather_flat = getattr(dist, "all_gather_into_tensor", None) or getattr(dist, "_all_gather_base", None)
+        self._scatter_flat = getattr(dist, "reduce_scatter_tensor", None) or getattr(dist, "_reduce_scatter_base", None)
         self.failure: Optional[Tuple[str, str, str]] = None  # (collective, tag, message)
         self.report: Optional[Dict[str, Any]] = None  # the ranks' view at the failure (Progress.report)
         self.failed: Optional[Tuple[int, str, Any, int, float]] = None  # the record of the failed collective
@@ -252,8 +255,7 @@ class TorchCollectives:
                         # list of chunks (a gathered-size temporary and a copy)
                         # and no clone. In place (send == recv + rank * bytes)
                         # is NCCL's in-place all-gather.
-                        gather = getattr(self.dist, "all_gather_into_tensor", None) or self.dist._all_gather_base
-                        work = gather(recv, send, group=self.group, async_op=True)
+                        work = self._gather_flat(recv, send, group=self.group, async_op=True)
                         work.wait()  # orders this stream after it; the host does not wait
                         self._queue(work)
             if self.blocking:
@@ -281,11 +283,10 @@ class TorchCollectives:
                         self._wait(self.dist.all_reduce(total, group=self.group, async_op=self.blocking))
                         recv.copy_(total[self.rank * n:(self.rank + 1) * n])
                     else:
-                        scatter = getattr(self.dist, "reduce_scatter_tensor", None) or self.dist._reduce_scatter_base
                         # The manager's buffers as they are (in place when recv is
                         # send's own chunk, NCCL's in-place reduce-scatter): no
                         # copy of the whole bucket.
-                        work = scatter(recv, send, group=self.group, async_op=True)  # torch 1.13: _base
+                        work = self._scatter_flat(recv, send, group=self.group, async_op=True)
                         work.wait()  # orders this stream after it; the host does not wait
                         self._queue(work)
             if self.blocking:
