@@ -27,8 +27,8 @@ MiB = 1 << 20
 def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
     device = int(os.environ.get("LOCAL_RANK", "0"))
+    fragctl.torch.enable()  # before anything touches CUDA (set_device does)
     torch.cuda.set_device(device)
-    fragctl.torch.enable()
     held = [torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")]  # the allocator exists from here
     allocator = fragctl.default_allocator(device)
     before = allocator.device_memory_split()
