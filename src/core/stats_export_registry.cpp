@@ -34,6 +34,9 @@ struct registration {
   memory_map_source map_source;             // empty once retired, or never given
   std::optional<stats_export_entry> final;  // set once retired
   std::vector<detail::output_claim> claims;  // its paths', held until retired
+  // The device memory of the last read that could measure it: at exit the
+  // CUDA runtime may be gone before the exit hook writes (docs/reports.md).
+  mutable std::optional<allocator_stats::device_memory_figures> last_device_memory;
 };
 
 class stats_export_registry final : public process_client {
@@ -67,7 +70,7 @@ class stats_export_registry final : public process_client {
       }
     }
     entries_.push_back({owner, std::move(outputs), std::move(source), std::move(map_source), std::nullopt,
-                        std::move(claims)});
+                        std::move(claims), std::nullopt});
   }
 
   void retire(const void* owner) noexcept {
@@ -151,6 +154,11 @@ class stats_export_registry final : public process_client {
     try {
       stats_export_entry item{e.source(), std::nullopt};
       if (with_map && e.map_source) item.map = e.map_source();
+      if (item.stats.device_memory.measured) {
+        e.last_device_memory = item.stats.device_memory;
+      } else if (e.last_device_memory) {
+        item.stats.device_memory = *e.last_device_memory;
+      }
       return item;
     } catch (const std::exception& ex) {
       logger().error("report {}: reading statistics failed: {}", name, ex.what());

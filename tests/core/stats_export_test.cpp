@@ -128,6 +128,43 @@ TEST(stats_export, keeps_destroyed_stacks_and_lists_live_ones) {
   std::remove(path.c_str());
 }
 
+// At exit the CUDA runtime can be gone before the exit hook writes, so the
+// device memory cannot be measured then: the report keeps the figures of
+// the last write that measured them instead of dropping them.
+TEST(stats_export, a_write_that_cannot_measure_the_device_keeps_the_last_figures) {
+  const std::string path = temp_path("device_memory.json");
+  std::remove(path.c_str());
+  int reads = 0;
+  const int owner = 0;
+  register_stats_export(&owner, stats_export_outputs{path, "", std::chrono::milliseconds(0)}, [&reads] {
+    allocator_stats s;
+    s.allocator = "arena";
+    s.allocations = static_cast<std::uint64_t>(++reads);
+    if (reads == 1) {  // the runtime answers only the first time
+      s.device_memory.measured = true;
+      s.device_memory.free = 3 * GiB;
+      s.device_memory.total = 8 * GiB;
+    }
+    return s;
+  });
+  const auto written = [&] {
+    EXPECT_GE(flush_process_outputs(), 1u);
+    auto report = stats_export_from_json(read_file(path));
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() && report->size() == 1 ? report->front() : allocator_stats{};
+  };
+  const allocator_stats first = written();
+  EXPECT_EQ(first.allocations, 1u);
+  ASSERT_TRUE(first.device_memory.measured);
+  const allocator_stats second = written();
+  EXPECT_EQ(second.allocations, 2u);  // the rest is read anew
+  ASSERT_TRUE(second.device_memory.measured) << "the device memory was dropped";
+  EXPECT_EQ(second.device_memory.free, 3 * GiB);
+  EXPECT_EQ(second.device_memory.total, 8 * GiB);
+  retire_stats_export(&owner);
+  std::remove(path.c_str());
+}
+
 TEST(stats_export, document_round_trips_and_rejects_bad_entries) {
   allocator_stats a;
   a.allocator = "caching";

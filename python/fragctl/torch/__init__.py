@@ -161,6 +161,8 @@ def enable(policy="arena", backend=None, route="auto", **options):
                                  "before the first CUDA allocation" % e, "FRAGCTL_ERROR_STATE") from e
     _enabled = policy
     _route = chosen
+    import atexit
+    atexit.register(_flush_while_cuda_lives)
     if chosen == "native":
         print("fragctl: PyTorch allocates through fragctl (%s, native backend)" % policy, file=sys.stderr)
     else:
@@ -170,6 +172,16 @@ def enable(policy="arena", backend=None, route="auto", **options):
     return allocator
 
 
+
+def _flush_while_cuda_lives():
+    """Writes the FRAGCTL_REPORT files at interpreter exit, before the CUDA
+    runtime's own exit handlers run: the device memory and its split can be
+    measured now, not in the exit hook that writes the files last (which
+    keeps these figures; docs/reports.md)."""
+    try:
+        _capi.library().fragctl_flush()
+    except Exception:  # a report path that cannot be written says so itself
+        pass
 
 _regions = {}  # (tag, device) -> the torch.cuda.MemPool of fragctl.torch.region(tag) there
 
