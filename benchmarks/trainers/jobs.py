@@ -17,6 +17,34 @@ compute the same losses.
              under a small trainable head (2 layers + vocabulary projection),
              128-4096 tokens: the fine-tuning case where a frozen model fills
              the device and the trainable part churns around it
+    t5       encoder-decoder (T5 v1.1-large's shape, about 0.78B parameters,
+             bf16, dropout 0.1), batch 4, source 128-1024 and target
+             32-256 tokens, each drawn per step
+    lora     LoRA (peft, rank 16 on every projection, dropout 0.05, fp32
+             adapters) on a frozen 1.1B Llama (TinyLlama's shape, bf16) with
+             gradient checkpointing, one sequence of 256-8192 tokens a step
+    vit      ViT-L/16 (timm's vit_large_patch16_224 with dynamic_img_size:
+             the position embedding resampled to each size), fp32 weights +
+             autocast, batch 16, images of 160-384 px drawn per step; the
+             position embedding is frozen (the resampling's backward,
+             bicubic, has no deterministic CUDA kernel)
+    kvgen    KV-cache generation, inference only: a 1.3B decoder of
+             Llama-3.2-1B's shape with 32 KV heads (128 KiB of cache per
+             token; bf16, SDPA attention), greedy decoding with
+             transformers' cache (DynamicCache, grown token by token) in a
+             loop of our own; per step one request of 1-32 prompts of
+             64-2048 tokens (at most 32,768 prompt tokens) and 16-256 new
+             tokens. Its "loss" is the mean of the last step's logits
+             (float64), compared bit for bit as the trainers' losses are
+
+A job is a namespace: model, parameters (those the optimizer steps; none for
+an inference job), make_batch(step) -> (inputs, labels), forward(inputs,
+labels) -> a scalar tensor, autocast (bf16 autocast around forward), batch,
+train (absent: True; False: no backward and no optimizer, forward under
+no_grad) and, for the four jobs above, shape(step) -> the step's shape as a
+dict. The draws are pure Python (the functions below), the same every run.
+transformers, torchvision, peft and timm are imported by the job that needs
+them, when it is built.
 """
 import random
 from types import SimpleNamespace
@@ -281,10 +309,11 @@ def _vit(torch):
 
 def _kvgen(torch):
     import transformers
-    # Llama-3.2-1B's shape (tied embeddings, 128k vocabulary, 8 KV heads of 64), SDPA attention: inference has no
-    # backward, and SDPA's forward is deterministic.
+    # Llama-3.2-1B's shape (tied embeddings, 128k vocabulary) but with a key and value head per query head (32 of
+    # 64): 128 KiB of cache per token, four times Llama-3.2-1B's, so that the cache weighs beside the 2.7 GB of
+    # weights. SDPA attention: inference has no backward, and SDPA's forward is deterministic.
     config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                      num_attention_heads=32, num_key_value_heads=32, vocab_size=128256,
                                       tie_word_embeddings=True,
                                       max_position_embeddings=KVGEN_PROMPT[1] + KVGEN_NEW_TOKENS[1])
     model = _pretrained(transformers, torch, config, torch.bfloat16, attention="sdpa")
