@@ -110,7 +110,7 @@ def greedy_decode(torch, model, prompt, new_tokens):
     return sequence, logits
 
 
-def _pretrained(transformers, torch, config, dtype=None, auto="AutoModelForCausalLM", attention="eager"):
+def _from_config(transformers, torch, config, dtype=None, auto="AutoModelForCausalLM", attention="eager"):
     """transformers.<auto>.from_config(config) with that attention (eager: deterministic), its parameters created
     in dtype (through torch's default dtype, which every transformers version honours; a model built in fp32 and
     then converted would add a transient fp32 copy to the job's memory)."""
@@ -129,8 +129,8 @@ def _pretrained(transformers, torch, config, dtype=None, auto="AutoModelForCausa
 
 
 def _causal_lm(transformers, torch, config, dtype=None):
-    """An AutoModelForCausalLM from config, eager attention, parameters in dtype (_pretrained)."""
-    return _pretrained(transformers, torch, config, dtype)
+    """An AutoModelForCausalLM from config, eager attention, parameters in dtype (_from_config)."""
+    return _from_config(transformers, torch, config, dtype)
 
 
 def _token_batches(torch, vocab, batch, low, high):
@@ -242,7 +242,7 @@ def _t5(torch):
                                    num_decoder_layers=24, num_heads=16, feed_forward_proj="gated-gelu",
                                    tie_word_embeddings=False, dropout_rate=0.1, pad_token_id=0, eos_token_id=1,
                                    decoder_start_token_id=0, use_cache=False)
-    model = _pretrained(transformers, torch, config, torch.bfloat16, auto="AutoModelForSeq2SeqLM")
+    model = _from_config(transformers, torch, config, torch.bfloat16, auto="AutoModelForSeq2SeqLM")
     model.config.use_cache = False
     model.train()
     batch = 4
@@ -316,7 +316,7 @@ def _kvgen(torch):
                                       num_attention_heads=32, num_key_value_heads=32, vocab_size=128256,
                                       tie_word_embeddings=True,
                                       max_position_embeddings=KVGEN_PROMPT[1] + KVGEN_NEW_TOKENS[1])
-    model = _pretrained(transformers, torch, config, torch.bfloat16, attention="sdpa")
+    model = _from_config(transformers, torch, config, torch.bfloat16, attention="sdpa")
     model.requires_grad_(False)
     model.eval()
     model.config.use_cache = True
