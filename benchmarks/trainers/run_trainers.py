@@ -4,6 +4,8 @@ verdict: memory placement must not change the math, and should not cost time.
     python benchmarks/trainers/run_trainers.py --out DIR --preload build/libfragctl_preload.so
         [--models gpt2m,llama,resnet] [--steps 12] [--budget 330] [--runs native,arena,...]
     python benchmarks/trainers/run_trainers.py --livebytes --out DIR --preload ...   (issue 16's jobs and set-ups)
+    python benchmarks/trainers/run_trainers.py --livebytes --models t5,lora,vit,kvgen --runs native,expandable,arena ...
+        (issue 32's other kinds of job; jobs.py describes every job)
 
 Per model the runs are: PyTorch's native allocator; expandable_segments:True;
 fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena

@@ -1,6 +1,7 @@
 """One training run in this process: a model, an allocator set-up, N steps.
 
-    python train_one.py --model gpt2m|llama|resnet|declm|moe|frozen --mode native|expandable|async|fragctl|preload
+    python train_one.py --model gpt2m|llama|resnet|declm|moe|frozen|t5|lora|vit|kvgen
+                        --mode native|expandable|async|fragctl|preload
                         [--policy arena] [--steps 12] [--report r.json] [--warmup-profile p.json]
                         --out run.json
 
@@ -9,9 +10,12 @@ LD_PRELOAD, FRAGCTL_*) comes from run_trainers.py; in --mode fragctl this
 process calls fragctl.torch.enable(policy) before CUDA is touched.
 Deterministic: torch.use_deterministic_algorithms(True) (with
 CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment), fixed seeds, the same
-inputs every run, eager attention. Writes step times, the loss after every
+inputs every run, eager attention (SDPA in kvgen, which has no backward). Writes step times, the loss after every
 step (exact, as float.hex), peak device memory used (memsampler.py) and
-fragctl's or PyTorch's own peaks to --out.
+fragctl's or PyTorch's own peaks to --out. An inference job (kvgen) runs
+the same loop without backward and optimizer; its "loss" is a value of its
+output (jobs.py), compared as the trainers' losses are. Jobs drawn in several
+dimensions (t5, lora, vit, kvgen) write each step's shape as "shapes".
 """
 import argparse
 import json
@@ -44,6 +48,32 @@ def arguments(argv=None):
     return parser.parse_args(argv)
 
 
+def make_optimizer(job, torch):
+    """AdamW over the job's trainable parameters; None for an inference job (train False)."""
+    return torch.optim.AdamW(job.parameters, lr=1e-4) if getattr(job, "train", True) else None
+
+
+def run_step(job, torch, optimizer, step, held):
+    """One step of job: its batch, the forward (under bf16 autocast if the job asks), then for a training job the
+    backward, the optimizer's step and zero_grad(set_to_none=True); an inference job's forward runs under
+    no_grad and nothing else. Returns the loss as a float (.item() synchronizes). held (a dict kept by the caller
+    from step to step) keeps the step's batch and loss referenced until the next step's replace them, as a
+    loop's variables do: the previous batch is released once the new one exists, the previous loss once the
+    new forward has returned."""
+    held["batch"] = job.make_batch(step)
+    inputs, labels = held["batch"]
+    if not getattr(job, "train", True):
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
+            held["loss"] = job.forward(inputs, labels)
+        return held["loss"].item()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
+        held["loss"] = job.forward(inputs, labels)
+    held["loss"].backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return held["loss"].item()
+
+
 def train(args, result):
     """Runs args.steps steps of args.model under the allocator set-up of args.mode in this process (which has not
     touched CUDA yet) and adds step times, losses and the allocator's own peaks to result. Raises what the job
@@ -69,11 +99,14 @@ def train(args, result):
 
     with torch.device("cuda"):
         job = jobs.build(args.model, torch)
-    optimizer = torch.optim.AdamW(job.parameters, lr=1e-4)
+    optimizer = make_optimizer(job, torch)
     result["parameters"] = sum(p.numel() for p in job.model.parameters())
     result["trainable_parameters"] = sum(p.numel() for p in job.parameters)
     result["batch"] = job.batch
-    step_times, losses, calls_after_step = [], [], []
+    result["train"] = getattr(job, "train", True)
+    if hasattr(job, "shape"):
+        result["shapes"] = [job.shape(step) for step in range(args.steps)]
+    step_times, losses, calls_after_step, held = [], [], [], {}
     fragctl_stats = None
     if args.mode in ("fragctl", "preload"):
         import fragctl
@@ -81,13 +114,7 @@ def train(args, result):
     for step in range(args.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        inputs, labels = job.make_batch(step)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
-            loss = job.forward(inputs, labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        value = loss.item()  # synchronizes
+        value = run_step(job, torch, optimizer, step, held)
         step_times.append(time.perf_counter() - start)
         losses.append(value)
         if fragctl_stats is not None:  # after the timed part of the step

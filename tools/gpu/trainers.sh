@@ -21,12 +21,24 @@
 # that the driver calls of docs/policies/arena.md "Driver calls per step"
 # are timed on real driver calls (a replay queues no kernels, so nothing
 # lags and wait_before_growing changes nothing there):
-# $out/declm-model-replay.txt (table) and declm-model-replay.json.
+# $out/declm-model-replay.txt (table) and declm-model-replay.json; not
+# when --models leaves declm out.
+# Issue 32's other kinds (encoder-decoder, peft LoRA, ViT at variable image
+# size, KV-cache generation; benchmarks/trainers/jobs.py), e.g.:
+#   tools/gpu/trainers.sh --livebytes --models t5,lora,vit,kvgen --runs native,expandable,arena
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/trainers_setup.sh trainers
 
-if [[ " $* " == *" --livebytes "* ]]; then
+# The models run_trainers.py will run: --livebytes's set (with declm) unless --models names others.
+models=declm
+previous=
+for argument in "$@"; do
+  case $argument in --models=*) models=${argument#--models=} ;; esac
+  [ "$previous" = --models ] && models=$argument
+  previous=$argument
+done
+if [[ " $* " == *" --livebytes "* && ",$models," == *",declm,"* ]]; then
   "$python" benchmarks/trainers/declm_trace.py --out "$out/declm-model.trace.csv.gz"
   "$build/tools/fragctl" replay "$out/declm-model.trace.csv.gz" --backend cuda --policy arena 2>&1 |
     tee "$out/declm-model-replay.txt"

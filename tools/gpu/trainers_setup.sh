@@ -16,6 +16,8 @@ python=${PYTHON:-python3}
   date -u +"date: %Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$python" -c "import torch, torchvision, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__, 'transformers', transformers.__version__)"
+  # peft and timm: only the lora and vit jobs need them
+  "$python" -c "import peft, timm; print('peft', peft.__version__, 'timm', timm.__version__)"
 } 2>&1 | tee "$out/$setup_name-machine.txt"
 
 build=${FRAGCTL_BUILD_DIR:-build-trainers}
