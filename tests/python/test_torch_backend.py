@@ -116,6 +116,12 @@ class native_route(unittest.TestCase):
                 # After the pool is gone only the tensors outside it are held (and the runtime's rounding).
                 self.assertLessEqual(r["reserved_end"] - r["reserved_start"], r["held_outside"] + (64 << 20), r)
 
+    def test_graph_capture_into_a_pool_of_another_allocator_frees_inside_the_capture(self):
+        r = ok(self, run("native", "mempool_graph"))
+        self.assertEqual(r["outputs_ok"], r["replays"], r)
+        self.assertTrue(r["reused_in_capture"], r)
+        self.assertEqual(r["forwarded_blocks_left"], 0, r)
+
     def test_cuda_ipc_shares_tensors_between_processes(self):
         for route in ("torch", "native"):
             r = ok(self, run(route, "ipc"))
