@@ -87,6 +87,15 @@ class native_route(unittest.TestCase):
         self.assertGreaterEqual(ours["empty_cache_returned"], int(1.9 * GiB))
         self.assertGreaterEqual(torch_r["empty_cache_returned"], int(1.9 * GiB))
 
+    def test_reset_accumulated_memory_stats_resets_the_pools_counts_too(self):
+        for route in ("torch", "native"):
+            r = ok(self, run(route, "memory_api"))
+            with self.subTest(route=route):
+                counts = r["accumulated_after_reset"]
+                self.assertIsInstance(counts, dict, counts)
+                self.assertIn("allocation.all.allocated", counts)
+                self.assertEqual({k: v for k, v in counts.items() if v != 0}, {})
+
     def test_set_per_process_memory_fraction_caps_fragctl(self):
         self.assertEqual(ok(self, run("torch", "fraction"))["capped"], True)
         r = ok(self, run("native", "fraction"))

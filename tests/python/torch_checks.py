@@ -65,11 +65,21 @@ def check_memory_api(torch):
     y = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
     del y
     out["max_memory_allocated_after_reset"] = _value(lambda: torch.cuda.max_memory_allocated())
+    # Allocations and frees in a MemPool before the reset: its counts are reset too.
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        in_pool = [torch.empty(MiB, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    del in_pool[1:]
     try:
         torch.cuda.reset_accumulated_memory_stats()
         out["reset_accumulated_memory_stats"] = "ok"
     except Exception as e:
         out["reset_accumulated_memory_stats"] = "RAISES %s" % type(e).__name__
+    out["accumulated_after_reset"] = _value(lambda: {
+        k: v for k, v in torch.cuda.memory_stats().items()
+        if k.endswith((".allocated", ".freed")) or k in ("num_alloc_retries", "num_ooms", "num_device_alloc",
+                                                          "num_device_free")})
+    del in_pool, pool
     del x
     torch.cuda.synchronize()
     before = device_used()
