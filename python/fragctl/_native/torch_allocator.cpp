@@ -377,6 +377,11 @@ class allocator final : public cca::CUDAAllocator {
   /// The bytes in pools of other allocators on `device` (MemPool(allocator=X)).
   forwarded_usage forwarded(c10::DeviceIndex device) { return fwd_.usage(device); }
 
+  /// How later graph, MemPool and region pools are made (graph_pools::configure).
+  void configure_pools(std::string options, std::string backend) {
+    pools_.configure(std::move(options), std::move(backend));
+  }
+
   /// fragctl.torch.region's allocator of `tag` on `device`, or nullptr.
   fragctl_allocator* region_allocator(const std::string& tag, c10::DeviceIndex device) {
     return pools_.region_allocator(tag, device);
@@ -551,6 +556,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       pybind11::arg("library"),
       "The allocator (created once per process) over the libfragctl.so at `library`, ready for "
       "torch.cuda.memory.change_current_allocator.");
+  m.def(
+      "configure_pools",
+      [](std::string options, std::string backend) {
+        auto& a = fragctl_torch::instance();
+        TORCH_CHECK(a != nullptr, "fragctl: configure_pools before allocator()");
+        a->configure_pools(std::move(options), std::move(backend));
+      },
+      pybind11::arg("options"), pybind11::arg("backend"),
+      "Makes later graph, MemPool and region pools with `options` (FRAGCTL_CONF text, '' for none) on "
+      "`backend` ('' for auto): the process-default allocators' (fragctl.torch.enable calls it).");
   m.def("arm_region", &fragctl_torch::graph_pools::arm_region, pybind11::arg("tag"),
         "Makes the next memory pool this thread creates the region `tag` (an arena that can pause); "
         "'' disarms. fragctl.torch.region calls it around torch.cuda.MemPool().");
