@@ -141,6 +141,16 @@ class native_route(unittest.TestCase):
                 self.assertTrue(r.get("kept_while_shared"), r)
                 self.assertTrue(r.get("memory_returned"), r)
 
+    def test_cuda_ipc_control_past_the_reference_counting_sees_blocks_overwritten(self):
+        r = run("native", "ipc_control")
+        self.assertNotIn("error", r)  # the script ran; its verdict ("ok") must be a failure
+        self.assertFalse(r["ok"], r)
+        self.assertTrue(r.get("control"), r)
+        self.assertTrue(r.get("read_ok"), r)
+        self.assertFalse(r.get("kept_while_shared", True), r)
+        self.assertTrue(r.get("overwritten"), r)
+        self.assertEqual(r.get("exit"), 1, r)
+
     def test_memory_viz_snapshot(self):
         r = ok(self, run("native", "snapshot"))
         self.assertGreater(r["segments"], 0)

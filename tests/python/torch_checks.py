@@ -419,17 +419,18 @@ def check_mempool_graph(torch, replays=20):
     return found
 
 
-def check_ipc(torch):
+def check_ipc(torch, control=False):
     """CUDA IPC through torch.multiprocessing: benchmarks/interop/ipc_share.py with this route in both
-    processes (its producer and consumer), in processes of its own."""
+    processes (its producer and consumer), in processes of its own. ``control``: its --control, which shares
+    the blocks past PyTorch's reference counting (fragctl routes only): the consumer must see them overwritten."""
     import subprocess
     route = ROUTE
     producer = "native" if route == "torch" else os.environ.get("FRAGCTL_TEST_POLICY", "arena")
     consumer = "native" if route == "torch" else "fragctl"
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "interop",
                           "ipc_share.py")
-    done = subprocess.run([sys.executable, script, "--producer", producer, "--consumer", consumer],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, script, "--producer", producer, "--consumer", consumer]
+                          + (["--control"] if control else []), capture_output=True, text=True, timeout=600)
     lines = done.stdout.strip().splitlines()
     found = json.loads(lines[-1]) if lines else {"stderr": done.stderr[-2000:]}
     found["exit"] = done.returncode
@@ -447,6 +448,8 @@ def main():
     kwargs = {}
     if name == "record_stream_control":
         name, kwargs = "record_stream", {"record": False}
+    if name == "ipc_control":
+        name, kwargs = "ipc", {"control": True}
     try:
         result = {"ok": True, **CHECKS[name](torch, **kwargs)}
     except Exception as e:
