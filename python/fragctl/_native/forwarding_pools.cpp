@@ -227,8 +227,7 @@ bool forwarding_pools::free(void* ptr) {
     b.other_streams = !b.used_on.empty();
     b.live = false;
     b.requested = 0;
-    const bool in_capture =
-        capturing(b.stream) || std::any_of(b.used_on.begin(), b.used_on.end(), [](cudaStream_t s) { return capturing(s); });
+    const bool in_capture = captures(b);
     if (in_capture) {
       b.deferred = true;  // as PyTorch's allocator: no event on a capturing stream
       ++deferred_;
@@ -243,6 +242,10 @@ bool forwarding_pools::free(void* ptr) {
     give_back(take_kept([&](c10::MempoolId_t, const pool& p) { return p.use_count == 0; }));
   }
   return true;
+}
+
+bool forwarding_pools::captures(const block& b) {
+  return capturing(b.stream) || std::any_of(b.used_on.begin(), b.used_on.end(), capturing);
 }
 
 void forwarding_pools::record_events(block& b) {
@@ -263,10 +266,7 @@ void forwarding_pools::record_events(block& b) {
 void forwarding_pools::record_deferred() {
   if (deferred_ == 0) return;
   for (auto& [ptr, b] : blocks_) {
-    if (!b.deferred || capturing(b.stream) ||
-        std::any_of(b.used_on.begin(), b.used_on.end(), [](cudaStream_t s) { return capturing(s); })) {
-      continue;
-    }
+    if (!b.deferred || captures(b)) continue;
     record_events(b);
     b.deferred = false;
     --deferred_;

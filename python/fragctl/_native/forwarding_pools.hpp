@@ -145,6 +145,8 @@ class forwarding_pools {
   // Pool `id` (nullptr if it is not ours), checked to be of `device` (under mutex_).
   pool* find_on(c10::MempoolId_t id, c10::DeviceIndex device, const char* what);
   static bool ready(const block& b, cudaStream_t stream);
+  // Whether b's allocation stream or a stream of its used_on captures now.
+  static bool captures(const block& b);
   // Records the end-of-use events of freed block `b` on its streams and forgets used_on.
   static void record_events(block& b);
   // Records the events of deferred blocks none of whose streams captures now (under mutex_).
