@@ -15,12 +15,24 @@ ipc_collect) and its allocated bytes return to where they were before the
 tensors existed, and empty_cache gives the memory back.
 
     python3 benchmarks/interop/ipc_share.py [--producer arena|caching|native]
-                                            [--consumer fragctl|native]
+                                            [--consumer fragctl|native] [--control]
 
 `native` is PyTorch's own allocator (no fragctl.torch.enable in that
 process). Prints one JSON line; exit status 0 when every check passed.
+
+--control is the negative control, the proof that the check can fail: the
+producer (arena or caching) shares each tensor's block through fragctl's C
+API instead of torch.multiprocessing (fragctl_export_block; the consumer
+maps it with fragctl_import_block and reads it as a tensor through
+__cuda_array_interface__), so PyTorch counts no reference. When the
+producer drops its tensors the blocks go back to its allocator while the
+consumer still maps them, the tensors allocated next land on them, and the
+consumer sees its memory overwritten: the run reports "control": true,
+"kept_while_shared": false, the overwritten tensors' indices in
+"overwritten", "ok": false, and exits 1.
 """
 import argparse
+import ctypes
 import gc
 import json
 import sys
@@ -40,12 +52,52 @@ def enable(kind):
         fragctl.torch.enable("arena" if kind == "fragctl" else kind)
 
 
-def consumer(kind, to_consumer, to_producer):
+class _device_view:
+    """int32 elements at a device address, for torch.as_tensor (no copy, no owner)."""
+
+    def __init__(self, address, n):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<i4", "data": (address, False), "version": 3}
+
+
+def export_blocks(tensors):
+    """--control: each tensor's block described by fragctl_export_block (handle bytes, offset, elements),
+    plain bytes that PyTorch's reference counting never sees."""
+    import fragctl
+    from fragctl import _capi
+    lib, allocator = _capi.library(), fragctl.default_allocator(0)._handle
+    out = []
+    for t in tensors:
+        size, offset = ctypes.c_size_t(), ctypes.c_size_t()
+        ptr, nbytes = ctypes.c_void_p(t.data_ptr()), t.numel() * t.element_size()
+        _capi.check(lib.fragctl_export_block(allocator, ptr, nbytes, None, 0, ctypes.byref(size), ctypes.byref(offset)))
+        handle = ctypes.create_string_buffer(size.value)
+        _capi.check(lib.fragctl_export_block(allocator, ptr, nbytes, handle, size.value, ctypes.byref(size),
+                                             ctypes.byref(offset)))
+        out.append((handle.raw[:size.value], offset.value, t.numel()))
+    return out
+
+
+def import_blocks(torch, exported):
+    """--control, in the consumer: the exported blocks mapped here, as tensors; and the mappings to close."""
+    import fragctl
+    from fragctl import _capi
+    lib, allocator = _capi.library(), fragctl.default_allocator(0)._handle
+    tensors, bases = [], []
+    for handle, offset, n in exported:
+        base = ctypes.c_void_p()
+        _capi.check(lib.fragctl_import_block(allocator, handle, len(handle), ctypes.byref(base)))
+        bases.append(base)
+        tensors.append(torch.as_tensor(_device_view(base.value + offset, n), device="cuda"))
+    return tensors, lambda: [_capi.check(lib.fragctl_close_block(allocator, b)) for b in bases]
+
+
+def consumer(kind, control, to_consumer, to_producer):
     import torch
     result = {"consumer": kind}
     try:
         enable(kind)
-        tensors = to_consumer.get()
+        received = to_consumer.get()
+        tensors, close = import_blocks(torch, received) if control else (received, lambda: None)
         bad = [i for i, t in enumerate(tensors) if not torch.equal(t, expected(torch, i, t.numel(), t.device))]
         for t in tensors:
             t.neg_()
@@ -58,6 +110,7 @@ def consumer(kind, to_consumer, to_producer):
         del tensors, t
         gc.collect()
         torch.cuda.synchronize()
+        close()
         to_producer.put(("released", result))
     except Exception as e:  # reported by the producer
         result["error"] = f"{type(e).__name__}: {e}"[:400]
@@ -68,14 +121,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--producer", default="arena", choices=["arena", "caching", "native"])
     ap.add_argument("--consumer", default="fragctl", choices=["fragctl", "native"])
+    ap.add_argument("--control", action="store_true",
+                    help="negative control: share through fragctl's C API, bypassing PyTorch's reference counting")
     args = ap.parse_args()
+    if args.control and args.producer == "native":
+        ap.error("--control shares fragctl's blocks: the producer must be arena or caching")
     import torch
     import torch.multiprocessing as mp
     enable(args.producer)
     dev = torch.device("cuda", 0)
     torch.cuda.synchronize()
     out = {"producer": args.producer, "consumer": args.consumer, "gpu": torch.cuda.get_device_name(0),
-           "tensors": N}
+           "tensors": N, "control": args.control}
     base_allocated = torch.cuda.memory_allocated()
     tensors = [expected(torch, i, SIZES[i % len(SIZES)] + (i // len(SIZES)) * 512, dev) for i in range(N)]
     shared = torch.empty(3 << 20, dtype=torch.int32, device=dev)
@@ -89,10 +146,10 @@ def main():
 
     ctx = mp.get_context("spawn")
     to_consumer, to_producer = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=consumer, args=(args.consumer, to_consumer, to_producer))
+    proc = ctx.Process(target=consumer, args=(args.consumer, args.control, to_consumer, to_producer))
     proc.start()
     t0 = time.perf_counter()
-    to_consumer.put(tensors)
+    to_consumer.put(export_blocks(tensors) if args.control else tensors)
     what, result = to_producer.get(timeout=300)
     out["send_and_check_s"] = round(time.perf_counter() - t0, 3)
     out.update(result)

@@ -87,6 +87,15 @@ class native_route(unittest.TestCase):
         self.assertGreaterEqual(ours["empty_cache_returned"], int(1.9 * GiB))
         self.assertGreaterEqual(torch_r["empty_cache_returned"], int(1.9 * GiB))
 
+    def test_reset_accumulated_memory_stats_resets_the_pools_counts_too(self):
+        for route in ("torch", "native"):
+            r = ok(self, run(route, "memory_api"))
+            with self.subTest(route=route):
+                counts = r["accumulated_after_reset"]
+                self.assertIsInstance(counts, dict, counts)
+                self.assertIn("allocation.all.allocated", counts)
+                self.assertEqual({k: v for k, v in counts.items() if v != 0}, {})
+
     def test_set_per_process_memory_fraction_caps_fragctl(self):
         self.assertEqual(ok(self, run("torch", "fraction"))["capped"], True)
         r = ok(self, run("native", "fraction"))
@@ -116,6 +125,12 @@ class native_route(unittest.TestCase):
                 # After the pool is gone only the tensors outside it are held (and the runtime's rounding).
                 self.assertLessEqual(r["reserved_end"] - r["reserved_start"], r["held_outside"] + (64 << 20), r)
 
+    def test_graph_capture_into_a_pool_of_another_allocator_frees_inside_the_capture(self):
+        r = ok(self, run("native", "mempool_graph"))
+        self.assertEqual(r["outputs_ok"], r["replays"], r)
+        self.assertTrue(r["reused_in_capture"], r)
+        self.assertEqual(r["forwarded_blocks_left"], 0, r)
+
     def test_cuda_ipc_shares_tensors_between_processes(self):
         for route in ("torch", "native"):
             r = ok(self, run(route, "ipc"))
@@ -125,6 +140,16 @@ class native_route(unittest.TestCase):
                 self.assertTrue(r.get("producer_sees_writes"), r)
                 self.assertTrue(r.get("kept_while_shared"), r)
                 self.assertTrue(r.get("memory_returned"), r)
+
+    def test_cuda_ipc_control_past_the_reference_counting_sees_blocks_overwritten(self):
+        r = run("native", "ipc_control")
+        self.assertNotIn("error", r)  # the script ran; its verdict ("ok") must be a failure
+        self.assertFalse(r["ok"], r)
+        self.assertTrue(r.get("control"), r)
+        self.assertTrue(r.get("read_ok"), r)
+        self.assertFalse(r.get("kept_while_shared", True), r)
+        self.assertTrue(r.get("overwritten"), r)
+        self.assertEqual(r.get("exit"), 1, r)
 
     def test_memory_viz_snapshot(self):
         r = ok(self, run("native", "snapshot"))

@@ -65,11 +65,21 @@ def check_memory_api(torch):
     y = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
     del y
     out["max_memory_allocated_after_reset"] = _value(lambda: torch.cuda.max_memory_allocated())
+    # Allocations and frees in a MemPool before the reset: its counts are reset too.
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        in_pool = [torch.empty(MiB, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    del in_pool[1:]
     try:
         torch.cuda.reset_accumulated_memory_stats()
         out["reset_accumulated_memory_stats"] = "ok"
     except Exception as e:
         out["reset_accumulated_memory_stats"] = "RAISES %s" % type(e).__name__
+    out["accumulated_after_reset"] = _value(lambda: {
+        k: v for k, v in torch.cuda.memory_stats().items()
+        if k.endswith((".allocated", ".freed")) or k in ("num_alloc_retries", "num_ooms", "num_device_alloc",
+                                                          "num_device_free")})
+    del in_pool, pool
     del x
     torch.cuda.synchronize()
     before = device_used()
@@ -345,17 +355,82 @@ def check_mempool(torch):
             "held_outside": held_outside}
 
 
-def check_ipc(torch):
+def check_mempool_graph(torch, replays=20):
+    """torch.cuda.graph captured into a MemPool(allocator=X), X another allocator object to PyTorch (a
+    CUDAPluggableAllocator over libfragctl's fragctl_torch_alloc/fragctl_torch_free), with frees inside the
+    capture: one on the capture stream (its block taken by the next allocation of that size, in stream order)
+    and one of a tensor a side stream of the capture used (record_stream), followed by an allocation of that
+    size on the side stream, which must not wait on events of the capture. Replays give the eager values; the
+    pool's blocks go back to X once the pool and the graph are gone (native route)."""
+    import gc
+    import fragctl
+    n = 1 << 20
+    x_alloc = torch.cuda.memory.CUDAPluggableAllocator(fragctl.library_path(), "fragctl_torch_alloc",
+                                                       "fragctl_torch_free")
+    pool = torch.cuda.MemPool(x_alloc.allocator())
+    static_in = torch.zeros(n, device="cuda")
+
+    def reference(v):
+        a = v * 2 + 1
+        return (a.square() + 3) * 0.5 + 1 + a.square()
+
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    with torch.cuda.graph(g, pool=pool.id):
+        cur = torch.cuda.current_stream()
+        a = static_in * 2 + 1
+        a_ptr = a.data_ptr()
+        b = a.square()
+        del a  # freed in the capture, on the capture stream
+        c = b + 3  # same size, same stream: a's block
+        reused = c.data_ptr() == a_ptr
+        d = c * 0.5
+        del c
+        side.wait_stream(cur)  # the side stream joins the capture
+        with torch.cuda.stream(side):
+            e = d + 1
+            d.record_stream(side)
+        del d  # used on the side stream: nothing reuses it during the capture
+        with torch.cuda.stream(side):
+            f = torch.empty_like(e)  # d's size on the side stream
+            f.copy_(e)
+        cur.wait_stream(side)
+        out = f + b
+        del b, e, f
+    outputs_ok = 0
+    for i in range(replays):
+        v = (torch.arange(n, device="cuda", dtype=torch.float32) + i) % 7
+        static_in.copy_(v)
+        g.replay()
+        torch.cuda.synchronize()
+        outputs_ok += int(torch.equal(out, reference(v)))
+    found = {"replays": replays, "outputs_ok": outputs_ok, "reused_in_capture": reused}
+    del out, g, static_in
+    gc.collect()
+    torch.cuda.synchronize()
+    del pool
+    gc.collect()
+    torch.cuda.empty_cache()
+    if ROUTE == "native":
+        import fragctl.torch
+        found["forwarded_blocks_left"] = fragctl.torch.forwarded_pools(0)["blocks"]
+    if outputs_ok != replays:
+        raise AssertionError("%d of %d replays gave the eager values" % (outputs_ok, replays))
+    return found
+
+
+def check_ipc(torch, control=False):
     """CUDA IPC through torch.multiprocessing: benchmarks/interop/ipc_share.py with this route in both
-    processes (its producer and consumer), in processes of its own."""
+    processes (its producer and consumer), in processes of its own. ``control``: its --control, which shares
+    the blocks past PyTorch's reference counting (fragctl routes only): the consumer must see them overwritten."""
     import subprocess
     route = ROUTE
     producer = "native" if route == "torch" else os.environ.get("FRAGCTL_TEST_POLICY", "arena")
     consumer = "native" if route == "torch" else "fragctl"
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "interop",
                           "ipc_share.py")
-    done = subprocess.run([sys.executable, script, "--producer", producer, "--consumer", consumer],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, script, "--producer", producer, "--consumer", consumer]
+                          + (["--control"] if control else []), capture_output=True, text=True, timeout=600)
     lines = done.stdout.strip().splitlines()
     found = json.loads(lines[-1]) if lines else {"stderr": done.stderr[-2000:]}
     found["exit"] = done.returncode
@@ -373,6 +448,8 @@ def main():
     kwargs = {}
     if name == "record_stream_control":
         name, kwargs = "record_stream", {"record": False}
+    if name == "ipc_control":
+        name, kwargs = "ipc", {"control": True}
     try:
         result = {"ok": True, **CHECKS[name](torch, **kwargs)}
     except Exception as e:

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
@@ -20,6 +21,26 @@ std::size_t rounded(std::size_t bytes) { return (bytes + alignment - 1) / alignm
 
 // ... or up to half its size: larger gaps would hold X's memory idle.
 bool fits(std::size_t block, std::size_t need) { return block >= need && (block - need <= reuse_slack || block <= 2 * need); }
+
+// Whether work queued on `stream` now goes into a graph being captured (or
+// into a capture that failed and has not ended yet).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// A relaxed capture mode for this thread while `on`: calls that a global
+// capture forbids (event queries, X's allocation) never touch the captured stream.
+class relaxed_if {
+ public:
+  explicit relaxed_if(bool on) {
+    if (on) guard_.emplace(cudaStreamCaptureModeRelaxed);
+  }
+
+ private:
+  std::optional<c10::cuda::CUDAStreamCaptureModeGuard> guard_;
+};
 }  // namespace
 
 void forwarding_pools::add_user(c10::DeviceIndex device, c10::MempoolId_t id,
@@ -87,6 +108,7 @@ bool forwarding_pools::end(c10::DeviceIndex device, c10::MempoolId_t id) {
   if (it == captures_.end()) return false;
   captures_.erase(it);
   active_.store(!captures_.empty(), std::memory_order_release);
+  record_deferred();  // the capture has ended (PyTorch ends it before endAllocateToPool)
   return true;
 }
 
@@ -102,6 +124,7 @@ std::optional<c10::MempoolId_t> forwarding_pools::target(c10::DeviceIndex device
 bool forwarding_pools::ready(const block& b, cudaStream_t stream) {
   // The allocation stream's own later work is ordered after its earlier work.
   if (stream == b.stream && !b.other_streams) return true;
+  if (b.deferred) return false;  // its events are not recorded yet
   for (cudaEvent_t e : b.events) {
     const cudaError_t rc = cudaEventQuery(e);
     if (rc == cudaErrorNotReady) {
@@ -115,6 +138,7 @@ bool forwarding_pools::ready(const block& b, cudaStream_t stream) {
 
 void* forwarding_pools::allocate(c10::MempoolId_t id, std::size_t bytes, cudaStream_t stream) {
   const std::size_t need = rounded(bytes);
+  const bool in_capture = capturing(stream);
   std::shared_ptr<cca::CUDAAllocator> x;
   c10::DeviceIndex device = 0;
   {
@@ -124,6 +148,8 @@ void* forwarding_pools::allocate(c10::MempoolId_t id, std::size_t bytes, cudaStr
                 "), which does not exist");
     x = pit->second.allocator;
     device = pit->second.device;
+    record_deferred();
+    const relaxed_if relaxed(in_capture);  // event queries
     block* best = nullptr;
     for (auto& [ptr, b] : blocks_) {
       if (b.live || b.pool != id || !fits(b.size, need) || (best != nullptr && b.size >= best->size)) continue;
@@ -133,6 +159,11 @@ void* forwarding_pools::allocate(c10::MempoolId_t id, std::size_t bytes, cudaStr
       for (cudaEvent_t e : best->events) C10_CUDA_CHECK(cudaEventDestroy(e));
       best->events.clear();
       best->other_streams = false;
+      if (best->deferred) {  // taken back in the capture's stream order
+        best->deferred = false;
+        best->used_on.clear();
+        --deferred_;
+      }
       best->live = true;
       best->requested = bytes;
       best->stream = stream;
@@ -143,10 +174,13 @@ void* forwarding_pools::allocate(c10::MempoolId_t id, std::size_t bytes, cudaStr
   void* ptr = nullptr;
   for (int attempt = 0; attempt < 2 && ptr == nullptr; ++attempt) {
     if (attempt == 1) {
-      // X refused: what this pool keeps goes back to it first, as PyTorch's allocator does.
+      // X refused: what this pool keeps goes back to it first, as PyTorch's
+      // allocator does, but not during a capture (that waits on events).
+      if (in_capture) break;
       give_back(take_kept([&](c10::MempoolId_t pid, const pool&) { return pid == id; }));
     }
     try {
+      const relaxed_if relaxed(in_capture);
       ptr = x->raw_alloc_with_stream(need, stream);
     } catch (const c10::OutOfMemoryError&) {
       ptr = nullptr;
@@ -155,7 +189,7 @@ void* forwarding_pools::allocate(c10::MempoolId_t id, std::size_t bytes, cudaStr
   if (ptr == nullptr) return nullptr;
   {
     const std::lock_guard lock(mutex_);
-    blocks_[ptr] = block{ptr, need, bytes, stream, id, device, /*live=*/true, serial_++, {}, {}, false};
+    blocks_[ptr] = block{ptr, need, bytes, stream, id, device, /*live=*/true, serial_++, {}, {}, false, false};
   }
   on_segment_(true, device, ptr, need, stream, id);
   return ptr;
@@ -189,23 +223,19 @@ bool forwarding_pools::free(void* ptr) {
     const auto it = blocks_.find(ptr);
     if (it == blocks_.end() || !it->second.live) return false;
     block& b = it->second;
-    c10::cuda::CUDAGuard guard(b.device);
-    // Events mark the work queued on the streams that used the block; a
-    // later request on another stream waits for them.
-    std::vector<cudaStream_t> streams{b.stream};
-    streams.insert(streams.end(), b.used_on.begin(), b.used_on.end());
-    for (cudaStream_t s : streams) {
-      cudaEvent_t e = nullptr;
-      C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      C10_CUDA_CHECK(cudaEventRecord(e, s));
-      b.events.push_back(e);
-    }
+    record_deferred();
     b.other_streams = !b.used_on.empty();
-    b.used_on.clear();
     b.live = false;
     b.requested = 0;
+    const bool in_capture = captures(b);
+    if (in_capture) {
+      b.deferred = true;  // as PyTorch's allocator: no event on a capturing stream
+      ++deferred_;
+    } else {
+      record_events(b);
+    }
     const auto pit = pools_.find(b.pool);
-    retired = pit == pools_.end() || pit->second.use_count == 0;
+    retired = !in_capture && (pit == pools_.end() || pit->second.use_count == 0);
   }
   if (retired) {
     // The MemPool is gone: its memory goes back to X now.
@@ -214,13 +244,43 @@ bool forwarding_pools::free(void* ptr) {
   return true;
 }
 
+bool forwarding_pools::captures(const block& b) {
+  return capturing(b.stream) || std::any_of(b.used_on.begin(), b.used_on.end(), capturing);
+}
+
+void forwarding_pools::record_events(block& b) {
+  c10::cuda::CUDAGuard guard(b.device);
+  // Events mark the work queued on the streams that used the block; a
+  // later request on another stream waits for them.
+  std::vector<cudaStream_t> streams{b.stream};
+  streams.insert(streams.end(), b.used_on.begin(), b.used_on.end());
+  for (cudaStream_t s : streams) {
+    cudaEvent_t e = nullptr;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventRecord(e, s));
+    b.events.push_back(e);
+  }
+  b.used_on.clear();
+}
+
+void forwarding_pools::record_deferred() {
+  if (deferred_ == 0) return;
+  for (auto& [ptr, b] : blocks_) {
+    if (!b.deferred || captures(b)) continue;
+    record_events(b);
+    b.deferred = false;
+    --deferred_;
+  }
+}
+
 std::vector<forwarding_pools::block> forwarding_pools::take_kept(
     const std::function<bool(c10::MempoolId_t, const pool&)>& which) {
   const std::lock_guard lock(mutex_);
+  record_deferred();
   std::vector<block> out;
   for (auto it = blocks_.begin(); it != blocks_.end();) {
     const auto pit = pools_.find(it->second.pool);
-    if (!it->second.live && pit != pools_.end() && which(pit->first, pit->second)) {
+    if (!it->second.live && !it->second.deferred && pit != pools_.end() && which(pit->first, pit->second)) {
       out.push_back(std::move(it->second));
       it = blocks_.erase(it);
     } else {

@@ -17,6 +17,21 @@
 // from X is a segment of the snapshot and of the trace trackers
 // (SEGMENT_ALLOC after X allocated it, SEGMENT_FREE before it goes back), so
 // ProcessGroupNCCL's register_mem_pool registers it.
+//
+// During CUDA graph capture (torch.cuda.graph(pool=MemPool(allocator=X).id)),
+// as PyTorch's allocator does for its private pools: no event is recorded on
+// a capturing stream (it would become a node of the graph, and querying it
+// is illegal). A block freed while its allocation stream or a stream of its
+// record_stream captures is kept *deferred*: later allocations of the pool on
+// its allocation stream (the capture's stream order) take it at once, no
+// other stream does; its events are recorded once none of its streams
+// captures any more (the capture ended: at endAllocateToPool, or at the
+// pool's next allocation, free or empty_cache), and from then on it is an
+// ordinary kept block. A deferred block never goes back to X. Kept blocks'
+// events (recorded before the capture) are queried in relaxed capture mode,
+// and X allocates in relaxed mode (as PyTorch's cudaMallocMaybeCapturing);
+// during a capture a refusal of X does not make the pool give its kept
+// blocks back (that waits on events).
 #pragma once
 
 #include <atomic>
@@ -106,9 +121,10 @@ class forwarding_pools {
     c10::DeviceIndex device = 0;
     bool live = false;
     std::int32_t serial = 0;            // allocation order (snapshot's registration_counter)
-    std::vector<cudaStream_t> used_on;  // record_stream's streams while live
+    std::vector<cudaStream_t> used_on;  // record_stream's streams while live (and while deferred)
     std::vector<cudaEvent_t> events;    // recorded at the free: on `stream` and on used_on
     bool other_streams = false;         // events include other streams than `stream`
+    bool deferred = false;              // freed during a capture: events not recorded yet
   };
   struct pool {
     c10::DeviceIndex device = 0;
@@ -129,6 +145,12 @@ class forwarding_pools {
   // Pool `id` (nullptr if it is not ours), checked to be of `device` (under mutex_).
   pool* find_on(c10::MempoolId_t id, c10::DeviceIndex device, const char* what);
   static bool ready(const block& b, cudaStream_t stream);
+  // Whether b's allocation stream or a stream of its used_on captures now.
+  static bool captures(const block& b);
+  // Records the end-of-use events of freed block `b` on its streams and forgets used_on.
+  static void record_events(block& b);
+  // Records the events of deferred blocks none of whose streams captures now (under mutex_).
+  void record_deferred();
   // Takes the kept blocks of the pools chosen by `which` out of the table (under mutex_).
   std::vector<block> take_kept(const std::function<bool(c10::MempoolId_t, const pool&)>& which);
   // Waits for their events and gives them back to X (without mutex_).
@@ -143,6 +165,7 @@ class forwarding_pools {
   std::atomic<bool> active_{false};
   std::atomic<bool> any_{false};
   std::int32_t serial_ = 0;
+  std::size_t deferred_ = 0;  // blocks with deferred set
 };
 
 }  // namespace fragctl_torch

@@ -34,6 +34,12 @@ thread_local std::string armed_region;  // graph_pools::arm_region
 
 void graph_pools::arm_region(std::string tag) { armed_region = std::move(tag); }
 
+void graph_pools::configure(std::string options, std::string backend) {
+  const std::lock_guard lock(mutex_);
+  options_ = std::move(options);
+  backend_ = std::move(backend);
+}
+
 fragctl_allocator* graph_pools::region_allocator(const std::string& tag, c10::DeviceIndex device) {
   const std::lock_guard lock(mutex_);
   for (const auto& [id, p] : pools_) {
@@ -52,9 +58,14 @@ graph_pools::pool& graph_pools::pool_of(c10::DeviceIndex device, c10::MempoolId_
     // a graph or MemPool pool keeps its freed blocks (graph_pool).
     p.region = std::exchange(armed_region, std::string());
     const bool region = !p.region.empty();
-    const fragctl_status status = api.fragctl_create(region ? "arena" : "graph_pool:caching",
-                                                     region ? "block_table:true" : nullptr, nullptr, device,
-                                                     &p.ref.allocator);
+    std::string options = options_;
+    if (region) {
+      if (!options.empty()) options += ',';
+      options += "block_table:true";
+    }
+    const fragctl_status status =
+        api.fragctl_create(region ? "arena" : "graph_pool:caching", options.empty() ? nullptr : options.c_str(),
+                           backend_.empty() ? nullptr : backend_.c_str(), device, &p.ref.allocator);
     if (status != FRAGCTL_OK) {
       pools_.erase(it);
       check(status, "graph pool allocator");

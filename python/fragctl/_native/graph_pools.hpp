@@ -1,6 +1,7 @@
 // CUDA graph private pools (torch.cuda.graph, torch.compile's CUDA graph
 // trees) as PyTorch's allocator interface sees them: one fragctl allocator of
-// policy "graph_pool:caching" per pool id (docs/policies/graph_pool.md), which
+// policy "graph_pool:caching" per pool id (docs/policies/graph_pool.md), on
+// the backend and with the options of the process-default allocators, which
 // keeps the pool's memory, its freed blocks and its live blocks, and counts
 // them in its own statistics. This file keeps what PyTorch's interface adds:
 // which pool a capture allocates into, the pools' use counts, and pool
@@ -49,6 +50,13 @@ struct pool_checkpoint : c10::cuda::CUDACachingAllocator::AllocatorState {
 
 class graph_pools {
  public:
+  /// How later pools are made: `options` (FRAGCTL_CONF text, "" for none)
+  /// and `backend` ("" for auto), from the process-default allocators'
+  /// configuration (fragctl.torch.enable's; fragctl/torch/_pools.py,
+  /// native_pool_configuration, says which keys). A pool's policy is its
+  /// kind's: graph_pool:caching, or arena for a region. Thread-safe.
+  void configure(std::string options, std::string backend);
+
   /// True while some capture allocates into a pool.
   [[nodiscard]] bool capturing() const noexcept { return capturing_.load(std::memory_order_acquire); }
 
@@ -122,6 +130,8 @@ class graph_pools {
   std::mutex mutex_;
   std::unordered_map<c10::MempoolId_t, pool, id_hash> pools_;
   std::vector<capture> captures_;
+  std::string options_;  // configure
+  std::string backend_;
   std::atomic<bool> capturing_{false};
   std::atomic<bool> any_{false};  // a pool exists: frees look here first
 };

@@ -39,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -86,6 +87,8 @@ class allocator final : public cca::CUDAAllocator {
         spans_.watch(a, device, id);
       } else {
         spans_.forget(a);
+        const std::lock_guard lock(mutex_);
+        baselines_.erase(a);  // a later pool may get the same address
       }
     });
   }
@@ -111,10 +114,6 @@ class allocator final : public cca::CUDAAllocator {
 
   void init(int device_count) override {
     history_.add_devices(device_count);
-    const std::lock_guard lock(mutex_);
-    if (baselines_.size() < static_cast<std::size_t>(device_count)) {
-      baselines_.resize(static_cast<std::size_t>(device_count));
-    }
     initialized_ = true;
   }
   bool initialized() override { return initialized_; }
@@ -148,29 +147,35 @@ class allocator final : public cca::CUDAAllocator {
     *largest_block = counters_of(default_allocator(device)).largest_free_block;
   }
 
+  // The device's figures are those of its default allocator and of its
+  // graph and MemPool pools summed; the totals count from each one's
+  // baseline (reset_accumulated_memory_stats), a pool made since from zero.
+  // (MemPool(allocator=X) pools' memory is X's and not in these figures.)
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
-    std::vector<fragctl_counters> all{counters_of(default_allocator(device))};
-    for (const pool_ref& p : pools_.pools(device)) all.push_back(counters_of(p.allocator));
-    fragctl_counters base{};
+    const std::vector<fragctl_allocator*> sources = allocators_of(device);
+    std::vector<fragctl_counters> all;
+    std::vector<fragctl_counters> bases;
+    for (fragctl_allocator* a : sources) all.push_back(counters_of(a));
     {
       const std::lock_guard lock(mutex_);
-      if (static_cast<std::size_t>(device) < baselines_.size()) base = baselines_[static_cast<std::size_t>(device)];
+      for (fragctl_allocator* a : sources) {
+        const auto it = baselines_.find(a);
+        if (it != baselines_.end()) bases.push_back(it->second);
+      }
     }
-    return device_stats(sum_counters(all), base);
+    return device_stats(sum_counters(all), sum_counters(bases));
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    const fragctl_counters c = counters_of(default_allocator(device));
-    const std::lock_guard lock(mutex_);
-    if (static_cast<std::size_t>(device) >= baselines_.size()) baselines_.resize(static_cast<std::size_t>(device) + 1);
-    baselines_[static_cast<std::size_t>(device)] = c;
+    for (fragctl_allocator* a : allocators_of(device)) {
+      const fragctl_counters c = counters_of(a);
+      const std::lock_guard lock(mutex_);
+      baselines_[a] = c;
+    }
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    check(api.fragctl_reset_peaks(default_allocator(device)), "reset_peak_memory_stats");
-    for (const pool_ref& p : pools_.pools(device)) {
-      check(api.fragctl_reset_peaks(p.allocator), "reset_peak_memory_stats");
-    }
+    for (fragctl_allocator* a : allocators_of(device)) check(api.fragctl_reset_peaks(a), "reset_peak_memory_stats");
   }
 
   // --- streams ------------------------------------------------------------------------
@@ -372,6 +377,11 @@ class allocator final : public cca::CUDAAllocator {
   /// The bytes in pools of other allocators on `device` (MemPool(allocator=X)).
   forwarded_usage forwarded(c10::DeviceIndex device) { return fwd_.usage(device); }
 
+  /// How later graph, MemPool and region pools are made (graph_pools::configure).
+  void configure_pools(std::string options, std::string backend) {
+    pools_.configure(std::move(options), std::move(backend));
+  }
+
   /// fragctl.torch.region's allocator of `tag` on `device`, or nullptr.
   fragctl_allocator* region_allocator(const std::string& tag, c10::DeviceIndex device) {
     return pools_.region_allocator(tag, device);
@@ -395,6 +405,13 @@ class allocator final : public cca::CUDAAllocator {
     while (seen <= device && !devices_seen_.compare_exchange_weak(seen, static_cast<c10::DeviceIndex>(device + 1))) {
     }
     return a;
+  }
+
+  // The allocators whose figures are the device's: its default allocator, then its pools.
+  std::vector<fragctl_allocator*> allocators_of(c10::DeviceIndex device) {
+    std::vector<fragctl_allocator*> out{default_allocator(device)};
+    for (const pool_ref& p : pools_.pools(device)) out.push_back(p.allocator);
+    return out;
   }
 
   // The default allocators this route has used, in device order.
@@ -509,7 +526,8 @@ class allocator final : public cca::CUDAAllocator {
   std::atomic<c10::DeviceIndex> devices_seen_{0};  // defaults_ beyond this are empty
 
   std::mutex mutex_;  // baselines_
-  std::vector<fragctl_counters> baselines_;
+  // Each allocator's counters at the last reset_accumulated_memory_stats of its device.
+  std::unordered_map<fragctl_allocator*, fragctl_counters> baselines_;
   bool initialized_ = false;
   bool enabled_ = true;
 };
@@ -538,6 +556,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       pybind11::arg("library"),
       "The allocator (created once per process) over the libfragctl.so at `library`, ready for "
       "torch.cuda.memory.change_current_allocator.");
+  m.def(
+      "configure_pools",
+      [](std::string options, std::string backend) {
+        auto& a = fragctl_torch::instance();
+        TORCH_CHECK(a != nullptr, "fragctl: configure_pools before allocator()");
+        a->configure_pools(std::move(options), std::move(backend));
+      },
+      pybind11::arg("options"), pybind11::arg("backend"),
+      "Makes later graph, MemPool and region pools with `options` (FRAGCTL_CONF text, '' for none) on "
+      "`backend` ('' for auto): the process-default allocators' (fragctl.torch.enable calls it).");
   m.def("arm_region", &fragctl_torch::graph_pools::arm_region, pybind11::arg("tag"),
         "Makes the next memory pool this thread creates the region `tag` (an arena that can pause); "
         "'' disarms. fragctl.torch.region calls it around torch.cuda.MemPool().");

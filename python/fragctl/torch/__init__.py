@@ -87,10 +87,15 @@ def route():
     return _route
 
 
-def _native_allocator(torch):
+def _native_allocator(torch, backend, options):
+    """The native route's allocator; its pools are made with the process-default
+    allocators' ``backend`` and ``options`` (enable()'s, on top of the environment)."""
     from .. import _native
+    from ._pools import native_pool_configuration
     module = _native.load()
-    return torch.cuda.memory._CUDAAllocator(module.allocator(_capi.library_path()))
+    allocator = module.allocator(_capi.library_path())
+    module.configure_pools(*native_pool_configuration(backend, options))
+    return torch.cuda.memory._CUDAAllocator(allocator)
 
 
 def enable(policy="arena", backend=None, route="auto", **options):
@@ -144,7 +149,7 @@ def enable(policy="arena", backend=None, route="auto", **options):
     why_not_native = native_gap
     if route in ("auto", "native") and native_gap is None:
         try:
-            allocator = _native_allocator(torch)
+            allocator = _native_allocator(torch, backend, options)
         except Exception as e:  # a missing compiler, headers or ninja: say so, fall back
             if route == "native":
                 raise _capi.FragctlError("fragctl.torch.enable(route='native'): the native PyTorch backend cannot "

@@ -21,7 +21,7 @@ allocator fill both, the private case makes one allocator per role.
 import os
 from typing import Any, List, NamedTuple, Optional, Tuple
 
-from .. import Allocator, default_allocator
+from .. import Allocator, _capi, default_allocator
 from ._interop import require_memory
 
 
@@ -157,3 +157,33 @@ def offload_target(torch: Any, backend: Optional[str], device: Optional[int],
     if backend == "sim":
         return backend, torch.device("cpu")
     return backend, torch.device("cuda", torch.cuda.current_device() if device is None else device)
+
+
+
+def for_pools(key: str) -> bool:
+    """Whether FRAGCTL_CONF key ``key`` of the process-default allocators is
+    also the native route's pools': the backend's (``sim_*``) and
+    ``thread_safe``. A pool's policy is its kind's, not enable()'s, so the
+    policies' own keys (release_threshold, max_split_size, ...) would only be
+    ignored there, with a warning per pool; the outputs (report, trace), the
+    cap, the pre-reservation, the device and the live-block table are the
+    process's or the device allocator's."""
+    return key.startswith("sim_") or key == "thread_safe"
+
+
+def native_pool_configuration(backend: Optional[str], options: dict,
+                              environ: Any = os.environ) -> Tuple[str, str]:
+    """(options, backend) of the allocators the native route makes for CUDA
+    graph pools, MemPools and regions, from the configuration of the
+    process-default allocators fragctl.torch.enable builds: FRAGCTL_CONF,
+    then enable()'s ``options`` (a later key wins), the keys ``for_pools``
+    keeps; enable()'s ``backend``, else FRAGCTL_BACKEND. Options are
+    FRAGCTL_CONF text, "" for none; backend "" means "auto". The pool's
+    policy is its kind's (graph_pool:caching, or arena for a region)."""
+    items = []
+    for text in (environ.get("FRAGCTL_CONF", ""), _capi.options_string(options) if options else ""):
+        for item in text.split(","):
+            item = item.strip()
+            if item and for_pools(item.split(":", 1)[0].strip()):
+                items.append(item)
+    return ",".join(items), backend or environ.get("FRAGCTL_BACKEND") or ""
