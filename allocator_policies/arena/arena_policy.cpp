@@ -156,6 +156,10 @@ struct arena_policy::impl {
   void free_region() noexcept;
   /// Frees the plan's ranges (plan_blocks).
   void free_plan_blocks() noexcept;
+  /// The plan was left with planned blocks live: they become the arena's
+  /// own live blocks at their addresses, and the ranges around them free
+  /// memory of the arena (their pages stay mapped where a block touches them).
+  void hand_over();
   /// Tells the plan of an allocation or a free; if its history cannot grow
   /// (no host memory), the plan is left and planning stops.
   void note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free, bool planned) noexcept;
@@ -388,7 +392,17 @@ bool arena_policy::impl::start_plan() {
     // A plan must not raise the memory held above its high-water mark: the
     // new range takes the cached spans and pooled handles first.
     const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
-    if (granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held) {
+    // Nor one that costs more driver calls to start (mapping the new range,
+    // about one call per largest span) than best fit made in the step's
+    // last repeat: a job whose steps best fit already serves from mapped
+    // memory gains nothing from it.
+    const bool pays = plan.recent_step_calls() * granules->max_span_bytes() >= extra;
+    // A plan laid out again for a larger step (regrow) may raise it by as
+    // much as the step's planned live bytes grow, no more.
+    const std::size_t grown = plan.regrowing() && plan.layout_live() > plan.previous_layout_live()
+                                  ? plan.layout_live() - plan.previous_layout_live()
+                                  : 0;
+    if (!pays || granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held + grown) {
       plan.abandon();
       return false;
     }
@@ -431,6 +445,32 @@ void arena_policy::impl::free_plan_blocks() noexcept {
     blocks.release(id, stamp, clock);
   }
   plan_blocks.clear();
+}
+
+void arena_policy::impl::hand_over() {
+  struct held_block {
+    std::uintptr_t addr;
+    std::size_t bytes, requested;
+  };
+  std::vector<held_block> live;
+  live.reserve(plan.live_planned());
+  plan.for_each_live([&](std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
+    live.push_back({addr, bytes, requested});
+  });
+  free_plan_blocks();
+  plan.region_freed();
+  // Highest first: a split keeps the lower part in the node it cuts.
+  std::sort(live.begin(), live.end(), [](const held_block& a, const held_block& b) { return a.addr > b.addr; });
+  for (const held_block& h : live) {
+    std::uint32_t id = nil;
+    blocks.for_each_free_id([&](std::uint32_t i, const block_index::block& b) {
+      if (b.addr <= h.addr && h.addr + h.bytes <= b.addr + b.size) id = i;
+    });
+    if (id == nil) continue;  // cannot happen: the ranges held every planned block
+    blocks.prepare();
+    (void)blocks.allocate_at(id, h.addr, h.bytes, h.requested);
+    granules->on_allocate(h.addr, h.bytes);
+  }
 }
 
 void arena_policy::impl::free_region() noexcept {
@@ -527,14 +567,18 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
   if (s.plan.enabled()) {
     const auto units = static_cast<std::uint32_t>(size / block_index::unit);
     step_plan::next n = s.plan.before_allocate(units, si);
-    if (n == step_plan::next::need_region && s.start_plan()) n = s.plan.before_allocate(units, si);
+    if (n == step_plan::next::need_region) {
+      if (s.plan.regrowing()) s.free_plan_blocks();  // the old layout's ranges; the plan is laid out again
+      if (s.start_plan()) n = s.plan.before_allocate(units, si);
+    }
     if (n == step_plan::next::serve) {
-      const std::uintptr_t addr = s.plan.serve(bytes);
+      const std::uintptr_t addr = s.plan.serve(units, bytes);
       s.note(addr, size, si, /*is_free=*/false, /*planned=*/true);
       s.allocated += size;
       return reinterpret_cast<void*>(addr);
     }
     if (s.plan.region_to_free()) s.free_region();
+    if (s.plan.left_with_live()) s.hand_over();
     std::uintptr_t addr = 0;
     try {
       addr = s.place(size, si, bytes);
