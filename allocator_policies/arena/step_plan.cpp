@@ -58,6 +58,7 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
     off_plan(/*larger=*/true);
     return next::place;
   }
+  seen_[t_] = units;
   if (!s.planned) {
     ++t_;
     freed_in_gap_ = 0;
@@ -288,6 +289,19 @@ void step_plan::step_boundary() noexcept {
   }
   ++figures_.planned_steps;
   ++plan_steps_;
+  // The step's sizes, for resize_for(): kept when its first allocation is
+  // the largest yet or the largest below it.
+  const std::uint32_t x = seen_[0];
+  if (x > x_hi_ || (x < x_hi_ && x > x_lo_)) {
+    if (x > x_hi_) {
+      x_lo_ = x_hi_;
+      for (slot& sl : slots_) sl.lo = sl.hi;
+      x_hi_ = x;
+    } else {
+      x_lo_ = x;
+    }
+    for (std::size_t t = 0; t < slots_.size(); ++t) (x == x_hi_ ? slots_[t].hi : slots_[t].lo) = seen_[t];
+  }
   const std::uint64_t calls = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
   figures_.last_step_driver_calls = calls - step_start_calls_;
   figures_.planned_step_driver_calls += calls - step_start_calls_;
@@ -385,6 +399,7 @@ bool step_plan::detect() {
   // of it in the history (the allocations from n - period - z[period] on
   // repeat with that period).
   slots_.assign(period, slot{});
+  seen_.assign(period, 0);
   due_in_gap_.assign(period + 1, 0);
   for (std::size_t a = n - period - z[period]; a < n; ++a) {
     const std::size_t t = (a + period - first % period) % period;

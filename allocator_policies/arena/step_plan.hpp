@@ -211,6 +211,7 @@ class step_plan {
   // The plan.
   std::vector<slot> slots_;
   std::vector<std::uint32_t> due_in_gap_;  // planned frees due in each gap [0, P]
+  std::vector<std::uint32_t> seen_;        // the sizes of the step being served, by slot
   struct item {
     std::uint32_t t, due;  // lives over allocations [t, due) of the step
     std::uint64_t bytes;
