@@ -388,6 +388,15 @@ bool arena_policy::impl::start_plan() {
     });
     std::sort(bins.begin(), bins.end(),
               [](const step_plan::bin& a, const step_plan::bin& b) { return a.base < b.base; });
+    // Whether the plan can pay for itself (below), before laying it out:
+    // its new range is at least the step's live peak less the bins.
+    std::size_t in_bins = 0;
+    for (const step_plan::bin& b : bins) in_bins += b.bytes;
+    const std::size_t least = plan.live_peak() > in_bins ? plan.live_peak() - in_bins : 0;
+    if (plan.recent_step_calls() * granules->max_span_bytes() < least) {
+      plan.abandon();
+      return false;
+    }
     const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
     // A plan must not raise the memory held above its high-water mark: the
     // new range takes the cached spans and pooled handles first.

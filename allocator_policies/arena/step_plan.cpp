@@ -200,6 +200,11 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
   plan_extent_ = extent;
   layout_bytes_ = extent;
   for (const bin& b : bins) layout_bytes_ += b.used;
+  layout_live_ = live_peak();
+  return extent;
+}
+
+std::uint64_t step_plan::live_peak() const {
   std::vector<std::int64_t> change(slots_.size() + 2, 0);
   for (const item& it : items_) {
     change[it.t] += static_cast<std::int64_t>(it.bytes);
@@ -207,8 +212,7 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
   }
   std::int64_t live = 0, most = 0;
   for (const std::int64_t c : change) most = std::max(most, live += c);
-  layout_live_ = static_cast<std::uint64_t>(most);
-  return extent;
+  return static_cast<std::uint64_t>(most);
 }
 
 bool step_plan::resize_for(std::uint32_t units) noexcept {

@@ -110,6 +110,9 @@ class step_plan {
   /// what fits none, in a new range after them; returns that range's bytes
   /// (0: the bins hold everything). Sets each bin's `used`.
   [[nodiscard]] std::uint64_t lay_out(std::vector<bin>& bins);
+  /// The most bytes of planned blocks live at once in the step (what any
+  /// layout holds at least; O(step), before the O(step^2) lay_out).
+  [[nodiscard]] std::uint64_t live_peak() const;
   /// The ranges are the arena's now (the used bins, and the new range at
   /// `base` if lay_out asked for one): the plan begins with this allocation.
   void start(const std::vector<bin>& bins, std::uintptr_t base) noexcept;
