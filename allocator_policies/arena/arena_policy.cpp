@@ -45,11 +45,14 @@
 // less cuts into mapped free ranges that a repeating step's next blocks fit.
 //
 // The steady-state plan (step_plan.hpp). Once the job repeats a step
-// (found from the sizes it asks for, no marker), the step's blocks are laid
-// out in the arena's free holes and one new range, which become live blocks
-// of the arena, and the repeating step is served from that layout: no
-// search and no driver call. What does not follow the plan goes to the
-// placement above; the plan's ranges go back once it is left.
+// (found from the shape of its allocations and frees, not their sizes; no
+// marker), the step's blocks, each at the largest size seen at its point,
+// are laid out in the arena's free holes and one new range, which become
+// live blocks of the arena, and every step of that shape whose blocks fit
+// is served from that layout: no search and no driver call. A step larger
+// than any seen is laid out again at its start; what does not follow the
+// plan goes to the placement above; the plan's ranges go back once it is
+// left (its live blocks, if any, handed to the arena at their addresses).
 //
 // Driver calls. The common path (the block lands on mapped granules) makes
 // none. A newly touched run costs one map per span and one set_access for the

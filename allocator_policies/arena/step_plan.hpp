@@ -11,18 +11,24 @@
 //
 // Learning. Every allocation and free is appended to a history (address,
 // size, stream). Each time the allocations grew by an eighth (at least 256),
-// the history's allocation sizes are searched for a period: P such that the
-// last 2P allocations are two equal halves (a Z-array of the reversed
-// sequence, O(n)) and the live bytes come back over it (a step frees what it
-// allocates; a run of layers, whose forward keeps each layer's output, does
-// not); the shortest such P. The step's phase is the allocation before which
+// the history's allocation *shapes* are searched for a period. A shape is
+// the allocation's stream and the allocations freed since the one before
+// it, each named by how many allocations back it was made, not its size:
+// the steps of one loop at other sequence lengths or image sizes have the
+// same shapes (a family). P is a period when the last 2P shapes are two
+// equal halves (a Z-array of the reversed sequence, O(n)) and the live
+// bytes come back over it (a step frees what it allocates; a run of layers,
+// whose forward keeps each layer's output, does not); the shortest such P. The step's phase is the allocation before which
 // the live bytes were lowest in the last period: between two steps, where
 // only what outlives a step (parameters, optimizer state) is live. No step
 // marker is needed.
 //
 // Planning. The period that ends at that phase is one step. Its blocks that
-// are freed within it, on the stream that allocated them, are *planned*;
-// the others (what outlives the step) are not. At the next step start the
+// are freed within it, on the stream that allocated them, are *planned*,
+// each at the largest size seen at its point of the step over the repeats
+// in the history; the others (what outlives the step) are not. A plan is
+// started only if best fit made at least as many driver calls in the last
+// repeat as mapping the new range would cost. At the next step start the
 // planned blocks, each live over an interval of allocation indices, are
 // laid out greedily by size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the
@@ -33,15 +39,21 @@
 // above its high-water mark is not started (the arena checks).
 //
 // Serving. From then on, allocation t of the step is served at its planned
-// address when its size and stream are the plan's and every planned free
-// due before it has happened; a free at an address of a live planned block
-// is that block's. Reuse within the ranges is on one stream, so stream order
-// makes it safe at once. Anything that differs (another size, a free later
-// or earlier than planned, another stream) takes the step off the plan:
-// from there the arena places blocks as before, and once no planned block
-// is live the ranges are freed back to the arena (their pages become cached
-// spans, reused by stitching) and learning goes on. Unplanned allocations
-// in a planned step go through the arena as before.
+// address when its stream is the plan's, its size at most its slot's, and
+// every planned free due before it has happened; a free at an address of a
+// live planned block is that block's. Reuse within the ranges is on one
+// stream, so stream order makes it safe at once. A step whose first
+// allocation is larger than its slot is laid out again before anything of
+// it is live (resize_for: each slot's size following the first
+// allocation's as a power fitted on the two largest steps), and may raise
+// the memory held by as much as its planned live bytes grow. Anything else
+// that differs (a larger block later in the step, a free later or earlier
+// than planned, another stream) takes the step off the plan: from there the
+// arena places blocks as before; planned blocks still live are handed to
+// the arena at their addresses (left_with_live), the ranges are freed back
+// to the arena (their pages become cached spans, reused by stitching) and
+// learning goes on. Unplanned allocations in a planned step go through the
+// arena as before.
 //
 // Not thread-safe, like the arena. The hot calls make no backend call and
 // no heap allocation beyond the history's growth (amortized); the map of
