@@ -469,6 +469,10 @@ void arena_policy::impl::hand_over() {
   plan.for_each_live([&](std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
     live.push_back({addr, bytes, requested});
   });
+  // Host memory for every block below first: once the ranges are freed,
+  // each planned block must become the arena's, or its memory could be
+  // handed out again while the caller holds it.
+  blocks.prepare_for(live.size());
   free_plan_blocks();
   plan.region_freed();
   // Highest first: a split keeps the lower part in the node it cuts.
@@ -479,7 +483,6 @@ void arena_policy::impl::hand_over() {
       if (b.addr <= h.addr && h.addr + h.bytes <= b.addr + b.size) id = i;
     });
     if (id == nil) continue;  // cannot happen: the ranges held every planned block
-    blocks.prepare();
     (void)blocks.allocate_at(id, h.addr, h.bytes, h.requested);
     granules->on_allocate(h.addr, h.bytes);
   }
