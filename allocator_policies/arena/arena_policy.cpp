@@ -583,7 +583,8 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
     const auto units = static_cast<std::uint32_t>(size / block_index::unit);
     step_plan::next n = s.plan.before_allocate(units, si);
     if (n == step_plan::next::need_region) {
-      if (s.plan.regrowing()) s.free_plan_blocks();  // the old layout's ranges; the plan is laid out again
+      // The old layout's ranges, if any: the plan is laid out again.
+      if (s.plan.regrowing() && s.plan.has_region()) s.free_plan_blocks();
       if (s.start_plan()) n = s.plan.before_allocate(units, si);
     }
     if (n == step_plan::next::serve) {

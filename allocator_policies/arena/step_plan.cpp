@@ -25,13 +25,20 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
         --countdown_;
         return next::place;
       }
-      if (slots_[0].planned && slots_[0].stream == stream && units > slots_[0].units && !regrowing_ &&
-          !resize_for(units)) {
-        // The step about to be planned is larger than the layout, by sizes
-        // the history cannot foresee: plan once it is in the history.
-        abandon();
-        next_check_ = allocs_ + plan_period_;
-        return next::place;
+      if (slots_[0].planned && slots_[0].stream == stream && units > slots_[0].units && !regrowing_) {
+        // The step about to be planned is larger than the layout: sized
+        // for it as a larger step of a plan is (it may grow the memory
+        // held as its live bytes grow), or, by sizes the history cannot
+        // foresee, planned once it is in the history.
+        const std::uint64_t live = live_peak();
+        if (!resize_for(units)) {
+          abandon();
+          next_check_ = allocs_ + plan_period_;
+          return next::place;
+        }
+        prev_layout_bytes_ = 0;
+        prev_layout_live_ = live;
+        regrowing_ = true;
       }
       return next::need_region;
     case mode::active:
