@@ -45,11 +45,14 @@
 // less cuts into mapped free ranges that a repeating step's next blocks fit.
 //
 // The steady-state plan (step_plan.hpp). Once the job repeats a step
-// (found from the sizes it asks for, no marker), the step's blocks are laid
-// out in the arena's free holes and one new range, which become live blocks
-// of the arena, and the repeating step is served from that layout: no
-// search and no driver call. What does not follow the plan goes to the
-// placement above; the plan's ranges go back once it is left.
+// (found from the shape of its allocations and frees, not their sizes; no
+// marker), the step's blocks, each at the largest size seen at its point,
+// are laid out in the arena's free holes and one new range, which become
+// live blocks of the arena, and every step of that shape whose blocks fit
+// is served from that layout: no search and no driver call. A step larger
+// than any seen is laid out again at its start; what does not follow the
+// plan goes to the placement above; the plan's ranges go back once it is
+// left (its live blocks, if any, handed to the arena at their addresses).
 //
 // Driver calls. The common path (the block lands on mapped granules) makes
 // none. A newly touched run costs one map per span and one set_access for the
@@ -156,6 +159,10 @@ struct arena_policy::impl {
   void free_region() noexcept;
   /// Frees the plan's ranges (plan_blocks).
   void free_plan_blocks() noexcept;
+  /// The plan was left with planned blocks live: they become the arena's
+  /// own live blocks at their addresses, and the ranges around them free
+  /// memory of the arena (their pages stay mapped where a block touches them).
+  void hand_over();
   /// Tells the plan of an allocation or a free; if its history cannot grow
   /// (no host memory), the plan is left and planning stops.
   void note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free, bool planned) noexcept;
@@ -384,11 +391,30 @@ bool arena_policy::impl::start_plan() {
     });
     std::sort(bins.begin(), bins.end(),
               [](const step_plan::bin& a, const step_plan::bin& b) { return a.base < b.base; });
+    // Whether the plan can pay for itself (below), before laying it out:
+    // its new range is at least the step's live peak less the bins.
+    std::size_t in_bins = 0;
+    for (const step_plan::bin& b : bins) in_bins += b.bytes;
+    const std::size_t least = plan.live_peak() > in_bins ? plan.live_peak() - in_bins : 0;
+    if (plan.recent_step_calls() * granules->max_span_bytes() < least) {
+      plan.abandon();
+      return false;
+    }
     const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
     // A plan must not raise the memory held above its high-water mark: the
     // new range takes the cached spans and pooled handles first.
     const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
-    if (granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held) {
+    // Nor one that costs more driver calls to start (mapping the new range,
+    // about one call per largest span) than best fit made in the step's
+    // last repeat: a job whose steps best fit already serves from mapped
+    // memory gains nothing from it.
+    const bool pays = plan.recent_step_calls() * granules->max_span_bytes() >= extra;
+    // A plan laid out again for a larger step (regrow) may raise it by as
+    // much as the step's planned live bytes grow, no more.
+    const std::size_t grown = plan.regrowing() && plan.layout_live() > plan.previous_layout_live()
+                                  ? plan.layout_live() - plan.previous_layout_live()
+                                  : 0;
+    if (!pays || granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held + grown) {
       plan.abandon();
       return false;
     }
@@ -431,6 +457,35 @@ void arena_policy::impl::free_plan_blocks() noexcept {
     blocks.release(id, stamp, clock);
   }
   plan_blocks.clear();
+}
+
+void arena_policy::impl::hand_over() {
+  struct held_block {
+    std::uintptr_t addr;
+    std::size_t bytes, requested;
+  };
+  std::vector<held_block> live;
+  live.reserve(plan.live_planned());
+  plan.for_each_live([&](std::uintptr_t addr, std::size_t bytes, std::size_t requested) {
+    live.push_back({addr, bytes, requested});
+  });
+  // Host memory for every block below first: once the ranges are freed,
+  // each planned block must become the arena's, or its memory could be
+  // handed out again while the caller holds it.
+  blocks.prepare_for(live.size());
+  free_plan_blocks();
+  plan.region_freed();
+  // Highest first: a split keeps the lower part in the node it cuts.
+  std::sort(live.begin(), live.end(), [](const held_block& a, const held_block& b) { return a.addr > b.addr; });
+  for (const held_block& h : live) {
+    std::uint32_t id = nil;
+    blocks.for_each_free_id([&](std::uint32_t i, const block_index::block& b) {
+      if (b.addr <= h.addr && h.addr + h.bytes <= b.addr + b.size) id = i;
+    });
+    if (id == nil) continue;  // cannot happen: the ranges held every planned block
+    (void)blocks.allocate_at(id, h.addr, h.bytes, h.requested);
+    granules->on_allocate(h.addr, h.bytes);
+  }
 }
 
 void arena_policy::impl::free_region() noexcept {
@@ -527,14 +582,19 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
   if (s.plan.enabled()) {
     const auto units = static_cast<std::uint32_t>(size / block_index::unit);
     step_plan::next n = s.plan.before_allocate(units, si);
-    if (n == step_plan::next::need_region && s.start_plan()) n = s.plan.before_allocate(units, si);
+    if (n == step_plan::next::need_region) {
+      // The old layout's ranges, if any: the plan is laid out again.
+      if (s.plan.regrowing() && s.plan.has_region()) s.free_plan_blocks();
+      if (s.start_plan()) n = s.plan.before_allocate(units, si);
+    }
     if (n == step_plan::next::serve) {
-      const std::uintptr_t addr = s.plan.serve(bytes);
+      const std::uintptr_t addr = s.plan.serve(units, bytes);
       s.note(addr, size, si, /*is_free=*/false, /*planned=*/true);
       s.allocated += size;
       return reinterpret_cast<void*>(addr);
     }
     if (s.plan.region_to_free()) s.free_region();
+    if (s.plan.left_with_live()) s.hand_over();
     std::uintptr_t addr = 0;
     try {
       addr = s.place(size, si, bytes);

@@ -81,6 +81,21 @@ class block_index {
       live_room_ = 2 * live_.size() + 64;
     }
   }
+  /// prepare() for `count` allocations in a row: room for their nodes and
+  /// live entries, so that none of them allocates host memory.
+  void prepare_for(std::size_t count) {
+    std::size_t spare = 0;
+    for (std::uint32_t id = spare_; id != nil && spare < 2 * count + 2; id = nodes_[id].next_free) ++spare;
+    while (spare < 2 * count + 2) {
+      const std::size_t before = nodes_.size();
+      grow();
+      spare += nodes_.size() - before;
+    }
+    if (live_.size() + count >= live_room_) {
+      live_.reserve(2 * (live_.size() + count) + 64);
+      live_room_ = 2 * (live_.size() + count) + 64;
+    }
+  }
 
   /// A free block with at least `bytes` usable on stream `stream`, or none.
   /// The result names the stream whose pending frees kept a better-fitting

@@ -1,6 +1,7 @@
 #include "allocator_policies/arena/step_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace fragctl::arena_detail {
@@ -24,6 +25,21 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
         --countdown_;
         return next::place;
       }
+      if (slots_[0].planned && slots_[0].stream == stream && units > slots_[0].units && !regrowing_) {
+        // The step about to be planned is larger than the layout: sized
+        // for it as a larger step of a plan is (it may grow the memory
+        // held as its live bytes grow), or, by sizes the history cannot
+        // foresee, planned once it is in the history.
+        const std::uint64_t live = live_peak();
+        if (!resize_for(units)) {
+          abandon();
+          next_check_ = allocs_ + plan_period_;
+          return next::place;
+        }
+        prev_layout_bytes_ = 0;
+        prev_layout_live_ = live;
+        regrowing_ = true;
+      }
       return next::need_region;
     case mode::active:
       break;
@@ -31,10 +47,25 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
   if (t_ == plan_period_) step_boundary();
   if (mode_ != mode::active) return next::place;
   const slot& s = slots_[t_];
-  if (s.key != key_of(units, stream) || freed_in_gap_ != due_in_gap_[t_]) {
+  if (s.stream != stream || freed_in_gap_ != due_in_gap_[t_]) {
     off_plan();
     return next::place;
   }
+  if (s.planned && units > s.units) {
+    // A larger member of the family than any the plan was laid out for:
+    // at the step's start, laid out again for it; else left.
+    if (t_ == 0 && live_planned_ == 0 && resize_for(units)) {
+      prev_layout_bytes_ = layout_bytes_;
+      prev_layout_live_ = layout_live_;
+      regrowing_ = true;
+      mode_ = mode::pending;
+      countdown_ = 0;
+      return next::need_region;
+    }
+    off_plan(/*larger=*/true);
+    return next::place;
+  }
+  seen_[t_] = units;
   if (!s.planned) {
     ++t_;
     freed_in_gap_ = 0;
@@ -43,10 +74,10 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
   return next::serve;
 }
 
-std::uintptr_t step_plan::serve(std::size_t requested) {
+std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
   const slot& s = slots_[t_];
   const std::uintptr_t addr = s.offset;
-  const std::size_t bytes = static_cast<std::size_t>(s.key >> 16) * unit_bytes;
+  const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
   live_[addr] = live_slot{t_, bytes, requested};  // room reserved in start()
   ++live_planned_;
   figures_.planned_bytes += bytes;
@@ -84,9 +115,11 @@ void step_plan::after_free(std::uintptr_t addr, std::uint32_t units, std::uint32
 void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
   if (history_.size() >= history_cap) {
     history_.clear();
+    call_marks_.clear();
     allocs_ = 0;
     next_check_ = 256;
   }
+  if (!is_free && allocs_ % 256 == 0) call_marks_.push_back(read_calls_ != nullptr ? read_calls_(read_ctx_) : 0);
   history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
   if (!is_free) ++allocs_;
 }
@@ -97,7 +130,7 @@ void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcep
     if (!s.planned) continue;
     s.offset += s.bin < bins.size() ? bins[s.bin].base : base;
     lo = std::min<std::uintptr_t>(lo, s.offset);
-    hi = std::max<std::uintptr_t>(hi, s.offset + (s.key >> 16) * unit_bytes);
+    hi = std::max<std::uintptr_t>(hi, s.offset + std::uint64_t{s.units} * unit_bytes);
   }
   region_ = lo;
   region_bytes_ = hi - lo;
@@ -108,7 +141,8 @@ void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcep
   for (const bin& b : bins) held += (b.used + unit_bytes - 1) / unit_bytes * unit_bytes;
   figures_.region_bytes = held;
   step_start_calls_ = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
-  plan_steps_ = 0;
+  if (!regrowing_) plan_steps_ = 0;
+  regrowing_ = false;
 }
 
 std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
@@ -171,10 +205,56 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
     placed.push_back(i);
   }
   plan_extent_ = extent;
+  layout_bytes_ = extent;
+  for (const bin& b : bins) layout_bytes_ += b.used;
+  layout_live_ = live_peak();
   return extent;
 }
 
+std::uint64_t step_plan::live_peak() const {
+  std::vector<std::int64_t> change(slots_.size() + 2, 0);
+  for (const item& it : items_) {
+    change[it.t] += static_cast<std::int64_t>(it.bytes);
+    change[it.due] -= static_cast<std::int64_t>(it.bytes);
+  }
+  std::int64_t live = 0, most = 0;
+  for (const std::int64_t c : change) most = std::max(most, live += c);
+  return static_cast<std::uint64_t>(most);
+}
+
+bool step_plan::resize_for(std::uint32_t units) noexcept {
+  if (x_lo_ == 0 || units <= x_hi_) return false;
+  // (A slot's size only grows here; if this fails midway the plan is left
+  // or abandoned, and its slots are made anew by the next detect().)
+  // Each slot's size as a power of the first allocation's, the power taken
+  // from the two largest repeats (0: a size that does not follow it, 1:
+  // linear, 2: a sequence length's attention scores), with a margin of
+  // 1/256 and one unit for the rounding to units.
+  const double ratio = static_cast<double>(units) / x_hi_;
+  const double span = std::log(static_cast<double>(x_hi_) / x_lo_);
+  for (slot& s : slots_) {
+    if (!s.planned) continue;
+    double power = 0;
+    if (s.hi > s.lo && s.lo > 0) power = std::clamp(std::log(static_cast<double>(s.hi) / s.lo) / span, 0.0, 3.0);
+    const double want = std::ceil(s.hi * std::pow(ratio, power) * (1.0 + 1.0 / 256)) + 1;
+    if (want > 0xffffffffu) return false;
+    s.units = std::max(s.units, static_cast<std::uint32_t>(want));
+  }
+  for (item& it : items_) it.bytes = std::uint64_t{slots_[it.t].units} * unit_bytes;
+  slots_[0].units = std::max(slots_[0].units, units);
+  return true;
+}
+
 void step_plan::abandon() noexcept {
+  if (regrowing_) {
+    // The ranges of the plan laid out again are freed: plan once this step
+    // is in the history, as off_plan does for a larger step.
+    regrowing_ = false;
+    region_freed();
+    next_check_ = allocs_ + plan_period_;
+    ++figures_.dropped;
+    return;
+  }
   mode_ = mode::learning;
   next_check_ = allocs_ * 2;  // not again soon
   ++figures_.dropped;
@@ -187,9 +267,16 @@ void step_plan::leave() noexcept {
   if (mode_ == mode::pending) abandon();
 }
 
-void step_plan::off_plan() noexcept {
+void step_plan::off_plan(bool larger) noexcept {
   mode_ = mode::draining;
   ++figures_.dropped;
+  if (larger) {
+    // The period was right; the sizes grew. Plan again as soon as this step
+    // is in the history (right after its last allocation: the next step then
+    // starts on the new plan), with its sizes among the largest seen.
+    next_check_ = allocs_ + (plan_period_ - t_);
+    return;
+  }
   // A plan that never served a whole step had the wrong period (a layer's,
   // not the step's): look for longer ones from now on.
   if (plan_steps_ == 0) min_period_ = plan_period_ + 1;
@@ -213,6 +300,19 @@ void step_plan::step_boundary() noexcept {
   }
   ++figures_.planned_steps;
   ++plan_steps_;
+  // The step's sizes, for resize_for(): kept when its first allocation is
+  // the largest yet or the largest below it.
+  const std::uint32_t x = seen_[0];
+  if (x > x_hi_ || (x < x_hi_ && x > x_lo_)) {
+    if (x > x_hi_) {
+      x_lo_ = x_hi_;
+      for (slot& sl : slots_) sl.lo = sl.hi;
+      x_hi_ = x;
+    } else {
+      x_lo_ = x;
+    }
+    for (std::size_t t = 0; t < slots_.size(); ++t) (x == x_hi_ ? slots_[t].hi : slots_[t].lo) = seen_[t];
+  }
   const std::uint64_t calls = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
   figures_.last_step_driver_calls = calls - step_start_calls_;
   figures_.planned_step_driver_calls += calls - step_start_calls_;
@@ -227,6 +327,11 @@ bool step_plan::detect() {
   // (never: not freed yet) and the live units before it.
   const std::size_t n = allocs_;
   if (n < 2 * min_period_) return false;
+  // An allocation's key is its shape, not its size: its stream and the
+  // allocations freed since the one before it, each named by how many
+  // allocations back it was made. Steps of one loop at other sequence
+  // lengths (image sizes, batch sizes) have the same keys; the sizes are
+  // the family's, taken at their largest below.
   std::vector<std::uint64_t> keys;
   std::vector<std::uint32_t> at, freed_at;
   std::vector<std::int64_t> live_before;
@@ -237,6 +342,11 @@ bool step_plan::detect() {
   absl::flat_hash_map<std::uintptr_t, std::uint32_t> open;
   open.reserve(n / 4 + 16);
   std::int64_t live = 0;
+  std::uint64_t frees = 0;  // the frees since the last allocation, hashed in order
+  const auto mix = [](std::uint64_t h, std::uint64_t v) noexcept {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+  };
   for (std::uint32_t e = 0; e < history_.size(); ++e) {
     const event& ev = history_[e];
     if (ev.is_free) {
@@ -245,12 +355,16 @@ bool step_plan::detect() {
       if (it != open.end()) {
         // Freed on another stream than it was allocated on: never planned.
         freed_at[it->second] = history_[at[it->second]].stream == ev.stream ? e : never - 1;
+        frees = mix(frees, keys.size() - it->second);
         open.erase(it);
+      } else {
+        frees = mix(frees, 0);  // made before the history
       }
       continue;
     }
     open[ev.addr] = static_cast<std::uint32_t>(keys.size());
-    keys.push_back(key_of(ev.units, ev.stream));
+    keys.push_back(mix(frees, ev.stream + 1));
+    frees = 0;
     at.push_back(e);
     freed_at.push_back(never);
     live_before.push_back(live);
@@ -291,15 +405,42 @@ bool step_plan::detect() {
   const std::size_t first = m - period;
   const std::uint32_t end_event = at[m];
   stream_ = history_[at[first]].stream;
-  // The step's slots; planned ones live over [t, due) in allocation indices.
+  // The step's slots; planned ones live over [t, due) in allocation indices,
+  // at the largest size seen at their point of the step over every repeat
+  // of it in the history (the allocations from n - period - z[period] on
+  // repeat with that period).
   slots_.assign(period, slot{});
+  seen_.assign(period, 0);
   due_in_gap_.assign(period + 1, 0);
+  for (std::size_t a = n - period - z[period]; a < n; ++a) {
+    const std::size_t t = (a + period - first % period) % period;
+    slots_[t].units = std::max(slots_[t].units, history_[at[a]].units);
+  }
+  // The repeats wholly in the history, by the size of their first
+  // allocation: the two largest, for regrow().
+  std::size_t r_hi = first, r_lo = first;
+  x_hi_ = x_lo_ = 0;
+  for (std::size_t k = m + period <= n ? m : first; k >= n - period - z[period]; k -= period) {
+    const std::uint32_t x = history_[at[k]].units;
+    if (x > x_hi_) {
+      x_lo_ = x_hi_;
+      r_lo = r_hi;
+      x_hi_ = x;
+      r_hi = k;
+    } else if (x < x_hi_ && x > x_lo_) {
+      x_lo_ = x;
+      r_lo = k;
+    }
+    if (k < period) break;
+  }
   items_.clear();
   std::uint64_t step_bytes = 0;
   for (std::size_t t = 0; t < period; ++t) {
     const std::size_t a = first + t;
     slot& s = slots_[t];
-    s.key = keys[a];
+    s.stream = history_[at[a]].stream;
+    s.hi = history_[at[r_hi + t]].units;
+    s.lo = x_lo_ != 0 ? history_[at[r_lo + t]].units : s.hi;
     const std::uint32_t f = freed_at[a];
     s.planned = f < end_event && history_[at[a]].stream == stream_;
     if (!s.planned) continue;
@@ -308,13 +449,14 @@ bool step_plan::detect() {
                                       at.begin() + static_cast<std::ptrdiff_t>(m + 1), f);
     s.due = static_cast<std::uint32_t>(gap - (at.begin() + static_cast<std::ptrdiff_t>(first)));
     ++due_in_gap_[s.due];
-    const std::uint64_t bytes = (keys[a] >> 16) * unit_bytes;
+    const std::uint64_t bytes = std::uint64_t{s.units} * unit_bytes;
     step_bytes += bytes;
     items_.push_back({static_cast<std::uint32_t>(t), s.due, bytes});
   }
   if (items_.empty()) return false;
   plan_period_ = period;
   countdown_ = m + period - n;
+  recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
   live_.reserve(items_.size());
   ++figures_.steps_detected;

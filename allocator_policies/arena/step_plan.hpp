@@ -11,18 +11,24 @@
 //
 // Learning. Every allocation and free is appended to a history (address,
 // size, stream). Each time the allocations grew by an eighth (at least 256),
-// the history's allocation sizes are searched for a period: P such that the
-// last 2P allocations are two equal halves (a Z-array of the reversed
-// sequence, O(n)) and the live bytes come back over it (a step frees what it
-// allocates; a run of layers, whose forward keeps each layer's output, does
-// not); the shortest such P. The step's phase is the allocation before which
+// the history's allocation *shapes* are searched for a period. A shape is
+// the allocation's stream and the allocations freed since the one before
+// it, each named by how many allocations back it was made, not its size:
+// the steps of one loop at other sequence lengths or image sizes have the
+// same shapes (a family). P is a period when the last 2P shapes are two
+// equal halves (a Z-array of the reversed sequence, O(n)) and the live
+// bytes come back over it (a step frees what it allocates; a run of layers,
+// whose forward keeps each layer's output, does not); the shortest such P. The step's phase is the allocation before which
 // the live bytes were lowest in the last period: between two steps, where
 // only what outlives a step (parameters, optimizer state) is live. No step
 // marker is needed.
 //
 // Planning. The period that ends at that phase is one step. Its blocks that
-// are freed within it, on the stream that allocated them, are *planned*;
-// the others (what outlives the step) are not. At the next step start the
+// are freed within it, on the stream that allocated them, are *planned*,
+// each at the largest size seen at its point of the step over the repeats
+// in the history; the others (what outlives the step) are not. A plan is
+// started only if best fit made at least as many driver calls in the last
+// repeat as mapping the new range would cost. At the next step start the
 // planned blocks, each live over an interval of allocation indices, are
 // laid out greedily by size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the
@@ -33,15 +39,21 @@
 // above its high-water mark is not started (the arena checks).
 //
 // Serving. From then on, allocation t of the step is served at its planned
-// address when its size and stream are the plan's and every planned free
-// due before it has happened; a free at an address of a live planned block
-// is that block's. Reuse within the ranges is on one stream, so stream order
-// makes it safe at once. Anything that differs (another size, a free later
-// or earlier than planned, another stream) takes the step off the plan:
-// from there the arena places blocks as before, and once no planned block
-// is live the ranges are freed back to the arena (their pages become cached
-// spans, reused by stitching) and learning goes on. Unplanned allocations
-// in a planned step go through the arena as before.
+// address when its stream is the plan's, its size at most its slot's, and
+// every planned free due before it has happened; a free at an address of a
+// live planned block is that block's. Reuse within the ranges is on one
+// stream, so stream order makes it safe at once. A step whose first
+// allocation is larger than its slot is laid out again before anything of
+// it is live (resize_for: each slot's size following the first
+// allocation's as a power fitted on the two largest steps), and may raise
+// the memory held by as much as its planned live bytes grow. Anything else
+// that differs (a larger block later in the step, a free later or earlier
+// than planned, another stream) takes the step off the plan: from there the
+// arena places blocks as before; planned blocks still live are handed to
+// the arena at their addresses (left_with_live), the ranges are freed back
+// to the arena (their pages become cached spans, reused by stitching) and
+// learning goes on. Unplanned allocations in a planned step go through the
+// arena as before.
 //
 // Not thread-safe, like the arena. The hot calls make no backend call and
 // no heap allocation beyond the history's growth (amortized); the map of
@@ -76,8 +88,9 @@ class step_plan {
 
   /// Before an allocation of `units` (512-byte units) on stream `stream`.
   [[nodiscard]] next before_allocate(std::uint32_t units, std::uint32_t stream) noexcept;
-  /// The address of the planned allocation before_allocate() answered serve for.
-  [[nodiscard]] std::uintptr_t serve(std::size_t requested);
+  /// The address of the planned allocation before_allocate() answered serve
+  /// for: `units` 512-byte units (at most its slot's), `requested` bytes.
+  [[nodiscard]] std::uintptr_t serve(std::uint32_t units, std::size_t requested);
   /// After any allocation (planned or not), for the history.
   void after_allocate(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool planned);
 
@@ -109,15 +122,34 @@ class step_plan {
   /// what fits none, in a new range after them; returns that range's bytes
   /// (0: the bins hold everything). Sets each bin's `used`.
   [[nodiscard]] std::uint64_t lay_out(std::vector<bin>& bins);
+  /// The most bytes of planned blocks live at once in the step (what any
+  /// layout holds at least; O(step), before the O(step^2) lay_out).
+  [[nodiscard]] std::uint64_t live_peak() const;
   /// The ranges are the arena's now (the used bins, and the new range at
   /// `base` if lay_out asked for one): the plan begins with this allocation.
   void start(const std::vector<bin>& bins, std::uintptr_t base) noexcept;
+  /// Whether the pending plan is the current one laid out again for a
+  /// larger step (the old ranges are the caller's to free before mapping
+  /// the new ones), and the old layout's bytes and live peak, to hold the
+  /// new one to the same packing.
+  [[nodiscard]] bool regrowing() const noexcept { return regrowing_; }
+  [[nodiscard]] std::uint64_t layout_bytes() const noexcept { return layout_bytes_; }
+  [[nodiscard]] std::uint64_t layout_live() const noexcept { return layout_live_; }
+  [[nodiscard]] std::uint64_t previous_layout_bytes() const noexcept { return prev_layout_bytes_; }
+  [[nodiscard]] std::uint64_t previous_layout_live() const noexcept { return prev_layout_live_; }
   /// The region could not be had: forget the plan.
   void abandon() noexcept;
   /// Whether the plan's ranges are to be given back: the plan was left and
   /// no planned block is live. The caller frees them and calls region_freed().
   [[nodiscard]] bool region_to_free() const noexcept {
     return mode_ == mode::draining && live_planned_ == 0 && region_bytes_ != 0;
+  }
+  /// Whether the plan was left while planned blocks are live: the caller
+  /// makes them blocks of its own (hand_over in the arena), frees the
+  /// ranges and calls region_freed(), so that the rest of the ranges serves
+  /// the step's other blocks at once instead of new memory.
+  [[nodiscard]] bool left_with_live() const noexcept {
+    return mode_ == mode::draining && live_planned_ != 0 && region_bytes_ != 0;
   }
   /// Calls f(addr, bytes, requested) for every live planned block, in no order.
   template <class F>
@@ -138,6 +170,11 @@ class step_plan {
     read_ctx_ = ctx;
   }
 
+  /// Driver memory calls the job made over the detected step's last repeat
+  /// (to within 256 allocations): what best fit costs a step, against what
+  /// starting the plan would cost.
+  [[nodiscard]] std::uint64_t recent_step_calls() const noexcept { return recent_calls_; }
+
   [[nodiscard]] const figures& stats() const noexcept { return figures_; }
   [[nodiscard]] bool serving() const noexcept { return mode_ == mode::active; }
   /// Planned blocks live now.
@@ -153,7 +190,9 @@ class step_plan {
   };
   /// One allocation of the planned step.
   struct slot {
-    std::uint64_t key;     // units and stream
+    std::uint32_t units;   // the largest size seen at this point of the step (512-byte units)
+    std::uint32_t hi, lo;  // its sizes in the repeats of the largest and next largest first allocation
+    std::uint32_t stream;
     std::uint64_t offset;  // in its bin (lay_out), then its address (start); planned only
     std::uint32_t bin;     // planned only
     std::uint32_t due;     // gap (allocation index) its free is due before; planned only
@@ -165,13 +204,17 @@ class step_plan {
     std::size_t requested;
   };
 
-  [[nodiscard]] static std::uint64_t key_of(std::uint32_t units, std::uint32_t stream) noexcept {
-    return (std::uint64_t{units} << 16) | (stream & 0xffff);
-  }
   void record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free);
   /// Looks for a period in the history and plans it; whether a plan is pending.
   bool detect();
-  void off_plan() noexcept;
+  /// Leaves the plan. `larger`: the step asked for more than its slot (a
+  /// larger member of the family), not for another shape.
+  void off_plan(bool larger = false) noexcept;
+  /// At the start of a step whose first allocation (`units`) is larger than
+  /// any of its repeats so far: sizes every slot for it, from how each
+  /// slot's size followed the first allocation's over the two largest
+  /// repeats; false when the history holds no second size to follow.
+  bool resize_for(std::uint32_t units) noexcept;
   void step_boundary() noexcept;
 
   bool enabled_ = true;
@@ -183,12 +226,17 @@ class step_plan {
   // The plan.
   std::vector<slot> slots_;
   std::vector<std::uint32_t> due_in_gap_;  // planned frees due in each gap [0, P]
+  std::vector<std::uint32_t> seen_;        // the sizes of the step being served, by slot
   struct item {
     std::uint32_t t, due;  // lives over allocations [t, due) of the step
     std::uint64_t bytes;
   };
   std::vector<item> items_;  // the planned blocks, for lay_out
   std::uint64_t plan_extent_ = 0;
+  std::uint32_t x_hi_ = 0, x_lo_ = 0;  // the largest and next largest first allocation of a repeat (units)
+  bool regrowing_ = false;
+  std::uint64_t layout_bytes_ = 0, layout_live_ = 0;            // of the last lay_out
+  std::uint64_t prev_layout_bytes_ = 0, prev_layout_live_ = 0;  // of the layout before a regrow
   std::uint64_t plan_period_ = 0;
   std::uint64_t countdown_ = 0;  // pending: allocations until the step starts
   std::uint32_t stream_ = 0;
@@ -202,6 +250,8 @@ class step_plan {
   std::uint64_t plan_steps_ = 0;  // steps the current plan served whole
   absl::flat_hash_map<std::uintptr_t, live_slot> live_;
   std::uint64_t (*read_calls_)(const void*) = nullptr;
+  std::vector<std::uint64_t> call_marks_;  // [k]: driver calls before history allocation 256k
+  std::uint64_t recent_calls_ = 0;         // recent_step_calls()
   const void* read_ctx_ = nullptr;
   figures figures_;
 };
