@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "allocator_policies/arena/block_index.hpp"
+
 namespace fragctl::arena_detail {
 
 namespace {
@@ -125,35 +127,39 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
   });
   const auto nbins = static_cast<std::uint32_t>(bins.size());
   for (bin& b : bins) b.used = 0;
+  // The blocks placed so far, kept in (bin, offset) order, so that those
+  // whose lives meet the next one's come out in the order the first-fit scan
+  // below walks them, without a sort per block. Blocks at one (bin, offset)
+  // may come in any order: the scan's result does not depend on it.
   struct taken {
     std::uint32_t bin;
+    std::uint32_t t, due;  // its life
     std::uint64_t lo, hi;
-    bool operator<(const taken& o) const noexcept { return bin != o.bin ? bin < o.bin : lo < o.lo; }
   };
-  std::vector<taken> busy;
-  std::vector<std::uint32_t> placed;
+  const auto before = [](const taken& a, const taken& b) noexcept {
+    return a.bin != b.bin ? a.bin < b.bin : a.lo < b.lo;
+  };
+  std::vector<taken> placed;
   placed.reserve(items_.size());
+  std::vector<const taken*> busy;
   std::uint64_t extent = 0;
   for (const std::uint32_t i : order) {
     const item& it = items_[i];
     busy.clear();
-    for (const std::uint32_t j : placed) {
-      const item& o = items_[j];
-      const slot& os = slots_[o.t];
-      if (o.t < it.due && it.t < o.due) busy.push_back({os.bin, os.offset, os.offset + o.bytes});
+    for (const taken& o : placed) {
+      if (o.t < it.due && it.t < o.due) busy.push_back(&o);
     }
-    std::sort(busy.begin(), busy.end());
     std::uint32_t where = nbins;
     std::uint64_t offset = 0;
     std::size_t k = 0;
     for (std::uint32_t b = 0; b <= nbins; ++b) {
       offset = 0;
       bool fits = true;
-      for (; k < busy.size() && busy[k].bin == b; ++k) {
-        if (offset + it.bytes <= busy[k].lo) break;
-        offset = std::max(offset, busy[k].hi);
+      for (; k < busy.size() && busy[k]->bin == b; ++k) {
+        if (offset + it.bytes <= busy[k]->lo) break;
+        offset = std::max(offset, busy[k]->hi);
       }
-      while (k < busy.size() && busy[k].bin == b) ++k;
+      while (k < busy.size() && busy[k]->bin == b) ++k;
       if (b < nbins && offset + it.bytes > bins[b].bytes) fits = false;
       if (fits) {
         where = b;
@@ -168,7 +174,8 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
     } else {
       extent = std::max(extent, offset + it.bytes);
     }
-    placed.push_back(i);
+    const taken now{where, it.t, it.due, offset, offset + it.bytes};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), now, before), now);
   }
   plan_extent_ = extent;
   return extent;
@@ -234,22 +241,22 @@ bool step_plan::detect() {
   at.reserve(n + 1);
   freed_at.reserve(n);
   live_before.reserve(n);
-  absl::flat_hash_map<std::uintptr_t, std::uint32_t> open;
+  address_table open;  // allocations not freed yet, by address
   open.reserve(n / 4 + 16);
   std::int64_t live = 0;
   for (std::uint32_t e = 0; e < history_.size(); ++e) {
     const event& ev = history_[e];
     if (ev.is_free) {
       live -= ev.units;
-      const auto it = open.find(ev.addr);
-      if (it != open.end()) {
+      if (const std::uint32_t a = open.take(ev.addr); a != nil) {
         // Freed on another stream than it was allocated on: never planned.
-        freed_at[it->second] = history_[at[it->second]].stream == ev.stream ? e : never - 1;
-        open.erase(it);
+        freed_at[a] = history_[at[a]].stream == ev.stream ? e : never - 1;
       }
       continue;
     }
-    open[ev.addr] = static_cast<std::uint32_t>(keys.size());
+    (void)open.take(ev.addr);  // allocated again with no free between: the latest allocation holds it
+    if (open.size() >= open.room()) open.reserve(2 * open.size() + 64);
+    open.insert(ev.addr, static_cast<std::uint32_t>(keys.size()));
     keys.push_back(key_of(ev.units, ev.stream));
     at.push_back(e);
     freed_at.push_back(never);
