@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "allocator_policies/arena/block_index.hpp"
-
 namespace fragctl::arena_detail {
 
 namespace {
@@ -86,6 +84,7 @@ void step_plan::after_free(std::uintptr_t addr, std::uint32_t units, std::uint32
 void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
   if (history_.size() >= history_cap) {
     history_.clear();
+    scan_ = history_scan{};
     allocs_ = 0;
     next_check_ = 256;
   }
@@ -228,41 +227,39 @@ void step_plan::step_boundary() noexcept {
   freed_in_gap_ = 0;
 }
 
-bool step_plan::detect() {
-  next_check_ = allocs_ + std::max<std::uint64_t>(256, allocs_ / 8);
-  // Allocation keys, and for each allocation its event, its free's event
-  // (never: not freed yet) and the live units before it.
-  const std::size_t n = allocs_;
-  if (n < 2 * min_period_) return false;
-  std::vector<std::uint64_t> keys;
-  std::vector<std::uint32_t> at, freed_at;
-  std::vector<std::int64_t> live_before;
-  keys.reserve(n);
-  at.reserve(n + 1);
-  freed_at.reserve(n);
-  live_before.reserve(n);
-  address_table open;  // allocations not freed yet, by address
-  open.reserve(n / 4 + 16);
-  std::int64_t live = 0;
-  for (std::uint32_t e = 0; e < history_.size(); ++e) {
+void step_plan::extend_scan() {
+  history_scan& h = scan_;
+  for (std::size_t e = h.events; e < history_.size(); ++e) {
     const event& ev = history_[e];
     if (ev.is_free) {
-      live -= ev.units;
-      if (const std::uint32_t a = open.take(ev.addr); a != nil) {
+      h.live -= ev.units;
+      if (const std::uint32_t a = h.open.take(ev.addr); a != nil) {
         // Freed on another stream than it was allocated on: never planned.
-        freed_at[a] = history_[at[a]].stream == ev.stream ? e : never - 1;
+        h.freed_at[a] = history_[h.at[a]].stream == ev.stream ? static_cast<std::uint32_t>(e) : never - 1;
       }
       continue;
     }
-    (void)open.take(ev.addr);  // allocated again with no free between: the latest allocation holds it
-    if (open.size() >= open.room()) open.reserve(2 * open.size() + 64);
-    open.insert(ev.addr, static_cast<std::uint32_t>(keys.size()));
-    keys.push_back(key_of(ev.units, ev.stream));
-    at.push_back(e);
-    freed_at.push_back(never);
-    live_before.push_back(live);
-    live += ev.units;
+    (void)h.open.take(ev.addr);  // allocated again with no free between: the latest allocation holds it
+    if (h.open.size() >= h.open.room()) h.open.reserve(2 * h.open.size() + 64);
+    h.open.insert(ev.addr, static_cast<std::uint32_t>(h.keys.size()));
+    h.keys.push_back(key_of(ev.units, ev.stream));
+    h.at.push_back(static_cast<std::uint32_t>(e));
+    h.freed_at.push_back(never);
+    h.live_before.push_back(h.live);
+    h.live += ev.units;
   }
+  h.events = history_.size();
+}
+
+bool step_plan::detect() {
+  next_check_ = allocs_ + std::max<std::uint64_t>(256, allocs_ / 8);
+  const std::size_t n = allocs_;
+  if (n < 2 * min_period_) return false;
+  extend_scan();
+  const std::vector<std::uint64_t>& keys = scan_.keys;
+  const std::vector<std::uint32_t>& at = scan_.at;
+  const std::vector<std::uint32_t>& freed_at = scan_.freed_at;
+  const std::vector<std::int64_t>& live_before = scan_.live_before;
   // Periods P whose last two repeats are equal: z[P] >= P in the
   // Z-array of the reversed keys (z[i]: the longest common prefix of the
   // reversed sequence and its suffix from i).

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "allocator_policies/arena/block_index.hpp"
 #include "fragctl/device_allocator.hpp"
 
 namespace fragctl::arena_detail {
@@ -174,9 +175,26 @@ class step_plan {
   void off_plan() noexcept;
   void step_boundary() noexcept;
 
+  /// What detect() reads of the history, for each allocation: its key, its
+  /// event, its free's event (never: not freed yet) and the live units
+  /// before it. A fold over the history from its start, kept between calls
+  /// and extended by the events recorded since (cleared with the history),
+  /// so each event is read once, not at every search.
+  struct history_scan {
+    std::size_t events = 0;  // history events folded in
+    std::int64_t live = 0;
+    std::vector<std::uint64_t> keys;
+    std::vector<std::uint32_t> at, freed_at;
+    std::vector<std::int64_t> live_before;
+    address_table open;  // allocations not freed yet, by address
+  };
+  /// Folds the events recorded since the last call into scan_.
+  void extend_scan();
+
   bool enabled_ = true;
   mode mode_ = mode::learning;
   std::vector<event> history_;
+  history_scan scan_;
   std::uint64_t allocs_ = 0;       // allocations in history_
   std::uint64_t next_check_ = 256;
   std::uint64_t min_period_ = 32;  // raised past a period whose plan failed
