@@ -9,8 +9,9 @@
 // doubling), found near best fit in O(1) (the request's own class first, then
 // the next non-empty class), split on allocation, coalesced with free
 // neighbours on free through boundary links. Sizes are rounded to 512 bytes.
-// Every operation is a few array and bitmap accesses plus one hash-map insert
-// or erase for the live-block lookup; no ordered tree, no heap allocation.
+// Every operation is a few array and bitmap accesses plus one insert into or
+// erase from the live-block table (address_table); no ordered tree, no heap
+// allocation.
 // Twice the address space means address-space fragmentation cannot be what
 // fails an allocation: a contiguous free range of any size the device could
 // hold is always left somewhere.

@@ -11,7 +11,6 @@ void block_index::reset(std::uintptr_t base, std::size_t bytes) {
   group_map_ = 0;
   nodes_.reserve(4096);
   live_.reserve(4096);
-  live_room_ = 4096;
   block whole;
   whole.addr = whole.dirty_lo = whole.dirty_hi = base;
   whole.size = bytes;
@@ -40,6 +39,20 @@ std::uintptr_t block_index::allocate_at(std::uint32_t id, std::uintptr_t at, std
   link_free(id);
   link_free(upper);
   return allocate({upper, side::front}, bytes, requested);
+}
+
+void address_table::reserve(std::size_t n) {
+  if (n <= room()) return;
+  std::size_t capacity = 64;
+  while (capacity / 2 < n) capacity *= 2;
+  std::vector<slot> old(capacity);
+  old.swap(slots_);
+  mask_ = capacity - 1;
+  shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
+  size_ = 0;
+  for (const slot& s : old) {
+    if (s.id != nil) insert(s.addr, s.id);
+  }
 }
 
 void block_index::grow() {

@@ -13,7 +13,9 @@
 // Search (near best fit): first the request's own class, whose blocks may be
 // smaller or larger than the request, keeping the smallest that fits among
 // its first few entries; then the first non-empty class above it, where every
-// block fits. Live blocks are found by address in a hash map.
+// block fits. Live blocks are found by address in a hash table
+// (address_table: one probe reads one slot, where a general hash map reads
+// its metadata first; the free path's first memory access).
 //
 // Stream order. A free block carries the stamp of its latest frees and the
 // *dirty* interval those frees cover; the rest of the block is clean (no work
@@ -37,12 +39,74 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "core/stream_clock.hpp"
 
 namespace fragctl::arena_detail {
 
 inline constexpr std::uint32_t nil = UINT32_MAX;
+
+/// Block ids by address: open addressing with linear probing over one array
+/// of (address, id) slots, at most half full, erased by shifting the probe
+/// run back (no tombstones), so a lookup reads the slots of one short run.
+/// insert() never allocates: reserve() first. Not thread-safe.
+class address_table {
+ public:
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// How many entries fit without growing.
+  [[nodiscard]] std::size_t room() const noexcept { return slots_.size() / 2; }
+  /// Makes room for `n` entries (keeps the entries). Throws std::bad_alloc.
+  void reserve(std::size_t n);
+  void clear() noexcept {
+    std::fill(slots_.begin(), slots_.end(), slot{});
+    size_ = 0;
+  }
+  /// Adds `addr` (not present) with `id`; size() < room() must hold.
+  void insert(std::uintptr_t addr, std::uint32_t id) noexcept {
+    std::size_t i = home(addr);
+    while (slots_[i].id != nil) i = (i + 1) & mask_;
+    slots_[i] = {addr, id};
+    ++size_;
+  }
+  /// Removes `addr` and returns its id; nil when absent.
+  [[nodiscard]] std::uint32_t take(std::uintptr_t addr) noexcept {
+    if (slots_.empty()) return nil;
+    for (std::size_t i = home(addr);; i = (i + 1) & mask_) {
+      if (slots_[i].id == nil) return nil;
+      if (slots_[i].addr == addr) {
+        const std::uint32_t id = slots_[i].id;
+        erase_at(i);
+        return id;
+      }
+    }
+  }
+
+ private:
+  struct slot {
+    std::uintptr_t addr = 0;
+    std::uint32_t id = nil;  // nil: empty
+  };
+  /// Fibonacci hashing of the 512-byte unit number.
+  [[nodiscard]] std::size_t home(std::uintptr_t addr) const noexcept {
+    return static_cast<std::size_t>(((addr >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> shift_);
+  }
+  void erase_at(std::size_t i) noexcept {
+    for (std::size_t j = (i + 1) & mask_; slots_[j].id != nil; j = (j + 1) & mask_) {
+      // Slot j may move to the hole at i unless its home lies cyclically in (i, j].
+      const std::size_t k = home(slots_[j].addr);
+      if (((j - k) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = slot{};
+    --size_;
+  }
+
+  std::vector<slot> slots_;  // a power of two long, or empty
+  std::size_t mask_ = 0;
+  unsigned shift_ = 63;
+  std::size_t size_ = 0;
+};
 
 class block_index {
  public:
@@ -76,10 +140,7 @@ class block_index {
   /// Throws std::bad_alloc.
   void prepare() {
     if (spare_ == nil || nodes_[spare_].next_free == nil) grow();
-    if (live_.size() >= live_room_) {
-      live_.reserve(2 * live_.size() + 64);
-      live_room_ = 2 * live_.size() + 64;
-    }
+    if (live_.size() >= live_.room()) live_.reserve(2 * live_.size() + 64);
   }
   /// prepare() for `count` allocations in a row: room for their nodes and
   /// live entries, so that none of them allocates host memory.
@@ -91,10 +152,7 @@ class block_index {
       grow();
       spare += nodes_.size() - before;
     }
-    if (live_.size() + count >= live_room_) {
-      live_.reserve(2 * (live_.size() + count) + 64);
-      live_room_ = 2 * (live_.size() + count) + 64;
-    }
+    if (live_.size() + count >= live_.room()) live_.reserve(2 * (live_.size() + count) + 64);
   }
 
   /// A free block with at least `bytes` usable on stream `stream`, or none.
@@ -119,13 +177,7 @@ class block_index {
 
   /// Forgets the live block at `addr` and returns it (nil if there is none);
   /// release() must follow.
-  [[nodiscard]] std::uint32_t take_live(std::uintptr_t addr) noexcept {
-    auto it = live_.find(addr);
-    if (it == live_.end()) return nil;
-    const std::uint32_t id = it->second;
-    live_.erase(it);
-    return id;
-  }
+  [[nodiscard]] std::uint32_t take_live(std::uintptr_t addr) noexcept { return live_.take(addr); }
 
   /// Frees block `id` (from take_live) with `stamp`, coalescing with free neighbours.
   void release(std::uint32_t id, free_stamp stamp, const stream_clock& clock) noexcept;
@@ -230,8 +282,7 @@ class block_index {
   std::array<std::array<std::uint32_t, sl_count>, group_count> heads_{};
   std::array<std::uint64_t, group_count> sl_map_{};
   std::uint64_t group_map_ = 0;
-  absl::flat_hash_map<std::uintptr_t, std::uint32_t> live_;
-  std::size_t live_room_ = 0;  // live_ holds this many without rehashing (reserve)
+  address_table live_;
 };
 
 // --- Hot paths, inline -------------------------------------------------------
@@ -302,7 +353,7 @@ inline std::uintptr_t block_index::allocate(fit where, std::size_t bytes, std::s
   b.is_free = false;
   b.requested = requested;
   b.stamp = free_stamp{};
-  live_.emplace(b.addr, id);
+  live_.insert(b.addr, id);
   return b.addr;
 }
 

@@ -13,6 +13,13 @@ constexpr std::size_t unit_bytes = 512;
 constexpr std::size_t history_cap = std::size_t{1} << 20;
 constexpr std::uint32_t never = UINT32_MAX;
 
+// Folds v into the hash h (an allocation's key: its stream and the frees
+// before it, step_plan::extend_scan).
+constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
 }  // namespace
 
 step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t stream) noexcept {
@@ -116,6 +123,7 @@ void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t s
   if (history_.size() >= history_cap) {
     history_.clear();
     call_marks_.clear();
+    scan_ = history_scan{};
     allocs_ = 0;
     next_check_ = 256;
   }
@@ -159,35 +167,39 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
   });
   const auto nbins = static_cast<std::uint32_t>(bins.size());
   for (bin& b : bins) b.used = 0;
+  // The blocks placed so far, kept in (bin, offset) order, so that those
+  // whose lives meet the next one's come out in the order the first-fit scan
+  // below walks them, without a sort per block. Blocks at one (bin, offset)
+  // may come in any order: the scan's result does not depend on it.
   struct taken {
     std::uint32_t bin;
+    std::uint32_t t, due;  // its life
     std::uint64_t lo, hi;
-    bool operator<(const taken& o) const noexcept { return bin != o.bin ? bin < o.bin : lo < o.lo; }
   };
-  std::vector<taken> busy;
-  std::vector<std::uint32_t> placed;
+  const auto before = [](const taken& a, const taken& b) noexcept {
+    return a.bin != b.bin ? a.bin < b.bin : a.lo < b.lo;
+  };
+  std::vector<taken> placed;
   placed.reserve(items_.size());
+  std::vector<const taken*> busy;
   std::uint64_t extent = 0;
   for (const std::uint32_t i : order) {
     const item& it = items_[i];
     busy.clear();
-    for (const std::uint32_t j : placed) {
-      const item& o = items_[j];
-      const slot& os = slots_[o.t];
-      if (o.t < it.due && it.t < o.due) busy.push_back({os.bin, os.offset, os.offset + o.bytes});
+    for (const taken& o : placed) {
+      if (o.t < it.due && it.t < o.due) busy.push_back(&o);
     }
-    std::sort(busy.begin(), busy.end());
     std::uint32_t where = nbins;
     std::uint64_t offset = 0;
     std::size_t k = 0;
     for (std::uint32_t b = 0; b <= nbins; ++b) {
       offset = 0;
       bool fits = true;
-      for (; k < busy.size() && busy[k].bin == b; ++k) {
-        if (offset + it.bytes <= busy[k].lo) break;
-        offset = std::max(offset, busy[k].hi);
+      for (; k < busy.size() && busy[k]->bin == b; ++k) {
+        if (offset + it.bytes <= busy[k]->lo) break;
+        offset = std::max(offset, busy[k]->hi);
       }
-      while (k < busy.size() && busy[k].bin == b) ++k;
+      while (k < busy.size() && busy[k]->bin == b) ++k;
       if (b < nbins && offset + it.bytes > bins[b].bytes) fits = false;
       if (fits) {
         where = b;
@@ -202,7 +214,8 @@ std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
     } else {
       extent = std::max(extent, offset + it.bytes);
     }
-    placed.push_back(i);
+    const taken now{where, it.t, it.due, offset, offset + it.bytes};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), now, before), now);
   }
   plan_extent_ = extent;
   layout_bytes_ = extent;
@@ -321,55 +334,43 @@ void step_plan::step_boundary() noexcept {
   freed_in_gap_ = 0;
 }
 
-bool step_plan::detect() {
-  next_check_ = allocs_ + std::max<std::uint64_t>(256, allocs_ / 8);
-  // Allocation keys, and for each allocation its event, its free's event
-  // (never: not freed yet) and the live units before it.
-  const std::size_t n = allocs_;
-  if (n < 2 * min_period_) return false;
-  // An allocation's key is its shape, not its size: its stream and the
-  // allocations freed since the one before it, each named by how many
-  // allocations back it was made. Steps of one loop at other sequence
-  // lengths (image sizes, batch sizes) have the same keys; the sizes are
-  // the family's, taken at their largest below.
-  std::vector<std::uint64_t> keys;
-  std::vector<std::uint32_t> at, freed_at;
-  std::vector<std::int64_t> live_before;
-  keys.reserve(n);
-  at.reserve(n + 1);
-  freed_at.reserve(n);
-  live_before.reserve(n);
-  absl::flat_hash_map<std::uintptr_t, std::uint32_t> open;
-  open.reserve(n / 4 + 16);
-  std::int64_t live = 0;
-  std::uint64_t frees = 0;  // the frees since the last allocation, hashed in order
-  const auto mix = [](std::uint64_t h, std::uint64_t v) noexcept {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0xff51afd7ed558ccdULL;
-  };
-  for (std::uint32_t e = 0; e < history_.size(); ++e) {
+void step_plan::extend_scan() {
+  history_scan& h = scan_;
+  for (std::size_t e = h.events; e < history_.size(); ++e) {
     const event& ev = history_[e];
     if (ev.is_free) {
-      live -= ev.units;
-      const auto it = open.find(ev.addr);
-      if (it != open.end()) {
+      h.live -= ev.units;
+      if (const std::uint32_t a = h.open.take(ev.addr); a != nil) {
         // Freed on another stream than it was allocated on: never planned.
-        freed_at[it->second] = history_[at[it->second]].stream == ev.stream ? e : never - 1;
-        frees = mix(frees, keys.size() - it->second);
-        open.erase(it);
+        h.freed_at[a] = history_[h.at[a]].stream == ev.stream ? static_cast<std::uint32_t>(e) : never - 1;
+        h.frees = mix(h.frees, h.keys.size() - a);
       } else {
-        frees = mix(frees, 0);  // made before the history
+        h.frees = mix(h.frees, 0);  // made before the history
       }
       continue;
     }
-    open[ev.addr] = static_cast<std::uint32_t>(keys.size());
-    keys.push_back(mix(frees, ev.stream + 1));
-    frees = 0;
-    at.push_back(e);
-    freed_at.push_back(never);
-    live_before.push_back(live);
-    live += ev.units;
+    (void)h.open.take(ev.addr);  // allocated again with no free between: the latest allocation holds it
+    if (h.open.size() >= h.open.room()) h.open.reserve(2 * h.open.size() + 64);
+    h.open.insert(ev.addr, static_cast<std::uint32_t>(h.keys.size()));
+    h.keys.push_back(mix(h.frees, ev.stream + 1));
+    h.frees = 0;
+    h.at.push_back(static_cast<std::uint32_t>(e));
+    h.freed_at.push_back(never);
+    h.live_before.push_back(h.live);
+    h.live += ev.units;
   }
+  h.events = history_.size();
+}
+
+bool step_plan::detect() {
+  next_check_ = allocs_ + std::max<std::uint64_t>(256, allocs_ / 8);
+  const std::size_t n = allocs_;
+  if (n < 2 * min_period_) return false;
+  extend_scan();
+  const std::vector<std::uint64_t>& keys = scan_.keys;
+  const std::vector<std::uint32_t>& at = scan_.at;
+  const std::vector<std::uint32_t>& freed_at = scan_.freed_at;
+  const std::vector<std::int64_t>& live_before = scan_.live_before;
   // Periods P whose last two repeats are equal: z[P] >= P in the
   // Z-array of the reversed keys (z[i]: the longest common prefix of the
   // reversed sequence and its suffix from i).

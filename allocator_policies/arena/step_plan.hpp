@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "allocator_policies/arena/block_index.hpp"
 #include "fragctl/device_allocator.hpp"
 
 namespace fragctl::arena_detail {
@@ -217,9 +218,32 @@ class step_plan {
   bool resize_for(std::uint32_t units) noexcept;
   void step_boundary() noexcept;
 
+  /// What detect() reads of the history, for each allocation: its key, its
+  /// event, its free's event (never: not freed yet) and the live units
+  /// before it. A fold over the history from its start, kept between calls
+  /// and extended by the events recorded since (cleared with the history),
+  /// so each event is read once, not at every search.
+  struct history_scan {
+    std::size_t events = 0;  // history events folded in
+    std::int64_t live = 0;
+    // An allocation's key is its shape, not its size: its stream and the
+    // allocations freed since the one before it, each named by how many
+    // allocations back it was made (hashed in order into `frees`). Steps of
+    // one loop at other sequence lengths (image sizes, batch sizes) have the
+    // same keys; the sizes are the family's, taken at their largest.
+    std::uint64_t frees = 0;
+    std::vector<std::uint64_t> keys;
+    std::vector<std::uint32_t> at, freed_at;
+    std::vector<std::int64_t> live_before;
+    address_table open;  // allocations not freed yet, by address
+  };
+  /// Folds the events recorded since the last call into scan_.
+  void extend_scan();
+
   bool enabled_ = true;
   mode mode_ = mode::learning;
   std::vector<event> history_;
+  history_scan scan_;
   std::uint64_t allocs_ = 0;       // allocations in history_
   std::uint64_t next_check_ = 256;
   std::uint64_t min_period_ = 32;  // raised past a period whose plan failed

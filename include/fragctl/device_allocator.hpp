@@ -108,6 +108,9 @@ struct shared_memory {
   std::vector<handle> handles;
 };
 
+/// The largest request any allocator accepts (2^62); larger throws invalid_argument.
+inline constexpr std::size_t max_request_bytes = std::size_t{1} << 62;
+
 class device_allocator {
  public:
   virtual ~device_allocator() = default;
@@ -119,13 +122,21 @@ class device_allocator {
   /// retry), backend_error on a runtime failure, invalid_argument for a size
   /// no device can hold (over 2^62 bytes). Strong guarantee: on throw, nothing
   /// changed that a caller can observe except statistics.
-  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = nullptr);
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = nullptr) {
+    if (bytes == 0) return nullptr;
+    if (bytes > max_request_bytes) [[unlikely]] throw_too_large(bytes);
+    return do_allocate(bytes, stream);
+  }
 
   /// Returns `ptr` (from allocate(bytes, ...)) stream-ordered on `stream`.
   /// Never throws. A pointer this allocator does not own, a double free, or a
   /// wrong `bytes` is reported (one warning log line and misuse counter; abort
   /// when built with FRAGCTL_CHECKED) and never corrupts the allocator.
-  void deallocate(void* ptr, std::size_t bytes, stream_t stream = nullptr) noexcept;
+  void deallocate(void* ptr, std::size_t bytes, stream_t stream = nullptr) noexcept {
+    if (ptr == nullptr) return;
+    const free_status status = do_deallocate(ptr, bytes, stream).status;
+    if (status != free_status::ok) [[unlikely]] report_misuse(status, ptr, bytes);
+  }
 
   /// deallocate without the report: returns what happened and changes no
   /// misuse counter. Adaptors forward through this so that only the outermost
@@ -266,11 +277,13 @@ class device_allocator {
   // Optional: the default refuses (a policy says what lies under its blocks).
   virtual shared_memory do_share(void* ptr, std::size_t bytes) const;
 
+  // The cold halves of allocate and deallocate (inline above, as every
+  // adaptor calls them on its upstream on each malloc and free).
+  [[noreturn]] void throw_too_large(std::size_t bytes) const;
+  void report_misuse(free_status status, void* ptr, std::size_t bytes) noexcept;
+
   std::atomic<std::uint64_t> misuse_not_owned_{0};
   std::atomic<std::uint64_t> misuse_size_mismatch_{0};
 };
-
-/// The largest request any allocator accepts (2^62); larger throws invalid_argument.
-inline constexpr std::size_t max_request_bytes = std::size_t{1} << 62;
 
 }  // namespace fragctl

@@ -83,6 +83,11 @@ struct replay_result {
   std::uint64_t operations = 0;     ///< timed allocate and deallocate calls
   double median_ns = 0;             ///< median wall time of one operation
   double p99_ns = 0;                ///< 99th percentile of the same
+  double p90_ns = 0;                ///< 90th percentile of the same
+  double median_alloc_ns = 0;       ///< median wall time of one allocate
+  double p90_alloc_ns = 0;          ///< 90th percentile of the same
+  double median_free_ns = 0;        ///< median wall time of one deallocate
+  double p90_free_ns = 0;           ///< 90th percentile of the same
   double total_ms = 0;              ///< all timed operations together: the time spent in the allocator
   double clock_overhead_ns = 0;     ///< median cost of one clock read pair (not subtracted)
   allocator_stats stats;            ///< the stack's statistics after the last trace event

@@ -1,4 +1,5 @@
-// The non-virtual half of device_allocator: argument checks and misuse reports.
+// The non-virtual half of device_allocator: the cold parts of the argument
+// checks and the misuse reports (the hot parts are inline in the header).
 #include "fragctl/device_allocator.hpp"
 
 #include <cstdlib>
@@ -10,18 +11,13 @@
 
 namespace fragctl {
 
-void* device_allocator::allocate(std::size_t bytes, stream_t stream) {
-  if (bytes == 0) return nullptr;
-  if (bytes > max_request_bytes) {
-    throw invalid_argument(
-        fmt::format("{}: allocate({} bytes): larger than any device (limit 2^62 bytes)", name(), bytes));
-  }
-  return do_allocate(bytes, stream);
+void device_allocator::throw_too_large(std::size_t bytes) const {
+  throw invalid_argument(
+      fmt::format("{}: allocate({} bytes): larger than any device (limit 2^62 bytes)", name(), bytes));
 }
 
-void device_allocator::deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
-  if (ptr == nullptr) return;
-  switch (do_deallocate(ptr, bytes, stream).status) {
+void device_allocator::report_misuse(free_status status, void* ptr, std::size_t bytes) noexcept {
+  switch (status) {
     case free_status::ok:
       return;
     case free_status::not_owned:

@@ -10,6 +10,8 @@ namespace fragctl {
 forwarding_adaptor::forwarding_adaptor(std::unique_ptr<device_allocator> upstream, std::string_view adaptor)
     : upstream_(std::move(upstream)) {
   if (!upstream_) throw invalid_argument(fmt::format("{}: upstream is null", adaptor));
+  const auto* below = dynamic_cast<const forwarding_adaptor*>(upstream_.get());
+  sizer_ = below != nullptr ? below->sizer_ : upstream_.get();
 }
 
 void* forwarding_adaptor::do_allocate(std::size_t bytes, stream_t stream) { return upstream_->allocate(bytes, stream); }
@@ -17,7 +19,7 @@ free_result forwarding_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
   return upstream_->try_deallocate(ptr, bytes, stream);
 }
 std::size_t forwarding_adaptor::do_allocation_size(std::size_t bytes) const noexcept {
-  return upstream_->allocation_size(bytes);
+  return sizer_->allocation_size(bytes);
 }
 pool_state forwarding_adaptor::do_state() const { return upstream_->state(); }
 void forwarding_adaptor::do_release_cached() { upstream_->release_cached(); }

@@ -13,7 +13,7 @@ limiting_adaptor::limiting_adaptor(std::unique_ptr<device_allocator> upstream, s
     : forwarding_adaptor(std::move(upstream), "limiting_adaptor"), limit_(limit) {}
 
 void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
-  const std::size_t size = upstream().allocation_size(bytes);
+  const std::size_t size = sizer().allocation_size(bytes);
   const std::size_t limit = limit_.load(std::memory_order_relaxed);
   if (used_ > limit || size > limit - used_) {
     // The cap plays the device: "device free" is what the cap still allows.
@@ -34,8 +34,8 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
 free_result limiting_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   std::size_t size = 0;
-  if (result.status == free_status::ok) size = upstream().allocation_size(bytes);
-  if (result.status == free_status::size_mismatch) size = upstream().allocation_size(result.bytes);
+  if (result.status == free_status::ok) size = sizer().allocation_size(bytes);
+  if (result.status == free_status::size_mismatch) size = sizer().allocation_size(result.bytes);
   used_ -= std::min(size, used_);
   return result;
 }

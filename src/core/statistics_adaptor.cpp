@@ -1,12 +1,13 @@
 // statistics_adaptor: counts on every allocate and free.
 //
 // It sits on every malloc/free, so it does the least it can: one upstream
-// call, one allocation_size call, and a handful of relaxed atomic loads and
-// stores. There is a single writer (the adaptor is not thread-safe for
-// concurrent allocate/deallocate; thread_safe_adaptor serializes writers), so
-// counters are updated with a relaxed load and store instead of a locked
-// read-modify-write; the atomics exist only so that stats() may read them from
-// another thread (a SIGUSR1 report, a metrics scraper) without a data race.
+// call, one allocation_size call (straight to the policy: sizer()), and a
+// handful of relaxed atomic loads and stores. There is a single writer (the
+// adaptor is not thread-safe for concurrent allocate/deallocate;
+// thread_safe_adaptor serializes writers), so counters are updated with a
+// relaxed load and store instead of a locked read-modify-write; the atomics
+// exist only so that stats() may read them from another thread (a SIGUSR1
+// report, a metrics scraper) without a data race.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -116,7 +117,7 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
     annotated.add_note(note);
     throw annotated;
   }
-  const std::size_t rounded = upstream().allocation_size(bytes);
+  const std::size_t rounded = sizer().allocation_size(bytes);
   const std::size_t requested = read(c.requested) + bytes;
   const std::size_t allocated = read(c.allocated) + rounded;
   c.requested.store(requested, std::memory_order_relaxed);
@@ -139,11 +140,11 @@ free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
   const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   switch (result.status) {
     case free_status::ok:
-      c.freed(bytes, upstream().allocation_size(bytes));
+      c.freed(bytes, sizer().allocation_size(bytes));
       break;
     case free_status::size_mismatch:
       add(c.size_mismatch, std::uint64_t{1});
-      c.freed(result.bytes, upstream().allocation_size(result.bytes));
+      c.freed(result.bytes, sizer().allocation_size(result.bytes));
       break;
     case free_status::not_owned:
       add(c.not_owned, std::uint64_t{1});

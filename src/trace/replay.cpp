@@ -120,14 +120,15 @@ replay_result replay(const trace& t, const replay_options& options) {
   replay_detail::gpu_lag lag(options.lag, backend);
   absl::flat_hash_map<std::uint64_t, live_block> live;
   live.reserve(std::min<std::size_t>(t.events.size(), std::size_t{1} << 20));
-  std::vector<std::int64_t> samples;
-  samples.reserve(t.events.size());
+  std::vector<std::int64_t> alloc_samples, free_samples;
+  alloc_samples.reserve(t.events.size());
+  free_samples.reserve(t.events.size());
 
   const auto timed_free = [&](const live_block& b, stream_t stream) {
     const auto t0 = clock_type::now();
     alloc.deallocate(b.ptr, b.size, stream);
     const auto t1 = clock_type::now();
-    samples.push_back(elapsed_ns(t0, t1));
+    free_samples.push_back(elapsed_ns(t0, t1));
   };
 
   // Bytes live in the allocator, for the timeline (failed allocs hold none).
@@ -169,7 +170,7 @@ replay_result replay(const trace& t, const replay_options& options) {
         continue;
       }
       const auto t1 = clock_type::now();
-      samples.push_back(elapsed_ns(t0, t1));
+      alloc_samples.push_back(elapsed_ns(t0, t1));
       live.emplace(e.addr, live_block{ptr, e.size, stream, false});
       live_bytes += e.size;
     } else {
@@ -197,9 +198,18 @@ replay_result replay(const trace& t, const replay_options& options) {
   r.reserved_over_requested = r.stats.reserved_over_requested();
   r.backend_memory_calls = r.stats.backend_calls.memory_calls();
   r.backend_calls = r.stats.backend_calls.total_calls();
+  std::vector<std::int64_t> samples;
+  samples.reserve(alloc_samples.size() + free_samples.size());
+  samples.insert(samples.end(), alloc_samples.begin(), alloc_samples.end());
+  samples.insert(samples.end(), free_samples.begin(), free_samples.end());
   r.operations = samples.size();
   r.median_ns = median(samples);
   r.p99_ns = percentile(samples, 0.99);
+  r.p90_ns = percentile(samples, 0.90);
+  r.median_alloc_ns = median(alloc_samples);
+  r.p90_alloc_ns = percentile(alloc_samples, 0.90);
+  r.median_free_ns = median(free_samples);
+  r.p90_free_ns = percentile(free_samples, 0.90);
   std::int64_t total_ns = 0;
   for (const std::int64_t ns : samples) total_ns += ns;
   r.total_ms = static_cast<double>(total_ns) / 1e6;
@@ -238,6 +248,11 @@ nlohmann::ordered_json result_json(const replay_result& r) {
   j["operations"] = r.operations;
   j["median_ns"] = r.median_ns;
   j["p99_ns"] = r.p99_ns;
+  j["p90_ns"] = r.p90_ns;
+  j["median_alloc_ns"] = r.median_alloc_ns;
+  j["p90_alloc_ns"] = r.p90_alloc_ns;
+  j["median_free_ns"] = r.median_free_ns;
+  j["p90_free_ns"] = r.p90_free_ns;
   j["total_ms"] = r.total_ms;
   j["clock_overhead_ns"] = r.clock_overhead_ns;
   j["stats"] = nlohmann::ordered_json::parse(to_json(r.stats));

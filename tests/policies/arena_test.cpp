@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include "allocator_policies/arena/block_index.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
 
@@ -747,6 +748,39 @@ TEST(arena_test, fallback_block_that_does_not_fit_throws_out_of_memory) {
   config cfg = stitched();
   cfg.fallback_size = 2 * GiB;
   EXPECT_THROW(arena_policy(cfg, sim), out_of_memory);
+}
+
+// The live-block table (block_index.hpp): entries crowded into one small
+// table, so that probe runs wrap around and frees shift runs back, answer
+// every lookup as a map would, through growth and after clear().
+TEST(arena_address_table, finds_every_live_address_through_collisions_erasures_and_growth) {
+  arena_detail::address_table table;
+  table.reserve(40);  // 128 slots: 64 entries fit
+  ASSERT_EQ(table.room(), 64u);
+  std::map<std::uintptr_t, std::uint32_t> model;
+  std::mt19937_64 rng(7);
+  const auto some_address = [&] { return (0x7f0000000000 + (rng() % 4096) * 512); };
+  for (int round = 0; round < 20000; ++round) {
+    const std::uintptr_t a = some_address();
+    if (const auto it = model.find(a); it != model.end()) {
+      EXPECT_EQ(table.take(a), it->second);
+      model.erase(it);
+    } else if (table.size() < table.room()) {
+      const auto id = static_cast<std::uint32_t>(round);
+      table.insert(a, id);
+      model.emplace(a, id);
+    } else {
+      EXPECT_EQ(table.take(a), arena_detail::nil);
+    }
+    ASSERT_EQ(table.size(), model.size());
+  }
+  table.reserve(1000);  // grows, keeping the entries
+  EXPECT_GE(table.room(), 1000u);
+  for (const auto& [a, id] : model) EXPECT_EQ(table.take(a), id);
+  EXPECT_EQ(table.size(), 0u);
+  table.insert(0x1000, 3);
+  table.clear();
+  EXPECT_EQ(table.take(0x1000), arena_detail::nil);
 }
 
 }  // namespace

@@ -57,6 +57,10 @@ TEST(Replay, PeaksAndCounts) {
   EXPECT_GE(r.backend_calls, r.backend_memory_calls);
   EXPECT_EQ(r.stats.requested.current, 0u);
   EXPECT_LE(r.median_ns, r.p99_ns);
+  EXPECT_LE(r.median_ns, r.p90_ns);
+  EXPECT_LE(r.p90_ns, r.p99_ns);
+  EXPECT_LE(r.median_alloc_ns, r.p90_alloc_ns);
+  EXPECT_LE(r.median_free_ns, r.p90_free_ns);
   ASSERT_FALSE(progress.empty());
   EXPECT_EQ(progress.front(), std::make_pair(std::size_t{0}, t.events.size()));
   EXPECT_EQ(progress.back(), std::make_pair(t.events.size(), t.events.size()));
@@ -175,7 +179,8 @@ TEST(Replay, JsonHasEveryField) {
   for (const char* key : {"trace", "policy", "backend", "peak_requested", "peak_reserved",
                           "reserved_over_requested", "backend_memory_calls", "backend_calls", "ooms",
                           "refused", "unknown_frees", "skipped_frees", "lost_frees", "operations", "median_ns",
-                          "p99_ns", "clock_overhead_ns", "stats"}) {
+                          "p99_ns", "p90_ns", "median_alloc_ns", "p90_alloc_ns", "median_free_ns", "p90_free_ns",
+                          "clock_overhead_ns", "stats"}) {
     EXPECT_TRUE(j[0].contains(key)) << key;
   }
   EXPECT_EQ(j[0]["peak_requested"].get<std::size_t>(), 4096u);
