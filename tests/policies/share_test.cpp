@@ -218,7 +218,8 @@ TEST(ArenaShare, APauseDetachesExportsAndResumeExportsTheBlockAnew) {
               std::string::npos);
   }
   EXPECT_EQ(sim.exported_handles(), 0U) << "the exports of the released handles are closed";
-  EXPECT_THROW((void)sim.import_physical(before.handles[0].fd, G), backend_error) << "an old descriptor imports nothing";
+  EXPECT_THROW((void)sim.import_physical(before.handles[0].fd, G), backend_error)
+      << "an old descriptor imports nothing";
   EXPECT_EQ(arena.state().pause_detached_exports, n);
   EXPECT_EQ(arena.state().pause_detached_export_bytes, n * G);
   EXPECT_EQ(old_view.at(before.offset)[0], 0x41) << "the consumer keeps the old memory";
