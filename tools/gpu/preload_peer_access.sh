@@ -8,8 +8,11 @@
 # (a build without the interception) it runs that too: it should fail (an
 # illegal memory access on cuda:1, or inexact copies).
 # Run from the repository root after building libfragctl.so, fragctl_preload
-# and the Python package's library (build-gpu/ by default: BUILD=dir).
-# Passes when both first lines say "ok": true and rc=0.
+# and the fragctl command into build-gpu/ (BUILD=dir names another; e.g.
+# FRAGCTL_BUILD_DIR=build-gpu tools/build.sh -DFRAGCTL_BUILD_TESTS=OFF).
+# Passes when the fragctl run prints "ok": true (every copy exact, and
+# "fragctl": {"0": {"allocator": "arena", "live_bytes": >0}, "1": ...})
+# with rc=0; the reference run must say "ok": true too.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
