@@ -666,6 +666,11 @@ pool_state arena_policy::do_state() const {
   p.largest_free_block = s.largest_free();
   p.segments = s.granules ? s.granules->mapped_runs() : 1;
   p.retries = s.retries;
+  if (s.granules) {
+    const arena_detail::granule_map::detached d = s.granules->detached_exports();
+    p.pause_detached_exports = d.handles;
+    p.pause_detached_export_bytes = d.bytes;
+  }
   p.plan = s.plan.stats();
   return p;
 }

@@ -473,8 +473,19 @@ bool granule_map::pause(bool keep_contents, stream_t stream) {
     }
   }
   // Unmap and release span by span; a span is paused once both succeeded.
+  // Releasing an exported handle closes its export (device_backend::
+  // release_physical): counted, and told once, success or not.
   std::vector<std::uint32_t> released;
   released.reserve(live.size());
+  detached now;
+  const auto tell_detached = [&]() noexcept {
+    if (now.handles == 0) return;
+    detached_.handles += now.handles;
+    detached_.bytes += now.bytes;
+    logger().warn("arena: pause detached {} exported handle(s), {} bytes, from the processes that imported them: "
+                  "consumers keep the old memory until they close it; re-export after resume",
+                  now.handles, now.bytes);
+  };
   paused_ = true;
   try {
     for (const std::uint32_t s : live) {
@@ -485,6 +496,10 @@ bool granule_map::pause(bool keep_contents, stream_t stream) {
       sp.handle = paused_handle;
       created_ -= sp.count;
       released.push_back(s);
+      if (backend_.exported(physical_handle{handle})) {
+        ++now.handles;
+        now.bytes += bytes_of(s);
+      }
       try {
         backend_.release_physical(physical_handle{handle}, bytes_of(s));
       } catch (const std::exception& e) {  // unmapped, so no block can reach it: only the handle is lost
@@ -492,6 +507,7 @@ bool granule_map::pause(bool keep_contents, stream_t stream) {
       }
     }
   } catch (...) {
+    tell_detached();
     // With the contents kept, map the released spans back with them so that
     // the arena is as before (what that cannot map stays paused for
     // resume()). Without, their contents are gone: they stay paused, and the
@@ -505,6 +521,7 @@ bool granule_map::pause(bool keep_contents, stream_t stream) {
     }
     throw;
   }
+  tell_detached();
   return true;
 }
 

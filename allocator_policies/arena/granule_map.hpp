@@ -89,6 +89,13 @@
 // counted as always, and a paused span that loses its last live block never
 // enters the cache.
 //
+// Exported spans (another process imported their handle; device_allocator::
+// share). A pause releases their handles like any other, which closes their
+// exports (the descriptor, the serial): a consumer keeps mapping the old
+// memory until it closes its import, while the producer resumes on fresh
+// handles, which a later share exports anew. pause() counts such handles
+// (detached_exports) and logs one warning line for them.
+//
 // Not thread-safe. The hot calls (covered, on_allocate, on_free) make no
 // backend call and no heap allocation.
 #pragma once
@@ -219,6 +226,12 @@ class granule_map {
   [[nodiscard]] std::vector<span_view> spans_under(std::uintptr_t addr, std::size_t bytes) const;
   /// Bytes of paused spans (address space whose memory was given back).
   [[nodiscard]] std::size_t paused_bytes() const noexcept;
+  /// Exported handles pause() released, and their bytes, over the map's life.
+  struct detached {
+    std::uint64_t handles = 0;
+    std::uint64_t bytes = 0;
+  };
+  [[nodiscard]] detached detached_exports() const noexcept { return detached_; }
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   /// Bytes of the largest span.
@@ -419,6 +432,7 @@ class granule_map {
   std::vector<piece> stranded_;  // mapped without access, unmap failed: see strand()
   bool paused_ = false;
   std::vector<kept_copy> copies_;  // pause with keep_contents
+  detached detached_;              // exported handles pause released
   // Scratch of map_range.
   std::vector<piece> plan_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> holes_;  // [from, to) still to create

@@ -9,6 +9,13 @@ enablePeerAccess); that kernel faults on memory not granted to cuda:1.
 Checks sizes that span several arena spans, memory mapped before and after
 the first cross-device copy, and the reverse direction.
     python3 benchmarks/interop/peer_access.py [--no-enable]
+With --preload the script runs under the LD_PRELOAD shim instead of
+enable() (PyTorch's cudaMallocAsync backend makes every tensor a
+cudaMallocAsync the shim serves, and the grants come from the shim's
+cudaDeviceEnablePeerAccess); it checks that fragctl's arena holds the
+tensors (the process-default allocators the shim serves from):
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 -m fragctl run --policy arena -- \
+        python3 benchmarks/interop/peer_access.py --preload
 Prints one JSON line; exit status 0 when every copy is exact.
 """
 import json
@@ -17,7 +24,8 @@ import sys
 
 def main():
     import torch
-    enable = "--no-enable" not in sys.argv
+    preload = "--preload" in sys.argv
+    enable = "--no-enable" not in sys.argv and not preload
     if enable:
         import fragctl.torch
         fragctl.torch.enable("arena")
@@ -42,8 +50,19 @@ def main():
     torch.cuda.synchronize(0)
     results.append({"case": "1 -> 0", "elements": back.numel(), "exact": bool(torch.equal(z.cpu(), back.cpu().half()))})
     ok = all(r["exact"] for r in results)
-    print(json.dumps({"enable": enable, "gpus": [torch.cuda.get_device_name(i) for i in range(2)],
-                      "can_access_peer": can, "ok": ok, "results": results}))
+    out = {"enable": enable, "preload": preload, "gpus": [torch.cuda.get_device_name(i) for i in range(2)],
+           "can_access_peer": can, "ok": ok, "results": results}
+    if preload:  # the tensors must be fragctl's arena memory, or the check proves nothing
+        import fragctl
+        served = {}
+        for d in (0, 1):
+            a = fragctl.default_allocator(d, create=False)
+            stats = a.stats() if a is not None else {}
+            served[d] = {"allocator": stats.get("allocator"),
+                         "live_bytes": stats.get("requested_bytes", {}).get("current", 0)}
+        out["fragctl"] = served
+        out["ok"] = ok = ok and all(v["allocator"] == "arena" and v["live_bytes"] > 0 for v in served.values())
+    print(json.dumps(out))
     sys.exit(0 if ok else 1)
 
 

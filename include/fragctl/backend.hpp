@@ -318,9 +318,10 @@ class device_backend {
   [[nodiscard]] virtual bool shareable_handles() const noexcept { return false; }
   /// Exports `handle` (live, from create_physical) for another process. The
   /// descriptor belongs to the backend: made on the first call, the same on
-  /// later ones, closed when the handle is released (release_physical), so
-  /// it stays valid as long as the handle lives. Not a memory call, not
-  /// counted. Throws backend_error with code "not_supported" where handles
+  /// later ones, closed when the handle is released (release_physical, also
+  /// one that throws), so it stays valid as long as the handle lives and a
+  /// later handle never gets an earlier one's descriptor or serial. Not a
+  /// memory call, not counted. Throws backend_error with code "not_supported" where handles
   /// are not shareable, backend_error when the runtime fails.
   [[nodiscard]] exported_handle export_physical(physical_handle handle);
   /// Imports a physical allocation of `bytes` another process (or this one)
@@ -353,6 +354,9 @@ class device_backend {
   void close_allocation(void* base);
   /// Handles exported and not yet released (descriptors held).
   [[nodiscard]] std::size_t exported_handles() const;
+  /// Whether export_physical exported `handle` and it was not released
+  /// since (another process may have imported it).
+  [[nodiscard]] bool exported(physical_handle handle) const noexcept;
 
   // --- Counters --------------------------------------------------------------
 

@@ -59,6 +59,11 @@ struct pool_state {
   std::size_t segments = 0;            ///< segments or mapped regions held
   std::uint64_t retries = 0;           ///< allocations that succeeded only after releasing cache (cumulative)
   step_plan_state plan;                ///< the arena's steady-state plan
+  /// Exported handles (share(); docs/interop.md, CUDA IPC) whose memory
+  /// pause() released, and their bytes (cumulative): their exports were
+  /// closed, and a process that imported them keeps the old memory.
+  std::uint64_t pause_detached_exports = 0;
+  std::uint64_t pause_detached_export_bytes = 0;
 };
 
 /// How a policy judged a deallocation it was given.

@@ -115,7 +115,12 @@ std::optional<physical_handle> device_backend::create_physical(std::size_t bytes
 
 void device_backend::release_physical(physical_handle handle, std::size_t bytes) {
   count(backend_call::release_physical);
-  do_release_physical(handle, bytes);
+  try {
+    do_release_physical(handle, bytes);
+  } catch (...) {
+    forget_export(handle);  // the caller gives the handle up either way: its export goes with it
+    throw;
+  }
   forget_export(handle);
   sub_held(bytes);
 }
@@ -289,6 +294,12 @@ void device_backend::forget_export(physical_handle handle) noexcept {
   if (it == exports_.end()) return;
   do_close_export(it->second.fd);
   exports_.erase(it);
+}
+
+bool device_backend::exported(physical_handle handle) const noexcept {
+  if (!any_exports_.load(std::memory_order_acquire)) return false;
+  const std::lock_guard lock(exports_mutex_);
+  return exports_.contains(handle.value);
 }
 
 std::size_t device_backend::exported_handles() const {

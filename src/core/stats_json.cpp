@@ -220,6 +220,10 @@ json stats_to_json_value(const allocator_stats& s) {
                         {"last_step_driver_calls", p.last_step_driver_calls},
                         {"planned_step_driver_calls", p.planned_step_driver_calls}};
   }
+  if (s.pool.pause_detached_exports != 0) {  // absent until a pause released exported memory
+    out["pause"] = {{"detached_exports", s.pool.pause_detached_exports},
+                    {"detached_export_bytes", s.pool.pause_detached_export_bytes}};
+  }
   if (s.device_memory.measured) {
     out["device_memory"] = {{"free", s.device_memory.free},
                             {"total", s.device_memory.total},
@@ -290,6 +294,10 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
     r.integer(*p, "region_bytes", q.region_bytes, "step_plan");
     r.integer(*p, "last_step_driver_calls", q.last_step_driver_calls, "step_plan");
     r.integer(*p, "planned_step_driver_calls", q.planned_step_driver_calls, "step_plan");
+  }
+  if (const json* p = r.object(j, "pause")) {  // absent without detached exports, and in earlier reports
+    r.integer(*p, "detached_exports", s.pool.pause_detached_exports, "pause");
+    r.integer(*p, "detached_export_bytes", s.pool.pause_detached_export_bytes, "pause");
   }
   if (const json* d = r.object(j, "device_memory")) {  // absent when not measured, and in earlier reports
     s.device_memory.measured = true;

@@ -90,6 +90,12 @@ std::string to_prometheus(const allocator_stats& s) {
   e.metric("pool_largest_free_block_bytes", "gauge", "Largest block one request could get from the cache.",
            s.pool.largest_free_block);
   e.metric("pool_segments", "gauge", "Segments or mapped regions held.", s.pool.segments);
+  if (s.pool.pause_detached_exports != 0) {
+    e.metric("pause_detached_exports_total", "counter",
+             "Exported handles a pause released; their importers keep the old memory.", s.pool.pause_detached_exports);
+    e.metric("pause_detached_export_bytes_total", "counter", "Bytes of those handles.",
+             s.pool.pause_detached_export_bytes);
+  }
   if (s.pool.plan.steps_detected != 0) {
     const step_plan_state& p = s.pool.plan;
     e.metric("step_plan_steps_detected_total", "counter", "Repeating steps the arena found and planned.",

@@ -293,6 +293,28 @@ int interposer::ipc_get_mem_handle(void* handle, void* ptr) noexcept {
   return real(handle, ptr);
 }
 
+int interposer::device_enable_peer_access(int peer, unsigned flags) noexcept {
+  const auto real = real_.get_as<device_enable_peer_access_fn>(real_function::device_enable_peer_access);
+  if (real == nullptr) return error_not_initialized;
+  const int rc = real(peer, flags);
+  if (rc != success && rc != error_peer_access_already_enabled) return rc;
+  int device = 0;
+  if (const int got = current_device(device); got != success) return got;
+  try {
+    device_allocator* allocator = allocators_(peer, true);
+    if (allocator != nullptr) allocator->enable_peer_access(device);
+    return rc;
+  } catch (...) {
+    const util::caught_error e = util::classify_current_exception();
+    logger().error("{}: DeviceEnablePeerAccess({}): granting device {} access to fragctl's memory of device {} "
+                   "failed: {}",
+                   real_.api().name, peer, device, peer, e.message);
+    if (e.kind == util::error_class::out_of_memory) return error_out_of_memory;
+    if (e.kind == util::error_class::invalid_argument) return error_invalid_device;
+    return error_unknown;
+  }
+}
+
 std::optional<owned_block> interposer::find(const void* ptr) const {
   const absl::MutexLock lock(&mutex_);
   const auto it = owned_.find(ptr);

@@ -42,6 +42,16 @@
 //    whole: the layer lets it through for a fragctl block at the start of a
 //    plain device allocation and refuses it, with a log line, for arena
 //    memory and blocks inside a segment (fragctl_export_block shares those).
+//  * Peer access. cudaDeviceEnablePeerAccess(peer) lets kernels of the
+//    current device reach `peer`'s memory; for cudaMalloc memory the
+//    runtime's call is all it takes, but arena memory (cuMemMap) is reached
+//    only by the devices its mappings grant. So after the real call
+//    succeeds (or says the access was enabled already), the layer has
+//    `peer`'s allocator grant the current device every span it maps now
+//    and later (device_allocator::enable_peer_access), building that
+//    allocator if needed. cudaDeviceDisablePeerAccess is not intercepted:
+//    the allocator cannot take a grant back, and a kept grant only lets
+//    the peer reach memory it was allowed to before.
 // Errors come back as the runtime's codes (interpose/runtime.hpp), with one
 // log line; nothing throws.
 #pragma once
@@ -128,6 +138,16 @@ class interposer {
   /// (the importer would open the segment's start). fragctl_export_block
   /// shares both.
   int ipc_get_mem_handle(void* handle, void* ptr) noexcept;
+  /// cudaDeviceEnablePeerAccess: the real function, then, if it succeeded
+  /// or answered cudaErrorPeerAccessAlreadyEnabled, `peer`'s allocator
+  /// (built if needed) grants the current device access to its memory now
+  /// and later; returns the real function's code. When fragctl's grant
+  /// fails: cudaErrorInvalidDevice for a peer the allocator refuses,
+  /// cudaErrorMemoryAllocation when out of memory, cudaErrorUnknown else,
+  /// with one log line (the runtime's access stays enabled: a later call
+  /// gets cudaErrorPeerAccessAlreadyEnabled and grants again).
+  /// cudaErrorInitializationError without a real function.
+  int device_enable_peer_access(int peer, unsigned flags) noexcept;
   /// The record of a live block, if the layer handed `ptr` out.
   [[nodiscard]] std::optional<owned_block> find(const void* ptr) const;
   /// Number of live blocks the layer handed out.

@@ -1,5 +1,6 @@
 // libfragctl_preload.so: LD_PRELOAD it and the CUDA runtime's and HIP's
-// allocation (and default memory pool) entry points below come from fragctl (docs/integration.md).
+// allocation (and default memory pool, IPC and peer access) entry points below come from fragctl
+// (docs/integration.md).
 // Nothing but one-line forwarders into the tested layer
 // (interpose/interposer.hpp). Prototypes use plain C types (int error codes,
 // void* streams) so no runtime header or library is needed to build this;
@@ -57,6 +58,9 @@ FRAGCTL_PRELOAD_EXPORT int cudaMemPoolTrimTo(void* pool, std::size_t min_bytes_t
   return cuda().mem_pool_trim_to(pool, min_bytes_to_keep);
 }
 FRAGCTL_PRELOAD_EXPORT int cudaIpcGetMemHandle(void* handle, void* ptr) { return cuda().ipc_get_mem_handle(handle, ptr); }
+FRAGCTL_PRELOAD_EXPORT int cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+  return cuda().device_enable_peer_access(peer, flags);
+}
 
 // HIP.
 FRAGCTL_PRELOAD_EXPORT int hipMalloc(void** ptr, std::size_t size) { return hip().malloc(ptr, size); }
@@ -83,3 +87,6 @@ FRAGCTL_PRELOAD_EXPORT int hipMemPoolTrimTo(void* pool, std::size_t min_bytes_to
   return hip().mem_pool_trim_to(pool, min_bytes_to_keep);
 }
 FRAGCTL_PRELOAD_EXPORT int hipIpcGetMemHandle(void* handle, void* ptr) { return hip().ipc_get_mem_handle(handle, ptr); }
+FRAGCTL_PRELOAD_EXPORT int hipDeviceEnablePeerAccess(int peer, unsigned flags) {
+  return hip().device_enable_peer_access(peer, flags);
+}

@@ -26,6 +26,9 @@ inline constexpr int success = 0;
 inline constexpr int error_invalid_value = 1;      ///< cudaErrorInvalidValue, hipErrorInvalidValue
 inline constexpr int error_out_of_memory = 2;      ///< cudaErrorMemoryAllocation, hipErrorOutOfMemory
 inline constexpr int error_not_initialized = 3;    ///< cudaErrorInitializationError, hipErrorNotInitialized
+inline constexpr int error_invalid_device = 101;   ///< cudaErrorInvalidDevice, hipErrorInvalidDevice
+/// cudaErrorPeerAccessAlreadyEnabled, hipErrorPeerAccessAlreadyEnabled
+inline constexpr int error_peer_access_already_enabled = 704;
 inline constexpr int error_unknown = 999;          ///< cudaErrorUnknown, hipErrorUnknown
 
 /// Runtime stream handles with special meaning (cudaStreamLegacy and
@@ -50,6 +53,7 @@ enum class real_function : std::uint8_t {
   malloc_async_ptsz,            ///< cudaMallocAsync_ptsz (no HIP form: falls back to malloc_async)
   stream_is_capturing,          ///< int (void* stream, int* status): cudaStreamIsCapturing
   ipc_get_mem_handle,           ///< int (void* handle, void* ptr): cudaIpcGetMemHandle
+  device_enable_peer_access,    ///< int (int peer, unsigned flags): cudaDeviceEnablePeerAccess
   count_
 };
 
@@ -65,6 +69,7 @@ using mem_pool_trim_to_fn = int (*)(void*, std::size_t);
 using malloc_async_fn = int (*)(void**, std::size_t, void*);
 using stream_is_capturing_fn = int (*)(void*, int*);
 using ipc_get_mem_handle_fn = int (*)(void*, void*);
+using device_enable_peer_access_fn = int (*)(int, unsigned);
 
 /// cudaStreamCaptureStatus / hipStreamCaptureStatus: 1 is "active" in both.
 inline constexpr int capture_status_active = 1;
@@ -91,14 +96,14 @@ inline constexpr runtime_api cuda_runtime{
     {"cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz", "cudaMemGetInfo", "cudaGetDevice", "cudaSetDevice",
      "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
      "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing",
-     "cudaIpcGetMemHandle"}};
+     "cudaIpcGetMemHandle", "cudaDeviceEnablePeerAccess"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
     {"hipFree", "hipFreeAsync", "hipFreeAsync", "hipMemGetInfo", "hipGetDevice", "hipSetDevice",
      "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
      "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing",
-     "hipIpcGetMemHandle"}};
+     "hipIpcGetMemHandle", "hipDeviceEnablePeerAccess"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

@@ -134,6 +134,50 @@ TEST(CApiIpc, AnImportIsNeitherCountedNorASpan) {
   ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
 }
 
+// Issue 30: pausing an allocator whose block was exported closes the
+// exports (the old handle imports nothing any more), counts them in the
+// statistics ("pause": {"detached_exports": N, ...}), and after resume the
+// block's handle is a new one, which imports the resumed contents.
+TEST(CApiIpc, APauseClosesExportsAndResumeExportsAnew) {
+  fragctl_allocator* a = make("arena");
+  void* p = nullptr;
+  const std::size_t bytes = 4 * MiB;  // two 2 MiB granules, one handle each
+  ASSERT_EQ(fragctl_malloc(a, &p, bytes, nullptr), FRAGCTL_OK);
+  std::memset(p, 0x51, bytes);
+  const exported before = export_of(a, p, bytes);
+  void* old_base = nullptr;
+  ASSERT_EQ(fragctl_import_block(a, before.handle.data(), before.handle.size(), &old_base), FRAGCTL_OK)
+      << fragctl_last_error();
+
+  ASSERT_EQ(fragctl_pause(a, FRAGCTL_PAUSE_KEEP_HOST), FRAGCTL_OK) << fragctl_last_error();
+  char* json = nullptr;
+  ASSERT_EQ(fragctl_stats_json(a, &json), FRAGCTL_OK);
+  const std::string text(json);
+  fragctl_string_free(json);
+  EXPECT_NE(text.find("\"detached_exports\": 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"detached_export_bytes\": " + std::to_string(bytes)), std::string::npos) << text;
+  void* stale = nullptr;
+  EXPECT_NE(fragctl_import_block(a, before.handle.data(), before.handle.size(), &stale), FRAGCTL_OK)
+      << "the old handle's exports are closed";
+  EXPECT_EQ(stale, nullptr);
+
+  ASSERT_EQ(fragctl_resume(a), FRAGCTL_OK) << fragctl_last_error();
+  std::memset(p, 0x52, MiB);
+  const exported after = export_of(a, p, bytes);
+  EXPECT_NE(after.handle, before.handle) << "new handles, new descriptors and serials";
+  void* base = nullptr;
+  ASSERT_EQ(fragctl_import_block(a, after.handle.data(), after.handle.size(), &base), FRAGCTL_OK)
+      << fragctl_last_error();
+  auto* view = static_cast<unsigned char*>(base) + after.offset;
+  EXPECT_EQ(view[0], 0x52) << "the resumed memory";
+  EXPECT_EQ(view[bytes - 1], 0x51) << "with the contents kept";
+  EXPECT_EQ((static_cast<unsigned char*>(old_base) + before.offset)[0], 0x51) << "the old import keeps the old memory";
+  ASSERT_EQ(fragctl_close_block(a, base), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_close_block(a, old_base), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_free(a, p, bytes, nullptr), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+}
+
 TEST(CApiIpc, PlainAllocationsGivePyTorchsHandleForm) {
   for (const char* policy : {"caching", "buckets:caching"}) {
     SCOPED_TRACE(policy);

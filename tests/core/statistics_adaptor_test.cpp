@@ -153,7 +153,7 @@ allocator_stats sample_stats() {
   s.backend_calls.peak_held_bytes = 14;
   s.backend_calls.host_bytes = 15;
   s.backend_calls.failed_allocations = 16;
-  s.pool = {17, 18, 19, 20, 21, 22, {}};
+  s.pool = {17, 18, 19, 20, 21, 22, {}, 24, 25};
   for (std::size_t i = 0; i < size_histogram_buckets; ++i) s.size_histogram[i] = i * i;
   s.size_histogram[47] = std::uint64_t{1} << 60;
   s.size_histogram_sum = 23;
@@ -187,6 +187,8 @@ void expect_same(const allocator_stats& a, const allocator_stats& b) {
   EXPECT_EQ(a.pool.largest_free_block, b.pool.largest_free_block);
   EXPECT_EQ(a.pool.segments, b.pool.segments);
   EXPECT_EQ(a.pool.retries, b.pool.retries);
+  EXPECT_EQ(a.pool.pause_detached_exports, b.pool.pause_detached_exports);
+  EXPECT_EQ(a.pool.pause_detached_export_bytes, b.pool.pause_detached_export_bytes);
   EXPECT_EQ(a.size_histogram, b.size_histogram);
   EXPECT_EQ(a.size_histogram_sum, b.size_histogram_sum);
 }
@@ -264,6 +266,8 @@ TEST(stats_prometheus, exposes_typed_labelled_metrics) {
   has(R"(fragctl_misuse_total{allocator="warmup:arena",backend="sim",device="3",kind="size_mismatch"} 12)");
   has(R"(fragctl_backend_calls_total{allocator="warmup:arena",backend="sim",device="3",call="create_physical"} 104)");
   has("fragctl_reserved_over_requested_ratio" + labels + " 3");
+  has("fragctl_pause_detached_exports_total" + labels + " 24");
+  has("fragctl_pause_detached_export_bytes_total" + labels + " 25");
   // The size histogram: cumulative buckets (bucket i holds i*i requests, the
   // last 2^60), le the largest size of a bucket, then _sum and _count.
   has("# TYPE fragctl_request_size_bytes histogram");

@@ -19,7 +19,10 @@
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
+#include "fragctl/fragctl.h"
 #include "fragctl/policy.hpp"
+#include "fragctl/sim_backend.hpp"
+#include "interpose/process_layers.hpp"
 #include "support/log_capture.hpp"
 
 namespace fragctl::interpose {
@@ -40,6 +43,7 @@ struct fake_runtime {
   void* capturing_stream = nullptr;               // the stream that captures a graph, if any
   bool capture = false;
   std::vector<char> graph_memory = std::vector<char>(4096);  // what the real cudaMallocAsync hands out
+  int peer_access_result = success;               // what the real cudaDeviceEnablePeerAccess returns
 };
 fake_runtime* fake = nullptr;
 
@@ -117,6 +121,13 @@ int fake_ipc_get_mem_handle(void* handle, void* ptr) {
   return success;
 }
 
+int fake_enable_peer_access(int peer, unsigned flags) {
+  fake->calls.push_back("enable_peer_access " + std::to_string(peer) + " on " +
+                        std::to_string(fake->current_device));
+  (void)flags;
+  return fake->peer_access_result;
+}
+
 void* resolve_fake(const char* name) {
   ++fake->lookups[name];
   const std::string n = name;
@@ -134,6 +145,7 @@ void* resolve_fake(const char* name) {
   if (n == "cudaStreamIsCapturing") return reinterpret_cast<void*>(&fake_stream_is_capturing);
   if (n == "cudaMallocAsync") return reinterpret_cast<void*>(&fake_malloc_async);
   if (n == "cudaIpcGetMemHandle") return reinterpret_cast<void*>(&fake_ipc_get_mem_handle);
+  if (n == "cudaDeviceEnablePeerAccess") return reinterpret_cast<void*>(&fake_enable_peer_access);
   return nullptr;
 }
 
@@ -148,14 +160,14 @@ class InterposerTest : public ::testing::Test {
   void TearDown() override { fake = nullptr; }
 
   // Sim allocators per device, built on demand as the process defaults are.
-  allocator_source source(const std::string& policy = "caching") {
-    return [this, policy](int device, bool create) -> device_allocator* {
+  allocator_source source(const std::string& policy = "caching", const std::string& options = "") {
+    return [this, policy, options](int device, bool create) -> device_allocator* {
       auto& slot = stacks_.at(static_cast<std::size_t>(device));
       if (!slot && create) {
         if (fail_build_) throw invalid_argument("FRAGCTL_CONF: unknown key \"bogus\"");
         // Backed: real host memory, so that addresses are unique across
         // devices as on a GPU (unified addressing); the map is keyed by them.
-        auto cfg = parse_config("sim_capacity:1GiB,sim_backed:true");
+        auto cfg = parse_config("sim_capacity:1GiB,sim_backed:true" + options);
         cfg->backend = backend_kind::sim;
         cfg->policy = policy;
         cfg->device = device;
@@ -169,6 +181,9 @@ class InterposerTest : public ::testing::Test {
   }
   allocator_stats stats(int device) { return stacks_.at(static_cast<std::size_t>(device))->stats(); }
   bool built(int device) const { return stacks_.at(static_cast<std::size_t>(device)) != nullptr; }
+  const sim_backend& sim_of(int device) const {
+    return dynamic_cast<const sim_backend&>(stacks_.at(static_cast<std::size_t>(device))->allocator().backend());
+  }
 
   fake_runtime runtime_;
   std::array<std::unique_ptr<allocator_stack>, 4> stacks_;
@@ -219,6 +234,89 @@ TEST_F(InterposerTest, IpcHandlesOfCachingBlocksPassOnlyAtTheStartOfASegment) {
   EXPECT_EQ(runtime_.calls, std::vector<std::string>{"ipc_get_mem_handle"});
   EXPECT_EQ(layer.free_async(first, nullptr, stream_mode::legacy), success);
   EXPECT_EQ(layer.free_async(second, nullptr, stream_mode::legacy), success);
+}
+
+// cudaDeviceEnablePeerAccess(peer) on device D (issue 30, item 4): the real
+// function first, then peer's arena grants D every span it mapped and maps
+// later, as the native route's enablePeerAccess does.
+TEST_F(InterposerTest, EnablingPeerAccessGrantsThePeersArenaToTheCurrentDevice) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena", ",sim_devices:2"));
+  constexpr std::size_t bytes = 3 << 20;
+  void* before = nullptr;
+  ASSERT_EQ(layer.malloc(&before, bytes), success);  // device 0's arena
+  EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes)) << "control: device 1 cannot reach it yet";
+
+  runtime_.current_device = 1;
+  EXPECT_EQ(layer.device_enable_peer_access(0, 0), success);
+  EXPECT_EQ(runtime_.calls, std::vector<std::string>{"enable_peer_access 0 on 1"}) << "the runtime's call first";
+  EXPECT_TRUE(sim_of(0).accessible_from(1, before, bytes)) << "spans mapped before";
+  EXPECT_FALSE(built(1)) << "device 1's own allocator is not needed";
+
+  runtime_.current_device = 0;
+  void* after = nullptr;
+  ASSERT_EQ(layer.malloc(&after, 5 << 20), success);
+  EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20)) << "and spans mapped later";
+
+  // Enabled already (a call after a failed grant, or twice): the grant is
+  // made again and the runtime's code returned.
+  runtime_.current_device = 1;
+  runtime_.peer_access_result = error_peer_access_already_enabled;
+  EXPECT_EQ(layer.device_enable_peer_access(0, 0), error_peer_access_already_enabled);
+  EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20));
+  EXPECT_EQ(layer.free_async(before, nullptr, stream_mode::legacy), success);
+  EXPECT_EQ(layer.free_async(after, nullptr, stream_mode::legacy), success);
+}
+
+TEST_F(InterposerTest, PeerAccessTheRuntimeRefusesGrantsNothing) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena", ",sim_devices:2"));
+  runtime_.peer_access_result = error_invalid_device;
+  runtime_.current_device = 1;
+  EXPECT_EQ(layer.device_enable_peer_access(0, 0), error_invalid_device);
+  EXPECT_FALSE(built(0)) << "no allocator built for a refused call";
+  runtime_.current_device = 0;
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 1 << 20), success);
+  EXPECT_FALSE(sim_of(0).accessible_from(1, p, 1 << 20));
+  EXPECT_EQ(layer.free_async(p, nullptr, stream_mode::legacy), success);
+}
+
+TEST_F(InterposerTest, APeerFragctlCannotGrantIsAnErrorCodeWithALogLine) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena"));  // a machine of one sim device
+  runtime_.current_device = 1;
+  const fragctl::testing::log_capture log;
+  EXPECT_EQ(layer.device_enable_peer_access(0, 0), error_unknown);
+  EXPECT_NE(log.text().find("DeviceEnablePeerAccess(0): granting device 1 access"), std::string::npos)
+      << log.text();
+}
+
+TEST_F(InterposerTest, PeerAccessWithoutARuntimeIsNotInitialized) {
+  interposer layer(cuda_runtime, &resolve_nothing, false, source("arena"));
+  EXPECT_EQ(layer.device_enable_peer_access(1, 0), error_not_initialized);
+  EXPECT_FALSE(built(1));
+}
+
+// Pause and resume on the LD_PRELOAD route: the layer serves from the
+// process-default allocators, which the C API reaches with
+// fragctl_default_allocator, so a program under LD_PRELOAD pauses the
+// memory its cudaMalloc calls got (docs/interop.md).
+TEST_F(InterposerTest, TheCApiPausesTheProcessDefaultAllocatorTheLayerServesFrom) {
+  ASSERT_EQ(fragctl_configure_defaults("arena", "sim_capacity:1GiB,sim_backed:true", "sim"), FRAGCTL_OK)
+      << fragctl_last_error();
+  interposer layer(cuda_runtime, &resolve_fake, false, process_default_allocators(), process_default_stacks());
+  constexpr std::size_t bytes = 3 << 20;
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, bytes), success);
+  std::memset(p, 0x3c, bytes);
+  fragctl_allocator* a = nullptr;
+  ASSERT_EQ(fragctl_default_allocator(0, 0, &a), FRAGCTL_OK);
+  ASSERT_NE(a, nullptr) << "the layer built device 0's default allocator";
+  ASSERT_EQ(fragctl_pause(a, FRAGCTL_PAUSE_KEEP_HOST), FRAGCTL_OK) << fragctl_last_error();
+  void* q = nullptr;
+  EXPECT_NE(layer.malloc(&q, 4096), success) << "the layer's allocator is the one paused";
+  EXPECT_EQ(q, nullptr);
+  ASSERT_EQ(fragctl_resume(a), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(static_cast<unsigned char*>(p)[bytes - 1], 0x3c) << "the same address, the same bytes";
+  EXPECT_EQ(layer.free_async(p, nullptr, stream_mode::legacy), success);
 }
 
 TEST_F(InterposerTest, FreeSynchronizesTheDeviceBeforeTheBlockIsReleased) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "allocator_policies/arena/arena_policy.hpp"
@@ -17,6 +18,7 @@
 #include "allocator_policies/caching/caching_policy.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
+#include "support/log_capture.hpp"
 #include "support/test_support.hpp"
 
 namespace fragctl {
@@ -156,6 +158,105 @@ TEST(ArenaShare, RefusesWhatIsNotLiveMemory) {
   EXPECT_THROW((void)arena.share(b, G), invalid_argument) << "a paused arena";
   ASSERT_TRUE(arena.resume());
   arena.deallocate(b, G);
+}
+
+// A consumer's import of the handles `m` names, mapped one after the other
+// as fragctl_import_block maps them.
+struct import_view {
+  sim_backend& sim;
+  void* base = nullptr;
+  std::size_t bytes = 0;
+  std::vector<std::pair<physical_handle, std::size_t>> handles;
+  import_view(sim_backend& s, const shared_memory& m) : sim(s), bytes(m.bytes) {
+    base = sim.reserve_address(bytes);
+    std::size_t at = 0;
+    for (const auto& h : m.handles) {
+      handles.emplace_back(sim.import_physical(h.fd, h.bytes), h.bytes);
+      EXPECT_TRUE(sim.map(static_cast<char*>(base) + at, h.bytes, handles.back().first));
+      at += h.bytes;
+    }
+    EXPECT_TRUE(sim.set_access(base, bytes));
+  }
+  ~import_view() {
+    std::size_t at = 0;
+    for (const auto& [h, n] : handles) {
+      sim.unmap(static_cast<char*>(base) + at, n);
+      sim.release_imported(h, n);
+      at += n;
+    }
+    sim.release_address(base, bytes);
+  }
+  import_view(const import_view&) = delete;
+  import_view& operator=(const import_view&) = delete;
+  [[nodiscard]] unsigned char* at(std::size_t offset) const { return static_cast<unsigned char*>(base) + offset; }
+};
+
+// Issue 30: a pause releases the handles of exported spans like any other.
+// It closes their exports (no stale descriptor or serial is handed out
+// again), counts them in the statistics and says so once in the log; the
+// consumer keeps the old memory; after resume the same block exports new
+// handles that another import maps with the resumed contents.
+TEST(ArenaShare, APauseDetachesExportsAndResumeExportsTheBlockAnew) {
+  sim_backend sim(backed());
+  arena_policy arena(spans_of(0), sim);  // one granule per span
+  const std::size_t bytes = 2 * G;
+  auto* a = static_cast<unsigned char*>(arena.allocate(bytes));
+  std::memset(a, 0x41, bytes);
+  const shared_memory before = arena.share(a, bytes);
+  const std::size_t n = before.handles.size();
+  ASSERT_EQ(n, granules(a, bytes));
+  const import_view old_view(sim, before);
+  EXPECT_EQ(old_view.at(before.offset)[bytes - 1], 0x41);
+
+  {
+    const fragctl::testing::log_capture log;
+    ASSERT_TRUE(arena.pause(pause_keep::host));
+    const std::string line = "arena: pause detached " + std::to_string(n) + " exported handle(s), " +
+                             std::to_string(n * G) + " bytes";
+    EXPECT_NE(log.text().find(line), std::string::npos) << log.text();
+    EXPECT_NE(log.text().find("consumers keep the old memory until they close it; re-export after resume"),
+              std::string::npos);
+  }
+  EXPECT_EQ(sim.exported_handles(), 0U) << "the exports of the released handles are closed";
+  EXPECT_THROW((void)sim.import_physical(before.handles[0].fd, G), backend_error)
+      << "an old descriptor imports nothing";
+  EXPECT_EQ(arena.state().pause_detached_exports, n);
+  EXPECT_EQ(arena.state().pause_detached_export_bytes, n * G);
+  EXPECT_EQ(old_view.at(before.offset)[0], 0x41) << "the consumer keeps the old memory";
+
+  ASSERT_TRUE(arena.resume());
+  EXPECT_EQ(a[bytes - 1], 0x41) << "the contents kept";
+  std::memset(a, 0x42, G);  // the producer writes after the resume
+  EXPECT_EQ(old_view.at(before.offset)[0], 0x41) << "the old import is the old memory, not the resumed one";
+
+  const shared_memory after = arena.share(a, bytes);
+  ASSERT_EQ(after.handles.size(), n);
+  EXPECT_EQ(after.base, before.base) << "the same addresses";
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& old : before.handles) {
+      EXPECT_NE(after.handles[i].serial, old.serial) << "a resumed handle is exported with a new serial";
+    }
+  }
+  EXPECT_EQ(sim.exported_handles(), n);
+  {
+    const import_view new_view(sim, after);
+    EXPECT_EQ(new_view.at(after.offset)[0], 0x42) << "a new import sees the resumed memory";
+    EXPECT_EQ(new_view.at(after.offset)[bytes - 1], 0x41);
+  }
+  arena.deallocate(a, bytes);
+}
+
+// The control: a pause with nothing exported counts nothing and says nothing.
+TEST(ArenaShare, APauseWithoutExportsDetachesNothing) {
+  sim_backend sim(backed());
+  arena_policy arena(spans_of(0), sim);
+  void* a = arena.allocate(2 * G);
+  const fragctl::testing::log_capture log;
+  ASSERT_TRUE(arena.pause(pause_keep::none));
+  EXPECT_EQ(log.text().find("detached"), std::string::npos) << log.text();
+  EXPECT_EQ(arena.state().pause_detached_exports, 0U);
+  ASSERT_TRUE(arena.resume());
+  arena.deallocate(a, 2 * G);
 }
 
 TEST(CachingShare, DescribesTheSegmentHoldingABlock) {
