@@ -61,7 +61,7 @@ class GradientFlow:
                 elif what == TAKE:
                     value = kept.pop(a.slot)
                 elif what == BUCKET_COPY:
-                    self._bucket_view(a).copy_(value).div_(self.world_size)
+                    self._bucket_copy(self._bucket_view(a), value)
                 elif what == BUCKET_ADD:
                     self._bucket_view(a).add_(value / self.world_size)
                 elif what == BUCKET_ZERO:
@@ -98,10 +98,21 @@ class GradientFlow:
 
     def _bucket_view(self, a: GradientAction) -> Any:
         b = self._blocks[a.block]
-        return self._typed(a.pointer, b.shapes[a.param], b.params[a.param].dtype)
+        return self._tensors.typed(a.pointer, b.shapes[a.param], b.params[a.param].dtype)
+
+    def _bucket_copy(self, bucket: Any, value: Any) -> None:
+        """bucket = value / world size, in one kernel where the types and
+        shapes match (the same rounding as a copy then an in-place
+        division: both divide the bucket's type by the same scalar), else
+        as a copy then a division (out= takes no value that autograd
+        tracks: a backward with create_graph)."""
+        if value.dtype == bucket.dtype and value.shape == bucket.shape and not value.requires_grad:
+            self._torch.div(value, self.world_size, out=bucket)
+        else:
+            bucket.copy_(value).div_(self.world_size)
 
     def _slice(self, a: GradientAction) -> Any:
-        return self._typed(a.pointer, (a.elements,), self._shards[a.shard][0].dtype)
+        return self._tensors.typed(a.pointer, (a.elements,), self._shards[a.shard][0].dtype)
 
     def _on_gradient(self, b: Any, i: int, grad: Any) -> None:
         """The gradient of one application of parameter `i` of `b` (from the
