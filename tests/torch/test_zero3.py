@@ -775,6 +775,28 @@ class Zero3ShardTest(unittest.TestCase):
 
 
 @unittest.skipIf(SKIP, SKIP)
+@unittest.skipIf(SKIP, SKIP)
+class Zero3BucketCopyTest(unittest.TestCase):
+    def test_the_bucket_copy_rounds_as_a_copy_then_a_division(self):
+        # Issue 31: a gradient goes into its reduce bucket divided by the
+        # world size in one kernel, where it took a copy and an in-place
+        # division; the bucket must hold the same bits.
+        from fragctl.torch._gradients import GradientFlow
+
+        class Flow:
+            _torch = torch
+        g = torch.Generator().manual_seed(3)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for world in (2, 3, 7):
+                value = (torch.randn(257, 33, generator=g) * 1e3).to(dtype)
+                Flow.world_size = world
+                fused = torch.full_like(value, float("nan"))
+                GradientFlow._bucket_copy(Flow(), fused, value)
+                stepwise = torch.empty_like(value).copy_(value).div_(world)
+                bits = torch.int32 if dtype == torch.float32 else torch.int16  # the same bits, not only values
+                self.assertTrue(torch.equal(fused.view(bits), stepwise.view(bits)), (dtype, world))
+
+
 class Zero3ArgumentsTest(unittest.TestCase):
     def test_shard_needs_torch_distributed(self):
         import torch.distributed as dist
