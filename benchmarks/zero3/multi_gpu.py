@@ -10,10 +10,10 @@ each variant in its own job, the same model, weights, data and seed:
   layer) after ``enable("arena")``: the manager allocates from PyTorch's
   allocator, one pool;
 * ``zero3-caching``: the same after ``enable("caching")``;
-* ``zero3-arena-ahead2``: ``zero3-arena`` gathering two decoder layers
-  ahead of the one computing (``stage3_prefetch_bucket_size`` of 1.5
-  layers) where DeepSpeed's default (5e7 elements, half a layer here)
-  gathers one, as FSDP2 does.
+* ``zero3-arena-ahead2`` (named in ``--variants`` only): ``zero3-arena``
+  gathering two decoder layers ahead of the one computing
+  (``stage3_prefetch_bucket_size`` of 1.5 layers) where DeepSpeed's default
+  (5e7 elements, half a layer here) gathers one, as FSDP2 does.
 
 The model is a Hugging Face Llama from a LlamaConfig (random weights, bf16;
 benchmarks/services/workload.py builds it), trained with AdamW; each step's
@@ -80,7 +80,8 @@ def options(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--nproc", type=int, default=2, help="ranks: one process per GPU")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(v for v in VARIANTS if v not in LAYERS_AHEAD),
+                   help="comma-separated; default: all but the prefetch-depth ones (%s)" % ", ".join(LAYERS_AHEAD))
     p.add_argument("--repeat", type=int, default=1, help="rounds of every variant, alternated")
     p.add_argument("--model", default="llama", choices=["llama", "torch"],
                    help="torch: a torch.nn decoder (workload.py), where transformers is missing")
