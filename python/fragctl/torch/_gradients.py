@@ -43,7 +43,7 @@ class GradientFlow:
             flags = bytes(shard.grad is not None for shard, _ in shards) if report else None
             self._check(self._lib.fragctl_zero3_gradient_event(
                 self._z, event, block, param, self._stream(), flags, len(shards) if report else 0,
-                ctypes.cast(actions, ctypes.c_void_p), CAPACITY, ctypes.byref(count), ctypes.byref(more)))
+                self._actions_pointer, CAPACITY, ctypes.byref(count), ctypes.byref(more)))
             event, report = RESUME, False
             for a in actions[:count.value]:
                 what = a.what
@@ -130,3 +130,6 @@ class GradientFlow:
     def _gradients_init(self) -> None:
         self._kept: Dict[int, Any] = {}
         self._actions = (GradientAction * CAPACITY)()
+        # Cast once: the manager is told of every application, unpack and
+        # gradient (hundreds of calls a step).
+        self._actions_pointer = ctypes.cast(self._actions, ctypes.c_void_p)
