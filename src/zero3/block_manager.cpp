@@ -285,8 +285,9 @@ void block_manager::impl::make_room(std::size_t block, std::size_t charge) {
 }
 
 bool block_manager::impl::used_next(std::size_t block) const {
-  return opts.prefetch && opts.prefetch_bytes > 0 && !recording && cursor < trace.size() &&
-         trace[cursor] == block && ahead < opts.prefetch_bytes;
+  // Not bounded by prefetch_bytes: keeping gathers nothing, and the bytes
+  // are live already (max_live_bytes holds them either way).
+  return opts.prefetch && opts.prefetch_bytes > 0 && !recording && cursor < trace.size() && trace[cursor] == block;
 }
 
 void block_manager::impl::keep_ahead(std::size_t block, stream_t stream) {

@@ -79,8 +79,8 @@ struct block_manager::impl {
   void free_buffer(std::size_t block, stream_t stream) noexcept;
   void make_room(std::size_t block, std::size_t charge);
   /// Whether `block`, whose last consumer is releasing it, is the next fetch
-  /// of the recorded order and prefetching would gather it again at once
-  /// (a model's head, last in forward and first in backward).
+  /// of the recorded order (a model's head, last in forward and first in
+  /// backward), with prefetching on.
   [[nodiscard]] bool used_next(std::size_t block) const;
   /// Keeps `block`'s buffer as gathered ahead instead of freeing and
   /// gathering it again: the comm stream waits for `stream` (the releasing
