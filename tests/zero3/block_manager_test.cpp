@@ -64,7 +64,7 @@ TEST_P(manager_ranks, gathered_blocks_equal_the_original_parameters_byte_for_byt
 // freed and gathered again (by the prefetch of the next fetch, or on demand
 // at the start of backward where blocks gathered ahead filled
 // prefetch_bytes, as on the 1.26 B Llama); it is kept now, one all-gather
-// fewer per step, the same bytes live.
+// fewer per step, within the budget.
 TEST_P(manager_ranks, a_block_fetched_next_again_keeps_its_buffer) {
   run_ranks(GetParam(), 10s, [](rank_env& env) {
     for (const bool full_window : {false, true}) {
