@@ -463,8 +463,8 @@ class Zero3ShardTest(unittest.TestCase):
     def test_steady_steps_make_no_tensor_over_the_managers_memory(self):
         # Issue 31 (zero3 at FSDP2's speed): every fetch made a tensor per
         # parameter through __cuda_array_interface__, every gradient one
-        # over its bucket and every collective two, tens of microseconds of
-        # host time each on a GPU; they are made once per address now.
+        # over its bucket and every collective two (on a GPU each a Python
+        # object, its parse and a driver query); made once per address now.
         for kind in ("mlp", "transformer"):
             results = run_ranks(2, "tensors", kind=kind)
             expected = reference_state(kind)

@@ -46,8 +46,8 @@ class Tensors:
     """Tensors over native memory, made once per (address, size, shape,
     dtype) and handed out again: a block gathered, or a gradient bucket,
     lands at the addresses it had before (the allocator reuses them), and
-    making a tensor through __cuda_array_interface__ costs the host tens of
-    microseconds, a step thousands of them. A tensor only describes
+    making a tensor through __cuda_array_interface__ takes a Python object,
+    its parse and a driver query of the pointer, hundreds of times a step. A tensor only describes
     addresses and holds no memory: the caller asks for one only while the
     memory's owner says it is there, and must not keep it beyond. At most
     LIMIT tensors are kept; the whole cache is dropped when full (the
