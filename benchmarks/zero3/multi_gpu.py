@@ -9,7 +9,11 @@ each variant in its own job, the same model, weights, data and seed:
 * ``zero3-arena``: ``fragctl.torch.zero3.shard`` (one block per decoder
   layer) after ``enable("arena")``: the manager allocates from PyTorch's
   allocator, one pool;
-* ``zero3-caching``: the same after ``enable("caching")``.
+* ``zero3-caching``: the same after ``enable("caching")``;
+* ``zero3-arena-ahead2`` (named in ``--variants`` only): ``zero3-arena``
+  gathering two decoder layers ahead of the one computing
+  (``stage3_prefetch_bucket_size`` of 1.5 layers) where DeepSpeed's default
+  (5e7 elements, half a layer here) gathers one, as FSDP2 does.
 
 The model is a Hugging Face Llama from a LlamaConfig (random weights, bf16;
 benchmarks/services/workload.py builds it), trained with AdamW; each step's
@@ -51,7 +55,23 @@ VARIANTS = {
     "fsdp2-arena": ("FSDP2, enable(\"arena\")", "arena", "fsdp2"),
     "zero3-arena": ("zero3.shard, enable(\"arena\")", "arena", "zero3"),
     "zero3-caching": ("zero3.shard, enable(\"caching\")", "caching", "zero3"),
+    "zero3-arena-ahead2": ("zero3.shard, enable(\"arena\"), 2 layers ahead", "arena", "zero3"),
 }
+# zero3 variants -> decoder layers gathered ahead of the one computing (the
+# others: DeepSpeed's default stage3_prefetch_bucket_size)
+LAYERS_AHEAD = {"zero3-arena-ahead2": 2}
+
+
+def zero3_config(model, variant):
+    """shard()'s DeepSpeed config for a zero3 variant: stage 3 at DeepSpeed's
+    defaults, with a prefetch bucket of (layers ahead - 0.5) decoder layers
+    where LAYERS_AHEAD names the variant (the manager gathers ahead while
+    the bytes gathered ahead are below the bucket)."""
+    ahead = LAYERS_AHEAD.get(variant)
+    if not ahead:
+        return {"stage": 3}
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    return {"stage": 3, "stage3_prefetch_bucket_size": int((ahead - 0.5) * layer)}
 NCCL_SAFE = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -60,7 +80,8 @@ def options(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--nproc", type=int, default=2, help="ranks: one process per GPU")
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(v for v in VARIANTS if v not in LAYERS_AHEAD),
+                   help="comma-separated; default: all but the prefetch-depth ones (%s)" % ", ".join(LAYERS_AHEAD))
     p.add_argument("--repeat", type=int, default=1, help="rounds of every variant, alternated")
     p.add_argument("--model", default="llama", choices=["llama", "torch"],
                    help="torch: a torch.nn decoder (workload.py), where transformers is missing")
@@ -250,7 +271,7 @@ def tables(args, jobs):
     """Markdown: one row per job, then the collectives of the zero3 jobs."""
     lines = ["| round | variant | tokens/s (all ranks) | median step (s) | peak device GiB per GPU in training (NVML) "
              "| retries (steady) | fragctl driver calls / steady step | first / last loss | max loss diff to FSDP2 "
-             "| gathered peak / budget GiB | fetch stall s / steady step |",
+             "| gathered peak / budget GiB | host s in collectives / steady step (torch.distributed's part) |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | ---: | --- | ---: |"]
     baseline = {}
     for job in jobs:
@@ -272,7 +293,8 @@ def tables(args, jobs):
             if job["fragctl_memory_calls_per_steady_step"] is not None else "-",
             job["losses"][0], job["losses"][-1], "%.5f" % diff if diff is not None else "-",
             "%s / %s" % (gib(z["gathered_bytes"]["peak"]), gib(z["budget"]["max_live_bytes"])) if z else "-",
-            "%.4f" % job["ranks"][0]["stall_seconds_per_steady_step"] if z else "-"))
+            "%.4f (%.4f)" % (job["ranks"][0]["stall_seconds_per_steady_step"],
+                             job["ranks"][0].get("issue_seconds_per_steady_step", 0.0)) if z else "-"))
     lines += ["", "Collectives of the zero3 jobs, rank 0. In training: the manager's collectives in the steady "
               "steps, timed by CUDA events on the stream it runs them on (waits for the other ranks and "
               "contention with compute included). Idle: the manager's collective callback "
@@ -352,6 +374,7 @@ class CollectiveClock:
     def __init__(self, torch, device):
         from fragctl.torch import _collectives
         self.torch, self.device, self.calls = torch, device, []
+        self.streams, self.events = {}, []  # CUDA: handle -> ExternalStream; (start, end) per call of a step
         self.module = _collectives
         self.original = (_collectives.TorchCollectives._gather, _collectives.TorchCollectives._scatter)
         clock = self
@@ -376,16 +399,43 @@ class CollectiveClock:
             rc = function(*call)
             self.calls.append((kind, nbytes, time.perf_counter() - began))
             return rc
-        s = torch.cuda.ExternalStream(stream or 0, device=self.device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # The clock's own host time counts in the manager's stall and in the
+        # step: streams and events are made once and reused every step.
+        s = self.streams.get(stream)
+        if s is None:
+            s = self.streams[stream] = torch.cuda.ExternalStream(stream or 0, device=self.device)
+        used = len(self.calls)
+        while len(self.events) <= used:
+            self.events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        start, end = self.events[used]
         start.record(s)
         rc = function(*call)
         end.record(s)
         self.calls.append((kind, nbytes, (start, end)))
         return rc
 
+    def time_issue(self, collectives):
+        """Also times, on the host, the torch.distributed calls inside the
+        callbacks of `collectives` (a TorchCollectives): the part of the
+        manager's host time in collectives that is PyTorch's issuing them."""
+        clock = self
+        self.issue_seconds = 0.0
+
+        def timed(function):
+            def call(*args, **kwargs):
+                began = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    clock.issue_seconds += time.perf_counter() - began
+            return call
+        for name in ("_gather_flat", "_scatter_flat"):
+            if getattr(collectives, name, None) is not None:
+                setattr(collectives, name, timed(getattr(collectives, name)))
+
     def take(self):
-        """The calls since the last take, as (kind, bytes, seconds); after a synchronize."""
+        """The calls since the last take, as (kind, bytes, seconds); after a
+        synchronize (their events are reused from the next call on)."""
         out = [(k, n, t if isinstance(t, float) else t[0].elapsed_time(t[1]) / 1000.0) for k, n, t in self.calls]
         self.calls = []
         return out
@@ -540,9 +590,12 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
         model = wrap(model)
     else:
         layer_type = type(model.model.layers[0])
-        model = fragctl.torch.zero3.shard(model, config={"stage": 3}, block_types=(layer_type,))
+        model = fragctl.torch.zero3.shard(model, config=zero3_config(model, args.job), block_types=(layer_type,))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times, tokens, retries, calls, stalls, situ, outside = [], [], [], [], [], [], [], []
+    issued = []  # zero3: host seconds in torch.distributed's calls inside the manager's collectives, cumulative
+    if clock is not None and cuda:
+        clock.time_issue(model._collectives)
 
     def outside_torch():
         """Device bytes in use (this GPU, every process) that PyTorch's allocator has not reserved."""
@@ -571,6 +624,7 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
             if step >= args.warmup:
                 situ += taken
             stalls.append(model.stats()["stall_seconds"])
+            issued.append(getattr(clock, "issue_seconds", 0.0))
     trained(args, rank, world)
     w = args.warmup
     steady = len(times) - w
@@ -592,7 +646,11 @@ def train(args, torch, fragctl, rank, world, local, wrapper, policy):
     if clock is not None:
         clock.restore()
         row["zero3"] = model.stats()
+        # The manager's stall_seconds: host time inside its collective
+        # callbacks (on GPUs they queue the collective; the host waits for
+        # no device work there); the torch.distributed calls' part of it.
         row["stall_seconds_per_steady_step"] = (stalls[-1] - stalls[w - 1]) / steady if len(stalls) > w else 0.0
+        row["issue_seconds_per_steady_step"] = (issued[-1] - issued[w - 1]) / steady if len(issued) > w else 0.0
         row["in_training"] = in_training(situ, steady, world)
         # The most frequent sizes of each kind (a decoder layer's block, then the embedding and head).
         sizes = []

@@ -284,6 +284,26 @@ void block_manager::impl::make_room(std::size_t block, std::size_t charge) {
   }
 }
 
+bool block_manager::impl::used_next(std::size_t block) const {
+  // Not bounded by prefetch_bytes: keeping gathers nothing, and the bytes
+  // are live already (max_live_bytes holds them either way).
+  return opts.prefetch && opts.prefetch_bytes > 0 && !recording && cursor < trace.size() && trace[cursor] == block;
+}
+
+void block_manager::impl::keep_ahead(std::size_t block, stream_t stream) {
+  block_runtime& rt = blocks[block];
+  try {
+    comm_waits_for(stream);
+    backend.record_event(rt.gathered, comm_stream);
+  } catch (...) {
+    free_buffer(block, stream);
+    throw;
+  }
+  rt.prefetched = true;
+  ahead += rt.charged;
+  ++counters.prefetch_kept;
+}
+
 void block_manager::impl::follow_trace(std::size_t block) {
   if (recording) {
     trace.push_back(block);
@@ -416,7 +436,13 @@ void block_manager::release(std::size_t block, stream_t stream) {
                                        "released already)",
                                        m.comm.rank(), m.tag(block)));
   }
-  if (--rt.consumers == 0 && m.layout.blocks[block].gathered_bytes > 0) m.free_buffer(block, stream);
+  if (--rt.consumers == 0 && m.layout.blocks[block].gathered_bytes > 0) {
+    if (m.used_next(block)) {
+      m.keep_ahead(block, stream);
+    } else {
+      m.free_buffer(block, stream);
+    }
+  }
   m.prefetch_ahead(stream);
 }
 

@@ -78,6 +78,15 @@ struct block_manager::impl {
   /// ahead and never fetched.
   void free_buffer(std::size_t block, stream_t stream) noexcept;
   void make_room(std::size_t block, std::size_t charge);
+  /// Whether `block`, whose last consumer is releasing it, is the next fetch
+  /// of the recorded order (a model's head, last in forward and first in
+  /// backward), with prefetching on.
+  [[nodiscard]] bool used_next(std::size_t block) const;
+  /// Keeps `block`'s buffer as gathered ahead instead of freeing and
+  /// gathering it again: the comm stream waits for `stream` (the releasing
+  /// consumer's work) and the block's event is recorded again after it, so
+  /// every later user and the buffer's free are ordered after that work.
+  void keep_ahead(std::size_t block, stream_t stream);
   void prefetch_ahead(stream_t home);
   void follow_trace(std::size_t block);
   void refresh_views(std::size_t block);

@@ -66,6 +66,7 @@ std::string to_json(const zero3_stats& s) {
                    {"hits", s.prefetch_hits},
                    {"dropped", s.prefetch_dropped},
                    {"deferred", s.prefetch_deferred},
+                   {"kept", s.prefetch_kept},
                    {"trace_length", s.trace_length},
                    {"trace_misses", s.trace_misses}};
   j["pending_at_fetch"] = s.pending_at_fetch;

@@ -182,6 +182,17 @@ def worker(rank, world, directory, mode, kind="mlp"):
             allocator = fragctl.Allocator("caching", backend="sim", device=0, sim_backed=True,
                                           sim_capacity="256MiB")
             out["held"] = [requested_bytes(allocator)]
+        made = [0]
+        if mode == "tensors":  # every tensor made over native memory, counted
+            from fragctl.torch import _collectives, _interop
+            wrap = _interop.wrap
+
+            def counted(*args):
+                made[0] += 1
+                return wrap(*args)
+            _interop.wrap = counted
+            if hasattr(_collectives, "wrap"):
+                _collectives.wrap = counted
         sharded = zero3.shard(model, config=config, block_types=(torch.nn.TransformerEncoderLayer,),
                               allocator=allocator)
         out["original_parameter_bytes"] = sum(p.numel() * p.element_size() for p in originals)
@@ -287,6 +298,7 @@ def worker(rank, world, directory, mode, kind="mlp"):
                     out.setdefault("padding", []).extend(shard_padding(sharded))
                 opt.step()
                 opt.zero_grad(set_to_none=mode != "keep")
+                out.setdefault("made", []).append(made[0])
             if offload is not None:
                 out["offload"] = offload.stats()
             out["state"] = sharded.full_state_dict()
@@ -447,6 +459,21 @@ class Zero3ShardTest(unittest.TestCase):
 
     def test_four_ranks_equal_the_unsharded_model(self):
         self.check_world(4)
+
+    def test_steady_steps_make_no_tensor_over_the_managers_memory(self):
+        # Issue 31 (zero3 at FSDP2's speed): every fetch made a tensor per
+        # parameter through __cuda_array_interface__, every gradient one
+        # over its bucket and every collective two (on a GPU each a Python
+        # object, its parse and a driver query); made once per address now.
+        for kind in ("mlp", "transformer"):
+            results = run_ranks(2, "tensors", kind=kind)
+            expected = reference_state(kind)
+            for r in results:
+                self.assert_rank_state(r, expected)
+                made = r["made"]
+                self.assertEqual(len(made), STEPS)
+                self.assertGreater(made[0], 0)  # the first step makes them
+                self.assertEqual(made[-1], made[1], (kind, made))  # none after the second
 
     def test_the_manager_allocates_from_the_allocator_given_to_shard(self):
         results = run_ranks(2, "allocator")
@@ -748,6 +775,28 @@ class Zero3ShardTest(unittest.TestCase):
 
 
 @unittest.skipIf(SKIP, SKIP)
+@unittest.skipIf(SKIP, SKIP)
+class Zero3BucketCopyTest(unittest.TestCase):
+    def test_the_bucket_copy_rounds_as_a_copy_then_a_division(self):
+        # Issue 31: a gradient goes into its reduce bucket divided by the
+        # world size in one kernel, where it took a copy and an in-place
+        # division; the bucket must hold the same bits.
+        from fragctl.torch._gradients import GradientFlow
+
+        class Flow:
+            _torch = torch
+        g = torch.Generator().manual_seed(3)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for world in (2, 3, 7):
+                value = (torch.randn(257, 33, generator=g) * 1e3).to(dtype)
+                Flow.world_size = world
+                fused = torch.full_like(value, float("nan"))
+                GradientFlow._bucket_copy(Flow(), fused, value)
+                stepwise = torch.empty_like(value).copy_(value).div_(world)
+                bits = torch.int32 if dtype == torch.float32 else torch.int16  # the same bits, not only values
+                self.assertTrue(torch.equal(fused.view(bits), stepwise.view(bits)), (dtype, world))
+
+
 class Zero3ArgumentsTest(unittest.TestCase):
     def test_shard_needs_torch_distributed(self):
         import torch.distributed as dist

@@ -8,7 +8,8 @@
 #     a 1.26 B Llama, 50 steps, one process per GPU, REPEAT rounds alternated;
 #   benchmarks/zero3/nccl_hang.py (HANG=1, the default, on 2 or more GPUs).
 # NVLink multicast stays off in every process (KINDS.md).
-# Environment: NPROC (default: every GPU), REPEAT (1), VARIANTS (all four),
+# Environment: NPROC (default: every GPU), REPEAT (1), VARIANTS (default the four
+# above; zero3-arena-ahead2 gathers two layers ahead),
 # BENCH_ARGS (more multi_gpu.py options), HANG (1), FRAGCTL_BUILD_DIR
 # (default /tmp/fragctl-zero3-multi: outside the tree, so a later call on
 # the same machine reuses it), OUT.

@@ -39,7 +39,10 @@
 // the live gathered bytes within max_live_bytes. The budget is host-side
 // bookkeeping identical on every rank (never the timing of events), so every
 // rank issues the same collectives in the same order. A fetch that does not
-// match the recorded order stops prefetching and re-records the order.
+// match the recorded order stops prefetching and re-records the order. A
+// block released by its last consumer that is itself the next fetch of the
+// order (a head used last in forward and first in backward) keeps its buffer
+// as gathered ahead rather than being freed and gathered again.
 //
 // Budget. Live gathered bytes (each buffer at the transient allocator's
 // allocation_size) never exceed max_live_bytes. A prefetch that would exceed
@@ -138,6 +141,7 @@ struct zero3_stats {
   std::uint64_t prefetch_hits = 0;       ///< fetches that found their block gathered or in flight from a prefetch
   std::uint64_t prefetch_dropped = 0;    ///< prefetched blocks freed unused (budget or end of step)
   std::uint64_t prefetch_deferred = 0;   ///< prefetches postponed by the budget
+  std::uint64_t prefetch_kept = 0;       ///< releases that kept the buffer for the block's next fetch, the next in order
   std::uint64_t pending_at_fetch = 0;    ///< fetches whose gather had not finished yet (the stream waits)
   std::uint64_t trace_misses = 0;        ///< fetches out of the recorded order
   std::uint64_t reduce_scatters = 0;

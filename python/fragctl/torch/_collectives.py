@@ -45,7 +45,7 @@ from typing import Any, Deque, Dict, Optional, Tuple
 
 from .. import _capi
 from . import _errors
-from ._interop import stream_context, wrap
+from ._interop import Tensors, stream_context
 from ._progress import Progress
 
 Entry = Tuple[int, str, Any, int, float]  # a collective as Progress records it
@@ -83,6 +83,18 @@ def block_of(tag: str) -> Any:
     else the tag itself ("persistent gradients")."""
     match = _BLOCK_TAG.match(tag)
     return int(match.group(1)) if match else tag
+
+
+_blocks_of_tags: Dict[bytes, Any] = {}  # the manager's tag -> block_of(it): a few per block, read per collective
+
+
+def _block_of_tag(tag: bytes) -> Any:
+    found = _blocks_of_tags.get(tag)
+    if found is None:
+        if len(_blocks_of_tags) >= 65536:
+            _blocks_of_tags.clear()
+        found = _blocks_of_tags[tag] = block_of(tag.decode(errors="replace") if tag else "")
+    return found
 
 
 class DeadlinePassed(Exception):
@@ -126,6 +138,10 @@ class TorchCollectives:
         self.expired: Optional[Entry] = None
         self._closing = threading.Event()
         self._watcher: Optional[threading.Thread] = None
+        # Tensors over the manager's buffers (shards, gathered blocks,
+        # buckets, gradient slices), made once per address.
+        self._tensors = Tensors(torch, device)
+        self._widths = {0: 1, 1: 2, 2: 2, 3: 4}
         # Keep the ctypes function objects alive as long as the manager.
         self._all_gather = ALL_GATHER(self._gather)
         self._reduce_scatter = REDUCE_SCATTER(self._scatter)
@@ -236,13 +252,13 @@ class TorchCollectives:
         torch = self.torch
         try:
             self._check_queued()
-            self.progress.enter("all_gather", block_of(tag.decode(errors="replace")),
+            self.progress.enter("all_gather", _block_of_tag(tag),
                                 sum(parts[i].bytes for i in range(count)) * self.size)
             with stream_context(self.torch, self.device, stream):
                 for i in range(count):
                     part = parts[i]
-                    recv = wrap(self.torch, self.device, part.recv, part.bytes * self.size)
-                    send = wrap(self.torch, self.device, part.send, part.bytes)
+                    recv = self._tensors.raw(part.recv, part.bytes * self.size)
+                    send = self._tensors.raw(part.send, part.bytes)
                     if self.blocking:
                         # Into tensors of its own: a collective abandoned at the
                         # deadline may still complete later, after the manager's
@@ -269,15 +285,15 @@ class TorchCollectives:
         try:
             self._check_queued()
             element = {0: torch.uint8, 1: torch.float16, 2: torch.bfloat16, 3: torch.float32}[dtype]
-            width = torch.tensor([], dtype=element).element_size()
-            self.progress.enter("reduce_scatter", block_of(tag.decode(errors="replace")),
+            width = self._widths[dtype]
+            self.progress.enter("reduce_scatter", _block_of_tag(tag),
                                 sum(parts[i].elements for i in range(count)) * width * self.size)
             with stream_context(self.torch, self.device, stream):
                 for i in range(count):
                     part = parts[i]
                     n = part.elements
-                    send = wrap(self.torch, self.device, part.send, n * width * self.size).view(element)
-                    recv = wrap(self.torch, self.device, part.recv, n * width).view(element)
+                    send = self._tensors.typed(part.send, (n * self.size,), element)
+                    recv = self._tensors.typed(part.recv, (n,), element)
                     if self.use_all_reduce:  # into a tensor of its own, copied out once complete
                         total = send.clone()
                         self._wait(self.dist.all_reduce(total, group=self.group, async_op=self.blocking))

@@ -43,7 +43,7 @@ class GradientFlow:
             flags = bytes(shard.grad is not None for shard, _ in shards) if report else None
             self._check(self._lib.fragctl_zero3_gradient_event(
                 self._z, event, block, param, self._stream(), flags, len(shards) if report else 0,
-                ctypes.cast(actions, ctypes.c_void_p), CAPACITY, ctypes.byref(count), ctypes.byref(more)))
+                self._actions_pointer, CAPACITY, ctypes.byref(count), ctypes.byref(more)))
             event, report = RESUME, False
             for a in actions[:count.value]:
                 what = a.what
@@ -61,7 +61,7 @@ class GradientFlow:
                 elif what == TAKE:
                     value = kept.pop(a.slot)
                 elif what == BUCKET_COPY:
-                    self._bucket_view(a).copy_(value).div_(self.world_size)
+                    self._bucket_copy(self._bucket_view(a), value)
                 elif what == BUCKET_ADD:
                     self._bucket_view(a).add_(value / self.world_size)
                 elif what == BUCKET_ZERO:
@@ -98,10 +98,21 @@ class GradientFlow:
 
     def _bucket_view(self, a: GradientAction) -> Any:
         b = self._blocks[a.block]
-        return self._typed(a.pointer, b.shapes[a.param], b.params[a.param].dtype)
+        return self._tensors.typed(a.pointer, b.shapes[a.param], b.params[a.param].dtype)
+
+    def _bucket_copy(self, bucket: Any, value: Any) -> None:
+        """bucket = value / world size, in one kernel where the types and
+        shapes match (the same rounding as a copy then an in-place
+        division: both divide the bucket's type by the same scalar), else
+        as a copy then a division (out= takes no value that autograd
+        tracks: a backward with create_graph)."""
+        if value.dtype == bucket.dtype and value.shape == bucket.shape and not value.requires_grad:
+            self._torch.div(value, self.world_size, out=bucket)
+        else:
+            bucket.copy_(value).div_(self.world_size)
 
     def _slice(self, a: GradientAction) -> Any:
-        return self._typed(a.pointer, (a.elements,), self._shards[a.shard][0].dtype)
+        return self._tensors.typed(a.pointer, (a.elements,), self._shards[a.shard][0].dtype)
 
     def _on_gradient(self, b: Any, i: int, grad: Any) -> None:
         """The gradient of one application of parameter `i` of `b` (from the
@@ -119,3 +130,6 @@ class GradientFlow:
     def _gradients_init(self) -> None:
         self._kept: Dict[int, Any] = {}
         self._actions = (GradientAction * CAPACITY)()
+        # Cast once: the manager is told of every application, unpack and
+        # gradient (hundreds of calls a step).
+        self._actions_pointer = ctypes.cast(self._actions, ctypes.c_void_p)

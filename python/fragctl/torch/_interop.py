@@ -38,8 +38,49 @@ def typed(torch: Any, device: Any, pointer: int, shape: Any, dtype: Any) -> Any:
     numel = 1
     for d in shape:
         numel *= d
-    width = torch.tensor([], dtype=dtype).element_size()
+    width = getattr(dtype, "itemsize", None) or torch.tensor([], dtype=dtype).element_size()
     return wrap(torch, device, pointer, numel * width).view(dtype).view(shape)
+
+
+class Tensors:
+    """Tensors over native memory, made once per (address, size, shape,
+    dtype) and handed out again: a block gathered, or a gradient bucket,
+    lands at the addresses it had before (the allocator reuses them), and
+    making a tensor through __cuda_array_interface__ takes a Python object,
+    its parse and a driver query of the pointer, hundreds of times a step. A tensor only describes
+    addresses and holds no memory: the caller asks for one only while the
+    memory's owner says it is there, and must not keep it beyond. At most
+    LIMIT tensors are kept; the whole cache is dropped when full (the
+    addresses a run uses settle after its first steps)."""
+
+    LIMIT = 4096
+
+    def __init__(self, torch: Any, device: Any) -> None:
+        self._torch = torch
+        self._device = device
+        self._made: dict = {}
+        self.built = 0  # tensors made (cache misses), for tests and benchmarks
+
+    def _keep(self, key: Any, tensor: Any) -> Any:
+        if len(self._made) >= self.LIMIT:
+            self._made.clear()
+        self._made[key] = tensor
+        self.built += 1
+        return tensor
+
+    def raw(self, pointer: int, nbytes: int) -> Any:
+        """wrap(): a uint8 tensor over `nbytes` at `pointer`."""
+        key = (pointer, nbytes)
+        found = self._made.get(key)
+        return found if found is not None else self._keep(key, wrap(self._torch, self._device, pointer, nbytes))
+
+    def typed(self, pointer: int, shape: Any, dtype: Any) -> Any:
+        """typed(): a tensor of `shape` and `dtype` at `pointer`."""
+        key = (pointer, tuple(shape), dtype)
+        found = self._made.get(key)
+        if found is not None:
+            return found
+        return self._keep(key, typed(self._torch, self._device, pointer, shape, dtype))
 
 
 _HOLDS = {"host": "host memory (the sim backend with sim_backed)", "device": "GPU memory (cuda or hip)",
@@ -92,10 +133,19 @@ def backward_running(torch: Any) -> bool:
 
 def current_stream(torch: Any, device: Any) -> Optional[int]:
     """The handle of `device`'s current stream for the C API: None for the
-    default stream and on CPU devices."""
+    default stream and on CPU devices. Read without making a
+    torch.cuda.Stream where torch has the raw getter (a tenth of a
+    microsecond against three: the manager asks at every fetch, release and
+    gradient)."""
     if device.type == "cuda":
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None and device.index is not None:
+            return raw(device.index) or None
         return torch.cuda.current_stream(device).cuda_stream or None
     return None
+
+
+_external_streams: dict = {}  # (device, handle) -> torch.cuda.ExternalStream, made once
 
 
 def stream_context(torch: Any, device: Any, handle: Optional[int]) -> Any:
@@ -103,4 +153,10 @@ def stream_context(torch: Any, device: Any, handle: Optional[int]) -> Any:
     current on `device`; a null context on CPU devices."""
     if device.type != "cuda":
         return contextlib.nullcontext()
-    return torch.cuda.stream(torch.cuda.ExternalStream(handle or 0, device=device))
+    key = (str(device), handle or 0)
+    stream = _external_streams.get(key)
+    if stream is None:
+        if len(_external_streams) >= 64:  # streams made and destroyed over a long run
+            _external_streams.clear()
+        stream = _external_streams[key] = torch.cuda.ExternalStream(handle or 0, device=device)
+    return torch.cuda.stream(stream)

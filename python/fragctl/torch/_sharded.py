@@ -97,6 +97,10 @@ class ShardedModule(GradientFlow):
         self._collectives = _collectives.TorchCollectives(torch, group, deadline, group_timeout, explicit_deadline,
                                                           self.device)
         self._collectives.progress.describe = _weak_describe(self)
+        # Tensors over the gathered blocks and the reduce buckets, made once
+        # per address (fetch and the gradients' bucket copies run per block
+        # and parameter twice a step).
+        self._tensors = _interop.Tensors(torch, self.device)
         self.rank = self._collectives.rank
         self.world_size = self._collectives.size
         self._shards: List[List[Any]] = []
@@ -247,9 +251,10 @@ class ShardedModule(GradientFlow):
             sizes = (ctypes.c_size_t * len(b.params))()
             self._check(self._lib.fragctl_zero3_fetch(self._z, b.index, self._stream(), pointers, sizes,
                                                       len(b.params)))
-            b.views = [self._typed(pointers[i], b.shapes[i], p.dtype) for i, p in enumerate(b.params)]
+            made = self._tensors.typed
+            b.views = [made(pointers[i], b.shapes[i], p.dtype) for i, p in enumerate(b.params)]
             for i, view in enumerate(b.views):
-                self._by_storage[self._storage_ptr(view)] = (b, i)
+                self._by_storage[view.data_ptr()] = (b, i)  # a view at its storage's start
         else:
             self._check(self._lib.fragctl_zero3_fetch(self._z, b.index, self._stream(), None, None, 0))
         b.holders += 1
@@ -269,12 +274,18 @@ class ShardedModule(GradientFlow):
                 owner.__dict__[attr] = self._placeholder(b)
         if b.holders == 0:
             for view in b.views:
-                self._by_storage.pop(self._storage_ptr(view), None)
+                self._by_storage.pop(view.data_ptr(), None)
             b.views = None
 
     def _storage_ptr(self, tensor: Any) -> int:
-        storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
-        return storage.data_ptr()
+        """The address where `tensor`'s storage begins, read from the tensor
+        (making a storage object costs more, and every saved tensor is
+        looked up); from the storage where the tensor has no data pointer."""
+        try:
+            return tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
+        except (RuntimeError, NotImplementedError):
+            storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+            return storage.data_ptr()
 
     def _make_pre(self, b: Block):
         def pre(_module, _inputs):

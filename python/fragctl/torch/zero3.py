@@ -65,7 +65,8 @@ _NO_CHECKPOINT = ("fragctl writes no DeepSpeed checkpoint: full_state_dict() giv
 # note: key -> what fragctl does instead.
 _INTERNAL = {
     "sub_group_size": "the torch.optim optimizer steps each rank's shards itself; there are no sub-groups to tile",
-    "stage3_max_reuse_distance": "a block is freed by its last consumer and gathered again when needed; "
+    "stage3_max_reuse_distance": "a block is freed by its last consumer and gathered again when needed, "
+                                 "unless it is the next fetch (the forward/backward turnaround); "
                                  "stage3_max_live_parameters alone bounds gathered memory",
     "stage3_module_granularity_threshold": "blocks are the modules given (block_types), never merged by size",
     "stage3_use_all_reduce_for_fetch_params": "a block is gathered by one all-gather into one buffer",
