@@ -315,6 +315,38 @@ int interposer::device_enable_peer_access(int peer, unsigned flags) noexcept {
   }
 }
 
+int interposer::mem_pool_set_access(void* pool, const mem_access_desc* descs, std::size_t count) noexcept {
+  const auto real = real_.get_as<mem_pool_set_access_fn>(real_function::mem_pool_set_access);
+  if (real == nullptr) return error_not_initialized;
+  const int rc = real(pool, descs, count);
+  const auto default_pool = real_.get_as<device_get_default_mem_pool_fn>(real_function::device_get_default_mem_pool);
+  if (rc != success || descs == nullptr || default_pool == nullptr) return rc;
+  int owner = -1;
+  for (int d = 0; d < max_pool_devices && owner < 0; ++d) {
+    void* p = nullptr;
+    if (default_pool(&p, d) != success) break;  // past the last device
+    if (p == pool) owner = d;
+  }
+  if (owner < 0) return rc;  // a pool of the program's own: not served by the layer
+  for (std::size_t i = 0; i < count; ++i) {
+    const mem_access_desc& d = descs[i];
+    if (d.location_type != mem_location_type_device || d.location_id == owner || d.flags == 0) continue;
+    try {
+      device_allocator* allocator = allocators_(owner, true);
+      if (allocator != nullptr) allocator->enable_peer_access(d.location_id);
+    } catch (...) {
+      const util::caught_error e = util::classify_current_exception();
+      logger().error("{}: MemPoolSetAccess(device {}'s default pool): granting device {} access to fragctl's "
+                     "memory of device {} failed: {}",
+                     real_.api().name, owner, d.location_id, owner, e.message);
+      if (e.kind == util::error_class::out_of_memory) return error_out_of_memory;
+      if (e.kind == util::error_class::invalid_argument) return error_invalid_device;
+      return error_unknown;
+    }
+  }
+  return rc;
+}
+
 std::optional<owned_block> interposer::find(const void* ptr) const {
   const absl::MutexLock lock(&mutex_);
   const auto it = owned_.find(ptr);

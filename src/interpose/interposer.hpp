@@ -51,7 +51,10 @@
 //    and later (device_allocator::enable_peer_access), building that
 //    allocator if needed. cudaDeviceDisablePeerAccess is not intercepted:
 //    the allocator cannot take a grant back, and a kept grant only lets
-//    the peer reach memory it was allowed to before.
+//    the peer reach memory it was allowed to before. PyTorch's
+//    cudaMallocAsync backend enables a peer with cudaMemPoolSetAccess on
+//    the device's default pool instead (that pool's memory is unaffected
+//    by cudaDeviceEnablePeerAccess): the layer grants the same there.
 // Errors come back as the runtime's codes (interpose/runtime.hpp), with one
 // log line; nothing throws.
 #pragma once
@@ -148,6 +151,13 @@ class interposer {
   /// gets cudaErrorPeerAccessAlreadyEnabled and grants again).
   /// cudaErrorInitializationError without a real function.
   int device_enable_peer_access(int peer, unsigned flags) noexcept;
+  /// cudaMemPoolSetAccess: the real function, then, if it succeeded and
+  /// `pool` is a device's default pool (the pool PyTorch's cudaMallocAsync
+  /// backend enables peers on, instead of cudaDeviceEnablePeerAccess, and
+  /// the one the layer serves instead), that device's allocator (built if
+  /// needed) grants every other device the descriptors give access to,
+  /// now and later. Failures as device_enable_peer_access's.
+  int mem_pool_set_access(void* pool, const mem_access_desc* descs, std::size_t count) noexcept;
   /// The record of a live block, if the layer handed `ptr` out.
   [[nodiscard]] std::optional<owned_block> find(const void* ptr) const;
   /// Number of live blocks the layer handed out.

@@ -19,6 +19,7 @@ namespace {
 
 void* next_symbol(const char* name) { return dlsym(RTLD_NEXT, name); }
 
+using fragctl::interpose::mem_access_desc;
 using fragctl::interpose::stream_mode;
 fragctl::interpose::interposer& cuda() { return fragctl::interpose::cuda_interposer(&next_symbol); }
 fragctl::interpose::interposer& hip() { return fragctl::interpose::hip_interposer(&next_symbol); }
@@ -61,6 +62,9 @@ FRAGCTL_PRELOAD_EXPORT int cudaIpcGetMemHandle(void* handle, void* ptr) { return
 FRAGCTL_PRELOAD_EXPORT int cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
   return cuda().device_enable_peer_access(peer, flags);
 }
+FRAGCTL_PRELOAD_EXPORT int cudaMemPoolSetAccess(void* pool, const void* descs, std::size_t count) {
+  return cuda().mem_pool_set_access(pool, static_cast<const mem_access_desc*>(descs), count);
+}
 
 // HIP.
 FRAGCTL_PRELOAD_EXPORT int hipMalloc(void** ptr, std::size_t size) { return hip().malloc(ptr, size); }
@@ -89,4 +93,7 @@ FRAGCTL_PRELOAD_EXPORT int hipMemPoolTrimTo(void* pool, std::size_t min_bytes_to
 FRAGCTL_PRELOAD_EXPORT int hipIpcGetMemHandle(void* handle, void* ptr) { return hip().ipc_get_mem_handle(handle, ptr); }
 FRAGCTL_PRELOAD_EXPORT int hipDeviceEnablePeerAccess(int peer, unsigned flags) {
   return hip().device_enable_peer_access(peer, flags);
+}
+FRAGCTL_PRELOAD_EXPORT int hipMemPoolSetAccess(void* pool, const void* descs, std::size_t count) {
+  return hip().mem_pool_set_access(pool, static_cast<const mem_access_desc*>(descs), count);
 }

@@ -54,6 +54,7 @@ enum class real_function : std::uint8_t {
   stream_is_capturing,          ///< int (void* stream, int* status): cudaStreamIsCapturing
   ipc_get_mem_handle,           ///< int (void* handle, void* ptr): cudaIpcGetMemHandle
   device_enable_peer_access,    ///< int (int peer, unsigned flags): cudaDeviceEnablePeerAccess
+  mem_pool_set_access,          ///< int (void* pool, const mem_access_desc* descs, size_t count)
   count_
 };
 
@@ -70,6 +71,19 @@ using malloc_async_fn = int (*)(void**, std::size_t, void*);
 using stream_is_capturing_fn = int (*)(void*, int*);
 using ipc_get_mem_handle_fn = int (*)(void*, void*);
 using device_enable_peer_access_fn = int (*)(int, unsigned);
+
+/// cudaMemAccessDesc / hipMemAccessDesc (the same layout): a location (its
+/// type, then its id) and the access flags.
+struct mem_access_desc {
+  int location_type;
+  int location_id;
+  int flags;
+};
+using mem_pool_set_access_fn = int (*)(void*, const mem_access_desc*, std::size_t);
+/// cudaMemLocationTypeDevice / hipMemLocationTypeDevice.
+inline constexpr int mem_location_type_device = 1;
+/// Devices looked at for the owner of a default memory pool.
+inline constexpr int max_pool_devices = 64;
 
 /// cudaStreamCaptureStatus / hipStreamCaptureStatus: 1 is "active" in both.
 inline constexpr int capture_status_active = 1;
@@ -96,14 +110,14 @@ inline constexpr runtime_api cuda_runtime{
     {"cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz", "cudaMemGetInfo", "cudaGetDevice", "cudaSetDevice",
      "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
      "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing",
-     "cudaIpcGetMemHandle", "cudaDeviceEnablePeerAccess"}};
+     "cudaIpcGetMemHandle", "cudaDeviceEnablePeerAccess", "cudaMemPoolSetAccess"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
     {"hipFree", "hipFreeAsync", "hipFreeAsync", "hipMemGetInfo", "hipGetDevice", "hipSetDevice",
      "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
      "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing",
-     "hipIpcGetMemHandle", "hipDeviceEnablePeerAccess"}};
+     "hipIpcGetMemHandle", "hipDeviceEnablePeerAccess", "hipMemPoolSetAccess"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

@@ -44,6 +44,7 @@ struct fake_runtime {
   bool capture = false;
   std::vector<char> graph_memory = std::vector<char>(4096);  // what the real cudaMallocAsync hands out
   int peer_access_result = success;               // what the real cudaDeviceEnablePeerAccess returns
+  int devices = 2;                                // default pools exist for devices [0, devices)
 };
 fake_runtime* fake = nullptr;
 
@@ -86,6 +87,7 @@ int fake_synchronize() {
 const std::uintptr_t pool_base = 0xd000;
 constexpr std::uint64_t real_pool_value = 777;
 int fake_default_pool(void** pool, int d) {
+  if (d < 0 || d >= fake->devices) return error_invalid_device;
   *pool = reinterpret_cast<void*>(pool_base + static_cast<std::uintptr_t>(d));
   return success;
 }
@@ -128,6 +130,13 @@ int fake_enable_peer_access(int peer, unsigned flags) {
   return fake->peer_access_result;
 }
 
+int fake_pool_set_access(void* pool, const mem_access_desc* descs, std::size_t count) {
+  std::string call = "pool_set_access " + std::to_string(reinterpret_cast<std::uintptr_t>(pool) - pool_base);
+  for (std::size_t i = 0; i < count; ++i) call += " " + std::to_string(descs[i].location_id);
+  fake->calls.push_back(call);
+  return success;
+}
+
 void* resolve_fake(const char* name) {
   ++fake->lookups[name];
   const std::string n = name;
@@ -146,6 +155,7 @@ void* resolve_fake(const char* name) {
   if (n == "cudaMallocAsync") return reinterpret_cast<void*>(&fake_malloc_async);
   if (n == "cudaIpcGetMemHandle") return reinterpret_cast<void*>(&fake_ipc_get_mem_handle);
   if (n == "cudaDeviceEnablePeerAccess") return reinterpret_cast<void*>(&fake_enable_peer_access);
+  if (n == "cudaMemPoolSetAccess") return reinterpret_cast<void*>(&fake_pool_set_access);
   return nullptr;
 }
 
@@ -263,6 +273,37 @@ TEST_F(InterposerTest, EnablingPeerAccessGrantsThePeersArenaToTheCurrentDevice) 
   runtime_.peer_access_result = error_peer_access_already_enabled;
   EXPECT_EQ(layer.device_enable_peer_access(0, 0), error_peer_access_already_enabled);
   EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20));
+  EXPECT_EQ(layer.free_async(before, nullptr, stream_mode::legacy), success);
+  EXPECT_EQ(layer.free_async(after, nullptr, stream_mode::legacy), success);
+}
+
+// PyTorch's cudaMallocAsync backend enables a peer with cudaMemPoolSetAccess
+// on the default pool of the device whose memory is read (seen on 2x H100:
+// without this, a kernel on cuda:1 reading cuda:0's arena memory faulted).
+TEST_F(InterposerTest, SettingAccessOnADefaultPoolGrantsThatDevicesArena) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena", ",sim_devices:2"));
+  constexpr std::size_t bytes = 3 << 20;
+  void* before = nullptr;
+  ASSERT_EQ(layer.malloc(&before, bytes), success);  // device 0's arena
+  EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes)) << "control: device 1 cannot reach it yet";
+
+  // A pool that is no device's default pool: passed through, nothing granted.
+  const mem_access_desc to_1{mem_location_type_device, 1, 3};
+  EXPECT_EQ(layer.mem_pool_set_access(reinterpret_cast<void*>(0xbeef), &to_1, 1), success);
+  EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes));
+
+  runtime_.current_device = 1;  // PyTorch's CUDAGuard(dev) around the call
+  void* pool0 = nullptr;
+  ASSERT_EQ(fake_default_pool(&pool0, 0), success);
+  const mem_access_desc descs[] = {{mem_location_type_device, 0, 3}, {mem_location_type_device, 1, 3}};
+  EXPECT_EQ(layer.mem_pool_set_access(pool0, descs, 2), success);
+  EXPECT_EQ(runtime_.calls.back(), "pool_set_access 0 0 1") << "the runtime's call first, unchanged";
+  EXPECT_TRUE(sim_of(0).accessible_from(1, before, bytes)) << "spans mapped before";
+  void* after = nullptr;
+  runtime_.current_device = 0;
+  ASSERT_EQ(layer.malloc(&after, 5 << 20), success);
+  EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20)) << "and spans mapped later";
+  EXPECT_FALSE(built(1)) << "device 1's own allocator is not needed";
   EXPECT_EQ(layer.free_async(before, nullptr, stream_mode::legacy), success);
   EXPECT_EQ(layer.free_async(after, nullptr, stream_mode::legacy), success);
 }
