@@ -580,7 +580,9 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
   ++s.calls;
   const std::size_t size = round_up(bytes, block_index::unit);
   const std::uint32_t si = s.clock.index_of(stream);
-  if (s.plan.enabled()) {
+  // A request of 2^41 bytes or more has no unit count the plan can hold:
+  // best fit (and its out-of-memory answer) takes it.
+  if (s.plan.enabled() && size / block_index::unit <= UINT32_MAX) {
     const auto units = static_cast<std::uint32_t>(size / block_index::unit);
     step_plan::next n = s.plan.before_allocate(units, si);
     if (n == step_plan::next::need_region) {

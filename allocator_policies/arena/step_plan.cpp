@@ -37,7 +37,14 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
         // for it as a larger step of a plan is (it may grow the memory
         // held as its live bytes grow), or, by sizes the history cannot
         // foresee, planned once it is in the history.
-        const std::uint64_t live = live_peak();
+        std::uint64_t live = 0;
+        try {
+          live = live_peak();
+        } catch (...) {  // out of host memory: best fit instead of std::terminate
+          abandon();
+          next_check_ = allocs_ + plan_period_;
+          return next::place;
+        }
         if (!resize_for(units)) {
           abandon();
           next_check_ = allocs_ + plan_period_;
@@ -124,6 +131,7 @@ void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t s
     history_.clear();
     call_marks_.clear();
     scan_ = history_scan{};
+    min_period_ = initial_min_period;  // learning starts over, periods that failed included
     allocs_ = 0;
     next_check_ = 256;
   }
@@ -456,6 +464,7 @@ bool step_plan::detect() {
   }
   if (items_.empty()) return false;
   plan_period_ = period;
+  plan_steps_ = 0;  // a new plan: start() keeps the count only for a plan laid out again
   countdown_ = m + period - n;
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;

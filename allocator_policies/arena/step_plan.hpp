@@ -246,7 +246,8 @@ class step_plan {
   history_scan scan_;
   std::uint64_t allocs_ = 0;       // allocations in history_
   std::uint64_t next_check_ = 256;
-  std::uint64_t min_period_ = 32;  // raised past a period whose plan failed
+  static constexpr std::uint64_t initial_min_period = 32;
+  std::uint64_t min_period_ = initial_min_period;  // raised past a period whose plan failed
   // The plan.
   std::vector<slot> slots_;
   std::vector<std::uint32_t> due_in_gap_;  // planned frees due in each gap [0, P]

@@ -319,13 +319,20 @@ int interposer::mem_pool_set_access(void* pool, const mem_access_desc* descs, st
   const auto real = real_.get_as<mem_pool_set_access_fn>(real_function::mem_pool_set_access);
   if (real == nullptr) return error_not_initialized;
   const int rc = real(pool, descs, count);
+  if (rc != success || descs == nullptr) return rc;
+  // Whose default pool: the layer's record of the pools it handed out
+  // (PyTorch asks for the pool just before), else each device's asked of
+  // the runtime. Only existing devices are asked: a failed runtime call
+  // would leave its error for the program's next cudaGetLastError.
+  int owner = default_pool_device(pool).value_or(-1);
   const auto default_pool = real_.get_as<device_get_default_mem_pool_fn>(real_function::device_get_default_mem_pool);
-  if (rc != success || descs == nullptr || default_pool == nullptr) return rc;
-  int owner = -1;
-  for (int d = 0; d < max_pool_devices && owner < 0; ++d) {
-    void* p = nullptr;
-    if (default_pool(&p, d) != success) break;  // past the last device
-    if (p == pool) owner = d;
+  const auto device_count = real_.get_as<get_device_count_fn>(real_function::get_device_count);
+  int devices = 0;
+  if (owner < 0 && default_pool != nullptr && device_count != nullptr && device_count(&devices) == success) {
+    for (int d = 0; d < devices && owner < 0; ++d) {
+      void* p = nullptr;
+      if (default_pool(&p, d) == success && p == pool) owner = d;
+    }
   }
   if (owner < 0) return rc;  // a pool of the program's own: not served by the layer
   for (std::size_t i = 0; i < count; ++i) {

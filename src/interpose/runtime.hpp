@@ -55,6 +55,7 @@ enum class real_function : std::uint8_t {
   ipc_get_mem_handle,           ///< int (void* handle, void* ptr): cudaIpcGetMemHandle
   device_enable_peer_access,    ///< int (int peer, unsigned flags): cudaDeviceEnablePeerAccess
   mem_pool_set_access,          ///< int (void* pool, const mem_access_desc* descs, size_t count)
+  get_device_count,             ///< int (int* count): cudaGetDeviceCount
   count_
 };
 
@@ -80,10 +81,9 @@ struct mem_access_desc {
   int flags;
 };
 using mem_pool_set_access_fn = int (*)(void*, const mem_access_desc*, std::size_t);
+using get_device_count_fn = int (*)(int*);
 /// cudaMemLocationTypeDevice / hipMemLocationTypeDevice.
 inline constexpr int mem_location_type_device = 1;
-/// Devices looked at for the owner of a default memory pool.
-inline constexpr int max_pool_devices = 64;
 
 /// cudaStreamCaptureStatus / hipStreamCaptureStatus: 1 is "active" in both.
 inline constexpr int capture_status_active = 1;
@@ -110,14 +110,16 @@ inline constexpr runtime_api cuda_runtime{
     {"cudaFree", "cudaFreeAsync", "cudaFreeAsync_ptsz", "cudaMemGetInfo", "cudaGetDevice", "cudaSetDevice",
      "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
      "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing",
-     "cudaIpcGetMemHandle", "cudaDeviceEnablePeerAccess", "cudaMemPoolSetAccess"}};
+     "cudaIpcGetMemHandle", "cudaDeviceEnablePeerAccess", "cudaMemPoolSetAccess",
+     "cudaGetDeviceCount"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
     {"hipFree", "hipFreeAsync", "hipFreeAsync", "hipMemGetInfo", "hipGetDevice", "hipSetDevice",
      "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
      "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing",
-     "hipIpcGetMemHandle", "hipDeviceEnablePeerAccess", "hipMemPoolSetAccess"}};
+     "hipIpcGetMemHandle", "hipDeviceEnablePeerAccess", "hipMemPoolSetAccess",
+     "hipGetDeviceCount"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

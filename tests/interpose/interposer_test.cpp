@@ -87,7 +87,10 @@ int fake_synchronize() {
 const std::uintptr_t pool_base = 0xd000;
 constexpr std::uint64_t real_pool_value = 777;
 int fake_default_pool(void** pool, int d) {
-  if (d < 0 || d >= fake->devices) return error_invalid_device;
+  if (d < 0 || d >= fake->devices) {
+    fake->calls.push_back("default_pool of no device " + std::to_string(d));  // the runtime's error stays behind
+    return error_invalid_device;
+  }
   *pool = reinterpret_cast<void*>(pool_base + static_cast<std::uintptr_t>(d));
   return success;
 }
@@ -130,6 +133,11 @@ int fake_enable_peer_access(int peer, unsigned flags) {
   return fake->peer_access_result;
 }
 
+int fake_get_device_count(int* count) {
+  *count = fake->devices;
+  return success;
+}
+
 int fake_pool_set_access(void* pool, const mem_access_desc* descs, std::size_t count) {
   std::string call = "pool_set_access " + std::to_string(reinterpret_cast<std::uintptr_t>(pool) - pool_base);
   for (std::size_t i = 0; i < count; ++i) call += " " + std::to_string(descs[i].location_id);
@@ -156,6 +164,7 @@ void* resolve_fake(const char* name) {
   if (n == "cudaIpcGetMemHandle") return reinterpret_cast<void*>(&fake_ipc_get_mem_handle);
   if (n == "cudaDeviceEnablePeerAccess") return reinterpret_cast<void*>(&fake_enable_peer_access);
   if (n == "cudaMemPoolSetAccess") return reinterpret_cast<void*>(&fake_pool_set_access);
+  if (n == "cudaGetDeviceCount") return reinterpret_cast<void*>(&fake_get_device_count);
   return nullptr;
 }
 
@@ -291,6 +300,9 @@ TEST_F(InterposerTest, SettingAccessOnADefaultPoolGrantsThatDevicesArena) {
   const mem_access_desc to_1{mem_location_type_device, 1, 3};
   EXPECT_EQ(layer.mem_pool_set_access(reinterpret_cast<void*>(0xbeef), &to_1, 1), success);
   EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes));
+  for (const std::string& call : runtime_.calls) {
+    EXPECT_EQ(call.find("of no device"), std::string::npos) << "a failed runtime call left its error: " << call;
+  }
 
   runtime_.current_device = 1;  // PyTorch's CUDAGuard(dev) around the call
   void* pool0 = nullptr;

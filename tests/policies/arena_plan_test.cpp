@@ -226,6 +226,27 @@ TEST(arena_plan, a_block_larger_than_its_slot_midway_hands_the_plan_over) {
   EXPECT_EQ(with.map_live, with.state.allocated);
 }
 
+// A request of 2^41 bytes or more has more 512-byte units than 32 bits hold:
+// cut to 32 bits, 2^41 + 512 bytes read as one unit, which the first slot
+// of an active plan fits, and the arena handed out a small planned block.
+TEST(arena_plan, a_request_too_large_to_count_is_never_served_from_the_plan) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(true), sim);
+  job j{a, {}};
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back(3 * MiB);
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  for (int i = 0; i < 10; ++i) j.step(2048);
+  ASSERT_GE(a.state().plan.planned_steps, 3u) << "control: the plan serves the steps";
+  const std::size_t huge = (std::size_t{1} << 41) + 512;
+  void* p = nullptr;
+  EXPECT_THROW(p = a.allocate(huge, 0), out_of_memory) << "served at " << p;
+  j.step(2048);  // the arena goes on
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+}
+
 TEST(arena_plan, plan_off_leaves_best_fit_as_it_was) {
   // step_plan:false: nothing is recorded or planned.
   const outcome without = run(std::vector<std::size_t>(8, 1024), false);

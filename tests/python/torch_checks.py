@@ -65,11 +65,15 @@ def check_memory_api(torch):
     y = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
     del y
     out["max_memory_allocated_after_reset"] = _value(lambda: torch.cuda.max_memory_allocated())
-    # Allocations and frees in a MemPool before the reset: its counts are reset too.
-    pool = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(pool):
-        in_pool = [torch.empty(MiB, dtype=torch.uint8, device="cuda") for _ in range(4)]
-    del in_pool[1:]
+    # Allocations and frees in a MemPool before the reset: its counts are reset too. PyTorch's
+    # cudaMallocAsync backend (the one `fragctl run` uses) has no MemPool: there the reset alone.
+    pool, in_pool = None, []
+    if torch.cuda.get_allocator_backend() != "cudaMallocAsync":
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            in_pool = [torch.empty(MiB, dtype=torch.uint8, device="cuda") for _ in range(4)]
+        del in_pool[1:]
+    out["pool_before_reset"] = pool is not None
     try:
         torch.cuda.reset_accumulated_memory_stats()
         out["reset_accumulated_memory_stats"] = "ok"
