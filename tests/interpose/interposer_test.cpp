@@ -203,6 +203,25 @@ class InterposerTest : public ::testing::Test {
   const sim_backend& sim_of(int device) const {
     return dynamic_cast<const sim_backend&>(stacks_.at(static_cast<std::size_t>(device))->allocator().backend());
   }
+  // Device 0's arena memory, a block mapped before `grant` runs (with device
+  // 1 current) and one mapped after: device 1 reaches neither before the
+  // grant and both after it, and needs no allocator of its own.
+  void expect_grant_to_device_1(interposer& layer, const std::function<void()>& grant) {
+    constexpr std::size_t before_bytes = 3 << 20, after_bytes = 5 << 20;
+    void* before = nullptr;
+    ASSERT_EQ(layer.malloc(&before, before_bytes), success);
+    EXPECT_FALSE(sim_of(0).accessible_from(1, before, before_bytes)) << "control: device 1 cannot reach it yet";
+    runtime_.current_device = 1;
+    grant();
+    EXPECT_TRUE(sim_of(0).accessible_from(1, before, before_bytes)) << "spans mapped before";
+    EXPECT_FALSE(built(1)) << "device 1's own allocator is not needed";
+    runtime_.current_device = 0;
+    void* after = nullptr;
+    ASSERT_EQ(layer.malloc(&after, after_bytes), success);
+    EXPECT_TRUE(sim_of(0).accessible_from(1, after, after_bytes)) << "and spans mapped later";
+    EXPECT_EQ(layer.free_async(before, nullptr, stream_mode::legacy), success);
+    EXPECT_EQ(layer.free_async(after, nullptr, stream_mode::legacy), success);
+  }
 
   fake_runtime runtime_;
   std::array<std::unique_ptr<allocator_stack>, 4> stacks_;
@@ -260,30 +279,16 @@ TEST_F(InterposerTest, IpcHandlesOfCachingBlocksPassOnlyAtTheStartOfASegment) {
 // later, as the native route's enablePeerAccess does.
 TEST_F(InterposerTest, EnablingPeerAccessGrantsThePeersArenaToTheCurrentDevice) {
   interposer layer(cuda_runtime, &resolve_fake, false, source("arena", ",sim_devices:2"));
-  constexpr std::size_t bytes = 3 << 20;
-  void* before = nullptr;
-  ASSERT_EQ(layer.malloc(&before, bytes), success);  // device 0's arena
-  EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes)) << "control: device 1 cannot reach it yet";
-
-  runtime_.current_device = 1;
-  EXPECT_EQ(layer.device_enable_peer_access(0, 0), success);
-  EXPECT_EQ(runtime_.calls, std::vector<std::string>{"enable_peer_access 0 on 1"}) << "the runtime's call first";
-  EXPECT_TRUE(sim_of(0).accessible_from(1, before, bytes)) << "spans mapped before";
-  EXPECT_FALSE(built(1)) << "device 1's own allocator is not needed";
-
-  runtime_.current_device = 0;
-  void* after = nullptr;
-  ASSERT_EQ(layer.malloc(&after, 5 << 20), success);
-  EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20)) << "and spans mapped later";
-
+  expect_grant_to_device_1(layer, [&] {
+    EXPECT_EQ(layer.device_enable_peer_access(0, 0), success);
+    EXPECT_EQ(runtime_.calls, std::vector<std::string>{"enable_peer_access 0 on 1"}) << "the runtime's call first";
+  });
   // Enabled already (a call after a failed grant, or twice): the grant is
   // made again and the runtime's code returned.
   runtime_.current_device = 1;
   runtime_.peer_access_result = error_peer_access_already_enabled;
   EXPECT_EQ(layer.device_enable_peer_access(0, 0), error_peer_access_already_enabled);
-  EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20));
-  EXPECT_EQ(layer.free_async(before, nullptr, stream_mode::legacy), success);
-  EXPECT_EQ(layer.free_async(after, nullptr, stream_mode::legacy), success);
+  EXPECT_EQ(runtime_.calls.size(), 2u);
 }
 
 // PyTorch's cudaMallocAsync backend enables a peer with cudaMemPoolSetAccess
@@ -291,33 +296,24 @@ TEST_F(InterposerTest, EnablingPeerAccessGrantsThePeersArenaToTheCurrentDevice) 
 // without this, a kernel on cuda:1 reading cuda:0's arena memory faulted).
 TEST_F(InterposerTest, SettingAccessOnADefaultPoolGrantsThatDevicesArena) {
   interposer layer(cuda_runtime, &resolve_fake, false, source("arena", ",sim_devices:2"));
-  constexpr std::size_t bytes = 3 << 20;
-  void* before = nullptr;
-  ASSERT_EQ(layer.malloc(&before, bytes), success);  // device 0's arena
-  EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes)) << "control: device 1 cannot reach it yet";
-
-  // A pool that is no device's default pool: passed through, nothing granted.
+  // A pool that is no device's default pool: passed through, no allocator
+  // built or granted, and no runtime call failed on the way (its error
+  // would stay for the program's next cudaGetLastError).
   const mem_access_desc to_1{mem_location_type_device, 1, 3};
-  EXPECT_EQ(layer.mem_pool_set_access(reinterpret_cast<void*>(0xbeef), &to_1, 1), success);
-  EXPECT_FALSE(sim_of(0).accessible_from(1, before, bytes));
+  EXPECT_EQ(layer.mem_pool_set_access(reinterpret_cast<void*>(pool_base + 9), &to_1, 1), success);
+  EXPECT_EQ(runtime_.calls.back(), "pool_set_access 9 1");
+  EXPECT_FALSE(built(0)) << "a pool of the program's own is the runtime's alone";
   for (const std::string& call : runtime_.calls) {
     EXPECT_EQ(call.find("of no device"), std::string::npos) << "a failed runtime call left its error: " << call;
   }
-
-  runtime_.current_device = 1;  // PyTorch's CUDAGuard(dev) around the call
   void* pool0 = nullptr;
   ASSERT_EQ(fake_default_pool(&pool0, 0), success);
-  const mem_access_desc descs[] = {{mem_location_type_device, 0, 3}, {mem_location_type_device, 1, 3}};
-  EXPECT_EQ(layer.mem_pool_set_access(pool0, descs, 2), success);
-  EXPECT_EQ(runtime_.calls.back(), "pool_set_access 0 0 1") << "the runtime's call first, unchanged";
-  EXPECT_TRUE(sim_of(0).accessible_from(1, before, bytes)) << "spans mapped before";
-  void* after = nullptr;
-  runtime_.current_device = 0;
-  ASSERT_EQ(layer.malloc(&after, 5 << 20), success);
-  EXPECT_TRUE(sim_of(0).accessible_from(1, after, 5 << 20)) << "and spans mapped later";
-  EXPECT_FALSE(built(1)) << "device 1's own allocator is not needed";
-  EXPECT_EQ(layer.free_async(before, nullptr, stream_mode::legacy), success);
-  EXPECT_EQ(layer.free_async(after, nullptr, stream_mode::legacy), success);
+  expect_grant_to_device_1(layer, [&] {
+    // Device 0's default pool (PyTorch's CUDAGuard(dev) makes device 1 current).
+    const mem_access_desc descs[] = {{mem_location_type_device, 0, 3}, {mem_location_type_device, 1, 3}};
+    EXPECT_EQ(layer.mem_pool_set_access(pool0, descs, 2), success);
+    EXPECT_EQ(runtime_.calls.back(), "pool_set_access 0 0 1") << "the runtime's call first, unchanged";
+  });
 }
 
 TEST_F(InterposerTest, PeerAccessTheRuntimeRefusesGrantsNothing) {
