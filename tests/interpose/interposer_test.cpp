@@ -88,7 +88,9 @@ const std::uintptr_t pool_base = 0xd000;
 constexpr std::uint64_t real_pool_value = 777;
 int fake_default_pool(void** pool, int d) {
   if (d < 0 || d >= fake->devices) {
-    fake->calls.push_back("default_pool of no device " + std::to_string(d));  // the runtime's error stays behind
+    std::string call = "default_pool of no device ";  // the runtime's error stays behind
+    call += std::to_string(d);
+    fake->calls.push_back(call);
     return error_invalid_device;
   }
   *pool = reinterpret_cast<void*>(pool_base + static_cast<std::uintptr_t>(d));
@@ -139,8 +141,13 @@ int fake_get_device_count(int* count) {
 }
 
 int fake_pool_set_access(void* pool, const mem_access_desc* descs, std::size_t count) {
-  std::string call = "pool_set_access " + std::to_string(reinterpret_cast<std::uintptr_t>(pool) - pool_base);
-  for (std::size_t i = 0; i < count; ++i) call += " " + std::to_string(descs[i].location_id);
+  // Appended in steps: GCC 12 at -O3 warns (-Wrestrict) on "literal" + std::string temporaries.
+  std::string call = "pool_set_access ";
+  call += std::to_string(reinterpret_cast<std::uintptr_t>(pool) - pool_base);
+  for (std::size_t i = 0; i < count; ++i) {
+    call += ' ';
+    call += std::to_string(descs[i].location_id);
+  }
   fake->calls.push_back(call);
   return success;
 }
