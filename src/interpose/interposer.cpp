@@ -300,15 +300,19 @@ int interposer::device_enable_peer_access(int peer, unsigned flags) noexcept {
   if (rc != success && rc != error_peer_access_already_enabled) return rc;
   int device = 0;
   if (const int got = current_device(device); got != success) return got;
+  const int granted = grant_peer_access(peer, device, "DeviceEnablePeerAccess");
+  return granted == success ? rc : granted;
+}
+
+int interposer::grant_peer_access(int owner, int peer, std::string_view call) noexcept {
   try {
-    device_allocator* allocator = allocators_(peer, true);
-    if (allocator != nullptr) allocator->enable_peer_access(device);
-    return rc;
+    device_allocator* allocator = allocators_(owner, true);
+    if (allocator != nullptr) allocator->enable_peer_access(peer);
+    return success;
   } catch (...) {
     const util::caught_error e = util::classify_current_exception();
-    logger().error("{}: DeviceEnablePeerAccess({}): granting device {} access to fragctl's memory of device {} "
-                   "failed: {}",
-                   real_.api().name, peer, device, peer, e.message);
+    logger().error("{}: {}({}): granting device {} access to fragctl's memory of device {} failed: {}",
+                   real_.api().name, call, owner, peer, owner, e.message);
     if (e.kind == util::error_class::out_of_memory) return error_out_of_memory;
     if (e.kind == util::error_class::invalid_argument) return error_invalid_device;
     return error_unknown;
@@ -338,17 +342,8 @@ int interposer::mem_pool_set_access(void* pool, const mem_access_desc* descs, st
   for (std::size_t i = 0; i < count; ++i) {
     const mem_access_desc& d = descs[i];
     if (d.location_type != mem_location_type_device || d.location_id == owner || d.flags == 0) continue;
-    try {
-      device_allocator* allocator = allocators_(owner, true);
-      if (allocator != nullptr) allocator->enable_peer_access(d.location_id);
-    } catch (...) {
-      const util::caught_error e = util::classify_current_exception();
-      logger().error("{}: MemPoolSetAccess(device {}'s default pool): granting device {} access to fragctl's "
-                     "memory of device {} failed: {}",
-                     real_.api().name, owner, d.location_id, owner, e.message);
-      if (e.kind == util::error_class::out_of_memory) return error_out_of_memory;
-      if (e.kind == util::error_class::invalid_argument) return error_invalid_device;
-      return error_unknown;
+    if (const int granted = grant_peer_access(owner, d.location_id, "MemPoolSetAccess"); granted != success) {
+      return granted;
     }
   }
   return rc;

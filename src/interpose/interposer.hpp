@@ -63,6 +63,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -169,6 +170,10 @@ class interposer {
  private:
   int allocate(void** ptr, std::size_t bytes, void* stream) noexcept;
   int current_device(int& device) noexcept;
+  /// `owner`'s allocator (built if needed) grants `peer` its memory, now and
+  /// later: success, or the code and log line the peer-access entry points
+  /// answer (`call`, the runtime function's name, heads the line).
+  int grant_peer_access(int owner, int peer, std::string_view call) noexcept;
   int synchronize_device(int device) noexcept;
   int real_free(void* ptr) noexcept;
   int real_free_async(void* ptr, void* stream, stream_mode mode) noexcept;
