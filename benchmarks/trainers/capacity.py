@@ -3,7 +3,7 @@ steps, per job and allocator set-up, all set-ups side by side in one run.
 
     python benchmarks/trainers/capacity.py --preload build/libfragctl_preload.so [--out DIR]
         [--models declm,moe,frozen] [--setups native,expandable,async,arena,preload]
-        [--steps 6] [--rounds 5] [--quick] [--budget SECONDS]
+        [--steps 6] [--rounds 6] [--precision 0.01] [--quick] [--budget SECONDS]
 
 A ballast process (ballast.py) holds all but CAP bytes of the device's free
 memory; the job then runs in a fresh process (forked from a per-set-up
@@ -16,11 +16,11 @@ cache.
 Per job, one unconstrained native run measures the live bytes L (peak
 allocated) and the process's overhead O (peak device used - peak reserved).
 No allocator can pass below L + O, and every good one passes well below
-1.35 (L + O). Per set-up, 1.15 (L + O) is probed first and, if it fails,
-1.35 (L + O); the bracket between the passing top and the last failing cap
-(L + O below the first) is then bisected --rounds times (5 rounds: 1/32 of
-0.15 (L + O), about 0.5% of L). A set-up that fails at 1.35 (L + O) is
-reported as needing more. The table gives the
+1.35 (L + O). Per set-up, the tops 1.02, 1.06, 1.15 and 1.35 (L + O) are
+probed in turn until one passes; the bracket between it and the last
+failing cap (L + O below the first) is then bisected until it is at most
+--precision (1%) of the passing cap wide, or --rounds times. A set-up that
+fails at 1.35 (L + O) is reported as needing more. The table gives the
 smallest passing CAP, its ratio to native's and expandable segments', and the
 median step time at that CAP. Writes DIR/capacity.json and DIR/capacity.md.
 """
@@ -36,8 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GiB = float(1 << 30)
 MiB = 1 << 20
 # The brackets' tops over live bytes + overhead, probed in turn until one passes: set-ups near the live bytes are
-# bisected in the narrow bracket (5 rounds: 0.5% of the live bytes); one that fails at the last is "> TOPS[-1]".
-TOPS = (1.15, 1.35)
+# bisected in a narrow bracket (one round to 1%); one that fails at the last is "> TOPS[-1]".
+TOPS = (1.02, 1.06, 1.15, 1.35)
 
 # name -> (label, train_one mode, environment)
 SETUPS = {
@@ -85,6 +85,11 @@ def zygote():
     sys.path.insert(0, HERE)
     import torch  # noqa: F401  (imported before the fork, CUDA untouched)
     import transformers  # noqa: F401
+    for optional in ("peft", "timm"):  # the lora and vit jobs' libraries, where installed
+        try:
+            __import__(optional)
+        except ImportError:
+            pass
     import train_one
     print("ready", flush=True)
     for line in sys.stdin:
@@ -152,11 +157,12 @@ def trial(ballast, zygote_process, model, mode, steps, cap, out, timeout):
     return result
 
 
-def bisect(run, low, tops, rounds, deadline=None):
+def bisect(run, low, tops, rounds, deadline=None, precision=0.0):
     """The smallest passing cap found: `low` is taken to fail; the caps of `tops` (increasing) are probed in turn
-    until one passes, then the bracket between it and the last failing cap is bisected `rounds` times (fewer once
-    time.time() passes `deadline`). A set-up that fails at every top costs len(tops) probes and gives None.
-    Returns (cap or None, its result, every probe)."""
+    until one passes, then the bracket between it and the last failing cap is bisected until it is at most
+    `precision` of the passing cap wide, at most `rounds` times (fewer once time.time() passes `deadline`). A
+    set-up that fails at every top costs len(tops) probes and gives None. Returns (cap or None, its result, every
+    probe)."""
     probes, best = [], None
     for top in tops:
         result = run(top)
@@ -169,6 +175,8 @@ def bisect(run, low, tops, rounds, deadline=None):
         return None, None, probes
     for _ in range(rounds):
         if deadline is not None and time.time() > deadline:
+            break
+        if high - low <= precision * high:
             break
         middle = (low + high) // 2 // MiB * MiB
         result = run(middle)
@@ -218,7 +226,9 @@ def main():
     parser.add_argument("--setups", default="native,expandable,async,arena,preload",
                         help="of: " + ", ".join(SETUPS))
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6, help="most bisection rounds per set-up")
+    parser.add_argument("--precision", type=float, default=0.01,
+                        help="stop bisecting once the bracket is this fraction of the passing cap wide")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 4 steps")
     parser.add_argument("--timeout", type=float, default=90, help="seconds per probe")
     parser.add_argument("--budget", type=float, default=0,
@@ -276,7 +286,7 @@ def main():
                                                               "pass" if r["passed"] else r.get("error")), flush=True)
                     return r
                 cap, best, probes = bisect(run, low, [int(t * low) // MiB * MiB for t in TOPS], args.rounds,
-                                           started + args.budget if args.budget else None)
+                                           started + args.budget if args.budget else None, args.precision)
                 results.append({"model": model, "setup": name, "label": label, "cap_bytes": cap,
                                 "live_bytes": low, "median_step_s": best["median_step_s"] if best else None,
                                 "probes": len(probes), "passed_probes": sum(p["passed"] for p in probes),
@@ -293,7 +303,8 @@ def main():
     with open(os.path.join(args.out, "capacity.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "capacity.json"), "w") as f:
-        json.dump({"steps": args.steps, "rounds": args.rounds, "results": results}, f, indent=1)
+        json.dump({"steps": args.steps, "rounds": args.rounds, "precision": args.precision, "results": results}, f,
+                  indent=1)
     print()
     print(text)
     print("capacity: %.0f s" % (time.time() - started))

@@ -25,14 +25,30 @@ class CapacityBisectTest(unittest.TestCase):
     def test_bisection_finds_the_smallest_passing_cap_within_one_step(self):
         low = 10 * GiB
         tops = [int(t * low) for t in capacity.TOPS]
-        for need in (10.2 * GiB, 11.4 * GiB, 11.7 * GiB, 13.2 * GiB):
+        for need in (10.1 * GiB, 10.5 * GiB, 11.4 * GiB, 11.7 * GiB, 13.2 * GiB):
             run, probes = job_needing(need)
             cap, best, results = capacity.bisect(run, low, tops, 5)
-            bracket = (tops[0] - low) if need <= tops[0] else (tops[1] - tops[0])
+            first = next(i for i, top in enumerate(tops) if top >= need)
+            bracket = tops[first] - (tops[first - 1] if first else low)
             self.assertGreaterEqual(cap, need)
             self.assertLessEqual(cap - need, bracket / 32 + capacity.MiB)
             self.assertTrue(best["passed"])
-            self.assertEqual(len(results), 5 + (1 if need <= tops[0] else 2))
+            self.assertEqual(len(results), 5 + first + 1)
+
+    def test_bisection_stops_once_the_bracket_is_within_the_precision(self):
+        low = 10 * GiB
+        tops = [int(t * low) for t in capacity.TOPS]
+        for need in (10.1 * GiB, 10.5 * GiB, 11.4 * GiB, 13.2 * GiB):
+            run, probes = job_needing(need)
+            cap, best, results = capacity.bisect(run, low, tops, 10, precision=0.01)
+            self.assertGreaterEqual(cap, need)
+            failed = max([p for p in probes if p < need] + [low])
+            self.assertLessEqual(cap - failed, 0.01 * cap)  # the smallest pass is within 1% of a failure
+            # and no probe more than needed: one round less leaves the bracket wider than 1%
+            first = next(i for i, top in enumerate(tops) if top >= need)
+            rounds = len(results) - first - 1
+            bracket = tops[first] - (tops[first - 1] if first else low)
+            self.assertGreater(bracket / 2 ** (rounds - 1), 0.01 * cap - capacity.MiB)
 
     def test_a_set_up_failing_at_every_top_costs_one_probe_per_top(self):
         run, probes = job_needing(14 * GiB)
