@@ -10,7 +10,7 @@ LD_PRELOAD, FRAGCTL_*) comes from run_trainers.py; in --mode fragctl this
 process calls fragctl.torch.enable(policy) before CUDA is touched.
 Deterministic: torch.use_deterministic_algorithms(True) (with
 CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment), fixed seeds, the same
-inputs every run, eager attention (SDPA in kvgen, which has no backward). Writes step times, the loss after every
+inputs every run, eager attention. Writes step times, the loss after every
 step (exact, as float.hex), peak device memory used (memsampler.py) and
 fragctl's or PyTorch's own peaks to --out. An inference job (kvgen) runs
 the same loop without backward and optimizer; its "loss" is a value of its
