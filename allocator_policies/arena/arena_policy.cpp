@@ -627,10 +627,13 @@ free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t s
     // plan's ranges (which no caller was given).
     if (std::binary_search(s.plan_blocks.begin(), s.plan_blocks.end(), addr)) return r;
   }
-  const std::uint32_t id = s.blocks.take_live(addr);
+  // The size comes with the table's entry: the granules' counts below do
+  // not wait for the block's node, which release() reads.
+  const block_index::taken live = s.blocks.take_sized(addr);
+  const std::uint32_t id = live.id;
   if (id == nil) return {free_status::not_owned, 0};
   ++s.calls;
-  const std::size_t size = s.blocks.at(id).size;
+  const std::size_t size = live.size;
   const std::size_t requested = s.blocks.at(id).requested;
   free_stamp stamp;
   try {
