@@ -145,6 +145,10 @@ class granule_map {
   void on_allocate(std::uintptr_t addr, std::size_t bytes) noexcept {
     granule* const gs = granules_.data();
     const std::size_t last = last_of(addr, bytes);
+    if (std::size_t g = first(addr); g == last) {  // one granule: most blocks
+      if (gs[g].live++ == 0 && spans_[gs[g].span].live++ == 0) lru_remove(gs[g].span);
+      return;
+    }
     for (std::size_t g = first(addr); g <= last;) {
       const std::uint32_t si = gs[g].span;
       span& s = spans_[si];
@@ -170,6 +174,16 @@ class granule_map {
     granule* const gs = granules_.data();
     bool cached = false;
     const std::size_t lo = first(addr);
+    if (last_of(addr, bytes) == lo) {  // one granule: most blocks
+      span& s = spans_[gs[lo].span];
+      s.stamp = clock_.merge(s.stamp, stamp);
+      if (--gs[lo].live == 0 && --s.live == 0 && s.handle != paused_handle) {
+        s.cached_at = now;
+        lru_push(gs[lo].span);
+        cached = true;
+      }
+      return cached;
+    }
     for (std::size_t g = last_of(addr, bytes) + 1; g > lo;) {
       const std::uint32_t si = gs[g - 1].span;
       span& s = spans_[si];
