@@ -37,32 +37,12 @@ keep_log() { { echo "--- $1"; cat "$1" 2>/dev/null; } >> "$log"; }
 
 torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)
 torch_abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
-{
-  date -u +"date: %Y-%m-%d %H:%M UTC"
-  echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)"
-  echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "compiler: $(g++ --version | head -1)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
-} > "$work/machine.txt"
-cat "$work/machine.txt" | tee -a "$log"
+source tools/gpu/replay_inputs.sh
+describe_machine > "$work/machine.txt"
+tee -a "$log" < "$work/machine.txt"
 
 # --- while building: record gpt_wide and llama1b, build torch_replay (as tools/gpu/bench.sh) ---
-pids=()
-if [ -n "$torch_dir" ]; then
-  timeout 170 python3 tools/record_trace.py --out "$work/gpt_wide.trace.csv.gz" --demo gpt \
-    --layers 8 --width 1536 --heads 12 --batch 4 --max-seq 2048 --steps 4 > "$work/record-gpt_wide.log" 2>&1 &
-  pids+=($!)
-  timeout 170 python3 tools/record_trace.py --out "$work/llama1b.trace.csv.gz" -- \
-    benchmarks/torch_replay/train_model.py --model llama --steps 4 > "$work/record-llama1b.log" 2>&1 &
-  pids+=($!)
-  timeout 200 bash -c "cmake -S benchmarks/torch_replay -B '$build/torch_replay' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DTORCH_DIR='$torch_dir' -DTORCH_CXX11_ABI='${torch_abi:-1}' && cmake --build '$build/torch_replay'" \
-    > "$work/build-torch_replay.log" 2>&1 &
-  pids+=($!)
-else
-  note "no PyTorch: no torch-native column and no recorded traces"
-fi
+start_replay_inputs "$work" "$work" "$build" 170 || note "no PyTorch: no torch-native column and no recorded traces"
 note "building fragctl_cli (Release) into $build"
 timeout 220 bash -c "cmake -S . -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF \
     -DFRAGCTL_BUILD_BENCHMARKS=OFF -DFRAGCTL_WERROR=OFF && cmake --build '$build' --target fragctl_cli" \
