@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU: the fast path per operation (issue 32, deliverable 3; docs/benchmarks.md "The fast path
-# against PyTorch's caching allocator"). Replays the five shared traces (tests/data/gpt2m,
+# per operation on replays"). Replays the five shared traces (tests/data/gpt2m,
 # tests/data/resnet50, benchmarks/traces/sample, and gpt_wide and llama1b recorded here as
 # tools/gpu/bench.sh records them) through PyTorch's CUDACachingAllocator from C++
 # (benchmarks/torch_replay, PYTORCH_CUDA_ALLOC_CONF unset: torch-native) and through fragctl's
