@@ -167,6 +167,8 @@ struct arena_policy::impl {
   /// Tells the plan of an allocation or a free; if its history cannot grow
   /// (no host memory), the plan is left and planning stops.
   void note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free, bool planned) noexcept;
+  /// note() could not grow the history: the plan is left and planning stops.
+  [[gnu::cold]] void stop_planning() noexcept;
   /// Frees a planned block (the address is in the plan's region).
   free_result free_planned(std::uintptr_t addr, std::size_t bytes, stream_t stream) noexcept;
   [[nodiscard]] out_of_memory oom(std::size_t requested) const;
@@ -519,8 +521,10 @@ free_result arena_policy::impl::free_planned(std::uintptr_t addr, std::size_t by
   return {bytes == f.requested ? free_status::ok : free_status::size_mismatch, f.requested};
 }
 
-void arena_policy::impl::note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free,
-                              bool planned) noexcept {
+// Inline: on every allocation and free while the plan learns, so the
+// common case (one event appended to the history) makes no call.
+[[gnu::always_inline]] inline void arena_policy::impl::note(std::uintptr_t addr, std::size_t size, std::uint32_t si,
+                                                             bool is_free, bool planned) noexcept {
   const auto units = static_cast<std::uint32_t>(size / block_index::unit);
   try {
     if (is_free) {
@@ -529,10 +533,14 @@ void arena_policy::impl::note(std::uintptr_t addr, std::size_t size, std::uint32
       plan.after_allocate(addr, units, si, planned);
     }
   } catch (const std::exception&) {
-    plan.leave();
-    plan.enable(false);
-    if (plan.region_to_free()) free_region();
+    stop_planning();
   }
+}
+
+void arena_policy::impl::stop_planning() noexcept {
+  plan.leave();
+  plan.enable(false);
+  if (plan.region_to_free()) free_region();
 }
 
 std::size_t arena_policy::impl::largest_free() const {
@@ -627,10 +635,13 @@ free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t s
     // plan's ranges (which no caller was given).
     if (std::binary_search(s.plan_blocks.begin(), s.plan_blocks.end(), addr)) return r;
   }
-  const std::uint32_t id = s.blocks.take_live(addr);
+  // The size comes with the table's entry: the granules' counts below do
+  // not wait for the block's node, which release() reads.
+  const block_index::taken live = s.blocks.take_sized(addr);
+  const std::uint32_t id = live.id;
   if (id == nil) return {free_status::not_owned, 0};
   ++s.calls;
-  const std::size_t size = s.blocks.at(id).size;
+  const std::size_t size = live.size;
   const std::size_t requested = s.blocks.at(id).requested;
   free_stamp stamp;
   try {

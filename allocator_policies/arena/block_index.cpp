@@ -51,7 +51,7 @@ void address_table::reserve(std::size_t n) {
   shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
   size_ = 0;
   for (const slot& s : old) {
-    if (s.id != nil) insert(s.addr, s.id);
+    if (s.id != nil) insert(s.addr, s.id, s.tag);
   }
 }
 

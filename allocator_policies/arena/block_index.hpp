@@ -46,9 +46,12 @@ namespace fragctl::arena_detail {
 inline constexpr std::uint32_t nil = UINT32_MAX;
 
 /// Block ids by address: open addressing with linear probing over one array
-/// of (address, id) slots, at most half full, erased by shifting the probe
-/// run back (no tombstones), so a lookup reads the slots of one short run.
-/// insert() never allocates: reserve() first. Not thread-safe.
+/// of (address, id, tag) slots, at most half full, erased by shifting the
+/// probe run back (no tombstones), so a lookup reads the slots of one short
+/// run. The tag is 32 bits the owner keeps with the entry, in what would be
+/// the slot's padding (block_index: the block's size in units, so that a
+/// free learns it without reading the block first). insert() never
+/// allocates: reserve() first. Not thread-safe.
 class address_table {
  public:
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -60,30 +63,38 @@ class address_table {
     std::fill(slots_.begin(), slots_.end(), slot{});
     size_ = 0;
   }
-  /// Adds `addr` (not present) with `id`; size() < room() must hold.
-  void insert(std::uintptr_t addr, std::uint32_t id) noexcept {
+  /// Adds `addr` (not present) with `id` and `tag`; size() < room() must hold.
+  void insert(std::uintptr_t addr, std::uint32_t id, std::uint32_t tag = 0) noexcept {
     std::size_t i = home(addr);
     while (slots_[i].id != nil) i = (i + 1) & mask_;
-    slots_[i] = {addr, id};
+    slots_[i] = {addr, id, tag};
     ++size_;
   }
-  /// Removes `addr` and returns its id; nil when absent.
-  [[nodiscard]] std::uint32_t take(std::uintptr_t addr) noexcept {
-    if (slots_.empty()) return nil;
+  /// An entry taken: its id (nil when the address was absent) and tag.
+  struct entry {
+    std::uint32_t id = nil;
+    std::uint32_t tag = 0;
+  };
+  /// Removes `addr` and returns its entry; id nil when absent.
+  [[nodiscard]] entry take_entry(std::uintptr_t addr) noexcept {
+    if (slots_.empty()) return {};
     for (std::size_t i = home(addr);; i = (i + 1) & mask_) {
-      if (slots_[i].id == nil) return nil;
+      if (slots_[i].id == nil) return {};
       if (slots_[i].addr == addr) {
-        const std::uint32_t id = slots_[i].id;
+        const entry e{slots_[i].id, slots_[i].tag};
         erase_at(i);
-        return id;
+        return e;
       }
     }
   }
+  /// Removes `addr` and returns its id; nil when absent.
+  [[nodiscard]] std::uint32_t take(std::uintptr_t addr) noexcept { return take_entry(addr).id; }
 
  private:
   struct slot {
     std::uintptr_t addr = 0;
     std::uint32_t id = nil;  // nil: empty
+    std::uint32_t tag = 0;
   };
   /// Fibonacci hashing of the 512-byte unit number.
   [[nodiscard]] std::size_t home(std::uintptr_t addr) const noexcept {
@@ -178,6 +189,20 @@ class block_index {
   /// Forgets the live block at `addr` and returns it (nil if there is none);
   /// release() must follow.
   [[nodiscard]] std::uint32_t take_live(std::uintptr_t addr) noexcept { return live_.take(addr); }
+  /// A live block taken by take_sized(): its id (nil if there was none) and
+  /// its size, read from the live-block table rather than the block's node,
+  /// so that a free can go on with the size while the node is still loading.
+  struct taken {
+    std::uint32_t id = nil;
+    std::size_t size = 0;
+  };
+  /// take_live(), with the block's size.
+  [[nodiscard]] taken take_sized(std::uintptr_t addr) noexcept {
+    const address_table::entry e = live_.take_entry(addr);
+    if (e.id == nil) return {};
+    // Tag 0: a size of 2^32 units or more, kept in the node only.
+    return {e.id, e.tag != 0 ? std::size_t{e.tag} * unit : nodes_[e.id].size};
+  }
 
   /// Frees block `id` (from take_live) with `stamp`, coalescing with free neighbours.
   void release(std::uint32_t id, free_stamp stamp, const stream_clock& clock) noexcept;
@@ -266,6 +291,10 @@ class block_index {
     if (b.stamp.stream == free_stamp::none) b.dirty_lo = b.dirty_hi = b.addr;
   }
 
+  /// A live block's size as its table tag: in units, 0 when it does not fit.
+  [[nodiscard]] static std::uint32_t units_tag(std::size_t bytes) noexcept {
+    return bytes / unit <= UINT32_MAX ? static_cast<std::uint32_t>(bytes / unit) : 0;
+  }
   void grow();
   [[nodiscard]] std::uint32_t take_spare() noexcept {
     const std::uint32_t id = spare_;
@@ -353,7 +382,7 @@ inline std::uintptr_t block_index::allocate(fit where, std::size_t bytes, std::s
   b.is_free = false;
   b.requested = requested;
   b.stamp = free_stamp{};
-  live_.insert(b.addr, id);
+  live_.insert(b.addr, id, units_tag(b.size));
   return b.addr;
 }
 

@@ -137,28 +137,63 @@ class granule_map {
   }
 
   /// A live block now covers [addr, addr + bytes), all mapped.
+  ///
+  /// Span by span: the granules of a span are consecutive and all its own
+  /// (a span is mapped and unmapped whole), so the span is read once for
+  /// the run of its granules the block touches, and its count of touched
+  /// granules raised once by the granules the block is the first to touch.
   void on_allocate(std::uintptr_t addr, std::size_t bytes) noexcept {
-    for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
-      granule& gr = granules_[g];
-      if (gr.live++ == 0 && spans_[gr.span].live++ == 0) lru_remove(gr.span);
+    granule* const gs = granules_.data();
+    const std::size_t last = last_of(addr, bytes);
+    if (std::size_t g = first(addr); g == last) {  // one granule: most blocks
+      if (gs[g].live++ == 0 && spans_[gs[g].span].live++ == 0) lru_remove(gs[g].span);
+      return;
+    }
+    for (std::size_t g = first(addr); g <= last;) {
+      const std::uint32_t si = gs[g].span;
+      span& s = spans_[si];
+      const std::size_t end = std::min<std::size_t>(std::size_t{s.first} + s.count, last + 1);
+      std::uint32_t touched = 0;
+      for (; g < end; ++g) touched += gs[g].live++ == 0 ? 1U : 0U;
+      if (touched != 0 && (s.live += touched) == touched) lru_remove(si);
     }
   }
 
   /// The live block [addr, addr + bytes) was freed with `stamp` at time
   /// `now` (any monotonic count). Returns whether a span became cached (no
   /// live block touches it any more).
+  ///
+  /// Span by span, as on_allocate: the stamp is merged into each span once
+  /// (merging the same stamp again changes nothing), and the span's count
+  /// of touched granules lowered once by the granules no live block touches
+  /// any more.
   bool on_free(std::uintptr_t addr, std::size_t bytes, free_stamp stamp, std::uint64_t now) noexcept {
     // Highest address first, so that trimming (oldest first) unmaps a freed
     // range from its top and what stays mapped is where the next block in
     // that range is carved (from its bottom).
+    granule* const gs = granules_.data();
     bool cached = false;
-    for (std::size_t g = last_of(addr, bytes) + 1, lo = first(addr); g-- > lo;) {
-      granule& gr = granules_[g];
-      span& s = spans_[gr.span];
+    const std::size_t lo = first(addr);
+    if (last_of(addr, bytes) == lo) {  // one granule: most blocks
+      span& s = spans_[gs[lo].span];
       s.stamp = clock_.merge(s.stamp, stamp);
-      if (--gr.live == 0 && --s.live == 0 && s.handle != paused_handle) {
+      if (--gs[lo].live == 0 && --s.live == 0 && s.handle != paused_handle) {
         s.cached_at = now;
-        lru_push(gr.span);
+        lru_push(gs[lo].span);
+        cached = true;
+      }
+      return cached;
+    }
+    for (std::size_t g = last_of(addr, bytes) + 1; g > lo;) {
+      const std::uint32_t si = gs[g - 1].span;
+      span& s = spans_[si];
+      s.stamp = clock_.merge(s.stamp, stamp);
+      const std::size_t start = std::max<std::size_t>(s.first, lo);
+      std::uint32_t untouched = 0;
+      for (; g > start; --g) untouched += --gs[g - 1].live == 0 ? 1U : 0U;
+      if (untouched != 0 && (s.live -= untouched) == 0 && s.handle != paused_handle) {
+        s.cached_at = now;
+        lru_push(si);
         cached = true;
       }
     }

@@ -9,8 +9,6 @@ namespace fragctl::arena_detail {
 namespace {
 
 constexpr std::size_t unit_bytes = 512;
-/// History kept at most (events); beyond it learning starts over.
-constexpr std::size_t history_cap = std::size_t{1} << 20;
 constexpr std::uint32_t never = UINT32_MAX;
 
 // Folds v into the hash h (an allocation's key: its stream and the frees
@@ -22,7 +20,7 @@ constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) noexcept {
 
 }  // namespace
 
-step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t stream) noexcept {
+step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::uint32_t stream) noexcept {
   switch (mode_) {
     case mode::learning:
     case mode::draining:
@@ -100,12 +98,6 @@ std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
   return addr;
 }
 
-void step_plan::after_allocate(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool planned) {
-  if (!planned) figures_.unplanned_bytes += std::uint64_t{units} * unit_bytes;
-  record(addr, units, stream, false);
-  if (mode_ == mode::learning && allocs_ >= next_check_) (void)detect();
-}
-
 step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stream) noexcept {
   const auto it = live_.find(addr);
   if (it == live_.end()) return {};
@@ -122,11 +114,7 @@ step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stre
   return {ls.bytes, ls.requested};
 }
 
-void step_plan::after_free(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream) {
-  record(addr, units, stream, true);
-}
-
-void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
+void step_plan::record_rare(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
   if (history_.size() >= history_cap) {
     history_.clear();
     call_marks_.clear();

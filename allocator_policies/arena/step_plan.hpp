@@ -88,12 +88,20 @@ class step_plan {
   void enable(bool on) noexcept { enabled_ = on; }
 
   /// Before an allocation of `units` (512-byte units) on stream `stream`.
-  [[nodiscard]] next before_allocate(std::uint32_t units, std::uint32_t stream) noexcept;
+  /// Inline while learning (every allocation until a plan is found).
+  [[nodiscard]] next before_allocate(std::uint32_t units, std::uint32_t stream) noexcept {
+    if (mode_ == mode::learning || mode_ == mode::draining) return next::place;
+    return before_allocate_planning(units, stream);
+  }
   /// The address of the planned allocation before_allocate() answered serve
   /// for: `units` 512-byte units (at most its slot's), `requested` bytes.
   [[nodiscard]] std::uintptr_t serve(std::uint32_t units, std::size_t requested);
   /// After any allocation (planned or not), for the history.
-  void after_allocate(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool planned);
+  void after_allocate(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool planned) {
+    if (!planned) figures_.unplanned_bytes += std::uint64_t{units} * block_index::unit;
+    record(addr, units, stream, false);
+    if (mode_ == mode::learning && allocs_ >= next_check_) [[unlikely]] (void)detect();
+  }
 
   /// Whether `addr` may be a planned block (within the hull of the plan's ranges).
   [[nodiscard]] bool in_region(std::uintptr_t addr) const noexcept {
@@ -109,7 +117,9 @@ class step_plan {
   };
   [[nodiscard]] freed free_planned(std::uintptr_t addr, std::uint32_t stream) noexcept;
   /// After any free the arena made itself (not a planned block), for the history.
-  void after_free(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream);
+  void after_free(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream) {
+    record(addr, units, stream, true);
+  }
 
   /// A free range the plan may lay blocks out in (mapped free memory of the
   /// arena at the step's start), and how much of it the layout used.
@@ -205,7 +215,21 @@ class step_plan {
     std::size_t requested;
   };
 
-  void record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free);
+  /// History events kept at most; beyond it learning starts over.
+  static constexpr std::size_t history_cap = std::size_t{1} << 20;
+  /// Appends an event to the history. Inline but for what happens once in
+  /// 256 allocations (the driver call mark) or at the cap (record_rare).
+  void record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
+    if (history_.size() >= history_cap || (!is_free && allocs_ % 256 == 0)) [[unlikely]] {
+      record_rare(addr, units, stream, is_free);
+      return;
+    }
+    history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
+    if (!is_free) ++allocs_;
+  }
+  void record_rare(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free);
+  /// before_allocate() past learning: a plan pending or active.
+  [[nodiscard]] next before_allocate_planning(std::uint32_t units, std::uint32_t stream) noexcept;
   /// Looks for a period in the history and plans it; whether a plan is pending.
   bool detect();
   /// Leaves the plan. `larger`: the step asked for more than its slot (a

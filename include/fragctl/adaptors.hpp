@@ -119,6 +119,11 @@ class stream_use_adaptor final : public forwarding_adaptor {
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
   void do_release_cached() override;
   void do_record_stream(void* ptr, stream_t stream) override;
+  // The halves of do_allocate and do_deallocate for when frees wait or
+  // blocks were used on other streams, out of line, so that the common
+  // case (neither) is one check and a call straight to the upstream.
+  void* allocate_handing_back(std::size_t bytes, stream_t stream);
+  free_result deallocate_recorded(void* ptr, std::size_t bytes, stream_t stream) noexcept;
 
   struct impl;
   std::unique_ptr<impl> impl_;

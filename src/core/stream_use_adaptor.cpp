@@ -80,8 +80,12 @@ stream_use_adaptor::~stream_use_adaptor() {
 std::size_t stream_use_adaptor::deferred() const noexcept { return impl_->deferred.size(); }
 
 void* stream_use_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
+  if (impl_->deferred.empty()) [[likely]] return upstream().allocate(bytes, stream);
+  return allocate_handing_back(bytes, stream);
+}
+
+void* stream_use_adaptor::allocate_handing_back(std::size_t bytes, stream_t stream) {
   impl& s = *impl_;
-  if (s.deferred.empty()) return upstream().allocate(bytes, stream);
   s.hand_back(upstream(), /*wait=*/false);
   try {
     return upstream().allocate(bytes, stream);
@@ -93,8 +97,12 @@ void* stream_use_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
 }
 
 free_result stream_use_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
+  if (impl_->uses.empty()) [[likely]] return upstream().try_deallocate(ptr, bytes, stream);
+  return deallocate_recorded(ptr, bytes, stream);
+}
+
+free_result stream_use_adaptor::deallocate_recorded(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   impl& s = *impl_;
-  if (s.uses.empty()) return upstream().try_deallocate(ptr, bytes, stream);
   const auto it = s.uses.find(ptr);
   if (it == s.uses.end()) return upstream().try_deallocate(ptr, bytes, stream);
   try {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "allocator_policies/arena/block_index.hpp"
+#include "core/stream_clock.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
 
@@ -781,6 +782,50 @@ TEST(arena_address_table, finds_every_live_address_through_collisions_erasures_a
   table.insert(0x1000, 3);
   table.clear();
   EXPECT_EQ(table.take(0x1000), arena_detail::nil);
+}
+
+// Each entry's tag (the block's size in units, for block_index) comes back
+// with it, also after the table grew and moved its entries.
+TEST(arena_address_table, keeps_each_entry_tag_through_growth) {
+  arena_detail::address_table table;
+  table.reserve(8);
+  for (std::uint32_t i = 0; i < 8; ++i) table.insert(0x10000 + i * 512, i, 100 + i);
+  table.reserve(500);  // grows: every entry is inserted anew
+  for (std::uint32_t i = 8; i < 300; ++i) table.insert(0x10000 + i * 512, i, 100 + i);
+  for (std::uint32_t i = 0; i < 300; ++i) {
+    const arena_detail::address_table::entry e = table.take_entry(0x10000 + i * 512);
+    EXPECT_EQ(e.id, i);
+    EXPECT_EQ(e.tag, 100 + i);
+  }
+  EXPECT_EQ(table.take_entry(0x10000).id, arena_detail::nil);
+}
+
+// block_index::take_sized gives a live block's size as its node holds it:
+// from the table's tag, and from the node for a block of 2^32 units or
+// more, which no tag holds.
+TEST(arena_block_index, take_sized_gives_the_live_block_size) {
+  sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
+  const stream_clock clock(sim);
+  arena_detail::block_index blocks;
+  const std::uintptr_t base = 0x100000000000;
+  const std::size_t huge = (std::size_t{1} << 32) * arena_detail::block_index::unit;  // 2 TiB
+  blocks.reset(base, 2 * huge);
+  std::vector<std::pair<std::uintptr_t, std::size_t>> live;
+  for (const std::size_t size : {std::size_t{512}, std::size_t{3} * 512, std::size_t{5} * MiB, huge}) {
+    blocks.prepare();
+    const arena_detail::block_index::fit f = blocks.find_fit(size, 0, clock);
+    ASSERT_TRUE(f);
+    live.emplace_back(blocks.allocate(f, size, size), size);
+  }
+  for (const auto& [addr, size] : live) {
+    const arena_detail::block_index::taken t = blocks.take_sized(addr);
+    ASSERT_NE(t.id, arena_detail::nil);
+    EXPECT_EQ(t.size, size);
+    EXPECT_EQ(t.size, blocks.at(t.id).size);
+    blocks.release(t.id, free_stamp{}, clock);
+  }
+  EXPECT_EQ(blocks.take_sized(base).id, arena_detail::nil);
+  EXPECT_EQ(blocks.live_count(), 0u);
 }
 
 }  // namespace

@@ -45,34 +45,13 @@ limited() {
 # --- machine ------------------------------------------------------------------------
 torch_dir=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null)
 torch_abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null)
-{
-  date -u +"date: %Y-%m-%d %H:%M UTC"
-  echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  echo "cuda: $(nvcc --version 2>/dev/null | tail -1)"
-  echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)"
-  echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "compiler: $(g++ --version | head -1)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
-} > "$out/machine.txt"
+source tools/gpu/replay_inputs.sh
+describe_machine > "$out/machine.txt"
 cat "$out/machine.txt"
 
 # --- while building: record traces of other models, build torch_replay -----------------
-pids=()
-if [ -n "$torch_dir" ]; then
-  timeout 200 python3 tools/record_trace.py --out "$out/traces/gpt_wide.trace.csv.gz" --demo gpt \
-    --layers 8 --width 1536 --heads 12 --batch 4 --max-seq 2048 --steps 4 \
-    > "$out/logs/record-gpt_wide.log" 2>&1 &
-  pids+=($!)
-  timeout 200 python3 tools/record_trace.py --out "$out/traces/llama1b.trace.csv.gz" -- \
-    benchmarks/torch_replay/train_model.py --model llama --steps 4 > "$out/logs/record-llama1b.log" 2>&1 &
-  pids+=($!)
-  timeout 240 bash -c "cmake -S benchmarks/torch_replay -B '$build/torch_replay' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DTORCH_DIR='$torch_dir' -DTORCH_CXX11_ABI='${torch_abi:-1}' && cmake --build '$build/torch_replay'" \
-    > "$out/logs/build-torch_replay.log" 2>&1 &
-  pids+=($!)
-else
+start_replay_inputs "$out/traces" "$out/logs" "$build" 200 ||
   note "no PyTorch: the torch rows and the recorded traces are left out"
-fi
 
 note "building fragctl (Release) into $build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFRAGCTL_BUILD_TESTS=OFF \
