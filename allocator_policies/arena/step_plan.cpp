@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <cstdio> // DBG
 
 namespace fragctl::arena_detail {
 
@@ -12,6 +14,10 @@ constexpr std::size_t unit_bytes = 512;
 /// History kept at most (events); beyond it learning starts over.
 constexpr std::size_t history_cap = std::size_t{1} << 20;
 constexpr std::uint32_t never = UINT32_MAX;
+/// The live bytes at a step's start may differ between two repeats by at
+/// most 1/live_slack of the step's rise above them (what outlives a step,
+/// e.g. its input batch, may differ in size from one step to the next).
+constexpr std::int64_t live_slack = 256;
 
 // Folds v into the hash h (an allocation's key: its stream and the frees
 // before it, step_plan::extend_scan).
@@ -28,11 +34,22 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
     case mode::draining:
       return next::place;
     case mode::pending:
-      if (countdown_ > 0) {
-        --countdown_;
-        return next::place;
+      // The plan starts at a step's start: the first allocation on its
+      // stream with the live bytes back at the step's floor after they
+      // rose well above it (a step of another length between the plan's
+      // repeats moves the start; counting allocations would miss it).
+      if (live_units_ > floor_ + floor_arm_) risen_ = true;
+      if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_) return next::place;
+      risen_ = false;
+      if (read_calls_ != nullptr) {
+        // What best fit made in the step that just ended, once one has
+        // ended since the plan was found (before: its last repeat's).
+        const std::uint64_t calls = read_calls_(read_ctx_);
+        if (step_seen_) recent_calls_ = calls - seen_start_calls_;
+        seen_start_calls_ = calls;
       }
-      if (slots_[0].planned && slots_[0].stream == stream && units > slots_[0].units && !regrowing_) {
+      step_seen_ = true;
+      if (units > slots_[0].units && !regrowing_) {
         // The step about to be planned is larger than the layout: sized
         // for it as a larger step of a plan is (it may grow the memory
         // held as its live bytes grow), or, by sizes the history cannot
@@ -65,19 +82,21 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
     off_plan();
     return next::place;
   }
-  if (s.planned && units > s.units) {
+  if (units > s.units && (s.planned || t_ == 0)) {
     // A larger member of the family than any the plan was laid out for:
-    // at the step's start, laid out again for it; else left.
+    // at the step's start (its first allocation, planned or not), laid out
+    // again for it; else left.
     if (t_ == 0 && live_planned_ == 0 && resize_for(units)) {
       prev_layout_bytes_ = layout_bytes_;
       prev_layout_live_ = layout_live_;
       regrowing_ = true;
       mode_ = mode::pending;
-      countdown_ = 0;
       return next::need_region;
     }
-    off_plan(/*larger=*/true);
-    return next::place;
+    if (s.planned) {
+      off_plan(/*larger=*/true);
+      return next::place;
+    }
   }
   seen_[t_] = units;
   if (!s.planned) {
@@ -136,6 +155,7 @@ void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t s
     next_check_ = 256;
   }
   if (!is_free && allocs_ % 256 == 0) call_marks_.push_back(read_calls_ != nullptr ? read_calls_(read_ctx_) : 0);
+  live_units_ += is_free ? -std::int64_t{units} : std::int64_t{units};
   history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
   if (!is_free) ++allocs_;
 }
@@ -283,6 +303,17 @@ void step_plan::abandon() noexcept {
   figures_.step_planned_bytes = 0;
 }
 
+void step_plan::defer() noexcept {
+  // Kept for the next step's start, where it is judged again with the
+  // driver calls best fit made in that step.
+  if (regrowing_) {
+    regrowing_ = false;
+    if (region_bytes_ != 0) region_freed();  // the old layout's ranges are gone
+  }
+  mode_ = mode::pending;
+  risen_ = false;
+}
+
 void step_plan::leave() noexcept {
   if (mode_ == mode::active) off_plan();
   if (mode_ == mode::pending) abandon();
@@ -291,6 +322,14 @@ void step_plan::leave() noexcept {
 void step_plan::off_plan(bool larger) noexcept {
   mode_ = mode::draining;
   ++figures_.dropped;
+  // A plan that served whole steps had the step right: a step of another
+  // shape left it (a sequence length whose kernels allocate otherwise).
+  // Kept, it waits for the next step start once its ranges are freed.
+  keep_ = !larger && plan_steps_ != 0;
+  if (keep_) {
+    seen_start_calls_ = step_start_calls_;
+    step_seen_ = true;
+  }
   if (larger) {
     // The period was right; the sizes grew. Plan again as soon as this step
     // is in the history (right after its last allocation: the next step then
@@ -308,7 +347,9 @@ void step_plan::region_freed() noexcept {
   plan_extent_ = 0;
   region_bytes_ = 0;
   live_.clear();
-  mode_ = mode::learning;
+  mode_ = keep_ ? mode::pending : mode::learning;
+  keep_ = false;
+  risen_ = false;
   figures_.region_bytes = 0;
   figures_.step_allocations = 0;
   figures_.step_planned_bytes = 0;
@@ -398,30 +439,56 @@ bool step_plan::detect() {
   // layers (forward keeps each layer's output, backward frees it) does not,
   // and two or more steps are a multiple of it.
   // The step starts where the live bytes are lowest in its last repeat.
-  std::size_t period = 0, m = 0;
+  std::size_t period = 0, low_at = 0, top = 0;
+  std::int64_t rise = 0;
   for (std::size_t p = min_period_; p <= n / 2 && period == 0; ++p) {
     if (z[p] < p) continue;
-    std::size_t low = n - p;
+    std::size_t low = n - p, hi = n - p;
     for (std::size_t a = n - p; a < n; ++a) {
       if (live_before[a] < live_before[low]) low = a;
+      if (live_before[a] > live_before[hi]) hi = a;
     }
-    if (live_before[low] == live_before[low - p]) {
+    const std::int64_t high = live_before[hi];
+    if (std::abs(live_before[low] - live_before[low - p]) <= (high - live_before[low]) / live_slack) {
       period = p;
-      m = low;
+      low_at = low;
+      top = hi;
+      rise = high - live_before[low];
+    } else if (p > 1000) std::fprintf(stderr, "DBG cand p=%zu low=%zu live %lld vs %lld\n", p, low, (long long)live_before[low], (long long)live_before[low-p]);
+  }
+  std::fprintf(stderr, "DBG detect n=%zu minp=%llu period=%zu low=%zu\n", n, (unsigned long long)min_period_, period, low_at);
+  if (period == 0) return false;
+  // The step starts at the first allocation after the period's highest
+  // point with the live bytes back at its low (within the slack: two
+  // allocations at the low, such as a step's inputs, are told apart the
+  // same way when the plan starts).
+  const std::int64_t slack = rise / live_slack, arm = rise / 4;
+  std::size_t m = low_at;
+  for (std::size_t i = 1; i <= period; ++i) {
+    const std::size_t a = n - period + (top - (n - period) + i) % period;
+    if (live_before[a] <= live_before[low_at] + slack) {
+      m = a;
+      break;
     }
   }
-  if (period == 0) return false;
   const std::size_t first = m - period;
   const std::uint32_t end_event = at[m];
+  // How far back the history repeats with this period, past a few keys
+  // that differ (two a repeat: what a step frees of the one before it is
+  // named by its distance, which a step of another length changes).
+  std::size_t same = z[period];
+  for (std::size_t missed = 0; period + same < n; ++same) {
+    if (r[same] != r[period + same] && ++missed > 2 + 2 * (same / period)) break;
+  }
   stream_ = history_[at[first]].stream;
   // The step's slots; planned ones live over [t, due) in allocation indices,
   // at the largest size seen at their point of the step over every repeat
-  // of it in the history (the allocations from n - period - z[period] on
+  // of it in the history (the allocations from n - period - same on
   // repeat with that period).
   slots_.assign(period, slot{});
   seen_.assign(period, 0);
   due_in_gap_.assign(period + 1, 0);
-  for (std::size_t a = n - period - z[period]; a < n; ++a) {
+  for (std::size_t a = n - period - same; a < n; ++a) {
     const std::size_t t = (a + period - first % period) % period;
     slots_[t].units = std::max(slots_[t].units, history_[at[a]].units);
   }
@@ -429,7 +496,7 @@ bool step_plan::detect() {
   // allocation: the two largest, for regrow().
   std::size_t r_hi = first, r_lo = first;
   x_hi_ = x_lo_ = 0;
-  for (std::size_t k = m + period <= n ? m : first; k >= n - period - z[period]; k -= period) {
+  for (std::size_t k = m + period <= n ? m : first; k >= n - period - same; k -= period) {
     const std::uint32_t x = history_[at[k]].units;
     if (x > x_hi_) {
       x_lo_ = x_hi_;
@@ -465,7 +532,15 @@ bool step_plan::detect() {
   if (items_.empty()) return false;
   plan_period_ = period;
   plan_steps_ = 0;  // a new plan: start() keeps the count only for a plan laid out again
-  countdown_ = m + period - n;
+  // The step's floor, in the live units counted since the start (the
+  // history's may have started later), and how far a repeat may differ.
+  floor_ = live_units_ - (scan_.live - live_before[low_at]);
+  floor_slack_ = slack;
+  floor_arm_ = arm;
+  // Past the highest point of this repeat with its start behind: the next
+  // start comes after the next highest point.
+  risen_ = m < top;
+  step_seen_ = false;
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
   live_.reserve(items_.size());

@@ -140,6 +140,9 @@ class step_plan {
   [[nodiscard]] std::uint64_t previous_layout_live() const noexcept { return prev_layout_live_; }
   /// The region could not be had: forget the plan.
   void abandon() noexcept;
+  /// The plan would not pay for its start, or would raise the memory held
+  /// above its high-water mark: keep it for the next step's start.
+  void defer() noexcept;
   /// Whether the plan's ranges are to be given back: the plan was left and
   /// no planned block is live. The caller frees them and calls region_freed().
   [[nodiscard]] bool region_to_free() const noexcept {
@@ -263,7 +266,15 @@ class step_plan {
   std::uint64_t layout_bytes_ = 0, layout_live_ = 0;            // of the last lay_out
   std::uint64_t prev_layout_bytes_ = 0, prev_layout_live_ = 0;  // of the layout before a regrow
   std::uint64_t plan_period_ = 0;
-  std::uint64_t countdown_ = 0;  // pending: allocations until the step starts
+  // Pending: the plan starts at the next step start, the first allocation
+  // with the live units at most floor_ + floor_slack_ after they rose above
+  // floor_ + floor_arm_.
+  std::int64_t live_units_ = 0;  // live 512-byte units (all allocations seen)
+  std::int64_t floor_ = 0, floor_slack_ = 0, floor_arm_ = 0;
+  bool risen_ = false;
+  bool step_seen_ = false;               // a step start was seen since the plan was found
+  std::uint64_t seen_start_calls_ = 0;   // driver calls at that step start
+  bool keep_ = false;                    // off_plan: keep the plan once its ranges are freed
   std::uint32_t stream_ = 0;
   // Serving.
   std::uintptr_t region_ = 0;
