@@ -110,7 +110,6 @@
 #include "allocator_policies/arena/block_index.hpp"
 #include "allocator_policies/arena/granule_map.hpp"
 #include "allocator_policies/arena/step_plan.hpp"
-#include <cstdio> // DBG
 #include "core/stream_clock.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
@@ -398,7 +397,6 @@ bool arena_policy::impl::start_plan() {
     std::size_t in_bins = 0;
     for (const step_plan::bin& b : bins) in_bins += b.bytes;
     const std::size_t least = plan.live_peak() > in_bins ? plan.live_peak() - in_bins : 0;
-    std::fprintf(stderr, "DBG start_plan recent=%llu maxspan=%zu least=%zu live_peak=%llu in_bins=%zu held=%zu peak_held=%zu\n", (unsigned long long)plan.recent_step_calls(), granules->max_span_bytes(), least, (unsigned long long)plan.live_peak(), in_bins, granules->held_bytes(), peak_held);
     if (plan.recent_step_calls() * granules->max_span_bytes() < least) {
       plan.defer();
       return false;
@@ -417,7 +415,6 @@ bool arena_policy::impl::start_plan() {
     const std::size_t grown = plan.regrowing() && plan.layout_live() > plan.previous_layout_live()
                                   ? plan.layout_live() - plan.previous_layout_live()
                                   : 0;
-    std::fprintf(stderr, "DBG start_plan extra=%zu spare=%zu pays=%d grown=%zu\n", extra, spare, (int)pays, grown);
     if (!pays || granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held + grown) {
       plan.defer();
       return false;

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
-#include <cstdio> // DBG
 
 namespace fragctl::arena_detail {
 
@@ -68,7 +67,9 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
           return next::place;
         }
         prev_layout_bytes_ = 0;
-        prev_layout_live_ = live;
+        // A plan that waited (best fit served the steps since it was
+        // found, up to the high-water mark) must fit under that mark.
+        prev_layout_live_ = step_seen_ ? UINT64_MAX : live;
         regrowing_ = true;
       }
       return next::need_region;
@@ -322,14 +323,6 @@ void step_plan::leave() noexcept {
 void step_plan::off_plan(bool larger) noexcept {
   mode_ = mode::draining;
   ++figures_.dropped;
-  // A plan that served whole steps had the step right: a step of another
-  // shape left it (a sequence length whose kernels allocate otherwise).
-  // Kept, it waits for the next step start once its ranges are freed.
-  keep_ = !larger && plan_steps_ != 0;
-  if (keep_) {
-    seen_start_calls_ = step_start_calls_;
-    step_seen_ = true;
-  }
   if (larger) {
     // The period was right; the sizes grew. Plan again as soon as this step
     // is in the history (right after its last allocation: the next step then
@@ -347,9 +340,7 @@ void step_plan::region_freed() noexcept {
   plan_extent_ = 0;
   region_bytes_ = 0;
   live_.clear();
-  mode_ = keep_ ? mode::pending : mode::learning;
-  keep_ = false;
-  risen_ = false;
+  mode_ = mode::learning;
   figures_.region_bytes = 0;
   figures_.step_allocations = 0;
   figures_.step_planned_bytes = 0;
@@ -454,9 +445,8 @@ bool step_plan::detect() {
       low_at = low;
       top = hi;
       rise = high - live_before[low];
-    } else if (p > 1000) std::fprintf(stderr, "DBG cand p=%zu low=%zu live %lld vs %lld\n", p, low, (long long)live_before[low], (long long)live_before[low-p]);
+    }
   }
-  std::fprintf(stderr, "DBG detect n=%zu minp=%llu period=%zu low=%zu\n", n, (unsigned long long)min_period_, period, low_at);
   if (period == 0) return false;
   // The step starts at the first allocation after the period's highest
   // point with the live bytes back at its low (within the slack: two

@@ -274,7 +274,6 @@ class step_plan {
   bool risen_ = false;
   bool step_seen_ = false;               // a step start was seen since the plan was found
   std::uint64_t seen_start_calls_ = 0;   // driver calls at that step start
-  bool keep_ = false;                    // off_plan: keep the plan once its ranges are freed
   std::uint32_t stream_ = 0;
   // Serving.
   std::uintptr_t region_ = 0;

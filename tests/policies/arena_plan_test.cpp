@@ -41,6 +41,12 @@ struct job {
   arena_policy& a;
   std::vector<std::size_t> params;
   std::size_t peak_live = 0, live = 0;
+  // With batch_scale, each step first makes its input batch (tokens *
+  // batch_scale bytes) and frees the previous step's: what outlives a step
+  // differs in size from step to step, as a data loader's batch does.
+  std::size_t batch_scale = 0;
+  void* batch = nullptr;
+  std::size_t batch_bytes = 0;
 
   void* alloc(std::size_t bytes) {
     live += a.allocation_size(bytes);
@@ -57,6 +63,12 @@ struct job {
     const std::size_t act = tokens * 8 * KiB;          // a layer's input
     const std::size_t scores = tokens * tokens * 96;   // attention scores
     const std::size_t mlp = tokens * 22 * KiB;         // the MLP's inner width
+    if (batch_scale != 0) {
+      void* next = alloc(tokens * batch_scale);
+      if (batch != nullptr) free(batch, batch_bytes);
+      batch = next;
+      batch_bytes = tokens * batch_scale;
+    }
     std::vector<void*> kept;
     void* x = alloc(act);
     for (int l = 0; l < layers; ++l) {
@@ -118,10 +130,12 @@ struct outcome {
 // Runs the job for each entry of `tokens` (one step each); returns the
 // driver memory calls of each step and the peak memory held over the peak
 // live bytes.
-outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector<std::size_t>& logits_scale = {}) {
+outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector<std::size_t>& logits_scale = {},
+            std::size_t batch_scale = 0) {
   sim_backend sim(options());
   arena_policy a(with_plan(plan), sim);
   job j{a, {}};
+  j.batch_scale = batch_scale;
   std::vector<void*> weights;
   for (int l = 0; l < 8; ++l) {
     j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
@@ -138,6 +152,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
   for (const memory_segment& seg : a.memory_map().segments) {
     for (const memory_block& b : seg.blocks) (b.use == block_use::live ? out.map_live : out.map_free) += b.size;
   }
+  if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
   for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
   return out;
 }
@@ -208,6 +223,26 @@ TEST(arena_plan, a_larger_step_is_laid_out_again_at_its_start) {
   for (std::size_t i = 9; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
   EXPECT_LE(with.ratio, without.ratio + 1e-9);
   EXPECT_EQ(with.state.plan.dropped, 0u) << "the plan was left";
+}
+
+TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
+  // A job shaped like a decoder LM at sequence lengths drawn per step:
+  // long steps, short ones that best fit serves from mapped memory with no
+  // driver call, then long ones again, which best fit re-stitches. Its input
+  // batch outlives each step at the step's size, so the live bytes between
+  // two steps differ by a little. The plan is found in the first steps,
+  // waits while it would not pay (the short steps), and starts at the
+  // first step start after best fit paid more calls in a step than the
+  // plan's start costs: the long steps after that make no driver call, at
+  // no higher peak.
+  const std::vector<std::size_t> tokens = {2048, 1536, 384, 256, 384, 256,  1920,
+                                           2048, 2048, 1792, 2048, 1920, 1024, 2048};
+  const outcome with = run(tokens, true, {}, 64);
+  const outcome without = run(tokens, false, {}, 64);
+  EXPECT_GT(sum(without.calls, 7), 0u) << "the long steps do not exercise stitching";
+  for (std::size_t i = 8; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
+  EXPECT_LE(with.ratio, without.ratio + 1e-9);
+  EXPECT_GE(with.state.plan.planned_steps, 5u);
 }
 
 TEST(arena_plan, a_block_larger_than_its_slot_midway_hands_the_plan_over) {
