@@ -67,9 +67,7 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
           return next::place;
         }
         prev_layout_bytes_ = 0;
-        // A plan that waited (best fit served the steps since it was
-        // found, up to the high-water mark) must fit under that mark.
-        prev_layout_live_ = step_seen_ ? UINT64_MAX : live;
+        prev_layout_live_ = live;
         regrowing_ = true;
       }
       return next::need_region;
