@@ -17,18 +17,26 @@
 // the steps of one loop at other sequence lengths or image sizes have the
 // same shapes (a family). P is a period when the last 2P shapes are two
 // equal halves (a Z-array of the reversed sequence, O(n)) and the live
-// bytes come back over it (a step frees what it allocates; a run of layers,
-// whose forward keeps each layer's output, does not); the shortest such P. The step's phase is the allocation before which
-// the live bytes were lowest in the last period: between two steps, where
-// only what outlives a step (parameters, optimizer state) is live. No step
-// marker is needed.
+// bytes come back over it to within 1/256 of the period's rise (a step
+// frees what it allocates, but what outlives it, such as its input batch,
+// may differ in size from step to step; a run of layers, whose forward
+// keeps each layer's output, does not come back); the shortest such P. The
+// step's phase is the first allocation after the period's highest point
+// with the live bytes back at its low: between two steps, where only what
+// outlives a step (parameters, optimizer state) is live. No step marker is
+// needed.
 //
 // Planning. The period that ends at that phase is one step. Its blocks that
 // are freed within it, on the stream that allocated them, are *planned*,
 // each at the largest size seen at its point of the step over the repeats
 // in the history; the others (what outlives the step) are not. A plan is
 // started only if best fit made at least as many driver calls in the last
-// repeat as mapping the new range would cost. At the next step start the
+// repeat (later: in the step that just ended) as mapping the new range
+// would cost, and only under the memory held's high-water mark; else it
+// waits for the next step start (defer). A step start is found by the live
+// bytes (back at the step's low after rising a quarter of the way above
+// it), not by counting allocations: a step of another length may come
+// between the plan's repeats. At the step start the
 // planned blocks, each live over an interval of allocation indices, are
 // laid out greedily by size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the
