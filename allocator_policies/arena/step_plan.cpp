@@ -32,6 +32,22 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
     case mode::learning:
     case mode::draining:
       return next::place;
+    case mode::waiting:
+      // Left for a step of another shape, its ranges kept: back on the plan
+      // at the next step start (found as pending finds it) with no planned
+      // block live.
+      if (live_units_ > floor_ + floor_arm_) risen_ = true;
+      if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_ || live_planned_ != 0) {
+        // Within the step, on the plan's stream: in the ranges' free memory
+        // if a gap holds it (no new memory for the other shape), else best fit.
+        return in_ranges(units, stream);
+      }
+      risen_ = false;
+      mode_ = mode::active;
+      t_ = 0;
+      freed_in_gap_ = 0;
+      step_start_calls_ = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
+      break;
     case mode::pending:
       // The plan starts at a step's start: the first allocation on its
       // stream with the live bytes back at the step's floor after they
@@ -79,7 +95,7 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
   const slot& s = slots_[t_];
   if (s.stream != stream || freed_in_gap_ != due_in_gap_[t_]) {
     off_plan();
-    return next::place;
+    return in_ranges(units, stream);
   }
   if (units > s.units && (s.planned || t_ == 0)) {
     // A larger member of the family than any the plan was laid out for:
@@ -94,7 +110,7 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
     }
     if (s.planned) {
       off_plan(/*larger=*/true);
-      return next::place;
+      return in_ranges(units, stream);
     }
   }
   seen_[t_] = units;
@@ -106,7 +122,38 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
   return next::serve;
 }
 
+step_plan::next step_plan::in_ranges(std::uint32_t units, std::uint32_t stream) noexcept {
+  if (mode_ != mode::waiting || stream != stream_ || live_units_ <= floor_ + floor_slack_) return next::place;
+  waiting_addr_ = find_gap(std::uint64_t{units} * unit_bytes);
+  return waiting_addr_ != 0 ? next::serve : next::place;
+}
+
+std::uintptr_t step_plan::find_gap(std::uint64_t bytes) const noexcept {
+  // First fit over the ranges, around the blocks live in them (sorted).
+  auto o = occupied_.begin();
+  for (const auto& [lo, hi] : ranges_) {
+    while (o != occupied_.end() && o->second <= lo) ++o;
+    std::uintptr_t at = lo;
+    for (; o != occupied_.end() && o->first < hi; ++o) {
+      if (o->first >= at + bytes) return at;
+      at = std::max<std::uintptr_t>(at, o->second);
+    }
+    if (at + bytes <= hi) return at;
+  }
+  return 0;
+}
+
 std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
+  if (mode_ == mode::waiting) {
+    const std::uintptr_t addr = waiting_addr_;
+    const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
+    const std::pair<std::uintptr_t, std::uintptr_t> span{addr, addr + bytes};
+    occupied_.insert(std::upper_bound(occupied_.begin(), occupied_.end(), span), span);
+    live_[addr] = live_slot{never, bytes, requested};
+    ++live_planned_;
+    figures_.unplanned_bytes += bytes;
+    return addr;
+  }
   const slot& s = slots_[t_];
   const std::uintptr_t addr = s.offset;
   const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
@@ -130,7 +177,12 @@ step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stre
   const live_slot ls = it->second;
   live_.erase(it);
   --live_planned_;
-  if (mode_ == mode::active) {
+  if (mode_ == mode::waiting) {
+    const auto o = std::lower_bound(occupied_.begin(), occupied_.end(),
+                                    std::pair<std::uintptr_t, std::uintptr_t>{addr, 0});
+    if (o != occupied_.end() && o->first == addr) occupied_.erase(o);
+  }
+  if (mode_ == mode::active && ls.t != never) {
     if (stream == stream_ && slots_[ls.t].due == t_) {
       ++freed_in_gap_;
     } else {
@@ -169,6 +221,12 @@ void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcep
   }
   region_ = lo;
   region_bytes_ = hi - lo;
+  ranges_.clear();
+  for (const bin& b : bins) {
+    if (b.used != 0) ranges_.emplace_back(b.base, b.base + (b.used + unit_bytes - 1) / unit_bytes * unit_bytes);
+  }
+  if (plan_extent_ != 0) ranges_.emplace_back(base, base + (plan_extent_ + unit_bytes - 1) / unit_bytes * unit_bytes);
+  std::sort(ranges_.begin(), ranges_.end());
   mode_ = mode::active;
   t_ = 0;
   freed_in_gap_ = 0;
@@ -314,13 +372,34 @@ void step_plan::defer() noexcept {
 }
 
 void step_plan::leave() noexcept {
-  if (mode_ == mode::active) off_plan();
+  if (mode_ == mode::waiting) {
+    mode_ = mode::draining;
+    departures_ = 0;
+  }
+  if (mode_ == mode::active) {
+    departures_ = max_departures;  // drained, not kept
+    off_plan();
+  }
   if (mode_ == mode::pending) abandon();
 }
 
 void step_plan::off_plan(bool larger) noexcept {
-  mode_ = mode::draining;
   ++figures_.dropped;
+  if (plan_steps_ != 0 && departures_ < max_departures) {
+    // A step of another shape (a short sequence whose attention allocates
+    // otherwise) after whole steps served: the layout is kept for the steps
+    // of the plan's shape that follow. Best fit serves the rest of this step
+    // outside the ranges; the plan's live blocks stay where they are.
+    ++departures_;
+    mode_ = mode::waiting;
+    occupied_.clear();
+    for (const auto& [addr, ls] : live_) occupied_.emplace_back(addr, addr + ls.bytes);
+    std::sort(occupied_.begin(), occupied_.end());
+    risen_ = live_units_ > floor_ + floor_arm_;
+    return;
+  }
+  mode_ = mode::draining;
+  departures_ = 0;
   if (larger) {
     // The period was right; the sizes grew. Plan again as soon as this step
     // is in the history (right after its last allocation: the next step then
@@ -351,6 +430,7 @@ void step_plan::step_boundary() noexcept {
   }
   ++figures_.planned_steps;
   ++plan_steps_;
+  departures_ = 0;
   // The step's sizes, for resize_for(): kept when its first allocation is
   // the largest yet or the largest below it.
   const std::uint32_t x = seen_[0];

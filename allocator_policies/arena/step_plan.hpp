@@ -70,6 +70,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -193,7 +194,9 @@ class step_plan {
   [[nodiscard]] std::uint32_t live_planned() const noexcept { return live_planned_; }
 
  private:
-  enum class mode : std::uint8_t { learning, pending, active, draining };
+  // waiting: left for a step of another shape with the ranges kept, back
+  // on the plan at the next step start.
+  enum class mode : std::uint8_t { learning, pending, active, waiting, draining };
   struct event {
     std::uintptr_t addr;
     std::uint32_t units;
@@ -291,6 +294,17 @@ class step_plan {
   std::uint32_t live_planned_ = 0;
   std::uint64_t step_start_calls_ = 0;
   std::uint64_t plan_steps_ = 0;  // steps the current plan served whole
+  // Departures to waiting since the plan last served a whole step; at
+  // max_departures the plan is left for good (its ranges given back).
+  std::uint32_t departures_ = 0;
+  // Waiting: the ranges [lo, hi), sorted, and the blocks live in them, sorted.
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges_, occupied_;
+  std::uintptr_t waiting_addr_ = 0;  // where serve() puts the allocation at hand
+  [[nodiscard]] std::uintptr_t find_gap(std::uint64_t bytes) const noexcept;
+  /// Waiting, within a step, on the plan's stream: serve when a gap of the
+  /// ranges holds `units` (find_gap), else place.
+  [[nodiscard]] next in_ranges(std::uint32_t units, std::uint32_t stream) noexcept;
+  static constexpr std::uint32_t max_departures = 8;
   absl::flat_hash_map<std::uintptr_t, live_slot> live_;
   std::uint64_t (*read_calls_)(const void*) = nullptr;
   std::vector<std::uint64_t> call_marks_;  // [k]: driver calls before history allocation 256k
