@@ -17,6 +17,9 @@ constexpr std::uint32_t never = UINT32_MAX;
 /// most 1/live_slack of the step's rise above them (what outlives a step,
 /// e.g. its input batch, may differ in size from one step to the next).
 constexpr std::int64_t live_slack = 256;
+/// An allocation more than this many times its slot's size is taken for a
+/// step of another shape (the plan waits), not a larger one (it is left).
+constexpr std::uint32_t other_shape_growth = 16;
 
 // Folds v into the hash h (an allocation's key: its stream and the frees
 // before it, step_plan::extend_scan).
@@ -109,7 +112,10 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
       return next::need_region;
     }
     if (s.planned) {
-      off_plan(/*larger=*/true);
+      // Many times its slot (2,000 times on the live declm trace): a step
+      // of another shape whose allocations came out of line with the
+      // plan's, not a larger block of the family.
+      off_plan(/*larger=*/units / other_shape_growth <= s.units);
       return in_ranges(units, stream);
     }
   }
@@ -125,22 +131,36 @@ step_plan::next step_plan::before_allocate(std::uint32_t units, std::uint32_t st
 step_plan::next step_plan::in_ranges(std::uint32_t units, std::uint32_t stream) noexcept {
   if (mode_ != mode::waiting || stream != stream_ || live_units_ <= floor_ + floor_slack_) return next::place;
   waiting_addr_ = find_gap(std::uint64_t{units} * unit_bytes);
-  return waiting_addr_ != 0 ? next::serve : next::place;
+  if (waiting_addr_ != 0) return next::serve;
+  // No gap holds it: the plan is left as before (its live blocks become the
+  // arena's and its ranges serve the step), not new memory beside them.
+  mode_ = mode::draining;
+  departures_ = 0;
+  return next::place;
 }
 
 std::uintptr_t step_plan::find_gap(std::uint64_t bytes) const noexcept {
-  // First fit over the ranges, around the blocks live in them (sorted).
+  // Best fit over the ranges' gaps around the blocks live in them (sorted):
+  // the smallest gap that holds it, lowest first among equals.
+  std::uintptr_t best = 0;
+  std::uint64_t best_len = UINT64_MAX;
+  const auto consider = [&](std::uintptr_t at, std::uintptr_t end) {
+    if (end >= at + bytes && end - at < best_len) {
+      best = at;
+      best_len = end - at;
+    }
+  };
   auto o = occupied_.begin();
   for (const auto& [lo, hi] : ranges_) {
     while (o != occupied_.end() && o->second <= lo) ++o;
     std::uintptr_t at = lo;
     for (; o != occupied_.end() && o->first < hi; ++o) {
-      if (o->first >= at + bytes) return at;
+      if (o->first > at) consider(at, o->first);
       at = std::max<std::uintptr_t>(at, o->second);
     }
-    if (at + bytes <= hi) return at;
+    if (hi > at) consider(at, hi);
   }
-  return 0;
+  return best;
 }
 
 std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
@@ -148,8 +168,9 @@ std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
     const std::uintptr_t addr = waiting_addr_;
     const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
     const std::pair<std::uintptr_t, std::uintptr_t> span{addr, addr + bytes};
-    occupied_.insert(std::upper_bound(occupied_.begin(), occupied_.end(), span), span);
+    occupied_.reserve(occupied_.size() + 1);  // a throw here or below changes nothing
     live_[addr] = live_slot{never, bytes, requested};
+    occupied_.insert(std::upper_bound(occupied_.begin(), occupied_.end(), span), span);
     ++live_planned_;
     figures_.unplanned_bytes += bytes;
     return addr;
@@ -211,7 +232,15 @@ void step_plan::record(std::uintptr_t addr, std::uint32_t units, std::uint32_t s
   if (!is_free) ++allocs_;
 }
 
-void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcept {
+void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) {
+  // The ranges, for a step of another shape (waiting); first, so that a
+  // throw leaves the plan as it was.
+  ranges_.clear();
+  for (const bin& b : bins) {
+    if (b.used != 0) ranges_.emplace_back(b.base, b.base + (b.used + unit_bytes - 1) / unit_bytes * unit_bytes);
+  }
+  if (plan_extent_ != 0) ranges_.emplace_back(base, base + (plan_extent_ + unit_bytes - 1) / unit_bytes * unit_bytes);
+  std::sort(ranges_.begin(), ranges_.end());
   std::uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (slot& s : slots_) {
     if (!s.planned) continue;
@@ -221,12 +250,6 @@ void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcep
   }
   region_ = lo;
   region_bytes_ = hi - lo;
-  ranges_.clear();
-  for (const bin& b : bins) {
-    if (b.used != 0) ranges_.emplace_back(b.base, b.base + (b.used + unit_bytes - 1) / unit_bytes * unit_bytes);
-  }
-  if (plan_extent_ != 0) ranges_.emplace_back(base, base + (plan_extent_ + unit_bytes - 1) / unit_bytes * unit_bytes);
-  std::sort(ranges_.begin(), ranges_.end());
   mode_ = mode::active;
   t_ = 0;
   freed_in_gap_ = 0;
@@ -385,7 +408,7 @@ void step_plan::leave() noexcept {
 
 void step_plan::off_plan(bool larger) noexcept {
   ++figures_.dropped;
-  if (plan_steps_ != 0 && departures_ < max_departures) {
+  if (!larger && plan_steps_ != 0 && departures_ < max_departures) {
     // A step of another shape (a short sequence whose attention allocates
     // otherwise) after whole steps served: the layout is kept for the steps
     // of the plan's shape that follow. Best fit serves the rest of this step
@@ -395,7 +418,10 @@ void step_plan::off_plan(bool larger) noexcept {
     occupied_.clear();
     for (const auto& [addr, ls] : live_) occupied_.emplace_back(addr, addr + ls.bytes);
     std::sort(occupied_.begin(), occupied_.end());
-    risen_ = live_units_ > floor_ + floor_arm_;
+    // Left within the step (its live bytes may never rise a quarter of
+    // the plan's way): the next step start is the next time they are back
+    // at the floor.
+    risen_ = t_ > 0 || live_units_ > floor_ + floor_arm_;
     return;
   }
   mode_ = mode::draining;
@@ -612,6 +638,7 @@ bool step_plan::detect() {
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
   live_.reserve(items_.size());
+  occupied_.reserve(items_.size());  // off_plan() fills it with the live planned blocks
   ++figures_.steps_detected;
   figures_.step_allocations = period;
   figures_.step_planned_bytes = step_bytes;

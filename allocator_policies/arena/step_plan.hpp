@@ -56,12 +56,23 @@
 // allocation's as a power fitted on the two largest steps), and may raise
 // the memory held by as much as its planned live bytes grow. Anything else
 // that differs (a larger block later in the step, a free later or earlier
-// than planned, another stream) takes the step off the plan: from there the
-// arena places blocks as before; planned blocks still live are handed to
-// the arena at their addresses (left_with_live), the ranges are freed back
-// to the arena (their pages become cached spans, reused by stitching) and
-// learning goes on. Unplanned allocations in a planned step go through the
-// arena as before.
+// than planned, another stream) takes the step off the plan.
+//
+// Waiting. A step of another shape (a short sequence whose attention
+// allocates otherwise: a free out of line, another stream, or a block more
+// than 16 times its slot) that departs after the plan served whole steps
+// does not end it: the plan keeps its ranges and its live blocks, serves
+// the rest of the step's allocations on its stream above the step's floor
+// in the ranges' free gaps (best fit among the gaps around the blocks live
+// there), and is back at the next step start (found by the live bytes, as
+// pending finds it) with no block of its own live. Eight departures with no
+// whole step between, an allocation no gap holds, or a block up to 16 times
+// its slot (a larger step) leave it: from there the arena places blocks as
+// before; blocks still live in the ranges are handed to the arena at their
+// addresses (left_with_live), the ranges are freed back to the arena
+// (their pages become cached spans, reused by stitching) and learning goes
+// on. Unplanned allocations in a planned step go through the arena as
+// before.
 //
 // Not thread-safe, like the arena. The hot calls make no backend call and
 // no heap allocation beyond the history's growth (amortized); the map of
@@ -137,7 +148,7 @@ class step_plan {
   [[nodiscard]] std::uint64_t live_peak() const;
   /// The ranges are the arena's now (the used bins, and the new range at
   /// `base` if lay_out asked for one): the plan begins with this allocation.
-  void start(const std::vector<bin>& bins, std::uintptr_t base) noexcept;
+  void start(const std::vector<bin>& bins, std::uintptr_t base);
   /// Whether the pending plan is the current one laid out again for a
   /// larger step (the old ranges are the caller's to free before mapping
   /// the new ones), and the old layout's bytes and live peak, to hold the
