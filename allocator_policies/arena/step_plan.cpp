@@ -411,8 +411,9 @@ void step_plan::off_plan(bool larger) noexcept {
   if (!larger && plan_steps_ != 0 && departures_ < max_departures) {
     // A step of another shape (a short sequence whose attention allocates
     // otherwise) after whole steps served: the layout is kept for the steps
-    // of the plan's shape that follow. Best fit serves the rest of this step
-    // outside the ranges; the plan's live blocks stay where they are.
+    // of the plan's shape that follow. The rest of this step goes in the
+    // ranges' free gaps (in_ranges); the plan's live blocks stay where they
+    // are.
     ++departures_;
     mode_ = mode::waiting;
     occupied_.clear();
