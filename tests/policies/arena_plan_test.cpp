@@ -418,6 +418,36 @@ TEST(arena_plan, plan_runs_on_the_failure_fixture) {
   w.tear_down();
 }
 
+// Runs `steps` small steps (of another shape where `other` says so) with
+// every k-th `target` call failing (k = 0: every call in steps 3 to 8,
+// where the plan is found and would start, none before or after); after
+// every step the arena agrees with the device and every block keeps its
+// data; at the end the device is empty.
+void steps_under_faults(sim_fault_target target, std::uint64_t k, int steps, bool (*other)(int)) {
+  SCOPED_TRACE(::testing::Message() << "target " << static_cast<int>(target) << ", every " << k);
+  testing_arena::world w(small_spans());
+  void* weights = w.take(5 * testing_arena::G);
+  if (k != 0) w.sim->fail_every(target, k);
+  for (int i = 0; i < steps; ++i) {
+    if (k == 0 && i == 3) w.sim->fail_from(target, 1);
+    if (k == 0 && i == 9) w.sim->reset_faults();
+    try {
+      small_step(w, other(i));
+    } catch (const out_of_memory&) {
+      // A retry failed too: the step is cut short; its blocks stay live
+      // and are checked, then freed below.
+    }
+    ASSERT_TRUE(w.consistent()) << "step " << i;
+    while (w.blocks.size() > 1) w.give(w.blocks.back().p);
+  }
+  w.sim->reset_faults();
+  w.give(weights);
+  w.tear_down();
+}
+
+bool every_third_from_nine(int i) { return i >= 8 && i % 3 == 0; }
+bool never_other(int) { return false; }
+
 TEST(arena_plan, steps_of_another_shape_keep_the_plan_and_every_block_whole) {
   // Steps of another shape between planned ones on the backed fixture: the
   // plan waits through each (before: it was left at the first and never
@@ -426,12 +456,11 @@ TEST(arena_plan, steps_of_another_shape_keep_the_plan_and_every_block_whole) {
   // never overlap a live block (every block keeps its pattern), and the
   // arena agrees with the device after every step, with driver calls
   // failing too (as in the test below).
-  const auto other = [](int i) { return i >= 8 && i % 3 == 0; };
   {
     testing_arena::world w(small_spans());
     void* weights = w.take(5 * testing_arena::G);
     for (int i = 0; i < 24; ++i) {
-      small_step(w, other(i));
+      small_step(w, every_third_from_nine(i));
       ASSERT_TRUE(w.consistent()) << "step " << i;
     }
     EXPECT_GE(w.arena->state().plan.dropped, 5u) << "the other shape did not depart from the plan";
@@ -444,25 +473,7 @@ TEST(arena_plan, steps_of_another_shape_keep_the_plan_and_every_block_whole) {
   }
   for (const sim_fault_target target :
        {sim_fault_target::create_physical, sim_fault_target::map, sim_fault_target::set_access}) {
-    for (const std::uint64_t k : {2u, 3u, 7u}) {
-      SCOPED_TRACE(::testing::Message() << "target " << static_cast<int>(target) << ", every " << k);
-      testing_arena::world w(small_spans());
-      void* weights = w.take(5 * testing_arena::G);
-      w.sim->fail_every(target, k);
-      for (int i = 0; i < 24; ++i) {
-        try {
-          small_step(w, other(i));
-        } catch (const out_of_memory&) {
-          // A retry failed too: the step's blocks stay live, are checked,
-          // then freed below.
-        }
-        ASSERT_TRUE(w.consistent()) << "step " << i;
-        while (w.blocks.size() > 1) w.give(w.blocks.back().p);
-      }
-      w.sim->reset_faults();
-      w.give(weights);
-      w.tear_down();
-    }
+    for (const std::uint64_t k : {2u, 3u, 7u}) steps_under_faults(target, k, 24, every_third_from_nine);
   }
 }
 
@@ -476,27 +487,7 @@ TEST(arena_plan, failed_driver_calls_leave_the_plan_consistent) {
        {sim_fault_target::create_physical, sim_fault_target::map, sim_fault_target::set_access}) {
     // k = 0: every call fails in steps 3 to 8 (where the plan is found and
     // would start), none before or after.
-    for (const std::uint64_t k : {0u, 2u, 3u, 7u}) {
-      SCOPED_TRACE(::testing::Message() << "target " << static_cast<int>(target) << ", every " << k);
-      testing_arena::world w(small_spans());
-      void* weights = w.take(5 * testing_arena::G);
-      if (k != 0) w.sim->fail_every(target, k);
-      for (int i = 0; i < 16; ++i) {
-        if (k == 0 && i == 3) w.sim->fail_from(target, 1);
-        if (k == 0 && i == 9) w.sim->reset_faults();
-        try {
-          small_step(w);
-        } catch (const out_of_memory&) {
-          // A retry failed too: the step is cut short; its blocks stay live
-          // and are checked, then freed below.
-        }
-        ASSERT_TRUE(w.consistent()) << "step " << i;
-        while (w.blocks.size() > 1) w.give(w.blocks.back().p);
-      }
-      w.sim->reset_faults();
-      w.give(weights);
-      w.tear_down();
-    }
+    for (const std::uint64_t k : {0u, 2u, 3u, 7u}) steps_under_faults(target, k, 16, never_other);
   }
 }
 
