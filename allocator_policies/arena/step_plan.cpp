@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 namespace fragctl::arena_detail {
@@ -10,6 +11,13 @@ namespace {
 
 constexpr std::size_t unit_bytes = 512;
 constexpr std::uint32_t never = UINT32_MAX;
+/// The live bytes at a step's start may differ between two repeats by at
+/// most 1/live_slack of the step's rise above them (what outlives a step,
+/// e.g. its input batch, may differ in size from one step to the next).
+constexpr std::int64_t live_slack = 256;
+/// An allocation more than this many times its slot's size is taken for a
+/// step of another shape (the plan waits), not a larger one (it is left).
+constexpr std::uint32_t other_shape_growth = 16;
 
 // Folds v into the hash h (an allocation's key: its stream and the frees
 // before it, step_plan::extend_scan).
@@ -25,12 +33,39 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
     case mode::learning:
     case mode::draining:
       return next::place;
-    case mode::pending:
-      if (countdown_ > 0) {
-        --countdown_;
-        return next::place;
+    case mode::waiting:
+      // Left for a step of another shape, its ranges kept: back on the plan
+      // at the next step start (found as pending finds it) with no planned
+      // block live.
+      if (live_units_ > floor_ + floor_arm_) risen_ = true;
+      if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_ || live_planned_ != 0) {
+        // Within the step, on the plan's stream: in the ranges' free memory
+        // if a gap holds it (no new memory for the other shape), else best fit.
+        return in_ranges(units, stream);
       }
-      if (slots_[0].planned && slots_[0].stream == stream && units > slots_[0].units && !regrowing_) {
+      risen_ = false;
+      mode_ = mode::active;
+      t_ = 0;
+      freed_in_gap_ = 0;
+      step_start_calls_ = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
+      break;
+    case mode::pending:
+      // The plan starts at a step's start: the first allocation on its
+      // stream with the live bytes back at the step's floor after they
+      // rose well above it (a step of another length between the plan's
+      // repeats moves the start; counting allocations would miss it).
+      if (live_units_ > floor_ + floor_arm_) risen_ = true;
+      if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_) return next::place;
+      risen_ = false;
+      if (read_calls_ != nullptr) {
+        // What best fit made in the step that just ended, once one has
+        // ended since the plan was found (before: its last repeat's).
+        const std::uint64_t calls = read_calls_(read_ctx_);
+        if (step_seen_) recent_calls_ = calls - seen_start_calls_;
+        seen_start_calls_ = calls;
+      }
+      step_seen_ = true;
+      if (units > slots_[0].units && !regrowing_) {
         // The step about to be planned is larger than the layout: sized
         // for it as a larger step of a plan is (it may grow the memory
         // held as its live bytes grow), or, by sizes the history cannot
@@ -61,21 +96,26 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
   const slot& s = slots_[t_];
   if (s.stream != stream || freed_in_gap_ != due_in_gap_[t_]) {
     off_plan();
-    return next::place;
+    return in_ranges(units, stream);
   }
-  if (s.planned && units > s.units) {
+  if (units > s.units && (s.planned || t_ == 0)) {
     // A larger member of the family than any the plan was laid out for:
-    // at the step's start, laid out again for it; else left.
+    // at the step's start (its first allocation, planned or not), laid out
+    // again for it; else left.
     if (t_ == 0 && live_planned_ == 0 && resize_for(units)) {
       prev_layout_bytes_ = layout_bytes_;
       prev_layout_live_ = layout_live_;
       regrowing_ = true;
       mode_ = mode::pending;
-      countdown_ = 0;
       return next::need_region;
     }
-    off_plan(/*larger=*/true);
-    return next::place;
+    if (s.planned) {
+      // Many times its slot (2,000 times on the live declm trace): a step
+      // of another shape whose allocations came out of line with the
+      // plan's, not a larger block of the family.
+      off_plan(/*larger=*/units / other_shape_growth <= s.units);
+      return in_ranges(units, stream);
+    }
   }
   seen_[t_] = units;
   if (!s.planned) {
@@ -86,7 +126,53 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
   return next::serve;
 }
 
+step_plan::next step_plan::in_ranges(std::uint32_t units, std::uint32_t stream) noexcept {
+  if (mode_ != mode::waiting || stream != stream_ || live_units_ <= floor_ + floor_slack_) return next::place;
+  waiting_addr_ = find_gap(std::uint64_t{units} * unit_bytes);
+  if (waiting_addr_ != 0) return next::serve;
+  // No gap holds it: the plan is left as before (its live blocks become the
+  // arena's and its ranges serve the step), not new memory beside them.
+  mode_ = mode::draining;
+  departures_ = 0;
+  return next::place;
+}
+
+std::uintptr_t step_plan::find_gap(std::uint64_t bytes) const noexcept {
+  // Best fit over the ranges' gaps around the blocks live in them (sorted):
+  // the smallest gap that holds it, lowest first among equals.
+  std::uintptr_t best = 0;
+  std::uint64_t best_len = UINT64_MAX;
+  const auto consider = [&](std::uintptr_t at, std::uintptr_t end) {
+    if (end >= at + bytes && end - at < best_len) {
+      best = at;
+      best_len = end - at;
+    }
+  };
+  auto o = occupied_.begin();
+  for (const auto& [lo, hi] : ranges_) {
+    while (o != occupied_.end() && o->second <= lo) ++o;
+    std::uintptr_t at = lo;
+    for (; o != occupied_.end() && o->first < hi; ++o) {
+      if (o->first > at) consider(at, o->first);
+      at = std::max<std::uintptr_t>(at, o->second);
+    }
+    if (hi > at) consider(at, hi);
+  }
+  return best;
+}
+
 std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
+  if (mode_ == mode::waiting) {
+    const std::uintptr_t addr = waiting_addr_;
+    const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
+    const std::pair<std::uintptr_t, std::uintptr_t> span{addr, addr + bytes};
+    occupied_.reserve(occupied_.size() + 1);  // a throw here or below changes nothing
+    live_[addr] = live_slot{never, bytes, requested};
+    occupied_.insert(std::upper_bound(occupied_.begin(), occupied_.end(), span), span);
+    ++live_planned_;
+    figures_.unplanned_bytes += bytes;
+    return addr;
+  }
   const slot& s = slots_[t_];
   const std::uintptr_t addr = s.offset;
   const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
@@ -104,7 +190,12 @@ step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stre
   const live_slot ls = it->second;
   live_.erase(it);
   --live_planned_;
-  if (mode_ == mode::active) {
+  if (mode_ == mode::waiting) {
+    const auto o = std::lower_bound(occupied_.begin(), occupied_.end(),
+                                    std::pair<std::uintptr_t, std::uintptr_t>{addr, 0});
+    if (o != occupied_.end() && o->first == addr) occupied_.erase(o);
+  }
+  if (mode_ == mode::active && ls.t != never) {
     if (stream == stream_ && slots_[ls.t].due == t_) {
       ++freed_in_gap_;
     } else {
@@ -124,11 +215,20 @@ void step_plan::record_rare(std::uintptr_t addr, std::uint32_t units, std::uint3
     next_check_ = 256;
   }
   if (!is_free && allocs_ % 256 == 0) call_marks_.push_back(read_calls_ != nullptr ? read_calls_(read_ctx_) : 0);
+  live_units_ += is_free ? -std::int64_t{units} : std::int64_t{units};
   history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
   if (!is_free) ++allocs_;
 }
 
-void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) noexcept {
+void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) {
+  // The ranges, for a step of another shape (waiting); first, so that a
+  // throw leaves the plan as it was.
+  ranges_.clear();
+  for (const bin& b : bins) {
+    if (b.used != 0) ranges_.emplace_back(b.base, b.base + (b.used + unit_bytes - 1) / unit_bytes * unit_bytes);
+  }
+  if (plan_extent_ != 0) ranges_.emplace_back(base, base + (plan_extent_ + unit_bytes - 1) / unit_bytes * unit_bytes);
+  std::sort(ranges_.begin(), ranges_.end());
   std::uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (slot& s : slots_) {
     if (!s.planned) continue;
@@ -271,14 +371,50 @@ void step_plan::abandon() noexcept {
   figures_.step_planned_bytes = 0;
 }
 
+void step_plan::defer() noexcept {
+  // Kept for the next step's start, where it is judged again with the
+  // driver calls best fit made in that step.
+  if (regrowing_) {
+    regrowing_ = false;
+    if (region_bytes_ != 0) region_freed();  // the old layout's ranges are gone
+  }
+  mode_ = mode::pending;
+  risen_ = false;
+}
+
 void step_plan::leave() noexcept {
-  if (mode_ == mode::active) off_plan();
+  if (mode_ == mode::waiting) {
+    mode_ = mode::draining;
+    departures_ = 0;
+  }
+  if (mode_ == mode::active) {
+    departures_ = max_departures;  // drained, not kept
+    off_plan();
+  }
   if (mode_ == mode::pending) abandon();
 }
 
 void step_plan::off_plan(bool larger) noexcept {
-  mode_ = mode::draining;
   ++figures_.dropped;
+  if (!larger && plan_steps_ != 0 && departures_ < max_departures) {
+    // A step of another shape (a short sequence whose attention allocates
+    // otherwise) after whole steps served: the layout is kept for the steps
+    // of the plan's shape that follow. The rest of this step goes in the
+    // ranges' free gaps (in_ranges); the plan's live blocks stay where they
+    // are.
+    ++departures_;
+    mode_ = mode::waiting;
+    occupied_.clear();
+    for (const auto& [addr, ls] : live_) occupied_.emplace_back(addr, addr + ls.bytes);
+    std::sort(occupied_.begin(), occupied_.end());
+    // Left within the step (its live bytes may never rise a quarter of
+    // the plan's way): the next step start is the next time they are back
+    // at the floor.
+    risen_ = t_ > 0 || live_units_ > floor_ + floor_arm_;
+    return;
+  }
+  mode_ = mode::draining;
+  departures_ = 0;
   if (larger) {
     // The period was right; the sizes grew. Plan again as soon as this step
     // is in the history (right after its last allocation: the next step then
@@ -309,6 +445,7 @@ void step_plan::step_boundary() noexcept {
   }
   ++figures_.planned_steps;
   ++plan_steps_;
+  departures_ = 0;
   // The step's sizes, for resize_for(): kept when its first allocation is
   // the largest yet or the largest below it.
   const std::uint32_t x = seen_[0];
@@ -386,30 +523,55 @@ bool step_plan::detect() {
   // layers (forward keeps each layer's output, backward frees it) does not,
   // and two or more steps are a multiple of it.
   // The step starts where the live bytes are lowest in its last repeat.
-  std::size_t period = 0, m = 0;
+  std::size_t period = 0, low_at = 0, top = 0;
+  std::int64_t rise = 0;
   for (std::size_t p = min_period_; p <= n / 2 && period == 0; ++p) {
     if (z[p] < p) continue;
-    std::size_t low = n - p;
+    std::size_t low = n - p, hi = n - p;
     for (std::size_t a = n - p; a < n; ++a) {
       if (live_before[a] < live_before[low]) low = a;
+      if (live_before[a] > live_before[hi]) hi = a;
     }
-    if (live_before[low] == live_before[low - p]) {
+    const std::int64_t high = live_before[hi];
+    if (std::abs(live_before[low] - live_before[low - p]) <= (high - live_before[low]) / live_slack) {
       period = p;
-      m = low;
+      low_at = low;
+      top = hi;
+      rise = high - live_before[low];
     }
   }
   if (period == 0) return false;
+  // The step starts at the first allocation after the period's highest
+  // point with the live bytes back at its low (within the slack: two
+  // allocations at the low, such as a step's inputs, are told apart the
+  // same way when the plan starts).
+  const std::int64_t slack = rise / live_slack, arm = rise / 4;
+  std::size_t m = low_at;
+  for (std::size_t i = 1; i <= period; ++i) {
+    const std::size_t a = n - period + (top - (n - period) + i) % period;
+    if (live_before[a] <= live_before[low_at] + slack) {
+      m = a;
+      break;
+    }
+  }
   const std::size_t first = m - period;
   const std::uint32_t end_event = at[m];
+  // How far back the history repeats with this period, past a few keys
+  // that differ (two a repeat: what a step frees of the one before it is
+  // named by its distance, which a step of another length changes).
+  std::size_t same = z[period];
+  for (std::size_t missed = 0; period + same < n; ++same) {
+    if (r[same] != r[period + same] && ++missed > 2 + 2 * (same / period)) break;
+  }
   stream_ = history_[at[first]].stream;
   // The step's slots; planned ones live over [t, due) in allocation indices,
   // at the largest size seen at their point of the step over every repeat
-  // of it in the history (the allocations from n - period - z[period] on
+  // of it in the history (the allocations from n - period - same on
   // repeat with that period).
   slots_.assign(period, slot{});
   seen_.assign(period, 0);
   due_in_gap_.assign(period + 1, 0);
-  for (std::size_t a = n - period - z[period]; a < n; ++a) {
+  for (std::size_t a = n - period - same; a < n; ++a) {
     const std::size_t t = (a + period - first % period) % period;
     slots_[t].units = std::max(slots_[t].units, history_[at[a]].units);
   }
@@ -417,7 +579,7 @@ bool step_plan::detect() {
   // allocation: the two largest, for regrow().
   std::size_t r_hi = first, r_lo = first;
   x_hi_ = x_lo_ = 0;
-  for (std::size_t k = m + period <= n ? m : first; k >= n - period - z[period]; k -= period) {
+  for (std::size_t k = m + period <= n ? m : first; k >= n - period - same; k -= period) {
     const std::uint32_t x = history_[at[k]].units;
     if (x > x_hi_) {
       x_lo_ = x_hi_;
@@ -453,10 +615,19 @@ bool step_plan::detect() {
   if (items_.empty()) return false;
   plan_period_ = period;
   plan_steps_ = 0;  // a new plan: start() keeps the count only for a plan laid out again
-  countdown_ = m + period - n;
+  // The step's floor, in the live units counted since the start (the
+  // history's may have started later), and how far a repeat may differ.
+  floor_ = live_units_ - (scan_.live - live_before[low_at]);
+  floor_slack_ = slack;
+  floor_arm_ = arm;
+  // Past the highest point of this repeat with its start behind: the next
+  // start comes after the next highest point.
+  risen_ = m < top;
+  step_seen_ = false;
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
   live_.reserve(items_.size());
+  occupied_.reserve(items_.size());  // off_plan() fills it with the live planned blocks
   ++figures_.steps_detected;
   figures_.step_allocations = period;
   figures_.step_planned_bytes = step_bytes;

@@ -17,18 +17,26 @@
 // the steps of one loop at other sequence lengths or image sizes have the
 // same shapes (a family). P is a period when the last 2P shapes are two
 // equal halves (a Z-array of the reversed sequence, O(n)) and the live
-// bytes come back over it (a step frees what it allocates; a run of layers,
-// whose forward keeps each layer's output, does not); the shortest such P. The step's phase is the allocation before which
-// the live bytes were lowest in the last period: between two steps, where
-// only what outlives a step (parameters, optimizer state) is live. No step
-// marker is needed.
+// bytes come back over it to within 1/256 of the period's rise (a step
+// frees what it allocates, but what outlives it, such as its input batch,
+// may differ in size from step to step; a run of layers, whose forward
+// keeps each layer's output, does not come back); the shortest such P. The
+// step's phase is the first allocation after the period's highest point
+// with the live bytes back at its low: between two steps, where only what
+// outlives a step (parameters, optimizer state) is live. No step marker is
+// needed.
 //
 // Planning. The period that ends at that phase is one step. Its blocks that
 // are freed within it, on the stream that allocated them, are *planned*,
 // each at the largest size seen at its point of the step over the repeats
 // in the history; the others (what outlives the step) are not. A plan is
 // started only if best fit made at least as many driver calls in the last
-// repeat as mapping the new range would cost. At the next step start the
+// repeat (later: in the step that just ended) as mapping the new range
+// would cost, and only under the memory held's high-water mark; else it
+// waits for the next step start (defer). A step start is found by the live
+// bytes (back at the step's low after rising a quarter of the way above
+// it), not by counting allocations: a step of another length may come
+// between the plan's repeats. At the step start the
 // planned blocks, each live over an interval of allocation indices, are
 // laid out greedily by size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the
@@ -48,12 +56,23 @@
 // allocation's as a power fitted on the two largest steps), and may raise
 // the memory held by as much as its planned live bytes grow. Anything else
 // that differs (a larger block later in the step, a free later or earlier
-// than planned, another stream) takes the step off the plan: from there the
-// arena places blocks as before; planned blocks still live are handed to
-// the arena at their addresses (left_with_live), the ranges are freed back
-// to the arena (their pages become cached spans, reused by stitching) and
-// learning goes on. Unplanned allocations in a planned step go through the
-// arena as before.
+// than planned, another stream) takes the step off the plan.
+//
+// Waiting. A step of another shape (a short sequence whose attention
+// allocates otherwise: a free out of line, another stream, or a block more
+// than 16 times its slot) that departs after the plan served whole steps
+// does not end it: the plan keeps its ranges and its live blocks, serves
+// the rest of the step's allocations on its stream above the step's floor
+// in the ranges' free gaps (best fit among the gaps around the blocks live
+// there), and is back at the next step start (found by the live bytes, as
+// pending finds it) with no block of its own live. Eight departures with no
+// whole step between, an allocation no gap holds, or a block up to 16 times
+// its slot (a larger step) leave it: from there the arena places blocks as
+// before; blocks still live in the ranges are handed to the arena at their
+// addresses (left_with_live), the ranges are freed back to the arena
+// (their pages become cached spans, reused by stitching) and learning goes
+// on. Unplanned allocations in a planned step go through the arena as
+// before.
 //
 // Not thread-safe, like the arena. The hot calls make no backend call and
 // no heap allocation beyond the history's growth (amortized); the map of
@@ -62,6 +81,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -138,7 +158,7 @@ class step_plan {
   [[nodiscard]] std::uint64_t live_peak() const;
   /// The ranges are the arena's now (the used bins, and the new range at
   /// `base` if lay_out asked for one): the plan begins with this allocation.
-  void start(const std::vector<bin>& bins, std::uintptr_t base) noexcept;
+  void start(const std::vector<bin>& bins, std::uintptr_t base);
   /// Whether the pending plan is the current one laid out again for a
   /// larger step (the old ranges are the caller's to free before mapping
   /// the new ones), and the old layout's bytes and live peak, to hold the
@@ -150,6 +170,9 @@ class step_plan {
   [[nodiscard]] std::uint64_t previous_layout_live() const noexcept { return prev_layout_live_; }
   /// The region could not be had: forget the plan.
   void abandon() noexcept;
+  /// The plan would not pay for its start, or would raise the memory held
+  /// above its high-water mark: keep it for the next step's start.
+  void defer() noexcept;
   /// Whether the plan's ranges are to be given back: the plan was left and
   /// no planned block is live. The caller frees them and calls region_freed().
   [[nodiscard]] bool region_to_free() const noexcept {
@@ -192,7 +215,9 @@ class step_plan {
   [[nodiscard]] std::uint32_t live_planned() const noexcept { return live_planned_; }
 
  private:
-  enum class mode : std::uint8_t { learning, pending, active, draining };
+  // waiting: left for a step of another shape with the ranges kept, back
+  // on the plan at the next step start.
+  enum class mode : std::uint8_t { learning, pending, active, waiting, draining };
   struct event {
     std::uintptr_t addr;
     std::uint32_t units;
@@ -224,6 +249,7 @@ class step_plan {
       record_rare(addr, units, stream, is_free);
       return;
     }
+    live_units_ += is_free ? -std::int64_t{units} : std::int64_t{units};
     history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
     if (!is_free) ++allocs_;
   }
@@ -287,7 +313,14 @@ class step_plan {
   std::uint64_t layout_bytes_ = 0, layout_live_ = 0;            // of the last lay_out
   std::uint64_t prev_layout_bytes_ = 0, prev_layout_live_ = 0;  // of the layout before a regrow
   std::uint64_t plan_period_ = 0;
-  std::uint64_t countdown_ = 0;  // pending: allocations until the step starts
+  // Pending: the plan starts at the next step start, the first allocation
+  // with the live units at most floor_ + floor_slack_ after they rose above
+  // floor_ + floor_arm_.
+  std::int64_t live_units_ = 0;  // live 512-byte units (all allocations seen)
+  std::int64_t floor_ = 0, floor_slack_ = 0, floor_arm_ = 0;
+  bool risen_ = false;
+  bool step_seen_ = false;               // a step start was seen since the plan was found
+  std::uint64_t seen_start_calls_ = 0;   // driver calls at that step start
   std::uint32_t stream_ = 0;
   // Serving.
   std::uintptr_t region_ = 0;
@@ -297,6 +330,17 @@ class step_plan {
   std::uint32_t live_planned_ = 0;
   std::uint64_t step_start_calls_ = 0;
   std::uint64_t plan_steps_ = 0;  // steps the current plan served whole
+  // Departures to waiting since the plan last served a whole step; at
+  // max_departures the plan is left for good (its ranges given back).
+  std::uint32_t departures_ = 0;
+  // Waiting: the ranges [lo, hi), sorted, and the blocks live in them, sorted.
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges_, occupied_;
+  std::uintptr_t waiting_addr_ = 0;  // where serve() puts the allocation at hand
+  [[nodiscard]] std::uintptr_t find_gap(std::uint64_t bytes) const noexcept;
+  /// Waiting, within a step, on the plan's stream: serve when a gap of the
+  /// ranges holds `units` (find_gap), else place.
+  [[nodiscard]] next in_ranges(std::uint32_t units, std::uint32_t stream) noexcept;
+  static constexpr std::uint32_t max_departures = 8;
   absl::flat_hash_map<std::uintptr_t, live_slot> live_;
   std::uint64_t (*read_calls_)(const void*) = nullptr;
   std::vector<std::uint64_t> call_marks_;  // [k]: driver calls before history allocation 256k

@@ -41,6 +41,12 @@ struct job {
   arena_policy& a;
   std::vector<std::size_t> params;
   std::size_t peak_live = 0, live = 0;
+  // With batch_scale, each step first makes its input batch (tokens *
+  // batch_scale bytes) and frees the previous step's: what outlives a step
+  // differs in size from step to step, as a data loader's batch does.
+  std::size_t batch_scale = 0;
+  void* batch = nullptr;
+  std::size_t batch_bytes = 0;
 
   void* alloc(std::size_t bytes) {
     live += a.allocation_size(bytes);
@@ -52,11 +58,20 @@ struct job {
     a.deallocate(p, bytes, 0);
   }
 
-  void step(std::size_t tokens, std::size_t logits_scale = 1) {
+  // With other_shape, attention's backward makes one tensor fewer per layer
+  // (a short sequence's kernels): the step departs from the long steps'
+  // shape midway.
+  void step(std::size_t tokens, std::size_t logits_scale = 1, bool other_shape = false) {
     constexpr int layers = 8;
     const std::size_t act = tokens * 8 * KiB;          // a layer's input
     const std::size_t scores = tokens * tokens * 96;   // attention scores
     const std::size_t mlp = tokens * 22 * KiB;         // the MLP's inner width
+    if (batch_scale != 0) {
+      void* next = alloc(tokens * batch_scale);
+      if (batch != nullptr) free(batch, batch_bytes);
+      batch = next;
+      batch_bytes = tokens * batch_scale;
+    }
     std::vector<void*> kept;
     void* x = alloc(act);
     for (int l = 0; l < layers; ++l) {
@@ -87,10 +102,10 @@ struct job {
       free(s, scores);
       void* g = alloc(params[static_cast<std::size_t>(l)]);
       grads.push_back(g);
-      void* dp = alloc(scores * 2);
+      void* dp = other_shape ? nullptr : alloc(scores * 2);
       free(p, scores * 2);
       void* ndx = alloc(act);
-      free(dp, scores * 2);
+      if (dp != nullptr) free(dp, scores * 2);
       free(m, mlp);
       free(dx, act);
       free(kept[static_cast<std::size_t>(l)], act);
@@ -118,10 +133,12 @@ struct outcome {
 // Runs the job for each entry of `tokens` (one step each); returns the
 // driver memory calls of each step and the peak memory held over the peak
 // live bytes.
-outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector<std::size_t>& logits_scale = {}) {
+outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector<std::size_t>& logits_scale = {},
+            std::size_t batch_scale = 0, const std::vector<bool>& other_shape = {}) {
   sim_backend sim(options());
   arena_policy a(with_plan(plan), sim);
   job j{a, {}};
+  j.batch_scale = batch_scale;
   std::vector<void*> weights;
   for (int l = 0; l < 8; ++l) {
     j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
@@ -130,7 +147,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
   outcome out;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::uint64_t before = sim.counters().memory_calls();
-    j.step(tokens[i], i < logits_scale.size() ? logits_scale[i] : 1);
+    j.step(tokens[i], i < logits_scale.size() ? logits_scale[i] : 1, i < other_shape.size() && other_shape[i]);
     out.calls.push_back(sim.counters().memory_calls() - before);
   }
   out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
@@ -138,6 +155,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
   for (const memory_segment& seg : a.memory_map().segments) {
     for (const memory_block& b : seg.blocks) (b.use == block_use::live ? out.map_live : out.map_free) += b.size;
   }
+  if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
   for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
   return out;
 }
@@ -208,6 +226,58 @@ TEST(arena_plan, a_larger_step_is_laid_out_again_at_its_start) {
   for (std::size_t i = 9; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
   EXPECT_LE(with.ratio, without.ratio + 1e-9);
   EXPECT_EQ(with.state.plan.dropped, 0u) << "the plan was left";
+}
+
+TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
+  // A job shaped like a decoder LM at sequence lengths drawn per step:
+  // long steps, short ones that best fit serves from mapped memory with no
+  // driver call, then long ones again, which best fit re-stitches. Its input
+  // batch outlives each step at the step's size, so the live bytes between
+  // two steps differ by a little. The plan is found in the first steps,
+  // waits while it would not pay (the short steps), and starts at the
+  // first step start after best fit paid more calls in a step than the
+  // plan's start costs: the long steps after that make no driver call, at
+  // no higher peak.
+  const std::vector<std::size_t> tokens = {2048, 1536, 384, 256, 384, 256,  1920,
+                                           2048, 2048, 1792, 2048, 1920, 1024, 2048};
+  const outcome with = run(tokens, true, {}, 64);
+  const outcome without = run(tokens, false, {}, 64);
+  EXPECT_GT(sum(without.calls, 7), 0u) << "the long steps do not exercise stitching";
+  for (std::size_t i = 8; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
+  EXPECT_LE(with.ratio, without.ratio + 1e-9);
+  EXPECT_GE(with.state.plan.planned_steps, 5u);
+}
+
+TEST(arena_plan, steps_of_the_plan_shape_after_one_of_another_shape_stay_planned) {
+  // Long steps at sequence lengths drawn per step, with short steps of
+  // another shape between them (attention's backward allocates otherwise
+  // below some length): the plan departs midway through each short step,
+  // keeps its layout (the rest of the short step is served in its ranges'
+  // free memory) and serves the long steps after it with no driver call,
+  // at no higher peak. Without the plan best fit re-stitches in the long
+  // steps (the positive control).
+  const std::vector<std::size_t> tokens = {1024, 1536, 768, 2048, 1280, 1792, 896, 1664, 1152, 1920, 256,
+                                           1408, 1856, 1216, 384, 1984, 1088, 1600, 256, 1344, 1920, 1472};
+  std::vector<bool> other(tokens.size(), false);
+  other[10] = other[14] = other[18] = true;
+  const outcome with = run(tokens, true, {}, 0, other);
+  const outcome without = run(tokens, false, {}, 0, other);
+  std::uint64_t without_long = 0;
+  for (std::size_t i = 11; i < tokens.size(); ++i) {
+    if (!other[i]) without_long += without.calls[i];
+  }
+  EXPECT_GT(without_long, 0u) << "the long steps do not exercise stitching";
+  ASSERT_GE(with.state.plan.dropped, 1u) << "the short steps do not depart from the plan";
+  // Before (the plan given up at each short step, best fit re-stitching on
+  // its layout): 3,690 calls in these steps against best fit's 1,761, and
+  // 4.66 times the live bytes held.
+  for (std::size_t i = 11; i < tokens.size(); ++i) {
+    if (!other[i]) {
+      EXPECT_EQ(with.calls[i], 0u) << "step " << i;
+    }
+  }
+  EXPECT_LE(with.ratio, without.ratio + 1e-9);
+  EXPECT_EQ(with.map_live, with.state.allocated);
 }
 
 TEST(arena_plan, a_block_larger_than_its_slot_midway_hands_the_plan_over) {
@@ -294,7 +364,10 @@ TEST(arena_plan, figures_reach_json_and_report) {
 
 // A small repeating step on the backed fixture of the failure tests: kept
 // inputs, transient blocks of several sizes, gradients until the step's end.
-void small_step(testing_arena::world& w) {
+// With other_shape, the backward's recomputed block is freed after the
+// kept input (another order) and one more, small block comes: a step of
+// another shape, departing from the plan midway.
+void small_step(testing_arena::world& w, bool other_shape = false) {
   using testing_arena::G;
   std::vector<void*> kept, grads;
   for (int l = 0; l < 8; ++l) {
@@ -307,8 +380,15 @@ void small_step(testing_arena::world& w) {
   for (int l = 7; l >= 0; --l) {
     void* r = w.take(20 * G);
     grads.push_back(w.take(3 * G));
-    w.give(r);
-    w.give(kept[static_cast<std::size_t>(l)]);
+    if (other_shape) {
+      w.give(kept[static_cast<std::size_t>(l)]);
+      void* extra = w.take(G);
+      w.give(r);
+      w.give(extra);
+    } else {
+      w.give(r);
+      w.give(kept[static_cast<std::size_t>(l)]);
+    }
   }
   for (void* g : grads) w.give(g);
 }
@@ -338,6 +418,65 @@ TEST(arena_plan, plan_runs_on_the_failure_fixture) {
   w.tear_down();
 }
 
+// Runs `steps` small steps (of another shape where `other` says so) with
+// every k-th `target` call failing (k = 0: every call in steps 3 to 8,
+// where the plan is found and would start, none before or after); after
+// every step the arena agrees with the device and every block keeps its
+// data; at the end the device is empty.
+void steps_under_faults(sim_fault_target target, std::uint64_t k, int steps, bool (*other)(int)) {
+  SCOPED_TRACE(::testing::Message() << "target " << static_cast<int>(target) << ", every " << k);
+  testing_arena::world w(small_spans());
+  void* weights = w.take(5 * testing_arena::G);
+  if (k != 0) w.sim->fail_every(target, k);
+  for (int i = 0; i < steps; ++i) {
+    if (k == 0 && i == 3) w.sim->fail_from(target, 1);
+    if (k == 0 && i == 9) w.sim->reset_faults();
+    try {
+      small_step(w, other(i));
+    } catch (const out_of_memory&) {
+      // A retry failed too: the step is cut short; its blocks stay live
+      // and are checked, then freed below.
+    }
+    ASSERT_TRUE(w.consistent()) << "step " << i;
+    while (w.blocks.size() > 1) w.give(w.blocks.back().p);
+  }
+  w.sim->reset_faults();
+  w.give(weights);
+  w.tear_down();
+}
+
+bool every_third_from_nine(int i) { return i >= 8 && i % 3 == 0; }
+bool never_other(int) { return false; }
+
+TEST(arena_plan, steps_of_another_shape_keep_the_plan_and_every_block_whole) {
+  // Steps of another shape between planned ones on the backed fixture: the
+  // plan waits through each (before: it was left at the first and never
+  // served again, 2 steps planned in all) and serves the steps of its
+  // shape after them; the blocks it serves in its ranges' gaps meanwhile
+  // never overlap a live block (every block keeps its pattern), and the
+  // arena agrees with the device after every step, with driver calls
+  // failing too (as in the test below).
+  {
+    testing_arena::world w(small_spans());
+    void* weights = w.take(5 * testing_arena::G);
+    for (int i = 0; i < 24; ++i) {
+      small_step(w, every_third_from_nine(i));
+      ASSERT_TRUE(w.consistent()) << "step " << i;
+    }
+    EXPECT_GE(w.arena->state().plan.dropped, 5u) << "the other shape did not depart from the plan";
+    // Steps 8, 10, 11, 13, ... 22 (the last one is counted at the next
+    // step's start).
+    EXPECT_GE(w.arena->state().plan.planned_steps, 11u);
+    EXPECT_EQ(w.arena->state().plan.steps_detected, 1u);
+    w.give(weights);
+    w.tear_down();
+  }
+  for (const sim_fault_target target :
+       {sim_fault_target::create_physical, sim_fault_target::map, sim_fault_target::set_access}) {
+    for (const std::uint64_t k : {2u, 3u, 7u}) steps_under_faults(target, k, 24, every_third_from_nine);
+  }
+}
+
 TEST(arena_plan, failed_driver_calls_leave_the_plan_consistent) {
   // Every k-th create, map or set_access fails (memory pressure that comes
   // and goes), including those that map the plan's range: each growth is
@@ -348,27 +487,7 @@ TEST(arena_plan, failed_driver_calls_leave_the_plan_consistent) {
        {sim_fault_target::create_physical, sim_fault_target::map, sim_fault_target::set_access}) {
     // k = 0: every call fails in steps 3 to 8 (where the plan is found and
     // would start), none before or after.
-    for (const std::uint64_t k : {0u, 2u, 3u, 7u}) {
-      SCOPED_TRACE(::testing::Message() << "target " << static_cast<int>(target) << ", every " << k);
-      testing_arena::world w(small_spans());
-      void* weights = w.take(5 * testing_arena::G);
-      if (k != 0) w.sim->fail_every(target, k);
-      for (int i = 0; i < 16; ++i) {
-        if (k == 0 && i == 3) w.sim->fail_from(target, 1);
-        if (k == 0 && i == 9) w.sim->reset_faults();
-        try {
-          small_step(w);
-        } catch (const out_of_memory&) {
-          // A retry failed too: the step is cut short; its blocks stay live
-          // and are checked, then freed below.
-        }
-        ASSERT_TRUE(w.consistent()) << "step " << i;
-        while (w.blocks.size() > 1) w.give(w.blocks.back().p);
-      }
-      w.sim->reset_faults();
-      w.give(weights);
-      w.tear_down();
-    }
+    for (const std::uint64_t k : {0u, 2u, 3u, 7u}) steps_under_faults(target, k, 16, never_other);
   }
 }
 
