@@ -615,9 +615,13 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
       addr = s.place(size, si, bytes);
     } catch (const out_of_memory&) {
       // The plan's region, idle between steps, is memory the arena may take.
-      if (!s.plan.has_region() || s.plan.live_planned() != 0) throw;
+      if (!s.plan.has_region()) throw;
       s.plan.leave();
-      s.free_region();
+      if (s.plan.left_with_live()) {
+        s.hand_over();  // a waiting (or active) plan's free gaps become the arena's
+      } else if (s.plan.region_to_free()) {
+        s.free_region();
+      }
       addr = s.place(size, si, bytes);
     }
     s.note(addr, size, si, /*is_free=*/false, /*planned=*/false);

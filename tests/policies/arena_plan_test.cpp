@@ -491,5 +491,65 @@ TEST(arena_plan, failed_driver_calls_leave_the_plan_consistent) {
   }
 }
 
+// A plan waiting through a step of another shape with blocks live must not
+// keep its ranges' free memory from the arena: an allocation on another
+// stream that best fit can serve once the ranges are handed over gets it,
+// not out_of_memory (the fallback gave the ranges back only when no planned
+// block was live).
+bool other_stream_allocation_while_waiting(bool plan, std::size_t x, std::uint64_t* dropped,
+                                           std::uint64_t* planned_steps) {
+  using testing_arena::G;
+  config cfg = small_spans();
+  cfg.step_plan = plan;
+  testing_arena::world w(cfg);
+  void* weights = w.take(5 * G);
+  for (int i = 0; i < 12; ++i) small_step(w);
+  *planned_steps = w.arena->state().plan.planned_steps;
+  // A step of another shape (small_step(w, true)) up to its first departure.
+  std::vector<void*> kept;
+  for (int l = 0; l < 8; ++l) {
+    void* a = w.take(10 * G + 512);
+    void* b = w.take(20 * G);
+    w.give(a);
+    kept.push_back(w.take(2 * G + 1024));
+    w.give(b);
+  }
+  void* r = w.take(20 * G);
+  void* g = w.take(3 * G);
+  w.give(kept[7]);          // out of line: the next allocation departs
+  void* extra = w.take(G);  // the plan waits; served in a gap of its ranges
+  w.give(r);
+  w.give(extra);
+  *dropped = w.arena->state().plan.dropped;
+  // g and kept[0..6] are live in the plan's ranges; another stream asks.
+  stream_t s = w.sim->create_stream();
+  bool ok = false;
+  try {
+    void* p = w.arena->allocate(x, s);
+    ok = true;
+    w.arena->deallocate(p, x, s);
+  } catch (const out_of_memory&) {
+  }
+  EXPECT_TRUE(w.consistent());
+  w.give(g);
+  for (int l = 0; l < 7; ++l) w.give(kept[static_cast<std::size_t>(l)]);
+  w.give(weights);
+  w.sim->synchronize_stream(s);
+  w.tear_down();
+  w.sim->destroy_stream(s);
+  return ok;
+}
+
+TEST(arena_plan, a_waiting_plan_does_not_fail_another_streams_allocation) {
+  using testing_arena::G;
+  std::uint64_t dropped = 0, planned = 0;
+  ASSERT_TRUE(other_stream_allocation_while_waiting(false, 210 * G, &dropped, &planned))
+      << "control: best fit serves it (up to 230G here)";
+  const bool ok = other_stream_allocation_while_waiting(true, 210 * G, &dropped, &planned);
+  ASSERT_GE(planned, 3u) << "control: the plan serves the steps";
+  ASSERT_EQ(dropped, 1u) << "control: the plan departed once and waits";
+  EXPECT_TRUE(ok) << "out_of_memory while the waiting plan's ranges hold the free memory (largest that passes: 200G)";
+}
+
 }  // namespace
 }  // namespace fragctl
