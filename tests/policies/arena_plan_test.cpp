@@ -367,9 +367,10 @@ TEST(arena_plan, figures_reach_json_and_report) {
 // With other_shape, the backward's recomputed block is freed after the
 // kept input (another order) and one more, small block comes: a step of
 // another shape, departing from the plan midway.
-void small_step(testing_arena::world& w, bool other_shape = false) {
+// small_step's forward: eight layers, each keeping one input.
+std::vector<void*> small_forward(testing_arena::world& w) {
   using testing_arena::G;
-  std::vector<void*> kept, grads;
+  std::vector<void*> kept;
   for (int l = 0; l < 8; ++l) {
     void* a = w.take(10 * G + 512);
     void* b = w.take(20 * G);
@@ -377,6 +378,12 @@ void small_step(testing_arena::world& w, bool other_shape = false) {
     kept.push_back(w.take(2 * G + 1024));
     w.give(b);
   }
+  return kept;
+}
+
+void small_step(testing_arena::world& w, bool other_shape = false) {
+  using testing_arena::G;
+  std::vector<void*> kept = small_forward(w), grads;
   for (int l = 7; l >= 0; --l) {
     void* r = w.take(20 * G);
     grads.push_back(w.take(3 * G));
@@ -506,14 +513,7 @@ bool other_stream_allocation_while_waiting(bool plan, std::size_t x, std::uint64
   for (int i = 0; i < 12; ++i) small_step(w);
   *planned_steps = w.arena->state().plan.planned_steps;
   // A step of another shape (small_step(w, true)) up to its first departure.
-  std::vector<void*> kept;
-  for (int l = 0; l < 8; ++l) {
-    void* a = w.take(10 * G + 512);
-    void* b = w.take(20 * G);
-    w.give(a);
-    kept.push_back(w.take(2 * G + 1024));
-    w.give(b);
-  }
+  std::vector<void*> kept = small_forward(w);
   void* r = w.take(20 * G);
   void* g = w.take(3 * G);
   w.give(kept[7]);          // out of line: the next allocation departs
