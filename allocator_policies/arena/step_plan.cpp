@@ -54,6 +54,19 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       // stream with the live bytes back at the step's floor after they
       // rose well above it (a step of another length between the plan's
       // repeats moves the start; counting allocations would miss it).
+      if (live_units_ <= floor_ + floor_slack_) {
+        pending_until_ = allocs_ + 8 * plan_period_;
+      } else if (plan_steps_ != 0 && allocs_ > pending_until_) {
+        // A plan that served steps, then eight of its periods without the
+        // live bytes back at its floor: what outlives a step grew, and no
+        // step start will be found again. Learn anew. (One that never
+        // served waits: giving up the wrong early plans of a job again and
+        // again costs more than it saves; the live lora trace, 2 ms lag:
+        // 19,788 calls against 15,049.)
+        abandon();
+        next_check_ = allocs_;
+        return next::place;
+      }
       if (live_units_ > floor_ + floor_arm_) risen_ = true;
       if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_) return next::place;
       risen_ = false;
@@ -380,6 +393,7 @@ void step_plan::defer() noexcept {
   }
   mode_ = mode::pending;
   risen_ = false;
+  pending_until_ = allocs_ + 8 * plan_period_;
 }
 
 void step_plan::leave() noexcept {
@@ -626,6 +640,7 @@ bool step_plan::detect() {
   step_seen_ = false;
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
+  pending_until_ = allocs_ + 8 * plan_period_;
   live_.reserve(items_.size());
   occupied_.reserve(items_.size());  // off_plan() fills it with the live planned blocks
   ++figures_.steps_detected;

@@ -319,6 +319,7 @@ class step_plan {
   std::int64_t live_units_ = 0;  // live 512-byte units (all allocations seen)
   std::int64_t floor_ = 0, floor_slack_ = 0, floor_arm_ = 0;
   bool risen_ = false;
+  std::uint64_t pending_until_ = 0;  // pending: abandoned past this allocation with the live bytes never at the floor
   bool step_seen_ = false;               // a step start was seen since the plan was found
   std::uint64_t seen_start_calls_ = 0;   // driver calls at that step start
   std::uint32_t stream_ = 0;

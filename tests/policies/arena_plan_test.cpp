@@ -551,5 +551,52 @@ TEST(arena_plan, a_waiting_plan_does_not_fail_another_streams_allocation) {
   EXPECT_TRUE(ok) << "out_of_memory while the waiting plan's ranges hold the free memory (largest that passes: 200G)";
 }
 
+
+// A plan that served steps and then waits (deferred) for the live bytes to
+// come back to its floor must not stop learning when the job keeps more
+// memory past its steps from then on (state made late, a cache): the floor
+// is never reached again, and only a learning plan looks for periods.
+struct phase_change {
+  std::uint64_t tail_calls = 0, detected_in_second_phase = 0;
+};
+phase_change after_phase_change(bool with_first_phase) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(true), sim);
+  job j{a, {}};
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  if (with_first_phase) {
+    for (int i = 0; i < 12; ++i) j.step(i % 2 == 0 ? 256 : 384);  // short steps: planned
+  }
+  const std::uint64_t detected_before = a.state().plan.steps_detected;
+  void* persistent = j.alloc(512 * MiB);  // outlives every later step
+  const std::vector<std::size_t> tokens = {1024, 1536, 768,  2048, 1280, 1792, 896,  1664, 1152, 1920,
+                                           1408, 1856, 1216, 1984, 1088, 1600, 1344, 1920, 1472, 2048};
+  std::uint64_t tail = 0;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::uint64_t before = sim.counters().memory_calls();
+    j.step(tokens[i]);
+    if (i >= 12) tail += sim.counters().memory_calls() - before;
+  }
+  const phase_change out{tail, a.state().plan.steps_detected - detected_before};
+  j.free(persistent, 512 * MiB);
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  return out;
+}
+
+TEST(arena_plan, a_plan_waiting_for_a_floor_never_reached_does_not_stop_learning) {
+  const phase_change alone = after_phase_change(false);
+  ASSERT_EQ(alone.tail_calls, 0u) << "control: the long steps alone are planned";
+  ASSERT_GE(alone.detected_in_second_phase, 1u);
+  const phase_change after = after_phase_change(true);
+  EXPECT_GE(after.detected_in_second_phase, 1u)
+      << "the short steps' plan, waiting for ever, stops learning: " << after.tail_calls
+      << " driver calls in the last 8 long steps";
+}
+
+
 }  // namespace
 }  // namespace fragctl
