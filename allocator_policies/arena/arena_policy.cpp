@@ -164,6 +164,9 @@ struct arena_policy::impl {
   /// own live blocks at their addresses, and the ranges around them free
   /// memory of the arena (their pages stay mapped where a block touches them).
   void hand_over();
+  /// After the plan was left: its live blocks handed over (hand_over), or,
+  /// with none live, its ranges freed (free_region).
+  void settle_left_plan();
   /// Tells the plan of an allocation or a free; if its history cannot grow
   /// (no host memory), the plan is left and planning stops.
   void note(std::uintptr_t addr, std::size_t size, std::uint32_t si, bool is_free, bool planned) noexcept;
@@ -495,6 +498,14 @@ void arena_policy::impl::hand_over() {
   }
 }
 
+void arena_policy::impl::settle_left_plan() {
+  if (plan.left_with_live()) {
+    hand_over();
+  } else if (plan.region_to_free()) {
+    free_region();
+  }
+}
+
 void arena_policy::impl::free_region() noexcept {
   free_plan_blocks();
   plan.region_freed();
@@ -608,8 +619,7 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
       s.allocated += size;
       return reinterpret_cast<void*>(addr);
     }
-    if (s.plan.region_to_free()) s.free_region();
-    if (s.plan.left_with_live()) s.hand_over();
+    s.settle_left_plan();
     std::uintptr_t addr = 0;
     try {
       addr = s.place(size, si, bytes);
@@ -617,11 +627,7 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
       // The plan's region, idle between steps, is memory the arena may take.
       if (!s.plan.has_region()) throw;
       s.plan.leave();
-      if (s.plan.left_with_live()) {
-        s.hand_over();  // a waiting (or active) plan's free gaps become the arena's
-      } else if (s.plan.region_to_free()) {
-        s.free_region();
-      }
+      s.settle_left_plan();  // a waiting (or active) plan's free gaps become the arena's
       addr = s.place(size, si, bytes);
     }
     s.note(addr, size, si, /*is_free=*/false, /*planned=*/false);

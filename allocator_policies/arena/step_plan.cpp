@@ -9,7 +9,6 @@ namespace fragctl::arena_detail {
 
 namespace {
 
-constexpr std::size_t unit_bytes = 512;
 constexpr std::uint32_t never = UINT32_MAX;
 /// The live bytes at a step's start may differ between two repeats by at
 /// most 1/live_slack of the step's rise above them (what outlives a step,
@@ -37,8 +36,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       // Left for a step of another shape, its ranges kept: back on the plan
       // at the next step start (found as pending finds it) with no planned
       // block live.
-      if (live_units_ > floor_ + floor_arm_) risen_ = true;
-      if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_ || live_planned_ != 0) {
+      if (!at_step_start(stream) || live_planned_ != 0) {
         // Within the step, on the plan's stream: in the ranges' free memory
         // if a gap holds it (no new memory for the other shape), else best fit.
         return in_ranges(units, stream);
@@ -54,7 +52,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       // stream with the live bytes back at the step's floor after they
       // rose well above it (a step of another length between the plan's
       // repeats moves the start; counting allocations would miss it).
-      if (live_units_ <= floor_ + floor_slack_) {
+      if (at_floor()) {
         pending_until_ = allocs_ + 8 * plan_period_;
       } else if (plan_steps_ != 0 && allocs_ > pending_until_) {
         // A plan that served steps, then eight of its periods without the
@@ -67,8 +65,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
         next_check_ = allocs_;
         return next::place;
       }
-      if (live_units_ > floor_ + floor_arm_) risen_ = true;
-      if (!risen_ || live_units_ > floor_ + floor_slack_ || stream != stream_) return next::place;
+      if (!at_step_start(stream)) return next::place;
       risen_ = false;
       if (read_calls_ != nullptr) {
         // What best fit made in the step that just ended, once one has
@@ -140,8 +137,8 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
 }
 
 step_plan::next step_plan::in_ranges(std::uint32_t units, std::uint32_t stream) noexcept {
-  if (mode_ != mode::waiting || stream != stream_ || live_units_ <= floor_ + floor_slack_) return next::place;
-  waiting_addr_ = find_gap(std::uint64_t{units} * unit_bytes);
+  if (mode_ != mode::waiting || stream != stream_ || at_floor()) return next::place;
+  waiting_addr_ = find_gap(std::uint64_t{units} * block_index::unit);
   if (waiting_addr_ != 0) return next::serve;
   // No gap holds it: the plan is left as before (its live blocks become the
   // arena's and its ranges serve the step), not new memory beside them.
@@ -177,7 +174,7 @@ std::uintptr_t step_plan::find_gap(std::uint64_t bytes) const noexcept {
 std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
   if (mode_ == mode::waiting) {
     const std::uintptr_t addr = waiting_addr_;
-    const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
+    const std::size_t bytes = static_cast<std::size_t>(units) * block_index::unit;
     const std::pair<std::uintptr_t, std::uintptr_t> span{addr, addr + bytes};
     occupied_.reserve(occupied_.size() + 1);  // a throw here or below changes nothing
     live_[addr] = live_slot{never, bytes, requested};
@@ -188,7 +185,7 @@ std::uintptr_t step_plan::serve(std::uint32_t units, std::size_t requested) {
   }
   const slot& s = slots_[t_];
   const std::uintptr_t addr = s.offset;
-  const std::size_t bytes = static_cast<std::size_t>(units) * unit_bytes;
+  const std::size_t bytes = static_cast<std::size_t>(units) * block_index::unit;
   live_[addr] = live_slot{t_, bytes, requested};  // room reserved in start()
   ++live_planned_;
   figures_.planned_bytes += bytes;
@@ -218,7 +215,7 @@ step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stre
   return {ls.bytes, ls.requested};
 }
 
-void step_plan::record_rare(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
+void step_plan::record_rare(bool is_free) {
   if (history_.size() >= history_cap) {
     history_.clear();
     call_marks_.clear();
@@ -228,34 +225,33 @@ void step_plan::record_rare(std::uintptr_t addr, std::uint32_t units, std::uint3
     next_check_ = 256;
   }
   if (!is_free && allocs_ % 256 == 0) call_marks_.push_back(read_calls_ != nullptr ? read_calls_(read_ctx_) : 0);
-  live_units_ += is_free ? -std::int64_t{units} : std::int64_t{units};
-  history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
-  if (!is_free) ++allocs_;
 }
 
 void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) {
   // The ranges, for a step of another shape (waiting); first, so that a
   // throw leaves the plan as it was.
   ranges_.clear();
+  std::uint64_t held = plan_extent_;
   for (const bin& b : bins) {
-    if (b.used != 0) ranges_.emplace_back(b.base, b.base + (b.used + unit_bytes - 1) / unit_bytes * unit_bytes);
+    if (b.used == 0) continue;
+    const std::uint64_t used = round_up(b.used, block_index::unit);
+    ranges_.emplace_back(b.base, b.base + used);
+    held += used;
   }
-  if (plan_extent_ != 0) ranges_.emplace_back(base, base + (plan_extent_ + unit_bytes - 1) / unit_bytes * unit_bytes);
+  if (plan_extent_ != 0) ranges_.emplace_back(base, base + round_up(plan_extent_, block_index::unit));
   std::sort(ranges_.begin(), ranges_.end());
   std::uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (slot& s : slots_) {
     if (!s.planned) continue;
     s.offset += s.bin < bins.size() ? bins[s.bin].base : base;
     lo = std::min<std::uintptr_t>(lo, s.offset);
-    hi = std::max<std::uintptr_t>(hi, s.offset + std::uint64_t{s.units} * unit_bytes);
+    hi = std::max<std::uintptr_t>(hi, s.offset + std::uint64_t{s.units} * block_index::unit);
   }
   region_ = lo;
   region_bytes_ = hi - lo;
   mode_ = mode::active;
   t_ = 0;
   freed_in_gap_ = 0;
-  std::uint64_t held = plan_extent_;
-  for (const bin& b : bins) held += (b.used + unit_bytes - 1) / unit_bytes * unit_bytes;
   figures_.region_bytes = held;
   step_start_calls_ = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
   if (!regrowing_) plan_steps_ = 0;
@@ -362,7 +358,7 @@ bool step_plan::resize_for(std::uint32_t units) noexcept {
     if (want > 0xffffffffu) return false;
     s.units = std::max(s.units, static_cast<std::uint32_t>(want));
   }
-  for (item& it : items_) it.bytes = std::uint64_t{slots_[it.t].units} * unit_bytes;
+  for (item& it : items_) it.bytes = std::uint64_t{slots_[it.t].units} * block_index::unit;
   slots_[0].units = std::max(slots_[0].units, units);
   return true;
 }
@@ -622,7 +618,7 @@ bool step_plan::detect() {
                                       at.begin() + static_cast<std::ptrdiff_t>(m + 1), f);
     s.due = static_cast<std::uint32_t>(gap - (at.begin() + static_cast<std::ptrdiff_t>(first)));
     ++due_in_gap_[s.due];
-    const std::uint64_t bytes = std::uint64_t{s.units} * unit_bytes;
+    const std::uint64_t bytes = std::uint64_t{s.units} * block_index::unit;
     step_bytes += bytes;
     items_.push_back({static_cast<std::uint32_t>(t), s.due, bytes});
   }

@@ -245,15 +245,23 @@ class step_plan {
   /// Appends an event to the history. Inline but for what happens once in
   /// 256 allocations (the driver call mark) or at the cap (record_rare).
   void record(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free) {
-    if (history_.size() >= history_cap || (!is_free && allocs_ % 256 == 0)) [[unlikely]] {
-      record_rare(addr, units, stream, is_free);
-      return;
-    }
+    if (history_.size() >= history_cap || (!is_free && allocs_ % 256 == 0)) [[unlikely]] record_rare(is_free);
     live_units_ += is_free ? -std::int64_t{units} : std::int64_t{units};
     history_.push_back({addr, units, static_cast<std::uint16_t>(stream), static_cast<std::uint8_t>(is_free)});
     if (!is_free) ++allocs_;
   }
-  void record_rare(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream, bool is_free);
+  /// record()'s rare part, before the event is appended: learning starts
+  /// over at the history's cap; the driver call mark every 256 allocations.
+  void record_rare(bool is_free);
+  /// The live bytes are back at the step's floor (within its slack).
+  [[nodiscard]] bool at_floor() const noexcept { return live_units_ <= floor_ + floor_slack_; }
+  /// Whether an allocation on `stream` comes at a step start: on the plan's
+  /// stream, at the floor, after the live bytes rose above floor_ +
+  /// floor_arm_ (noted in risen_, which the caller clears when it starts).
+  [[nodiscard]] bool at_step_start(std::uint32_t stream) noexcept {
+    if (live_units_ > floor_ + floor_arm_) risen_ = true;
+    return risen_ && at_floor() && stream == stream_;
+  }
   /// before_allocate() past learning: a plan pending or active.
   [[nodiscard]] next before_allocate_planning(std::uint32_t units, std::uint32_t stream) noexcept;
   /// Looks for a period in the history and plans it; whether a plan is pending.
