@@ -159,7 +159,6 @@ def offload_target(torch: Any, backend: Optional[str], device: Optional[int],
     return backend, torch.device("cuda", torch.cuda.current_device() if device is None else device)
 
 
-
 def for_pools(key: str) -> bool:
     """Whether FRAGCTL_CONF key ``key`` of the process-default allocators is
     also the native route's pools': the backend's (``sim_*``) and
