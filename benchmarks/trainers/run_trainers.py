@@ -99,6 +99,8 @@ def run(model, label, mode, policy, extra, env_extra, args, deadline):
     env.update(env_extra)
     command = [sys.executable, os.path.join(HERE, "train_one.py"), "--model", model, "--mode", mode,
                "--steps", str(args.steps), "--out", out] + (["--policy", policy] if policy else []) + extra
+    if args.eval_every:
+        command += ["--eval-every", str(args.eval_every), "--eval-batches", str(args.eval_batches)]
     started = time.time()
     with open(os.path.join(args.out, slug + ".log"), "w") as log:
         try:
@@ -146,12 +148,14 @@ def verdict(results):
         for r in runs:
             if r is native or r.get("error"):
                 continue
-            same = r["losses_hex"] == native["losses_hex"]
-            if not same:
+            if r["losses_hex"] != native["losses_hex"]:
                 ok_math = False
                 first = next(i for i, (a, b) in enumerate(zip(r["losses_hex"], native["losses_hex"])) if a != b)
                 lines.append("- %s / %s: loss differs from native from step %d (%r vs %r)"
                              % (model, r["label"], first, r["losses"][first], native["losses"][first]))
+            elif r.get("eval_losses_hex") != native.get("eval_losses_hex"):
+                ok_math = False
+                lines.append("- %s / %s: an evaluation's losses differ from native's" % (model, r["label"]))
             if r["mode"] == "native":
                 continue
             ratio = r["mean_step_s"] / baseline
@@ -185,7 +189,8 @@ def table(results):
         native = natives.get(r["model"])
         baseline = baselines.get(r["model"])
         vs = "%+.1f%%" % (100 * (r["mean_step_s"] / baseline - 1)) if baseline else ""
-        same = ("yes" if r["losses_hex"] == native["losses_hex"] else "**no**") if native else ""
+        same = ("yes" if r["losses_hex"] == native["losses_hex"] and r.get("eval_losses_hex") == native.get(
+            "eval_losses_hex") else "**no**") if native else ""
         peaks, ratio, calls = "", "", ""
         if "fragctl" in r:
             f = r["fragctl"]
@@ -270,6 +275,9 @@ def main():
                         help="runs per model, in order, repeats allowed (names: native, expandable, async, caching, "
                              "arena, buckets:arena, warmup:arena, preload); warmup:arena needs an arena run before it")
     parser.add_argument("--budget", type=float, default=330, help="seconds for all runs")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="training jobs evaluate after every Nth step (train_one.py --eval-every)")
+    parser.add_argument("--eval-batches", type=int, default=4, help="forward passes of one evaluation")
     parser.add_argument("--livebytes", action="store_true",
                         help="the live-bytes set: --models declm,moe,frozen and, in alternation, --runs " + LIVEBYTES_RUNS
                              + " (unless given)")

@@ -3,7 +3,7 @@
     python train_one.py --model gpt2m|llama|resnet|declm|moe|frozen|t5|lora|vit|kvgen
                         --mode native|expandable|async|fragctl|preload
                         [--policy arena] [--steps 12] [--report r.json] [--warmup-profile p.json]
-                        --out run.json
+                        [--eval-every K [--eval-batches M]] --out run.json
 
 The allocator set-up outside this process (PYTORCH_CUDA_ALLOC_CONF,
 LD_PRELOAD, FRAGCTL_*) comes from run_trainers.py; in --mode fragctl this
@@ -16,6 +16,12 @@ fragctl's or PyTorch's own peaks to --out. An inference job (kvgen) runs
 the same loop without backward and optimizer; its "loss" is a value of its
 output (jobs.py), compared as the trainers' losses are. Jobs drawn in several
 dimensions (t5, lora, vit, kvgen) write each step's shape as "shapes".
+With --eval-every K a training job evaluates after every Kth step but the
+last, as a Trainer with eval_steps does: M forward passes under no_grad with
+the model in eval mode, on batches of their own; their losses are
+"eval_losses", their driver calls fall between "memory_calls_after_step"
+and the next step's "memory_calls_before_step", and their time is in no
+step's.
 """
 import argparse
 import json
@@ -44,6 +50,9 @@ def arguments(argv=None):
     parser.add_argument("--report", default="")
     parser.add_argument("--warmup-profile", default="")
     parser.add_argument("--no-sampler", action="store_true", help="do not sample device memory (capacity.py samples)")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="a training job evaluates after every Nth step but the last (0: never)")
+    parser.add_argument("--eval-batches", type=int, default=4, help="forward passes of one evaluation")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -72,6 +81,23 @@ def run_step(job, torch, optimizer, step, held):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return held["loss"].item()
+
+
+def run_eval(job, torch, first, batches):
+    """An evaluation between training steps: `batches` forward passes under no_grad with the model in eval mode
+    (dropout off, no activations kept), on the job's batches first, first + 1, ... (indices no training step
+    uses), and the model back in training mode after. Returns their losses as floats."""
+    job.model.eval()
+    losses = []
+    try:
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
+            for i in range(batches):
+                inputs, labels = job.make_batch(first + i)
+                losses.append(job.forward(inputs, labels).item())
+                del inputs, labels
+    finally:
+        job.model.train()
+    return losses
 
 
 def train(args, result):
@@ -106,19 +132,26 @@ def train(args, result):
     result["train"] = getattr(job, "train", True)
     if hasattr(job, "shape"):
         result["shapes"] = [job.shape(step) for step in range(args.steps)]
-    step_times, losses, calls_after_step, held = [], [], [], {}
+    step_times, losses, calls_after_step, calls_before_step, eval_losses, held = [], [], [], [], [], {}
     fragctl_stats = None
     if args.mode in ("fragctl", "preload"):
         import fragctl
         fragctl_stats = fragctl.stats
+    evaluates = args.eval_every > 0 and optimizer is not None
+    next_eval_batch = args.steps  # evaluation batches follow the training steps' ones
     for step in range(args.steps):
         torch.cuda.synchronize()
+        if fragctl_stats is not None:
+            calls_before_step.append(fragctl_stats(0)["backend_counters"]["memory_calls"])
         start = time.perf_counter()
         value = run_step(job, torch, optimizer, step, held)
         step_times.append(time.perf_counter() - start)
         losses.append(value)
         if fragctl_stats is not None:  # after the timed part of the step
             calls_after_step.append(fragctl_stats(0)["backend_counters"]["memory_calls"])
+        if evaluates and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
+            eval_losses.append(run_eval(job, torch, next_eval_batch, args.eval_batches))
+            next_eval_batch += args.eval_batches
     timed = step_times[args.timed_from:] or step_times
     result.update({
         "step_times_s": step_times,
@@ -128,6 +161,10 @@ def train(args, result):
         "losses_hex": [float(v).hex() for v in losses],
         "nondeterministic_ops": sorted(set(w.split(" does not")[0] for w in caught if "deterministic" in w)),
     })
+    if evaluates:
+        result["eval_every"] = args.eval_every
+        result["eval_losses"] = eval_losses
+        result["eval_losses_hex"] = [[float(v).hex() for v in e] for e in eval_losses]
     if fragctl_stats is not None:
         s = fragctl_stats(0)
         result["fragctl"] = {
@@ -137,11 +174,14 @@ def train(args, result):
             "reserved_over_requested": s["derived"]["reserved_over_requested"],
             "allocations": s["allocations"], "memory_calls": s["backend_counters"]["memory_calls"],
             "memory_calls_after_step": calls_after_step,
+            "memory_calls_before_step": calls_before_step,
             "ooms": s["ooms"],
         }
         if args.timed_from >= 1 and len(calls_after_step) > args.timed_from:
             f = result["fragctl"]
-            f["memory_calls_timed"] = calls_after_step[-1] - calls_after_step[args.timed_from - 1]
+            # Within the timed steps only: an evaluation's calls fall between one step and the next.
+            f["memory_calls_timed"] = sum(after - before for before, after in
+                                          zip(calls_before_step[args.timed_from:], calls_after_step[args.timed_from:]))
             f["memory_calls_per_timed_step"] = f["memory_calls_timed"] / (len(calls_after_step) - args.timed_from)
     else:
         try:  # cudaMallocAsync's statistics lack some fields on some torch versions

@@ -263,6 +263,28 @@ class JobsOnStandInsTest(unittest.TestCase):
         self.assertEqual(grad_enabled, [False, True])
         self.assertLess(weight.detach().max().item(), 1.0)  # AdamW stepped
 
+    def test_an_evaluation_runs_in_eval_mode_without_gradients_on_batches_of_its_own(self):
+        log = []
+        with mock.patch.dict(sys.modules, fake_packages(log)), mock.patch.object(torch.Tensor, "cuda", lambda t: t):
+            torch.manual_seed(0)
+            job = jobs.build("vit", torch)
+            seen, forward = [], job.forward
+
+            def watched(inputs, labels):
+                loss = forward(inputs, labels)
+                seen.append((job.model.training, torch.is_grad_enabled(), loss.requires_grad, inputs.shape[-1]))
+                return loss
+            job.forward = watched
+            before = [p.detach().clone() for p in job.parameters]
+            losses = train_one.run_eval(job, cpu_torch(), 12, 3)
+        self.assertEqual(len(losses), 3)
+        self.assertTrue(all(isinstance(v, float) for v in losses))
+        self.assertEqual([s[:3] for s in seen], [(False, False, False)] * 3)
+        self.assertEqual([s[3] for s in seen], [job.shape(12 + i)["image_px"] for i in range(3)])
+        self.assertTrue(job.model.training)  # back to training
+        self.assertTrue(all(torch.equal(a, p) for a, p in zip(before, job.parameters)))
+        self.assertTrue(all(p.grad is None for p in job.parameters))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One GPU: training with evaluation between steps, as a Trainer with eval_steps does: declm and vit,
+# 24 steps, an evaluation of 4 batches after steps 6, 12 and 18 (train_one.py --eval-every 6), under
+# native, expandable segments and the arena (traced). Results: $OUT/h3.tar.gz.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+start=$(date +%s)
+L=/tmp/h3; rm -rf $L; mkdir -p $L
+OUT=$L timeout 575 bash tools/gpu/trainers.sh --livebytes --models declm,vit --runs native,expandable,arena \
+  --steps 24 --eval-every 6 --eval-batches 4 --budget 440 2>&1 | grep -v "^\s*$" | cut -c1-240 | grep -v "^|" | tail -30
+grep "^|" $L/trainers.md 2>/dev/null | cut -c1-400
+tar -czf $OUT/h3.tar.gz -C $L . 2>/dev/null; echo "done in $(( $(date +%s) - start )) s"
