@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <vector>
 
 #include "allocator_policies/arena/arena_policy.hpp"
@@ -48,32 +50,50 @@ struct job {
   void* batch = nullptr;
   std::size_t batch_bytes = 0;
 
+  // The live blocks by address: a block served over another live one is
+  // counted (the arena's first duty is never to hand out memory twice).
+  std::map<std::uintptr_t, std::size_t> blocks{};
+  std::size_t overlaps = 0;
+
   void* alloc(std::size_t bytes) {
     live += a.allocation_size(bytes);
     peak_live = std::max(peak_live, live);
-    return a.allocate(bytes, 0);
+    void* p = a.allocate(bytes, 0);
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    const auto above = blocks.lower_bound(at);
+    if (above != blocks.end() && above->first < at + bytes) ++overlaps;
+    if (above != blocks.begin() && std::prev(above)->first + std::prev(above)->second > at) ++overlaps;
+    blocks[at] = bytes;
+    return p;
   }
   void free(void* p, std::size_t bytes) {
     live -= a.allocation_size(bytes);
+    blocks.erase(reinterpret_cast<std::uintptr_t>(p));
     a.deallocate(p, bytes, 0);
   }
 
   // With other_shape, attention's backward makes one tensor fewer per layer
   // (a short sequence's kernels): the step departs from the long steps'
   // shape midway.
-  void step(std::size_t tokens, std::size_t logits_scale = 1, bool other_shape = false) {
+  // With batch_tokens, the batch is made for that many tokens instead; with
+  // first_act_scale, the first layer's input is that many times its size.
+  void step(std::size_t tokens, std::size_t logits_scale = 1, bool other_shape = false, std::size_t batch_tokens = 0,
+            std::size_t first_act_scale = 1) {
     constexpr int layers = 8;
     const std::size_t act = tokens * 8 * KiB;          // a layer's input
     const std::size_t scores = tokens * tokens * 96;   // attention scores
     const std::size_t mlp = tokens * 22 * KiB;         // the MLP's inner width
     if (batch_scale != 0) {
-      void* next = alloc(tokens * batch_scale);
+      const std::size_t bytes = (batch_tokens != 0 ? batch_tokens : tokens) * batch_scale;
+      void* next = alloc(bytes);
       if (batch != nullptr) free(batch, batch_bytes);
       batch = next;
-      batch_bytes = tokens * batch_scale;
+      batch_bytes = bytes;
     }
     std::vector<void*> kept;
-    void* x = alloc(act);
+    std::vector<std::size_t> kept_bytes;
+    void* x = alloc(act * first_act_scale);
+    std::size_t x_bytes = act * first_act_scale;
     for (int l = 0; l < layers; ++l) {
       void* s = alloc(scores);
       void* p = alloc(scores * 2);  // fp32 softmax
@@ -87,11 +107,13 @@ struct job {
       free(m, mlp);
       free(m2, mlp);
       kept.push_back(x);
+      kept_bytes.push_back(x_bytes);
       x = y;
+      x_bytes = act;
     }
     const std::size_t logits_bytes = tokens * 256 * KiB / 8 * logits_scale;
     void* logits = alloc(logits_bytes);
-    free(x, act);
+    free(x, x_bytes);
     void* dx = alloc(act);
     free(logits, logits_bytes);
     std::vector<void*> grads;
@@ -108,7 +130,7 @@ struct job {
       if (dp != nullptr) free(dp, scores * 2);
       free(m, mlp);
       free(dx, act);
-      free(kept[static_cast<std::size_t>(l)], act);
+      free(kept[static_cast<std::size_t>(l)], kept_bytes[static_cast<std::size_t>(l)]);
       dx = ndx;
     }
     free(dx, act);
@@ -150,6 +172,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
     j.step(tokens[i], i < logits_scale.size() ? logits_scale[i] : 1, i < other_shape.size() && other_shape[i]);
     out.calls.push_back(sim.counters().memory_calls() - before);
   }
+  EXPECT_EQ(j.overlaps, 0u) << "a block was served over a live one";
   out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
   out.state = a.state();
   for (const memory_segment& seg : a.memory_map().segments) {
@@ -226,6 +249,40 @@ TEST(arena_plan, a_larger_step_is_laid_out_again_at_its_start) {
   for (std::size_t i = 9; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
   EXPECT_LE(with.ratio, without.ratio + 1e-9);
   EXPECT_EQ(with.state.plan.dropped, 0u) << "the plan was left";
+}
+
+TEST(arena_plan, a_step_the_plan_cannot_be_resized_for_is_never_served_beyond_its_layout) {
+  // Planned steps of 1,024 and 2,048 tokens whose input batch (the step's
+  // first allocation, which outlives it: not planned) follows the tokens.
+  // Then a step whose batch is a hundred times the largest, as an
+  // evaluation's first batch can be: resized for it, the scores' slots
+  // (the square of the length) would pass 2^32 units, so the plan cannot
+  // be laid out again. The layer inputs' slots came first and were grown
+  // in place before that failure, and the step, its first layer's input
+  // twice its slot, went on on the old layout: that input was served over
+  // the next layer's (a 188 MB block over a 23 MB parameter on the live
+  // declm trace with evaluations; every run's loss NaN from there). Now
+  // the plan is left at that input, every block is served where no other
+  // lives, and the steps after are planned again.
+  sim_backend sim(options());
+  arena_policy a(with_plan(true), sim);
+  job j{a, {}};
+  j.batch_scale = 64;
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back(3 * MiB + 4096 * static_cast<std::size_t>(l));
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  for (int i = 0; i < 12; ++i) j.step(i % 2 == 0 ? 1024 : 2048);
+  ASSERT_GE(a.state().plan.planned_steps, 4u) << "control: the plan serves whole steps of both lengths";
+  ASSERT_EQ(j.overlaps, 0u);
+  j.step(2048, 1, false, /*batch_tokens=*/204800, /*first_act_scale=*/2);
+  EXPECT_EQ(j.overlaps, 0u) << "a block was served over a live one";
+  for (int i = 0; i < 6; ++i) j.step(i % 2 == 0 ? 1024 : 2048);
+  EXPECT_EQ(j.overlaps, 0u);
+  if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  EXPECT_EQ(a.state().allocated, 0u);
 }
 
 TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
