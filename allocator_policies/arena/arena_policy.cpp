@@ -146,6 +146,9 @@ struct arena_policy::impl {
   };
   [[nodiscard]] spot closer_to_mapped(std::size_t size, std::uint32_t stream, std::uintptr_t at);
   [[nodiscard]] block_index::fit find_fit_slow(std::size_t bytes, std::uint32_t stream, std::size_t requested);
+  /// Whether best fit finds `size` bytes on `stream` in mapped memory now
+  /// (place() would make no driver call).
+  [[nodiscard]] bool mapped_fit(std::size_t size, std::uint32_t stream) const noexcept;
   void map_or_throw(std::uintptr_t addr, std::size_t bytes, std::size_t requested);
   /// release_unused(), logging a runtime error instead of throwing it.
   void give_back_unused() noexcept;
@@ -257,6 +260,11 @@ arena_policy::impl::~impl() {
   } catch (const std::exception& e) {
     logger().error("arena: returning memory at destruction failed: {}", e.what());
   }
+}
+
+bool arena_policy::impl::mapped_fit(std::size_t size, std::uint32_t stream) const noexcept {
+  const block_index::fit where = blocks.find_fit(size, stream, clock);
+  return where && (!granules || granules->covered(blocks.address_of(where, size), size));
 }
 
 block_index::fit arena_policy::impl::find_fit_slow(std::size_t bytes, std::uint32_t stream,
@@ -612,6 +620,13 @@ void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
       // The old layout's ranges, if any: the plan is laid out again.
       if (s.plan.regrowing() && s.plan.has_region()) s.free_plan_blocks();
       if (s.start_plan()) n = s.plan.before_allocate(units, si);
+    }
+    if (n == step_plan::next::place && s.plan.waiting() && !s.mapped_fit(size, si)) {
+      // Between the steps of a plan that waits (an evaluation between
+      // training steps): best fit would map memory for this block while
+      // the plan's ranges sit idle; a gap of theirs serves it instead (the
+      // live declm job with evaluations held 1.015 of its live bytes).
+      n = s.plan.in_gap(units, si);
     }
     if (n == step_plan::next::serve) {
       const std::uintptr_t addr = s.plan.serve(units, bytes);

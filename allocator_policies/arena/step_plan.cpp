@@ -136,10 +136,15 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
   return next::serve;
 }
 
+step_plan::next step_plan::in_gap(std::uint32_t units, std::uint32_t stream) noexcept {
+  if (mode_ != mode::waiting || stream != stream_) return next::place;
+  waiting_addr_ = find_gap(std::uint64_t{units} * block_index::unit);
+  return waiting_addr_ != 0 ? next::serve : next::place;
+}
+
 step_plan::next step_plan::in_ranges(std::uint32_t units, std::uint32_t stream) noexcept {
   if (mode_ != mode::waiting || stream != stream_ || at_floor()) return next::place;
-  waiting_addr_ = find_gap(std::uint64_t{units} * block_index::unit);
-  if (waiting_addr_ != 0) return next::serve;
+  if (in_gap(units, stream) == next::serve) return next::serve;
   // No gap holds it: the plan is left as before (its live blocks become the
   // arena's and its ranges serve the step), not new memory beside them.
   mode_ = mode::draining;

@@ -72,7 +72,11 @@
 // addresses (left_with_live), the ranges are freed back to the arena
 // (their pages become cached spans, reused by stitching) and learning goes
 // on. Unplanned allocations in a planned step go through the arena as
-// before.
+// before. At the floor (between steps: an evaluation between training
+// steps, the next batch) a waiting plan's blocks go to best fit, unless
+// best fit would have to map memory for one: then a gap of the idle ranges
+// serves it if one holds it (the arena asks, in_gap), not new memory beside
+// them.
 //
 // Not thread-safe, like the arena. The hot calls make no backend call and
 // no heap allocation beyond the history's growth (amortized); the map of
@@ -211,6 +215,11 @@ class step_plan {
 
   [[nodiscard]] const figures& stats() const noexcept { return figures_; }
   [[nodiscard]] bool serving() const noexcept { return mode_ == mode::active; }
+  /// Whether the plan waits (left for a step of another shape, its ranges kept).
+  [[nodiscard]] bool waiting() const noexcept { return mode_ == mode::waiting; }
+  /// Waiting, on the plan's stream: serve() gives a gap of the ranges that
+  /// holds `units` (at the step's floor too), else place; nothing else changes.
+  [[nodiscard]] next in_gap(std::uint32_t units, std::uint32_t stream) noexcept;
   /// Planned blocks live now.
   [[nodiscard]] std::uint32_t live_planned() const noexcept { return live_planned_; }
 

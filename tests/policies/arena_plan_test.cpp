@@ -285,6 +285,58 @@ TEST(arena_plan, a_step_the_plan_cannot_be_resized_for_is_never_served_beyond_it
   EXPECT_EQ(a.state().allocated, 0u);
 }
 
+// Planned training steps with an evaluation after every third: its batch,
+// then a block of `eval_bytes` while the live bytes are still at the
+// steps' floor (the live declm job's eval logits), both freed before the
+// next step. Returns the driver calls of each training step and the peak
+// held over the peak live bytes.
+outcome run_with_evaluations(bool plan, std::size_t eval_bytes) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(plan), sim);
+  job j{a, {}};
+  j.batch_scale = 64;
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back(3 * MiB + 4096 * static_cast<std::size_t>(l));
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  outcome out;
+  for (int i = 0; i < 18; ++i) {
+    const std::uint64_t before = sim.counters().memory_calls();
+    j.step(2048);
+    out.calls.push_back(sim.counters().memory_calls() - before);
+    if (i >= 6 && i % 3 == 0) {
+      void* batch = j.alloc(2048 * 64);
+      void* logits = j.alloc(eval_bytes);
+      j.free(logits, eval_bytes);
+      j.free(batch, 2048 * 64);
+    }
+  }
+  EXPECT_EQ(j.overlaps, 0u) << "a block was served over a live one";
+  out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
+  out.state = a.state();
+  if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  return out;
+}
+
+TEST(arena_plan, an_evaluation_between_steps_is_served_in_the_idle_plan) {
+  // The evaluation's large block comes at the steps' floor, where the plan
+  // (left for the evaluation's other shape, waiting) sends blocks to best
+  // fit; best fit had only the memory outside the plan's idle ranges and
+  // mapped the block anew: the live declm job with evaluations held 1.015
+  // of its live bytes (1.006 without them). Without the plan best fit
+  // re-stitches the step's freed pages for it (the control: the job holds
+  // no more there). Now a gap of the idle ranges serves it.
+  const std::size_t eval_bytes = 300 * MiB;
+  const outcome with = run_with_evaluations(true, eval_bytes);
+  const outcome without = run_with_evaluations(false, eval_bytes);
+  ASSERT_GE(with.state.plan.planned_steps, 8u) << "control: the plan serves the training steps";
+  ASSERT_GE(with.state.plan.dropped, 1u) << "control: the evaluations depart from the plan";
+  EXPECT_LE(with.ratio, without.ratio + 1e-9);
+  for (std::size_t i = 8; i < with.calls.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
+}
+
 TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
   // A job shaped like a decoder LM at sequence lengths drawn per step:
   // long steps, short ones that best fit serves from mapped memory with no
