@@ -101,6 +101,8 @@ def run(model, label, mode, policy, extra, env_extra, args, deadline):
                "--steps", str(args.steps), "--out", out] + (["--policy", policy] if policy else []) + extra
     if args.eval_every:
         command += ["--eval-every", str(args.eval_every), "--eval-batches", str(args.eval_batches)]
+    if args.accumulate > 1:
+        command += ["--accumulate", str(args.accumulate)]
     started = time.time()
     with open(os.path.join(args.out, slug + ".log"), "w") as log:
         try:
@@ -278,6 +280,8 @@ def main():
     parser.add_argument("--eval-every", type=int, default=0,
                         help="training jobs evaluate after every Nth step (train_one.py --eval-every)")
     parser.add_argument("--eval-batches", type=int, default=4, help="forward passes of one evaluation")
+    parser.add_argument("--accumulate", type=int, default=1,
+                        help="micro-batches per optimizer step of a training job (train_one.py --accumulate)")
     parser.add_argument("--livebytes", action="store_true",
                         help="the live-bytes set: --models declm,moe,frozen and, in alternation, --runs " + LIVEBYTES_RUNS
                              + " (unless given)")

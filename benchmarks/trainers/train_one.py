@@ -3,7 +3,7 @@
     python train_one.py --model gpt2m|llama|resnet|declm|moe|frozen|t5|lora|vit|kvgen
                         --mode native|expandable|async|fragctl|preload
                         [--policy arena] [--steps 12] [--report r.json] [--warmup-profile p.json]
-                        [--eval-every K [--eval-batches M]] --out run.json
+                        [--eval-every K [--eval-batches M]] [--accumulate K] --out run.json
 
 The allocator set-up outside this process (PYTORCH_CUDA_ALLOC_CONF,
 LD_PRELOAD, FRAGCTL_*) comes from run_trainers.py; in --mode fragctl this
@@ -21,7 +21,8 @@ last, as a Trainer with eval_steps does: M forward passes under no_grad with
 the model in eval mode, on batches of their own; their losses are
 "eval_losses", their driver calls fall between "memory_calls_after_step"
 and the next step's "memory_calls_before_step", and their time is in no
-step's.
+step's. With --accumulate K a training step is K micro-batches (forward and
+backward each, losses scaled by 1/K) and one optimizer step.
 """
 import argparse
 import json
@@ -53,6 +54,8 @@ def arguments(argv=None):
     parser.add_argument("--eval-every", type=int, default=0,
                         help="a training job evaluates after every Nth step but the last (0: never)")
     parser.add_argument("--eval-batches", type=int, default=4, help="forward passes of one evaluation")
+    parser.add_argument("--accumulate", type=int, default=1,
+                        help="a training job's step is this many forward and backward passes, then one optimizer step")
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
 
@@ -62,22 +65,27 @@ def make_optimizer(job, torch):
     return torch.optim.AdamW(job.parameters, lr=1e-4) if getattr(job, "train", True) else None
 
 
-def run_step(job, torch, optimizer, step, held):
+def run_step(job, torch, optimizer, step, held, accumulate=1):
     """One step of job: its batch, the forward (under bf16 autocast if the job asks), then for a training job the
     backward, the optimizer's step and zero_grad(set_to_none=True); an inference job's forward runs under
-    no_grad and nothing else. Returns the loss as a float (.item() synchronizes). held (a dict kept by the caller
-    from step to step) keeps the step's batch and loss referenced until the next step's replace them, as a
-    loop's variables do: the previous batch is released once the new one exists, the previous loss once the
-    new forward has returned."""
-    held["batch"] = job.make_batch(step)
-    inputs, labels = held["batch"]
+    no_grad and nothing else. With accumulate K (a training job) the step is K forward and backward passes on
+    the batches step*K to step*K + K - 1, each loss scaled by 1/K, the gradients summed, then one optimizer step:
+    a Trainer's gradient_accumulation_steps. Returns the (last) loss as a float (.item() synchronizes). held (a
+    dict kept by the caller from step to step) keeps the batch and loss referenced until the next ones replace
+    them, as a loop's variables do: the previous batch is released once the new one exists, the previous loss
+    once the new forward has returned."""
     if not getattr(job, "train", True):
+        held["batch"] = job.make_batch(step)
+        inputs, labels = held["batch"]
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
             held["loss"] = job.forward(inputs, labels)
         return held["loss"].item()
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
-        held["loss"] = job.forward(inputs, labels)
-    held["loss"].backward()
+    for micro in range(accumulate):
+        held["batch"] = job.make_batch(step * accumulate + micro)
+        inputs, labels = held["batch"]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
+            held["loss"] = job.forward(inputs, labels)
+        (held["loss"] / accumulate if accumulate > 1 else held["loss"]).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return held["loss"].item()
@@ -138,13 +146,13 @@ def train(args, result):
         import fragctl
         fragctl_stats = fragctl.stats
     evaluates = args.eval_every > 0 and optimizer is not None
-    next_eval_batch = args.steps  # evaluation batches follow the training steps' ones
+    next_eval_batch = args.steps * args.accumulate  # evaluation batches follow the training steps' ones
     for step in range(args.steps):
         torch.cuda.synchronize()
         if fragctl_stats is not None:
             calls_before_step.append(fragctl_stats(0)["backend_counters"]["memory_calls"])
         start = time.perf_counter()
-        value = run_step(job, torch, optimizer, step, held)
+        value = run_step(job, torch, optimizer, step, held, args.accumulate)
         step_times.append(time.perf_counter() - start)
         losses.append(value)
         if fragctl_stats is not None:  # after the timed part of the step
@@ -161,6 +169,8 @@ def train(args, result):
         "losses_hex": [float(v).hex() for v in losses],
         "nondeterministic_ops": sorted(set(w.split(" does not")[0] for w in caught if "deterministic" in w)),
     })
+    if args.accumulate > 1:
+        result["accumulate"] = args.accumulate
     if evaluates:
         result["eval_every"] = args.eval_every
         result["eval_losses"] = eval_losses

@@ -263,6 +263,30 @@ class JobsOnStandInsTest(unittest.TestCase):
         self.assertEqual(grad_enabled, [False, True])
         self.assertLess(weight.detach().max().item(), 1.0)  # AdamW stepped
 
+    def test_an_accumulating_step_runs_its_micro_batches_then_one_optimizer_step(self):
+        seen = []
+
+        def forward(inputs, labels):
+            seen.append(float(inputs[0]))
+            return (weight * inputs).sum()
+        weight = torch.nn.Parameter(torch.ones(3))
+        batch = lambda step: (torch.full((3,), float(step + 1)), None)  # noqa: E731
+        job = SimpleNamespace(make_batch=batch, forward=forward, autocast=False, parameters=[weight])
+        optimizer = torch.optim.SGD([weight], lr=0.1)
+        steps, step = [], optimizer.step
+
+        def counted_step():
+            steps.append(len(seen))
+            step()
+        optimizer.step = counted_step
+        loss = train_one.run_step(job, cpu_torch(), optimizer, 1, {}, accumulate=3)
+        self.assertEqual(seen, [4.0, 5.0, 6.0])  # batches 3, 4, 5: step 1 of three micro-batches each
+        self.assertEqual(steps, [3])  # one optimizer step, after the last backward
+        self.assertEqual(loss, 18.0)  # the last micro-batch's loss, unscaled
+        # The gradients of the three scaled losses summed: (4 + 5 + 6) / 3 per element, one SGD step of lr 0.1.
+        self.assertTrue(torch.allclose(weight.detach(), torch.full((3,), 1.0 - 0.1 * 5.0)))
+        self.assertIsNone(weight.grad)
+
     def test_an_evaluation_runs_in_eval_mode_without_gradients_on_batches_of_its_own(self):
         log = []
         with mock.patch.dict(sys.modules, fake_packages(log)), mock.patch.object(torch.Tensor, "cuda", lambda t: t):
