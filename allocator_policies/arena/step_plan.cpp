@@ -452,7 +452,11 @@ void step_plan::region_freed() noexcept {
   region_ = 0;
   plan_extent_ = 0;
   region_bytes_ = 0;
+  // Blocks still live (hand_over) are the arena's from now on: counted as
+  // planned, they would keep every later plan from its ranges' release
+  // (region_to_free) and from waiting's return (live_planned_ != 0).
   live_.clear();
+  live_planned_ = 0;
   mode_ = mode::learning;
   figures_.region_bytes = 0;
   figures_.step_allocations = 0;

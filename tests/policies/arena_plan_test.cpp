@@ -405,6 +405,33 @@ TEST(arena_plan, a_block_larger_than_its_slot_midway_hands_the_plan_over) {
   EXPECT_EQ(with.map_live, with.state.allocated);
 }
 
+TEST(arena_plan, a_plan_handed_over_midway_leaves_no_planned_block_counted) {
+  // Planned steps, one whose logits midway are four times their slot (the
+  // plan is left with its blocks live, and hand_over makes them the
+  // arena's), then steps planned again. Once every block is freed,
+  // release_cached() gives back every byte: before, the blocks handed over
+  // stayed counted as live planned ones, so no later plan's ranges were
+  // ever freed (held until the arena's destruction; found by
+  // arena_plan_soak_test).
+  sim_backend sim(options());
+  arena_policy a(with_plan(true), sim);
+  job j{a, {}};
+  std::vector<void*> weights;
+  for (int l = 0; l < 8; ++l) {
+    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
+    weights.push_back(j.alloc(j.params.back()));
+  }
+  for (int i = 0; i < 14; ++i) j.step(1024, i == 8 ? 4 : 1);
+  ASSERT_GE(a.state().plan.dropped, 1u) << "control: the larger logits leave the plan";
+  ASSERT_GT(a.state().plan.region_bytes, 0u) << "control: planned again after";
+  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  EXPECT_EQ(j.overlaps, 0u);
+  EXPECT_EQ(a.state().allocated, 0u);
+  a.release_cached();
+  EXPECT_EQ(a.state().reserved, 0u) << "the plan's ranges were kept";
+  EXPECT_EQ(sim.used_bytes(), 0u);
+}
+
 // A request of 2^41 bytes or more has more 512-byte units than 32 bits hold:
 // cut to 32 bits, 2^41 + 512 bytes read as one unit, which the first slot
 // of an active plan fits, and the arena handed out a small planned block.
