@@ -72,6 +72,20 @@ struct job {
     a.deallocate(p, bytes, 0);
   }
 
+  // The model's eight parameters (`bytes(layer)` each), allocated first and
+  // freed by free_parameters() at the end.
+  std::vector<void*> weights{};
+  void make_parameters(std::size_t (*bytes)(std::size_t layer)) {
+    for (std::size_t l = 0; l < 8; ++l) {
+      params.push_back(bytes(l));
+      weights.push_back(alloc(params.back()));
+    }
+  }
+  void free_parameters() {
+    for (std::size_t l = 0; l < weights.size(); ++l) free(weights[l], params[l]);
+    weights.clear();
+  }
+
   // With other_shape, attention's backward makes one tensor fewer per layer
   // (a short sequence's kernels): the step departs from the long steps'
   // shape midway.
@@ -144,6 +158,12 @@ struct job {
   }
 };
 
+// Parameter sizes: 3-5 MiB, each layer's its own; 3 MiB and a little more
+// per layer; 3 MiB each.
+std::size_t varied_parameter(std::size_t l) { return (3 + l % 3) * MiB + 4096 * l; }
+std::size_t growing_parameter(std::size_t l) { return 3 * MiB + 4096 * l; }
+std::size_t flat_parameter(std::size_t /*l*/) { return 3 * MiB; }
+
 struct outcome {
   std::vector<std::uint64_t> calls;  // driver memory calls per step
   double ratio = 0;                  // peak held / peak live
@@ -161,11 +181,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
   arena_policy a(with_plan(plan), sim);
   job j{a, {}};
   j.batch_scale = batch_scale;
-  std::vector<void*> weights;
-  for (int l = 0; l < 8; ++l) {
-    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
-    weights.push_back(j.alloc(j.params.back()));
-  }
+  j.make_parameters(varied_parameter);
   outcome out;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::uint64_t before = sim.counters().memory_calls();
@@ -179,7 +195,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
     for (const memory_block& b : seg.blocks) (b.use == block_use::live ? out.map_live : out.map_free) += b.size;
   }
   if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
-  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  j.free_parameters();
   return out;
 }
 
@@ -268,11 +284,7 @@ TEST(arena_plan, a_step_the_plan_cannot_be_resized_for_is_never_served_beyond_it
   arena_policy a(with_plan(true), sim);
   job j{a, {}};
   j.batch_scale = 64;
-  std::vector<void*> weights;
-  for (int l = 0; l < 8; ++l) {
-    j.params.push_back(3 * MiB + 4096 * static_cast<std::size_t>(l));
-    weights.push_back(j.alloc(j.params.back()));
-  }
+  j.make_parameters(growing_parameter);
   for (int i = 0; i < 12; ++i) j.step(i % 2 == 0 ? 1024 : 2048);
   ASSERT_GE(a.state().plan.planned_steps, 4u) << "control: the plan serves whole steps of both lengths";
   ASSERT_EQ(j.overlaps, 0u);
@@ -281,7 +293,7 @@ TEST(arena_plan, a_step_the_plan_cannot_be_resized_for_is_never_served_beyond_it
   for (int i = 0; i < 6; ++i) j.step(i % 2 == 0 ? 1024 : 2048);
   EXPECT_EQ(j.overlaps, 0u);
   if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
-  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  j.free_parameters();
   EXPECT_EQ(a.state().allocated, 0u);
 }
 
@@ -295,11 +307,7 @@ outcome run_with_evaluations(bool plan, std::size_t eval_bytes) {
   arena_policy a(with_plan(plan), sim);
   job j{a, {}};
   j.batch_scale = 64;
-  std::vector<void*> weights;
-  for (int l = 0; l < 8; ++l) {
-    j.params.push_back(3 * MiB + 4096 * static_cast<std::size_t>(l));
-    weights.push_back(j.alloc(j.params.back()));
-  }
+  j.make_parameters(growing_parameter);
   outcome out;
   for (int i = 0; i < 18; ++i) {
     const std::uint64_t before = sim.counters().memory_calls();
@@ -316,7 +324,7 @@ outcome run_with_evaluations(bool plan, std::size_t eval_bytes) {
   out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
   out.state = a.state();
   if (j.batch != nullptr) j.free(j.batch, j.batch_bytes);
-  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  j.free_parameters();
   return out;
 }
 
@@ -416,15 +424,11 @@ TEST(arena_plan, a_plan_handed_over_midway_leaves_no_planned_block_counted) {
   sim_backend sim(options());
   arena_policy a(with_plan(true), sim);
   job j{a, {}};
-  std::vector<void*> weights;
-  for (int l = 0; l < 8; ++l) {
-    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
-    weights.push_back(j.alloc(j.params.back()));
-  }
+  j.make_parameters(varied_parameter);
   for (int i = 0; i < 14; ++i) j.step(1024, i == 8 ? 4 : 1);
   ASSERT_GE(a.state().plan.dropped, 1u) << "control: the larger logits leave the plan";
   ASSERT_GT(a.state().plan.region_bytes, 0u) << "control: planned again after";
-  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  j.free_parameters();
   EXPECT_EQ(j.overlaps, 0u);
   EXPECT_EQ(a.state().allocated, 0u);
   a.release_cached();
@@ -439,18 +443,14 @@ TEST(arena_plan, a_request_too_large_to_count_is_never_served_from_the_plan) {
   sim_backend sim(options());
   arena_policy a(with_plan(true), sim);
   job j{a, {}};
-  std::vector<void*> weights;
-  for (int l = 0; l < 8; ++l) {
-    j.params.push_back(3 * MiB);
-    weights.push_back(j.alloc(j.params.back()));
-  }
+  j.make_parameters(flat_parameter);
   for (int i = 0; i < 10; ++i) j.step(2048);
   ASSERT_GE(a.state().plan.planned_steps, 3u) << "control: the plan serves the steps";
   const std::size_t huge = (std::size_t{1} << 41) + 512;
   void* p = nullptr;
   EXPECT_THROW(p = a.allocate(huge, 0), out_of_memory) << "served at " << p;
   j.step(2048);  // the arena goes on
-  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  j.free_parameters();
 }
 
 TEST(arena_plan, plan_off_leaves_best_fit_as_it_was) {
@@ -699,11 +699,7 @@ phase_change after_phase_change(bool with_first_phase) {
   sim_backend sim(options());
   arena_policy a(with_plan(true), sim);
   job j{a, {}};
-  std::vector<void*> weights;
-  for (int l = 0; l < 8; ++l) {
-    j.params.push_back((3 + static_cast<std::size_t>(l) % 3) * MiB + 4096 * static_cast<std::size_t>(l));
-    weights.push_back(j.alloc(j.params.back()));
-  }
+  j.make_parameters(varied_parameter);
   if (with_first_phase) {
     for (int i = 0; i < 12; ++i) j.step(i % 2 == 0 ? 256 : 384);  // short steps: planned
   }
@@ -719,7 +715,7 @@ phase_change after_phase_change(bool with_first_phase) {
   }
   const phase_change out{tail, a.state().plan.steps_detected - detected_before};
   j.free(persistent, 512 * MiB);
-  for (int l = 0; l < 8; ++l) j.free(weights[static_cast<std::size_t>(l)], j.params[static_cast<std::size_t>(l)]);
+  j.free_parameters();
   return out;
 }
 
