@@ -267,6 +267,27 @@ def fidelity(results, traces, cli):
     return lines + [""]
 
 
+def overlaps(traces, cli):
+    """Checks each traced live run's own addresses (`fragctl info`): a block that meets another live block is
+    memory the allocator handed out twice. Returns the markdown lines and whether every trace is clean."""
+    lines, clean = ["## Memory handed out twice: each traced live run's addresses (`fragctl info`)", ""], True
+    for model, path in traces.items():
+        if not os.path.exists(path):
+            continue
+        done = subprocess.run([cli, "info", path, "--json"], capture_output=True, text=True, timeout=300)
+        try:
+            summary = json.loads(done.stdout)[0]
+        except (ValueError, IndexError):
+            clean = False
+            lines.append("- %s: not read (%s)" % (model, (done.stderr.strip().splitlines() or ["?"])[-1]))
+            continue
+        count = summary.get("overlapping_allocs", 0)
+        clean = clean and count == 0
+        lines.append("- %s: %s" % (model, "none" if count == 0 else "**%d allocations meet a live block** (the "
+                                   "first is event %s)" % (count, summary.get("first_overlap_event"))))
+    return lines + [""], clean
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-results"))
@@ -322,7 +343,11 @@ def main():
               "every 10 ms from another process, minus the idle baseline." % (
                   first.get("gpu", "?"), first.get("torch", "?"), args.steps), ""]
     replayed = fidelity(results, traces, os.path.abspath(args.cli)) if traces else []
-    text = "\n".join(header + rows + [""] + lines + [""] + replayed) + "\n"
+    twice, clean = overlaps(traces, os.path.abspath(args.cli)) if traces else ([], True)
+    if not clean:
+        passed = False
+        lines[0] = "**Verdict: FAIL: a traced arena run handed out memory twice** (below); " + lines[0]
+    text = "\n".join(header + rows + [""] + lines + [""] + replayed + twice) + "\n"
     with open(os.path.join(args.out, "trainers.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "trainers.json"), "w") as f:

@@ -126,10 +126,15 @@ struct trace_summary {
   std::size_t streams = 0;           ///< distinct stream ids
   std::size_t largest_request = 0;
   std::int64_t duration_us = 0;      ///< last time - first time
+  /// Allocations whose bytes meet those of another live block: memory the
+  /// allocator handed out twice (0 for any correct allocator; a trace a
+  /// fragctl run wrote checks the allocator that ran).
+  std::size_t overlapping_allocs = 0;
+  std::size_t first_overlap_event = SIZE_MAX;  ///< index in trace::events of the first; SIZE_MAX: none
 };
 
 /// Walks the trace as the program ran it (an alloc at a live address first
-/// frees the old block). Pure; O(events).
+/// frees the old block). Pure; O(events log live blocks).
 [[nodiscard]] trace_summary summarize(const trace& t);
 
 }  // namespace fragctl

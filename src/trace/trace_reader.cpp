@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <new>
 #include <set>
@@ -256,19 +258,32 @@ struct wide_count {
 
 trace_summary summarize(const trace& t) {
   trace_summary s;
-  absl::flat_hash_map<std::uint64_t, std::size_t> live;
+  // Live blocks by address, in address order: a new block meets a live one
+  // only if it meets its neighbour below or above.
+  std::map<std::uint64_t, std::size_t> live;
   absl::flat_hash_map<std::uint64_t, bool> streams;
   wide_count live_bytes;
-  for (const trace_event& e : t.events) {
+  const auto meets = [&](std::map<std::uint64_t, std::size_t>::const_iterator above, std::uint64_t addr,
+                         std::size_t size) {
+    const std::uint64_t end = addr + std::max<std::size_t>(size, 1);
+    if (above != live.end() && above->first < end) return true;
+    if (above == live.begin()) return false;
+    const auto below = std::prev(above);
+    return below->first + std::max<std::size_t>(below->second, 1) > addr;
+  };
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const trace_event& e = t.events[i];
     streams.try_emplace(e.stream, true);
     if (e.kind == trace_event::action::alloc) {
       ++s.allocs;
       s.largest_request = std::max(s.largest_request, e.size);
-      auto [it, inserted] = live.try_emplace(e.addr, e.size);
-      if (!inserted) {
-        live_bytes -= it->second;
-        it->second = e.size;
+      if (const auto old = live.find(e.addr); old != live.end()) {
+        live_bytes -= old->second;
+        live.erase(old);
       }
+      const auto above = live.lower_bound(e.addr);
+      if (meets(above, e.addr, e.size) && s.overlapping_allocs++ == 0) s.first_overlap_event = i;
+      live.emplace_hint(above, e.addr, e.size);
       live_bytes += e.size;
       s.peak_live_bytes = std::max(s.peak_live_bytes, live_bytes.saturated());
     } else {

@@ -3,6 +3,7 @@ made-up results: the native baseline is the median of the native runs, the
 spread their range, and a run's step time is judged against both."""
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "trainers"))
@@ -47,6 +48,35 @@ class TrainerVerdictTest(unittest.TestCase):
         lines, ok = run_trainers.verdict(runs)
         self.assertFalse(ok)
         self.assertIn("m / arena: loss differs from native from step 1", "\n".join(lines))
+
+    def test_an_evaluation_loss_that_differs_fails_the_math(self):
+        runs = [result("native", "native", 100, eval_losses_hex=[["0x1.0p+0", "0x1.0p+1"]]),
+                result("arena", "fragctl", 100, eval_losses_hex=[["0x1.0p+0", "0x1.8p+1"]])]
+        lines, ok = run_trainers.verdict(runs)
+        self.assertFalse(ok)
+        self.assertIn("an evaluation's losses differ from native's", "\n".join(lines))
+        runs[1]["eval_losses_hex"] = [["0x1.0p+0", "0x1.0p+1"]]
+        self.assertTrue(run_trainers.verdict(runs)[1])  # the control: equal evaluations pass
+
+    def test_a_trace_whose_blocks_meet_fails_and_is_named(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            traces = {}
+            for model, count in (("clean", 0), ("twice", 2)):
+                traces[model] = os.path.join(tmp, model + ".csv")
+                with open(traces[model], "w") as f:
+                    f.write(str(count))
+            # A stand-in of `fragctl info PATH --json`: the count the file holds.
+            cli = os.path.join(tmp, "fragctl")
+            with open(cli, "w") as f:
+                f.write("#!/bin/sh\nn=$(cat \"$2\")\n"
+                        "echo \"[{\\\"overlapping_allocs\\\": $n, \\\"first_overlap_event\\\": 7}]\"\n")
+            os.chmod(cli, 0o755)
+            lines, clean = run_trainers.overlaps(traces, cli)
+            self.assertFalse(clean)
+            text = "\n".join(lines)
+            self.assertIn("- clean: none", text)
+            self.assertIn("- twice: **2 allocations meet a live block** (the first is event 7)", text)
+            self.assertTrue(run_trainers.overlaps({"clean": traces["clean"]}, cli)[1])
 
     def test_table_compares_with_the_baseline_and_shows_calls_in_timed_steps(self):
         runs = [result("native", "native", 100, torch_allocator={"peak_reserved_bytes": 2, "peak_allocated_bytes": 1}),

@@ -340,6 +340,30 @@ TEST(TraceSummary, TinyTrace) {
   EXPECT_EQ(s.streams, 2u);
   EXPECT_EQ(s.largest_request, 3000000u);
   EXPECT_EQ(s.duration_us, 6);
+  EXPECT_EQ(s.overlapping_allocs, 0u);
+  EXPECT_EQ(s.first_overlap_event, SIZE_MAX);
+}
+
+TEST(TraceSummary, CountsAllocationsThatMeetALiveBlock) {
+  trace t;
+  t.events = {
+      {action::alloc, 0x10000, 4096, 0, 1},  // [0x10000, 0x11000)
+      {action::alloc, 0x11000, 4096, 0, 2},  // just above it: no overlap
+      {action::alloc, 0x0f000, 4096, 0, 3},  // just below it: no overlap
+      {action::free, 0x11000, 4096, 0, 4},
+      {action::alloc, 0x10800, 8192, 0, 5},  // over the first block's top half: event 4
+      {action::alloc, 0x0e000, 8192, 0, 6},  // over the block below and the first: event 5
+      {action::free, 0x10000, 4096, 0, 7},
+      {action::free, 0x10800, 8192, 0, 8},
+      {action::free, 0x0e000, 8192, 0, 9},
+      {action::free, 0x0f000, 4096, 0, 10},
+      {action::alloc, 0x10000, 4096, 0, 11},  // all freed: no overlap
+      {action::alloc, 0x10000, 512, 0, 12},   // same address again: a lost free, not an overlap
+  };
+  const trace_summary s = summarize(t);
+  EXPECT_EQ(s.overlapping_allocs, 2u);
+  EXPECT_EQ(s.first_overlap_event, 4u);
+  EXPECT_EQ(s.live_at_end, 1u);
 }
 
 }  // namespace

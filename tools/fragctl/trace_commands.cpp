@@ -86,10 +86,12 @@ const command_spec& info_spec() {
       "Summarize traces as the program ran them: events, peak live bytes, streams, duration.",
       "Peak live bytes is the most the program had allocated at once: the floor for the peak\n"
       "requested bytes of any replay, and the denominator of reserved/requested.\n"
+      "Overlaps counts allocations whose bytes meet a block still live: memory the traced\n"
+      "allocator handed out twice (never, for a correct one; a FRAGCTL_TRACE file checks fragctl).\n"
       "Complete says whether the file shows it is whole: yes (it ends with an end row that counts\n"
       "every row), no (cut: its writer was killed and its tail is missing; a warning on stderr) or\n"
       "unknown (no end marker: an RMM log, another tool's CSV). Exit status: 0, 1 for an unreadable\n"
-      "trace or, with --require-complete, one that is not complete, 2 usage error.\n",
+      "trace, one with overlaps or, with --require-complete, one that is not complete, 2 usage error.\n",
       {snapshot_device_option, require_complete_option, {"json", "", "print one JSON array instead of text"}}};
   return spec;
 }
@@ -103,6 +105,7 @@ int run_info(const arguments& args) {
     const trace t = load_trace(path, args);
     const trace_summary s = summarize(t);
     if (!check_completeness("info", path, t, args)) status = 1;
+    if (s.overlapping_allocs != 0) status = 1;
     if (args.has("json")) {
       all.push_back({{"trace", t.name},
                      {"path", path},
@@ -117,7 +120,11 @@ int run_info(const arguments& args) {
                      {"streams", s.streams},
                      {"live_at_end", s.live_at_end},
                      {"unmatched_frees", s.unmatched_frees},
-                     {"duration_us", s.duration_us}});
+                     {"duration_us", s.duration_us},
+                     {"overlapping_allocs", s.overlapping_allocs},
+                     {"first_overlap_event", s.overlapping_allocs != 0
+                                                 ? nlohmann::ordered_json(s.first_overlap_event)
+                                                 : nlohmann::ordered_json()}});
       continue;
     }
     const char* complete = t.completeness == trace_completeness::complete ? "yes"
@@ -131,6 +138,15 @@ int run_info(const arguments& args) {
         static_cast<unsigned long long>(t.ignored_rows), util::human_bytes(s.peak_live_bytes).c_str(),
         s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end, s.unmatched_frees,
         static_cast<double>(s.duration_us) / 1e6);
+    if (s.overlapping_allocs != 0) {
+      // A correct allocator never hands out memory twice: the trace's own
+      // allocator did (a fragctl run's trace records what it returned).
+      std::printf("  OVERLAPS        %zu allocations meet a live block (the first is event %zu): memory handed out "
+                  "twice\n",
+                  s.overlapping_allocs, s.first_overlap_event);
+    } else {
+      std::printf("  overlaps        none\n");
+    }
   }
   if (args.has("json")) std::printf("%s\n", detail::dump_json(all).c_str());
   return status;
