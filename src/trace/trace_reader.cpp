@@ -265,11 +265,13 @@ trace_summary summarize(const trace& t) {
   wide_count live_bytes;
   const auto meets = [&](std::map<std::uint64_t, std::size_t>::const_iterator above, std::uint64_t addr,
                          std::size_t size) {
-    const std::uint64_t end = addr + std::max<std::size_t>(size, 1);
-    if (above != live.end() && above->first < end) return true;
+    // By the distance from the lower start, not by ends: a block may end
+    // at 2^64 or past it (a trace's numbers are its file's), and its end
+    // would wrap to a low address.
+    if (above != live.end() && above->first - addr < std::max<std::size_t>(size, 1)) return true;
     if (above == live.begin()) return false;
     const auto below = std::prev(above);
-    return below->first + std::max<std::size_t>(below->second, 1) > addr;
+    return addr - below->first < std::max<std::size_t>(below->second, 1);
   };
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     const trace_event& e = t.events[i];

@@ -366,5 +366,23 @@ TEST(TraceSummary, CountsAllocationsThatMeetALiveBlock) {
   EXPECT_EQ(s.live_at_end, 1u);
 }
 
+TEST(TraceSummary, CountsOverlapsOfBlocksThatEndAtTheTopOfTheAddressSpace) {
+  // A trace's addresses and sizes are whatever its file holds: a block may
+  // end at 2^64 (or past it), where address + size wraps to a low value.
+  constexpr std::uint64_t top = UINT64_MAX - 0xfff;  // [top, 2^64)
+  trace t;
+  t.events = {
+      {action::alloc, top, 0x1000, 0, 1},
+      {action::alloc, top + 0x800, 16, 0, 2},       // inside the block below it: event 1
+      {action::free, top + 0x800, 16, 0, 3},
+      {action::alloc, top - 0x1000, 0x2000, 0, 4},  // over the block above it: event 3
+      {action::free, top - 0x1000, 0x2000, 0, 5},
+      {action::alloc, top - 0x1000, 0x1000, 0, 6},  // just below it: no overlap
+  };
+  const trace_summary s = summarize(t);
+  EXPECT_EQ(s.overlapping_allocs, 2u);
+  EXPECT_EQ(s.first_overlap_event, 1u);
+}
+
 }  // namespace
 }  // namespace fragctl
