@@ -15,7 +15,8 @@ step (exact, as float.hex), peak device memory used (memsampler.py) and
 fragctl's or PyTorch's own peaks to --out. An inference job (kvgen) runs
 the same loop without backward and optimizer; its "loss" is a value of its
 output (jobs.py), compared as the trainers' losses are. Jobs drawn in several
-dimensions (t5, lora, vit, kvgen) write each step's shape as "shapes".
+dimensions (t5, lora, vit, kvgen) write each step's shape as "shapes"
+(with --accumulate K > 1, a training step's is its K micro-batches' list).
 With --eval-every K a training job evaluates after every Kth step but the
 last, as a Trainer with eval_steps does: M forward passes under no_grad with
 the model in eval mode, on batches of their own; their losses are
@@ -91,6 +92,15 @@ def run_step(job, torch, optimizer, step, held, accumulate=1):
     return held["loss"].item()
 
 
+def step_shapes(job, steps, accumulate=1):
+    """Each step's shape, of the batches run_step gives it: a training step of accumulate K > 1 runs batches
+    step*K to step*K + K - 1, so its shape is a list of theirs (job.shape(step) would name another step's
+    batch); an inference step runs batch `step` whatever K is."""
+    if accumulate <= 1 or not getattr(job, "train", True):
+        return [job.shape(step) for step in range(steps)]
+    return [[job.shape(step * accumulate + micro) for micro in range(accumulate)] for step in range(steps)]
+
+
 def run_eval(job, torch, first, batches):
     """An evaluation between training steps: `batches` forward passes under no_grad with the model in eval mode
     (dropout off, no activations kept), on the job's batches first, first + 1, ... (indices no training step
@@ -139,7 +149,7 @@ def train(args, result):
     result["batch"] = job.batch
     result["train"] = getattr(job, "train", True)
     if hasattr(job, "shape"):
-        result["shapes"] = [job.shape(step) for step in range(args.steps)]
+        result["shapes"] = step_shapes(job, args.steps, args.accumulate)
     step_times, losses, calls_after_step, calls_before_step, eval_losses, held = [], [], [], [], [], {}
     fragctl_stats = None
     if args.mode in ("fragctl", "preload"):

@@ -37,6 +37,15 @@ class RegistryTest(unittest.TestCase):
         with open(os.devnull, "w") as quiet, self.assertRaises(SystemExit), contextlib.redirect_stderr(quiet):
             train_one.arguments(["--model", "t6", "--mode", "native", "--out", "x.json"])
 
+    def test_an_accumulating_step_records_the_shapes_of_its_own_micro_batches(self):
+        # run_step gives training step s of accumulate K the batches s*K .. s*K + K - 1.
+        training = SimpleNamespace(shape=lambda i: {"tokens": i})
+        self.assertEqual(train_one.step_shapes(training, 2, 3),
+                         [[{"tokens": 0}, {"tokens": 1}, {"tokens": 2}], [{"tokens": 3}, {"tokens": 4}, {"tokens": 5}]])
+        self.assertEqual(train_one.step_shapes(training, 2), [{"tokens": 0}, {"tokens": 1}])
+        inference = SimpleNamespace(shape=lambda i: {"tokens": i}, train=False)  # batch `step` whatever K is
+        self.assertEqual(train_one.step_shapes(inference, 2, 3), [{"tokens": 0}, {"tokens": 1}])
+
     def test_an_unknown_job_is_refused_before_anything_is_imported(self):
         with self.assertRaisesRegex(ValueError, "unknown job 'bert'.*kvgen"):
             jobs.build("bert", None)
