@@ -57,6 +57,8 @@ T5_TARGET = (32, 256)
 LORA_TOKENS = (256, 8192)
 VIT_SIZES = (160, 384)  # pixels, multiples of 32 (of the patch, 16)
 KVGEN_BATCHES = (1, 2, 4, 8, 16, 32)
+# Batches each job draws up front (sequence lengths, image sizes, requests): make_batch(i) takes i below it.
+BATCHES = 1000
 KVGEN_PROMPT = (64, 2048)
 KVGEN_NEW_TOKENS = (16, 64)  # one forward per token: 256 made a step take about 10 s on an H100
 KVGEN_PREFILL_TOKENS = 32768  # batch x prompt at most
@@ -134,7 +136,7 @@ def _causal_lm(transformers, torch, config, dtype=None):
 
 
 def _token_batches(torch, vocab, batch, low, high):
-    lengths = sequence_lengths(1000, low, high)
+    lengths = sequence_lengths(BATCHES, low, high)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -222,7 +224,7 @@ def _resnet(torch):
     model.avgpool = GlobalAveragePool()
     model.train()
     batch = 32
-    sizes = [random.Random(99 + i).choice([160, 192, 224, 256]) for i in range(1000)]
+    sizes = [random.Random(99 + i).choice([160, 192, 224, 256]) for i in range(BATCHES)]
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -246,7 +248,7 @@ def _t5(torch):
     model.config.use_cache = False
     model.train()
     batch = 4
-    lengths = source_target_lengths(1000)
+    lengths = source_target_lengths(BATCHES)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -275,7 +277,7 @@ def _lora(torch):
                                                "down_proj"])
     model = peft.get_peft_model(base, adapters)  # adapters in fp32 (autocast_adapter_dtype), the base frozen
     model.train()
-    lengths = sequence_lengths(1000, *LORA_TOKENS)
+    lengths = sequence_lengths(BATCHES, *LORA_TOKENS)
     return SimpleNamespace(model=model, parameters=[p for p in model.parameters() if p.requires_grad],
                            make_batch=_token_batches(torch, config.vocab_size, 1, *LORA_TOKENS),
                            forward=lambda inputs, labels: model(input_ids=inputs, labels=labels).loss,
@@ -293,7 +295,7 @@ def _vit(torch):
     model.pos_embed.requires_grad_(False)
     model.train()
     batch = 16
-    sizes = image_sizes(1000)
+    sizes = image_sizes(BATCHES)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -321,7 +323,7 @@ def _kvgen(torch):
     model.requires_grad_(False)
     model.eval()
     model.config.use_cache = True
-    requests = generation_requests(1000)
+    requests = generation_requests(BATCHES)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):

@@ -58,7 +58,15 @@ def arguments(argv=None):
     parser.add_argument("--accumulate", type=int, default=1,
                         help="a training job's step is this many forward and backward passes, then one optimizer step")
     parser.add_argument("--out", required=True)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.accumulate < 1 or args.eval_every < 0 or args.eval_batches < 1:
+        parser.error("--accumulate and --eval-batches take 1 or more, --eval-every 0 or more")
+    evaluations = (args.steps - 1) // args.eval_every if args.eval_every else 0
+    needed = args.steps * args.accumulate + evaluations * args.eval_batches
+    if needed > jobs.BATCHES:
+        parser.error("%d steps of %d batches and %d evaluations of %d need %d batches; the jobs draw %d"
+                     % (args.steps, args.accumulate, evaluations, args.eval_batches, needed, jobs.BATCHES))
+    return args
 
 
 def make_optimizer(job, torch):

@@ -130,7 +130,8 @@ struct trace_summary {
   /// allocator handed out twice (0 for any correct allocator; a trace a
   /// fragctl run wrote checks the allocator that ran).
   std::size_t overlapping_allocs = 0;
-  std::size_t first_overlap_event = SIZE_MAX;  ///< index in trace::events of the first; SIZE_MAX: none
+  /// The first one's index in trace::events (allocations and frees, from 0); SIZE_MAX: none.
+  std::size_t first_overlap_event = SIZE_MAX;
 };
 
 /// Walks the trace as the program ran it (an alloc at a live address first

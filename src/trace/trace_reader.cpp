@@ -267,7 +267,8 @@ trace_summary summarize(const trace& t) {
                          std::size_t size) {
     // By the distance from the lower start, not by ends: a block may end
     // at 2^64 or past it (a trace's numbers are its file's), and its end
-    // would wrap to a low address.
+    // would wrap to a low address. A block of 0 bytes still holds its
+    // address (two at one address are one handed out twice).
     if (above != live.end() && above->first - addr < std::max<std::size_t>(size, 1)) return true;
     if (above == live.begin()) return false;
     const auto below = std::prev(above);

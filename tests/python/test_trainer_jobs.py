@@ -9,6 +9,7 @@ that the generation job decodes token by token through the cache the model
 hands back, and that an inference step runs without gradients and without
 an optimizer."""
 import contextlib
+import io
 import os
 import sys
 import types
@@ -45,6 +46,17 @@ class RegistryTest(unittest.TestCase):
         self.assertEqual(train_one.step_shapes(training, 2), [{"tokens": 0}, {"tokens": 1}])
         inference = SimpleNamespace(shape=lambda i: {"tokens": i}, train=False)  # batch `step` whatever K is
         self.assertEqual(train_one.step_shapes(inference, 2, 3), [{"tokens": 0}, {"tokens": 1}])
+
+    def test_a_run_needing_more_batches_than_the_jobs_draw_is_refused(self):
+        base = ["--model", "t5", "--mode", "native", "--out", "x.json"]
+        # 200 steps of 4 batches and 33 evaluations of 4: 932 batches, within jobs.BATCHES (1,000).
+        args = train_one.arguments(base + ["--steps", "200", "--accumulate", "4", "--eval-every", "6"])
+        self.assertEqual((args.steps, args.accumulate, args.eval_every), (200, 4, 6))
+        for extra in (["--steps", "300", "--accumulate", "4"],  # 1,200 batches
+                      ["--steps", "240", "--accumulate", "4", "--eval-every", "6"],  # 960 + 39 x 4
+                      ["--accumulate", "0"]):
+            with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+                train_one.arguments(base + extra)
 
     def test_an_unknown_job_is_refused_before_anything_is_imported(self):
         with self.assertRaisesRegex(ValueError, "unknown job 'bert'.*kvgen"):

@@ -141,8 +141,8 @@ int run_info(const arguments& args) {
     if (s.overlapping_allocs != 0) {
       // A correct allocator never hands out memory twice: the trace's own
       // allocator did (a fragctl run's trace records what it returned).
-      std::printf("  OVERLAPS        %zu allocations meet a live block (the first is event %zu): memory handed out "
-                  "twice\n",
+      std::printf("  OVERLAPS        %zu allocations meet a live block (the first is allocation or free %zu of the "
+                  "trace, from 0): memory handed out twice\n",
                   s.overlapping_allocs, s.first_overlap_event);
     } else {
       std::printf("  overlaps        none\n");
