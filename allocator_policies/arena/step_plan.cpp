@@ -53,7 +53,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       // rose well above it (a step of another length between the plan's
       // repeats moves the start; counting allocations would miss it).
       if (at_floor()) {
-        pending_until_ = allocs_ + 8 * plan_period_;
+        rearm_pending();
       } else if (plan_steps_ != 0 && allocs_ > pending_until_) {
         // A plan that served steps, then eight of its periods without the
         // live bytes back at its floor: what outlives a step grew, and no
@@ -400,7 +400,7 @@ void step_plan::defer() noexcept {
   }
   mode_ = mode::pending;
   risen_ = false;
-  pending_until_ = allocs_ + 8 * plan_period_;
+  rearm_pending();
 }
 
 void step_plan::leave() noexcept {
@@ -651,7 +651,7 @@ bool step_plan::detect() {
   step_seen_ = false;
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
-  pending_until_ = allocs_ + 8 * plan_period_;
+  rearm_pending();
   live_.reserve(items_.size());
   occupied_.reserve(items_.size());  // off_plan() fills it with the live planned blocks
   ++figures_.steps_detected;

@@ -337,6 +337,10 @@ class step_plan {
   std::int64_t floor_ = 0, floor_slack_ = 0, floor_arm_ = 0;
   bool risen_ = false;
   std::uint64_t pending_until_ = 0;  // pending: abandoned past this allocation with the live bytes never at the floor
+  /// Periods a pending plan that served steps waits for the live bytes to
+  /// come back to its floor before it is abandoned.
+  static constexpr std::uint64_t pending_periods = 8;
+  void rearm_pending() noexcept { pending_until_ = allocs_ + pending_periods * plan_period_; }
   bool step_seen_ = false;               // a step start was seen since the plan was found
   std::uint64_t seen_start_calls_ = 0;   // driver calls at that step start
   std::uint32_t stream_ = 0;
