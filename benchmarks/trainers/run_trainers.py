@@ -132,6 +132,11 @@ def native_baseline(runs):
     return median, (times[-1] - times[0]) / median if len(times) > 1 else None
 
 
+def same_math(run, native):
+    """Whether a run's training and evaluation losses equal native's bit for bit."""
+    return run["losses_hex"] == native["losses_hex"] and run.get("eval_losses_hex") == native.get("eval_losses_hex")
+
+
 def verdict(results):
     """Per model: bitwise loss equality with native, step time against native, memory."""
     lines, ok_math, time_notes = [], True, []
@@ -150,14 +155,14 @@ def verdict(results):
         for r in runs:
             if r is native or r.get("error"):
                 continue
-            if r["losses_hex"] != native["losses_hex"]:
+            if not same_math(r, native):
                 ok_math = False
-                first = next(i for i, (a, b) in enumerate(zip(r["losses_hex"], native["losses_hex"])) if a != b)
-                lines.append("- %s / %s: loss differs from native from step %d (%r vs %r)"
-                             % (model, r["label"], first, r["losses"][first], native["losses"][first]))
-            elif r.get("eval_losses_hex") != native.get("eval_losses_hex"):
-                ok_math = False
-                lines.append("- %s / %s: an evaluation's losses differ from native's" % (model, r["label"]))
+                if r["losses_hex"] != native["losses_hex"]:
+                    first = next(i for i, (a, b) in enumerate(zip(r["losses_hex"], native["losses_hex"])) if a != b)
+                    lines.append("- %s / %s: loss differs from native from step %d (%r vs %r)"
+                                 % (model, r["label"], first, r["losses"][first], native["losses"][first]))
+                else:
+                    lines.append("- %s / %s: an evaluation's losses differ from native's" % (model, r["label"]))
             if r["mode"] == "native":
                 continue
             ratio = r["mean_step_s"] / baseline
@@ -191,8 +196,7 @@ def table(results):
         native = natives.get(r["model"])
         baseline = baselines.get(r["model"])
         vs = "%+.1f%%" % (100 * (r["mean_step_s"] / baseline - 1)) if baseline else ""
-        same = ("yes" if r["losses_hex"] == native["losses_hex"] and r.get("eval_losses_hex") == native.get(
-            "eval_losses_hex") else "**no**") if native else ""
+        same = ("yes" if same_math(r, native) else "**no**") if native else ""
         peaks, ratio, calls = "", "", ""
         if "fragctl" in r:
             f = r["fragctl"]

@@ -89,8 +89,8 @@ def run_step(job, torch, optimizer, step, held, accumulate=1):
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
             held["loss"] = job.forward(inputs, labels)
         return held["loss"].item()
-    for micro in range(accumulate):
-        held["batch"] = job.make_batch(step * accumulate + micro)
+    for index in step_batches(step, accumulate):
+        held["batch"] = job.make_batch(index)
         inputs, labels = held["batch"]
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=job.autocast):
             held["loss"] = job.forward(inputs, labels)
@@ -100,13 +100,18 @@ def run_step(job, torch, optimizer, step, held, accumulate=1):
     return held["loss"].item()
 
 
+def step_batches(step, accumulate):
+    """The batches a training step of accumulate K runs: step*K to step*K + K - 1."""
+    return range(step * accumulate, (step + 1) * accumulate)
+
+
 def step_shapes(job, steps, accumulate=1):
     """Each step's shape, of the batches run_step gives it: a training step of accumulate K > 1 runs batches
     step*K to step*K + K - 1, so its shape is a list of theirs (job.shape(step) would name another step's
     batch); an inference step runs batch `step` whatever K is."""
     if accumulate <= 1 or not getattr(job, "train", True):
         return [job.shape(step) for step in range(steps)]
-    return [[job.shape(step * accumulate + micro) for micro in range(accumulate)] for step in range(steps)]
+    return [[job.shape(index) for index in step_batches(step, accumulate)] for step in range(steps)]
 
 
 def run_eval(job, torch, first, batches):
