@@ -392,6 +392,19 @@ bool arena_policy::impl::start_plan() {
   bins.clear();
   plan_blocks.clear();
   try {
+    // Whether the plan can pay for its start (below) at all: the bins hold
+    // at most the free memory of the spans live blocks touch, so when even
+    // that leaves more of the step's peak to the new range than best fit's
+    // calls pay for, the plan waits without scanning the free blocks' spans
+    // (at every step start of a job best fit serves with no call: about a
+    // third of the arena's instructions on the resnet50 trace).
+    const std::size_t held_by_blocks = granules->mapped_bytes() - granules->cached_bytes();
+    const std::size_t at_most_in_bins = held_by_blocks > allocated ? held_by_blocks - allocated : 0;
+    const std::uint64_t peak = plan.live_peak();
+    if (plan.recent_step_calls() * granules->max_span_bytes() < (peak > at_most_in_bins ? peak - at_most_in_bins : 0)) {
+      plan.defer();
+      return false;
+    }
     // The bins: free memory in spans live blocks touch (holes no steal can
     // take), for the step's small blocks; the rest goes to one new range,
     // which steals the cached spans.
@@ -409,7 +422,7 @@ bool arena_policy::impl::start_plan() {
     // its new range is at least the step's live peak less the bins.
     std::size_t in_bins = 0;
     for (const step_plan::bin& b : bins) in_bins += b.bytes;
-    const std::size_t least = plan.live_peak() > in_bins ? plan.live_peak() - in_bins : 0;
+    const std::size_t least = peak > in_bins ? peak - in_bins : 0;
     if (plan.recent_step_calls() * granules->max_span_bytes() < least) {
       plan.defer();
       return false;
