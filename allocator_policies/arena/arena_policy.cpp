@@ -392,16 +392,37 @@ bool arena_policy::impl::start_plan() {
   bins.clear();
   plan_blocks.clear();
   try {
-    // Whether the plan can pay for its start (below) at all: the bins hold
-    // at most the free memory of the spans live blocks touch, so when even
-    // that leaves more of the step's peak to the new range than best fit's
-    // calls pay for, the plan waits without scanning the free blocks' spans
-    // (at every step start of a job best fit serves with no call: about a
-    // third of the arena's instructions on the resnet50 trace).
+    // A plan starts only if it pays and fits: its new range (what the bins
+    // do not hold) must cost no more driver calls to map (about one per
+    // largest span) than best fit made in the step's last repeat, since a
+    // job whose steps best fit already serves from mapped memory gains
+    // nothing from it; and it must not raise the memory held above its
+    // high-water mark (the range takes the cached spans and pooled handles
+    // first). A plan laid out again for a larger step (regrow) may raise it
+    // by as much as the step's planned live bytes grow and 1/16 of that for
+    // the packing (refused, the step goes to best fit, which raises the
+    // memory held by more: 5,437 driver calls and 57 MB more on the 40-step
+    // declm model's last step), no more.
+    const std::uint64_t peak = plan.live_peak();
+    std::size_t grown = plan.regrowing() && peak > plan.previous_layout_live() ? peak - plan.previous_layout_live() : 0;
+    grown += grown / 16;
+    const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
+    const auto refused = [&](std::size_t new_range) {
+      return plan.recent_step_calls() * granules->max_span_bytes() < new_range ||
+             granules->held_bytes() + (new_range > spare ? new_range - spare : 0) > peak_held + grown;
+    };
+    // Both rules grow with the range, and the range is at least the step's
+    // live peak less what the bins hold: a plan refused at that bound waits
+    // without what follows, which it would not pass either. A refused plan
+    // is judged again at every step start, and what follows is costly: the
+    // bins scan every free block's granules (about a third of the arena's
+    // instructions on the resnet50 trace, whose plan never pays), the
+    // layout is O(step^2) (217 ms for the live t5 job with gradient
+    // accumulation). Before the scan the bins are bounded by the free
+    // memory of the spans live blocks touch (mapped less cached less live).
     const std::size_t held_by_blocks = granules->mapped_bytes() - granules->cached_bytes();
     const std::size_t at_most_in_bins = held_by_blocks > allocated ? held_by_blocks - allocated : 0;
-    const std::uint64_t peak = plan.live_peak();
-    if (plan.recent_step_calls() * granules->max_span_bytes() < (peak > at_most_in_bins ? peak - at_most_in_bins : 0)) {
+    if (refused(peak > at_most_in_bins ? peak - at_most_in_bins : 0)) {
       plan.defer();
       return false;
     }
@@ -418,34 +439,14 @@ bool arena_policy::impl::start_plan() {
     });
     std::sort(bins.begin(), bins.end(),
               [](const step_plan::bin& a, const step_plan::bin& b) { return a.base < b.base; });
-    // Whether the plan can pay for itself (below), before laying it out:
-    // its new range is at least the step's live peak less the bins.
     std::size_t in_bins = 0;
     for (const step_plan::bin& b : bins) in_bins += b.bytes;
-    const std::size_t least = peak > in_bins ? peak - in_bins : 0;
-    if (plan.recent_step_calls() * granules->max_span_bytes() < least) {
+    if (refused(peak > in_bins ? peak - in_bins : 0)) {
       plan.defer();
       return false;
     }
     const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
-    // A plan must not raise the memory held above its high-water mark: the
-    // new range takes the cached spans and pooled handles first.
-    const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
-    // Nor one that costs more driver calls to start (mapping the new range,
-    // about one call per largest span) than best fit made in the step's
-    // last repeat: a job whose steps best fit already serves from mapped
-    // memory gains nothing from it.
-    const bool pays = plan.recent_step_calls() * granules->max_span_bytes() >= extra;
-    // A plan laid out again for a larger step (regrow) may raise it by as
-    // much as the step's planned live bytes grow and 1/16 of that for the
-    // packing (refused, the step goes to best fit, which raises the memory
-    // held by more: 5,437 driver calls and 57 MB more on the 40-step declm
-    // model's last step), no more.
-    std::size_t grown = plan.regrowing() && plan.layout_live() > plan.previous_layout_live()
-                            ? plan.layout_live() - plan.previous_layout_live()
-                            : 0;
-    grown += grown / 16;
-    if (!pays || granules->held_bytes() + (extra > spare ? extra - spare : 0) > peak_held + grown) {
+    if (refused(extra)) {
       plan.defer();
       return false;
     }
