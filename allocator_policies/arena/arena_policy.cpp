@@ -580,10 +580,26 @@ void arena_policy::impl::stop_planning() noexcept {
   if (plan.region_to_free()) free_region();
 }
 
+// The longest mapped part of a free block is its longest overlap with a
+// run of mapped granules: free blocks and runs, both in address order, are
+// walked together (O(blocks + spans log spans); reading every granule of
+// every free block, the unmapped rest of the range included, took about
+// 260 us a pool state on an 80 GiB device).
 std::size_t arena_policy::impl::largest_free() const {
   std::size_t best = 0;
-  blocks.for_each_free([&](const block_index::block& b) {
-    best = std::max(best, granules ? granules->longest_mapped(b.addr, b.size) : b.size);
+  if (!granules) {
+    blocks.for_each_free([&](const block_index::block& b) { best = std::max(best, b.size); });
+    return best;
+  }
+  const std::vector<std::pair<std::uintptr_t, std::uintptr_t>> runs = granules->mapped_run_list();
+  std::size_t r = 0;  // the first run that ends after the blocks walked so far
+  blocks.for_each_in_order([&](const block_index::block& b) {
+    if (!b.is_free) return;
+    const std::uintptr_t lo = b.addr, hi = b.addr + b.size;
+    while (r < runs.size() && runs[r].second <= lo) ++r;
+    for (std::size_t k = r; k < runs.size() && runs[k].first < hi; ++k) {
+      best = std::max(best, std::min(hi, runs[k].second) - std::max(lo, runs[k].first));
+    }
   });
   return best;
 }

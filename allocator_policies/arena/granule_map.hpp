@@ -278,8 +278,12 @@ class granule_map {
   [[nodiscard]] std::size_t pooled_bytes() const noexcept { return pooled_ << shift_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return mapped_bytes() + pooled_bytes(); }
   [[nodiscard]] std::size_t physical_limit() const noexcept { return limit_; }
-  /// Maximal runs of consecutive mapped granules.
+  /// Maximal runs of consecutive mapped granules. O(spans).
   [[nodiscard]] std::size_t mapped_runs() const noexcept;
+  /// The maximal runs of mapped granules as [address, end), in address
+  /// order: for_each_mapped_run's, from the spans (O(spans log spans))
+  /// rather than every granule of the range. May allocate.
+  [[nodiscard]] std::vector<std::pair<std::uintptr_t, std::uintptr_t>> mapped_run_list() const;
   /// Calls f(addr, bytes) for every maximal run of mapped granules, in
   /// address order.
   template <class F>
@@ -333,8 +337,6 @@ class granule_map {
     }
     if (in) f(run, end - run);
   }
-  /// Longest part of [addr, addr + bytes) whose granules are all mapped.
-  [[nodiscard]] std::size_t longest_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept;
 
  private:
   struct granule {

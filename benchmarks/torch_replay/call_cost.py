@@ -16,9 +16,12 @@ repeated --repeats times (the median and the lowest are printed):
 * ``tensor``: ``torch.empty(1 MiB, device="cuda")`` and its release;
 * ``working_set``: 256 tensors live; each iteration replaces one, drawn at
   random, with a tensor of a size drawn log-uniformly from 512 B to 64 MiB
-  (draws made before the loop, the same in every process).
+  (draws made before the loop, the same in every process);
+* ``memory_allocated``: ``torch.cuda.memory_allocated()`` with the working
+  set live (what a loop that logs its memory pays; --iterations / 10 calls).
 
-The figure is ns per iteration (one allocation and one free). Nothing is
+The figure is ns per iteration (one allocation and one free; one call for
+``memory_allocated``). Nothing is
 launched on the GPU; a run takes a few seconds.
 """
 
@@ -95,13 +98,20 @@ def main() -> int:
             k = i & (draws - 1)
             live[slots[k]] = empty(sizes[k], dtype=torch.uint8, device="cuda")
 
+    def memory_allocated(n: int) -> None:
+        read = torch.cuda.memory_allocated
+        for _ in range(n):
+            read()
+
     result = {"mode": args.mode, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
               "iterations": args.iterations, "repeats": args.repeats, "ns_per_iteration": {}}
-    for name, loop in (("raw", raw), ("tensor", tensor), ("working_set", working_set)):
-        samples = _time(loop, args.iterations, args.repeats)
+    for name, loop, count in (("raw", raw, args.iterations), ("tensor", tensor, args.iterations),
+                              ("working_set", working_set, args.iterations),
+                              ("memory_allocated", memory_allocated, max(1, args.iterations // 10))):
+        samples = _time(loop, count, args.repeats)
         result["ns_per_iteration"][name] = {"median": statistics.median(samples), "min": min(samples),
                                             "samples": samples}
-        print(f"{args.mode:10s} {name:12s} median {statistics.median(samples):8.0f} ns, lowest {min(samples):8.0f} ns",
+        print(f"{args.mode:10s} {name:16s} median {statistics.median(samples):8.0f} ns, lowest {min(samples):8.0f} ns",
               flush=True)
     live.clear()
     torch.cuda.synchronize()

@@ -126,8 +126,13 @@ class soak {
       return ::testing::AssertionFailure() << "reserved " << st.reserved << " + pooled " << a_.pooled_bytes()
                                            << ", the device holds " << sim_.used_bytes();
     }
+    const memory_snapshot map = a_.memory_map();
+    if (st.segments != map.segments.size()) {  // counted from the spans; the map reads every granule
+      return ::testing::AssertionFailure() << "segments " << st.segments << ", the memory map has "
+                                           << map.segments.size();
+    }
     std::size_t map_live = 0;
-    for (const memory_segment& seg : a_.memory_map().segments) {
+    for (const memory_segment& seg : map.segments) {
       for (const memory_block& b : seg.blocks) {
         if (b.use == block_use::live) map_live += b.size;
       }

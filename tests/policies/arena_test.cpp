@@ -704,6 +704,41 @@ TEST(arena_test, state_reports_largest_free_block_and_mapped_runs) {
   EXPECT_EQ(s.cached_free, 8 * MiB);
 }
 
+// A free block over an unmapped gap: its longest mapped part is the
+// longest of its overlaps with the mapped runs, and the runs are counted
+// from the spans (pool_state::segments).
+TEST(arena_test, largest_free_block_is_the_longest_mapped_part_of_a_free_block) {
+  sim_backend sim(options(GiB));
+  config cfg = eager();
+  cfg.release_threshold = 0;
+  arena_policy arena(cfg, sim);
+  void* a = arena.allocate(3 * MiB);   // [0, 3 MiB): granules 0-1
+  void* b = arena.allocate(10 * MiB);  // [3, 13 MiB): granules 1-6
+  void* c = arena.allocate(3 * MiB);   // [13, 16 MiB): granules 6-7
+  ASSERT_EQ(static_cast<char*>(b), static_cast<char*>(a) + 3 * MiB);
+  ASSERT_EQ(static_cast<char*>(c), static_cast<char*>(b) + 10 * MiB);
+  EXPECT_EQ(arena.state().segments, 1u);
+  EXPECT_EQ(arena.state().largest_free_block, 0u) << "nothing mapped is free";
+  arena.deallocate(b, 10 * MiB);  // granules 2-5 touch no live block: unmapped
+  pool_state s = arena.state();
+  EXPECT_EQ(s.reserved, 8 * MiB);
+  EXPECT_EQ(s.segments, 2u) << "granules 0-1 and 6-7";
+  EXPECT_EQ(s.largest_free_block, MiB) << "b's mapped ends: 1 MiB in granule 1, 1 MiB in granule 6";
+  void* d = arena.allocate(MiB);  // b's first MiB, in granule 1
+  ASSERT_EQ(d, b);
+  s = arena.state();
+  EXPECT_EQ(s.largest_free_block, MiB) << "the MiB in granule 6";
+  arena.deallocate(c, 3 * MiB);  // granule 7 unmapped; granule 6 holds no live block now
+  s = arena.state();
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.reserved, 4 * MiB);
+  EXPECT_EQ(s.largest_free_block, 0u) << "granule 1 is a's and d's";
+  arena.deallocate(a, 3 * MiB);
+  arena.deallocate(d, MiB);
+  EXPECT_EQ(arena.state().largest_free_block, 0u);
+  EXPECT_EQ(arena.state().segments, 0u);
+}
+
 TEST(arena_test, fallback_block_without_virtual_memory) {
   sim_backend sim(options(GiB, 2 * MiB, false, false, /*vm=*/false));
   config cfg = stitched();

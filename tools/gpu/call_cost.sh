@@ -20,6 +20,6 @@ for round in 1 2 3; do
   order="native expandable arena"
   [ $round = 2 ] && order="arena expandable native"
   for mode in $order; do
-    timeout 120 "$python" benchmarks/torch_replay/call_cost.py --mode $mode --json "$out/call_cost/$mode-$round.json" 2>&1 | tail -3
+    timeout 120 "$python" benchmarks/torch_replay/call_cost.py --mode $mode --json "$out/call_cost/$mode-$round.json" 2>&1 | tail -4
   done
 done
