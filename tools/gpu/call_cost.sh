@@ -11,9 +11,19 @@
 # `build` for a caller that sources it.
 set -uo pipefail
 mkdir -p "${OUT:-gpu-results}"
-source tools/gpu/trainers_setup.sh call_cost > "${OUT:-gpu-results}/call_cost-setup.log" 2>&1 ||
-  { tail -5 "${OUT:-gpu-results}/call_cost-setup.log"; exit 1; }
-tail -3 "$out/call_cost-setup.log"
+setup_log=${OUT:-gpu-results}/call_cost-setup.log
+# trainers_setup.sh exits the shell on a failed build, so no handler after
+# `source` runs: the trap tells the log's end on the console (a descriptor
+# saved first), not into the log the setup's output still goes to. A
+# caller that sources this script (runs/2026-11-27/i2.sh) gets its own
+# EXIT trap back.
+caller_trap=$(trap -p EXIT)
+exec {console}>&1
+trap 'tail -5 "$setup_log" >&$console' EXIT
+source tools/gpu/trainers_setup.sh call_cost > "$setup_log" 2>&1
+eval "${caller_trap:-trap - EXIT}"
+exec {console}>&-
+tail -3 "$setup_log"
 mkdir -p "$out/call_cost"
 timeout 200 "$python" -c "import torch, fragctl.torch; fragctl.torch.enable('arena'); torch.empty(1, device='cuda'); print('native module ready')" 2>&1 | tail -2
 for round in 1 2 3; do
