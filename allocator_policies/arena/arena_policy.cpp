@@ -609,7 +609,11 @@ out_of_memory arena_policy::impl::oom(std::size_t requested) const {
   d.requested = requested;
   d.reserved = granules ? granules->held_bytes() : range;
   d.cached_free = d.reserved - allocated;
-  d.largest_free_block = largest_free();
+  try {
+    d.largest_free_block = largest_free();  // may allocate: the runs, sorted
+  } catch (const std::exception&) {
+    // Out of host memory too: the out_of_memory goes on without the figure.
+  }
   try {
     const memory_info info = backend.get_memory_info();
     d.device_free = info.free;
