@@ -676,7 +676,7 @@ std::size_t granule_map::mapped_runs() const noexcept {
   std::size_t runs = 0;  // a run starts at each mapped span whose granule before is not mapped
   for (std::size_t s = 1; s < spans_.size(); ++s) {
     const span& sp = spans_[s];
-    if (sp.count != 0 && sp.handle != paused_handle && (sp.first == 0 || !mapped(sp.first - 1))) ++runs;
+    if (maps(sp) && (sp.first == 0 || !mapped(sp.first - 1))) ++runs;
   }
   return runs;
 }
@@ -685,7 +685,7 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> granule_map::mapped_run_l
   std::vector<std::pair<std::uint32_t, std::uint32_t>> spans;  // granules [first, end)
   for (std::size_t s = 1; s < spans_.size(); ++s) {
     const span& sp = spans_[s];
-    if (sp.count != 0 && sp.handle != paused_handle) spans.emplace_back(sp.first, sp.first + sp.count);
+    if (maps(sp)) spans.emplace_back(sp.first, sp.first + sp.count);
   }
   std::sort(spans.begin(), spans.end());
   std::vector<std::pair<std::uintptr_t, std::uintptr_t>> runs;

@@ -281,24 +281,14 @@ class granule_map {
   /// Maximal runs of consecutive mapped granules. O(spans).
   [[nodiscard]] std::size_t mapped_runs() const noexcept;
   /// The maximal runs of mapped granules as [address, end), in address
-  /// order: for_each_mapped_run's, from the spans (O(spans log spans))
-  /// rather than every granule of the range. May allocate.
+  /// order, from the spans (O(spans log spans)) rather than every granule
+  /// of the range. May allocate.
   [[nodiscard]] std::vector<std::pair<std::uintptr_t, std::uintptr_t>> mapped_run_list() const;
   /// Calls f(addr, bytes) for every maximal run of mapped granules, in
-  /// address order.
+  /// address order (mapped_run_list). May allocate.
   template <class F>
   void for_each_mapped_run(F&& f) const {
-    const std::size_t n = granules_.size();
-    for (std::size_t g = 0; g < n;) {
-      if (!mapped(g)) {
-        ++g;
-        continue;
-      }
-      std::size_t end = g + 1;
-      while (end < n && mapped(end)) ++end;
-      f(base_ + (g << shift_), (end - g) << shift_);
-      g = end;
-    }
+    for (const auto& [lo, hi] : mapped_run_list()) f(lo, hi - lo);
   }
   /// Collects the maximal runs of mapped granules for mapped_in() and
   /// for_each_run_in(), which see the map as it was then. O(spans log spans);
@@ -376,6 +366,8 @@ class granule_map {
     std::size_t bytes;
   };
 
+  /// Whether span slot `sp` holds a mapping: in use and not paused.
+  [[nodiscard]] static bool maps(const span& sp) noexcept { return sp.count != 0 && sp.handle != paused_handle; }
   /// Whether granule g is mapped (a span, not paused, is there).
   [[nodiscard]] bool mapped(std::size_t g) const noexcept {
     return granules_[g].span != nil && spans_[granules_[g].span].handle != paused_handle;
