@@ -273,6 +273,7 @@ bool granule_map::create_for(std::uint32_t from, std::uint32_t to, std::vector<p
       return false;
     }
     created_ += count;
+    high_water_ = std::max(high_water_, created_);
     plan.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(count), h->value});
     pos = end;
   }
@@ -389,7 +390,8 @@ bool granule_map::map_range(std::uintptr_t addr, std::size_t bytes, bool wait, b
         missing += g - rest;
       }
     }
-    if (!holes_.empty() && !wait && settle_first && settle(missing, lo, hi, refreshed)) {
+    if (!holes_.empty() && !wait && settle_first && created_ + missing > high_water_ &&
+        settle(missing, lo, hi, refreshed)) {
       pool_plan(plan_, 0);
       plan_.clear();
       replan = true;
@@ -570,6 +572,7 @@ bool granule_map::remap(const std::vector<std::uint32_t>& spans, std::vector<std
         return false;
       }
       created_ += sp.count;
+      high_water_ = std::max(high_water_, created_);
       bool ok = false;
       try {
         ok = backend_.map(address(sp.first), bytes, *h);

@@ -47,7 +47,11 @@
 // block, oldest span first, each on its own stream and only up to the event
 // that covers it, until as many granules as are missing are free to steal,
 // then plans again. The cost is a host wait on the GPU where a new peak
-// would otherwise have been made, never a driver call more.
+// would otherwise have been made, never a driver call more. Only there:
+// where what is missing fits under the high-water mark (the most granules
+// created_ has held), creating raises no peak, and a wait would drain the
+// GPU's queue just before the steal's unmaps and maps, so the GPU idles
+// while the host makes them.
 //
 // Failures midway. map_range is a transaction over the granules of its
 // range: it maps all of them, with access granted, or leaves them unmapped.
@@ -450,6 +454,7 @@ class granule_map {
   std::uint32_t max_span_;     // granules per span at most
   bool wait_before_growing_;
   std::size_t created_ = 0;    // granules of handles held (mapped + pooled)
+  std::size_t high_water_ = 0;  // the most granules created_ has held
   std::size_t mapped_ = 0;     // granules mapped
   std::size_t cached_ = 0;     // granules in cached spans
   std::size_t pooled_ = 0;     // granules of pooled handles
