@@ -626,6 +626,37 @@ TEST(arena_test, below_its_high_water_mark_the_arena_does_not_wait_for_frees_in_
   }
 }
 
+// Below the mark the arena creates rather than waits; where the device
+// cannot create (another process took the memory), it still waits for the
+// frees in flight and re-stitches their granules.
+TEST(arena_test, below_its_high_water_mark_the_arena_waits_when_the_device_cannot_create) {
+  sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
+  stream_t s = sim.create_stream();
+  {
+    arena_policy arena(stitched(), sim);
+    arena.deallocate(arena.allocate(96 * MiB, s), 96 * MiB, s);
+    arena.release_cached();
+    void* a1 = arena.allocate(32 * MiB, s);
+    void* b1 = arena.allocate(2 * MiB, s);
+    void* a2 = arena.allocate(16 * MiB, s);
+    void* b2 = arena.allocate(2 * MiB, s);
+    sim.submit(s);
+    arena.deallocate(a1, 32 * MiB, s);
+    arena.deallocate(a2, 16 * MiB, s);
+    const std::uint64_t waits = calls(sim, backend_call::synchronize_event);
+    const std::size_t held = sim.counters().held_bytes;
+    sim.fail_from(sim_fault_target::create_physical, 1);
+    void* c = arena.allocate(48 * MiB, s);
+    sim.reset_faults();
+    EXPECT_GE(addr(c), addr(b2) + 2 * MiB);
+    EXPECT_GT(calls(sim, backend_call::synchronize_event), waits);
+    EXPECT_EQ(sim.counters().held_bytes, held);  // a1's and a2's granules, re-stitched
+    for (void* p : {b1, b2}) arena.deallocate(p, 2 * MiB, s);
+    arena.deallocate(c, 48 * MiB, s);
+  }
+  sim.destroy_stream(s);
+}
+
 TEST(arena_test, granules_are_unmapped_only_after_their_frees_completed) {
   sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
   arena_policy arena(eager(), sim);
