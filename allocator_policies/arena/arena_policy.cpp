@@ -80,10 +80,12 @@
 // completed; a clean prefix or suffix is usable at once. A granule is
 // unmapped only when every free that touched it is complete; that is checked
 // by querying, and waited for when memory is short or, with
-// wait_before_growing (the default), before creating memory while a cached
-// span waits on pending frees: on a GPU the host runs ahead, and creating
-// instead of waiting makes the memory held follow the GPU's lag rather than
-// the live bytes (granule_map.hpp; docs/policies/arena.md "GPU lag").
+// wait_before_growing (the default), before creating memory above the most
+// held so far while a cached span waits on pending frees: on a GPU the host
+// runs ahead, and creating instead of waiting makes the peak follow the
+// GPU's lag rather than the live bytes (granule_map.hpp; docs/policies/
+// arena.md "GPU lag"). Below that mark it creates: a wait there would leave
+// the GPU idle while the host re-stitches.
 //
 // Out of memory. No fitting block usable on the stream: query pending events,
 // then wait for them. Mapping short of handles: wait for pending frees and

@@ -38,8 +38,9 @@ namespace fragctl {
 /// `fallback_size` bytes (0 = 90% of the device's free memory at
 /// construction) managed the same way, without mapping; reserved is then the
 /// block's size. `wait_before_growing` (default true): before creating
-/// physical memory while a cached span waits on frees still in flight, wait
-/// for them and re-stitch the span (a host wait instead of growth).
+/// physical memory above the most it has held while a cached span waits on
+/// frees still in flight, wait for them and re-stitch the span (a host wait
+/// instead of growth); below that mark it creates.
 ///
 /// Stream order: as device_allocator says. Same-stream reuse is immediate;
 /// another stream gets a freed block once an event recorded on the freeing

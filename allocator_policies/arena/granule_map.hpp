@@ -48,10 +48,12 @@
 // that covers it, until as many granules as are missing are free to steal,
 // then plans again. The cost is a host wait on the GPU where a new peak
 // would otherwise have been made, never a driver call more. Only there:
-// where what is missing fits under the high-water mark (the most granules
-// created_ has held), creating raises no peak, and a wait would drain the
-// GPU's queue just before the steal's unmaps and maps, so the GPU idles
-// while the host makes them.
+// where the handles held (created_, pooled ones included) plus what is
+// missing stay within the high-water mark (the most created_ has held),
+// creating raises no peak, and a wait would drain the GPU's queue just
+// before the steal's unmaps and maps, so the GPU idles while the host makes
+// them. If the device then cannot create, the caller's attempt with `wait`
+// re-stitches instead (arena_policy::impl::map_or_throw).
 //
 // Failures midway. map_range is a transaction over the granules of its
 // range: it maps all of them, with access granted, or leaves them unmapped.
@@ -214,7 +216,8 @@ class granule_map {
   /// Maps every unmapped granule of [addr, addr + bytes): handles from the
   /// pool, then spans stolen from complete cached ones outside the range,
   /// then created. With `wait`, blocks for every pending free first; else,
-  /// with wait_before_growing, for those of cached spans before creating.
+  /// with wait_before_growing, for those of cached spans before creating
+  /// memory that would take the handles held above their high-water mark.
   /// Returns false when out of memory; then the range is as it was and only
   /// cache and pool changed (and, if an undoing unmap threw, a span is
   /// stranded). Throws backend_error when a call throws, with the same

@@ -62,13 +62,20 @@ def main():
                                  u64(0)), "reserve")
     access = AccessDesc(Location(1, dev), 3)
 
-    # Cycles for the spin kernel: calibrated on this GPU.
+    # Cycles for the spin kernel, calibrated on this GPU once its clocks are
+    # up (a first spin at idle clocks runs slower per cycle), then measured.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    end.synchronize()
-    cycles = int(10_000_000 * a.busy_ms / start.elapsed_time(end))
+
+    def spin_ms(n):
+        start.record()
+        torch.cuda._sleep(n)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    spin_ms(100_000_000)  # warm-up
+    cycles = int(10_000_000 * a.busy_ms / spin_ms(10_000_000))
+    measured_busy_ms = spin_ms(cycles)
 
     h = u64()
     calls = {
@@ -96,7 +103,8 @@ def main():
                 times[name]["busy" if busy else "idle"].append((t1 - t0) * 1e6)
                 if busy:
                     times[name]["busy_left"].append((t2 - t1) * 1e3)
-    print(json.dumps({"device": torch.cuda.get_device_name(), "busy_ms": a.busy_ms, "bytes": size}))
+    print(json.dumps({"device": torch.cuda.get_device_name(), "busy_ms": a.busy_ms,
+                      "measured_busy_ms": round(measured_busy_ms, 1), "bytes": size}))
     for name, t in times.items():
         print(json.dumps({"call": name, "idle_us_median": round(statistics.median(t["idle"]), 1),
                           "busy_us_median": round(statistics.median(t["busy"]), 1),

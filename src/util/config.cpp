@@ -172,8 +172,8 @@ const std::vector<option_row>& rows() {
                "arena: largest physical handle (span); growth maps up to this much per driver call (the "
                "granularity or less: one handle per granule)"),
       bool_row("wait_before_growing", &config::wait_before_growing,
-               "arena: before creating physical memory while cached spans wait on pending frees, wait for them "
-               "and re-stitch the spans (false: create at once)"),
+               "arena: before creating physical memory above the most held so far while cached spans wait on "
+               "pending frees, wait for them and re-stitch the spans (false: create at once)"),
       bool_row("step_plan", &config::step_plan,
                "arena: learn a step that repeats itself and serve it from one planned range mapped once, with "
                "no driver call (false: every block placed by best fit)"),

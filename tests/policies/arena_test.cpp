@@ -628,13 +628,16 @@ TEST(arena_test, below_its_high_water_mark_the_arena_does_not_wait_for_frees_in_
 
 // Below the mark the arena creates rather than waits; where the device
 // cannot create (another process took the memory), it still waits for the
-// frees in flight and re-stitches their granules.
+// frees in flight and re-stitches their granules. The mark (128 MiB, 64
+// granules) is above what the four blocks and C need (26 + 24 granules), so
+// the arena tries to create first (the positive control: the refused
+// creation is counted).
 TEST(arena_test, below_its_high_water_mark_the_arena_waits_when_the_device_cannot_create) {
   sim_backend sim(options(GiB, 2 * MiB, false, /*manual=*/true));
   stream_t s = sim.create_stream();
   {
     arena_policy arena(stitched(), sim);
-    arena.deallocate(arena.allocate(96 * MiB, s), 96 * MiB, s);
+    arena.deallocate(arena.allocate(128 * MiB, s), 128 * MiB, s);
     arena.release_cached();
     void* a1 = arena.allocate(32 * MiB, s);
     void* b1 = arena.allocate(2 * MiB, s);
@@ -645,9 +648,11 @@ TEST(arena_test, below_its_high_water_mark_the_arena_waits_when_the_device_canno
     arena.deallocate(a2, 16 * MiB, s);
     const std::uint64_t waits = calls(sim, backend_call::synchronize_event);
     const std::size_t held = sim.counters().held_bytes;
+    const std::uint64_t refused = sim.counters().failed_allocations;
     sim.fail_from(sim_fault_target::create_physical, 1);
     void* c = arena.allocate(48 * MiB, s);
     sim.reset_faults();
+    EXPECT_GT(sim.counters().failed_allocations, refused) << "the arena did not try to create below its mark";
     EXPECT_GE(addr(c), addr(b2) + 2 * MiB);
     EXPECT_GT(calls(sim, backend_call::synchronize_event), waits);
     EXPECT_EQ(sim.counters().held_bytes, held);  // a1's and a2's granules, re-stitched
