@@ -272,8 +272,7 @@ bool granule_map::create_for(std::uint32_t from, std::uint32_t to, std::vector<p
       }
       return false;
     }
-    created_ += count;
-    high_water_ = std::max(high_water_, created_);
+    add_created(count);
     plan.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(count), h->value});
     pos = end;
   }
@@ -571,8 +570,7 @@ bool granule_map::remap(const std::vector<std::uint32_t>& spans, std::vector<std
         unremap(mapped_now);
         return false;
       }
-      created_ += sp.count;
-      high_water_ = std::max(high_water_, created_);
+      add_created(sp.count);
       bool ok = false;
       try {
         ok = backend_.map(address(sp.first), bytes, *h);

@@ -373,6 +373,12 @@ class granule_map {
     std::size_t bytes;
   };
 
+  /// Counts `count` granules of handles just created, and the high-water
+  /// mark with them (the one place created_ grows).
+  void add_created(std::size_t count) noexcept {
+    created_ += count;
+    high_water_ = std::max(high_water_, created_);
+  }
   /// Whether span slot `sp` holds a mapping: in use and not paused.
   [[nodiscard]] static bool maps(const span& sp) noexcept { return sp.count != 0 && sp.handle != paused_handle; }
   /// Whether granule g is mapped (a span, not paused, is there).

@@ -12,7 +12,8 @@ fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
 (profiled from the arena run's report); cudaMallocAsync (run name async)
 the arena with wait_before_growing:false (arena-nowait) and the arena
 without its steady-state plan, step_plan:false (arena-noplan), the arena
-with spans of 16 MiB, map_chunk:16MiB (arena-16), none in the default list; LD_PRELOAD=libfragctl_preload.so with
+with spans of 16 MiB, map_chunk:16MiB (arena-16), none in the default list;
+LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
 the native runs, and their spread is the run-to-run noise of step time.

@@ -60,7 +60,7 @@ struct config {
   /// release_delay_calls.
   std::size_t release_delay = std::size_t{1} << 20;
   std::size_t map_chunk = 32 * MiB;           ///< largest physical handle (span) the arena maps
-  bool wait_before_growing = true;            ///< wait for pending frees and re-stitch before creating memory above the high-water mark
+  bool wait_before_growing = true;            ///< above the high-water mark, wait for pending frees before creating
   bool step_plan = true;                      ///< learn a repeating step and serve it from a planned layout
   std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free
 
