@@ -18,7 +18,7 @@
 //
 // Page stitching (granule_map.hpp). Physical memory is mapped in spans: one
 // handle over a run of granules (2 MiB on H100/H200), at most map_chunk bytes
-// (32 MiB by default). Each granule counts the live blocks touching it; a
+// (16 MiB by default). Each granule counts the live blocks touching it; a
 // span none of whose granules is touched is "cached" (kept mapped). A block
 // landing on unmapped granules fills them from the pool of unmapped handles
 // that fit, then steals whole cached spans that fit (unmapping them), and
@@ -61,7 +61,7 @@
 // adjacent ones (a mapping is unmapped whole, never in part). Each call costs about
 // the same whatever the handle's size (on an H200: create 9 us, map 1 us,
 // set_access 25 us, unmap 16 us per handle from 2 to 64 MiB; bench_vmm),
-// which is why spans exist: a new peak costs a few calls per 32 MiB instead
+// which is why spans exist: a new peak costs a few calls per 16 MiB instead
 // of per 2 MiB. What to keep mapped matters too. A cached span is reused at
 // its own address for free, and because cached spans are stolen or exchanged
 // before anything is created, keeping them costs no peak memory. So cached

@@ -12,7 +12,8 @@ fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
 (profiled from the arena run's report); cudaMallocAsync (run name async)
 the arena with wait_before_growing:false (arena-nowait) and the arena
 without its steady-state plan, step_plan:false (arena-noplan), the arena
-with spans of 16 MiB, map_chunk:16MiB (arena-16), none in the default list;
+with spans of 16 MiB, map_chunk:16MiB (arena-16, the default since 2026-11-27)
+and of 32 MiB, the default before (arena-32), none in the default list;
 LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
@@ -62,8 +63,9 @@ def runs_for(model, out_dir, preload):
         "arena-nowait": fragctl_run("arena", "wait_before_growing:false"),
         # the arena without its steady-state plan (issue 32): best fit for every block
         "arena-noplan": fragctl_run("arena", "step_plan:false"),
-        # the arena with spans of 16 MiB instead of 32 (map_chunk)
+        # the arena with spans of 16 MiB (map_chunk; the default since 2026-11-27) and of 32 MiB (before)
         "arena-16": fragctl_run("arena", "map_chunk:16MiB"),
+        "arena-32": fragctl_run("arena", "map_chunk:32MiB"),
         "buckets:arena": fragctl_run("buckets:arena"),
         "warmup:arena": fragctl_run("warmup:arena"),
         "preload": ("LD_PRELOAD arena", "preload", "arena", [], preload_env),

@@ -59,7 +59,7 @@ struct config {
   /// beyond the threshold stays mapped; FRAGCTL_CONF key release_delay or
   /// release_delay_calls.
   std::size_t release_delay = std::size_t{1} << 20;
-  std::size_t map_chunk = 32 * MiB;           ///< largest physical handle (span) the arena maps
+  std::size_t map_chunk = 16 * MiB;           ///< largest physical handle (span) the arena maps
   bool wait_before_growing = true;            ///< above the high-water mark, wait for pending frees before creating
   bool step_plan = true;                      ///< learn a repeating step and serve it from a planned layout
   std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free

@@ -44,7 +44,7 @@ TEST_F(FragctlConfig, TextShowsReleaseDelaysUnit) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("release_delay_calls"));
   EXPECT_THAT(r.out, HasSubstr("a count, not a time"));
-  EXPECT_THAT(r.out, HasSubstr("32MiB"));
+  EXPECT_THAT(r.out, HasSubstr("16MiB"));
 }
 
 TEST_F(FragctlConfig, CurrentShowsWhatTheEnvironmentGives) {
