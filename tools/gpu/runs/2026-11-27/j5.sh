@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # One GPU: spans of 16 MiB as the default (80dc410) on kvgen and frozen (the two jobs not run live at 16 MiB yet), 16 steps:
-# native, expandable segments, the arena (traced), the arena at the old 32 MiB (arena-32), the arena again
-# (arena-32): ratio, device memory against expandable segments, driver calls per step, step time.
+# native, expandable segments, the arena (traced), the arena at the old 32 MiB (arena-32), the arena again: ratio, device memory against expandable segments, driver calls per step, step time.
 # Results: $OUT/j5.tar.gz.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
