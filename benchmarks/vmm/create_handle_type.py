@@ -75,7 +75,7 @@ def main():
     props = {"none": prop(0), "posix_fd": prop(POSIX_FD)}
     access = AccessDesc()
     access.location.type, access.location.id, access.flags = LOCATION_DEVICE, dev.value, READ_WRITE
-    sizes = {"2MiB": 2 << 20, "32MiB": 32 << 20, "64MiB": 64 << 20}  # the granule; map_chunk's default; more
+    sizes = {"2MiB": 2 << 20, "32MiB": 32 << 20, "64MiB": 64 << 20}  # the granule; map_chunk's default until 80dc410 (16 MiB since); more
     va = c.c_uint64()
     check(cu.cuMemAddressReserve(c.byref(va), args.count * (64 << 20), 0, 0, 0), "cuMemAddressReserve")
     phases = ("create", "map", "access", "unmap", "release")
