@@ -250,14 +250,18 @@ TEST(arena_plan, memory_map_shows_the_plan_free_between_steps) {
   EXPECT_GE(with.map_free, with.state.plan.region_bytes);
 }
 
+// Sequence lengths drawn per step, every step of one shape: the varying
+// job of the two cases below.
+const std::vector<std::size_t> varying_tokens = {1024, 1536, 768,  2048, 1280, 1792, 896,  1664,
+                                                 1152, 1920, 1408, 640,  1856, 1216, 1984, 1088};
+
 TEST(arena_plan, varying_job_is_served_from_the_layout_of_its_largest_step) {
   // Sequence lengths drawn per step: no two steps ask for the same sizes,
   // but every step has the same shape. Best fit re-stitches in most steps
   // (the positive control); the plan, laid out at the largest size seen at
   // each point of the step, serves every later step with no driver call,
   // at no higher peak.
-  const std::vector<std::size_t> tokens = {1024, 1536, 768,  2048, 1280, 1792, 896,  1664,
-                                           1152, 1920, 1408, 640,  1856, 1216, 1984, 1088};
+  const std::vector<std::size_t>& tokens = varying_tokens;
   const outcome with = run(tokens, true);
   const outcome without = run(tokens, false);
   EXPECT_GT(sum(without.calls, 6), 0u) << "the job does not exercise stitching";
@@ -275,8 +279,7 @@ TEST(arena_plan, at_the_default_span_size_the_plan_trades_its_packing_for_the_ca
   // above best fit what its layout packs above the step's live peak and
   // the parameters' spans (1.0 point on this job; the bound leaves a
   // quarter of a point).
-  const std::vector<std::size_t> tokens = {1024, 1536, 768,  2048, 1280, 1792, 896,  1664,
-                                           1152, 1920, 1408, 640,  1856, 1216, 1984, 1088};
+  const std::vector<std::size_t>& tokens = varying_tokens;
   const std::size_t span = config{}.map_chunk;
   ASSERT_LT(span, model_span) << "the default is the span size this case is about";
   const outcome with = run(tokens, true, {}, 0, {}, span);
