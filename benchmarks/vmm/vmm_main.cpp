@@ -2,6 +2,7 @@
 // handle (docs/benchmarks-guide.md, "Virtual-memory call costs").
 //
 //   bench_vmm [--backend=cuda|sim] [--total=4GiB] [--chunks=2MiB,4MiB,...] [--repeat=3]
+//             [--threads=1,2,4,8]
 //
 // For each chunk size C, --total bytes are brought in and given back as
 // total/C handles of C bytes, the way the arena grows and shrinks, every
@@ -15,14 +16,25 @@
 // and, as the anchor, the same bytes as total/C raw allocations (allocate,
 // then free: cudaMalloc/cudaFree on cuda, the "allocate" and "free"
 // columns). Times are the median of --repeat
-// rounds; one table row per chunk size: microseconds per call and
-// milliseconds per GiB for each phase. Progress goes to stderr.
+// rounds; one table row per thread count and chunk size: microseconds per
+// call and milliseconds per GiB for each phase. Progress goes to stderr.
+//
+// Threads. With --threads=T every phase but access1 is shared among T host
+// threads (call i made by thread i mod T, each bound to the device), all
+// started together and timed from the first start to the last end, so a
+// row's us/call is wall time over calls: whether a growing arena could make
+// its calls faster from several threads (on an H200 it could not: the
+// driver makes them one at a time; docs/benchmarks.md, "The three unmet
+// targets examined").
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_options.hpp"
@@ -39,13 +51,14 @@ struct vmm_options {
   bench_options common;
   std::size_t total = 4 * GiB;
   std::vector<std::size_t> chunks;
+  std::vector<unsigned> threads;
   int repeat = 3;
 };
 
 vmm_options parse(int argc, char** argv) {
   config base;
   base.backend = backend_kind::cuda;
-  auto common = parse_bench_options(argc, argv, {"total", "chunks", "repeat"}, {}, base);
+  auto common = parse_bench_options(argc, argv, {"total", "chunks", "repeat", "threads"}, {}, base);
   if (!common.ok()) throw std::invalid_argument(std::string(util::to_std(common.status().message())));
   vmm_options o;
   o.common = *std::move(common);
@@ -62,6 +75,12 @@ vmm_options parse(int argc, char** argv) {
   if (!util::parse_u64(extra_flag(o.common, "repeat", "3"), repeat) || repeat == 0 || repeat > 100)
     throw std::invalid_argument("--repeat: expected a count from 1 to 100");
   o.repeat = static_cast<int>(repeat);
+  for (const std::string_view s : util::split(extra_flag(o.common, "threads", "1"), ',')) {
+    std::uint64_t t = 0;
+    if (!util::parse_u64(util::trim(s), t) || t == 0 || t > 256)
+      throw std::invalid_argument(fmt::format("--threads: '{}' is not a thread count from 1 to 256", s));
+    o.threads.push_back(static_cast<unsigned>(t));
+  }
   return o;
 }
 
@@ -75,73 +94,119 @@ enum phase { create, map, access, access1, unmap, release, alloc, free_raw, phas
 constexpr const char* phase_names[phases] = {"create", "map", "access", "access1",
                                              "unmap", "release", "allocate", "free"};
 
-// One round for chunk size c: seconds spent in each phase.
-std::array<double, phases> round_once(device_backend& b, std::size_t total, std::size_t c) {
+// Runs call(i) for every i in [0, n), call i on thread i mod `threads`
+// (each bound to b's device); returns the wall seconds from the first start
+// to the last end. A call that throws ends its thread's share; the first
+// exception is rethrown once every thread has ended.
+template <class Call>
+double shared(device_backend& b, unsigned threads, std::size_t n, Call call) {
+  const auto start = clock_type::now();
+  if (threads == 1) {
+    for (std::size_t i = 0; i < n; ++i) call(i);
+    return seconds_since(start);
+  }
+  std::vector<std::exception_ptr> errors(threads);
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        const device_binding bound = b.bind_device();
+        for (std::size_t i = t; i < n; i += threads) call(i);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  const double seconds = seconds_since(start);
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return seconds;
+}
+
+// One round for chunk size c made by `threads` threads: seconds spent in
+// each phase.
+std::array<double, phases> round_once(device_backend& b, std::size_t total, std::size_t c, unsigned threads) {
   std::array<double, phases> t{};
   const std::size_t n = total / c;
   void* base = b.reserve_address(total);
   auto* const at = static_cast<char*>(base);
-  std::vector<physical_handle> handles;
-  handles.reserve(n);
-  const auto fail = [&](const char* what) -> std::runtime_error {
-    for (std::size_t i = 0; i < handles.size(); ++i) b.release_physical(handles[i], c);
+  std::vector<std::optional<physical_handle>> handles(n);
+  // What is mapped (by index), so that a failure gives back exactly that.
+  std::vector<char> mapped(n, 0);
+  const auto fail = [&](const char* what, const char* cause) -> std::runtime_error {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (mapped[i] != 0) b.unmap(at + i * c, c);
+      if (handles[i]) b.release_physical(*handles[i], c);
+    }
     b.release_address(base, total);
-    return std::runtime_error(fmt::format("{} failed for {} bytes in chunks of {}", what, total, c));
+    return std::runtime_error(
+        fmt::format("{} failed for {} bytes in chunks of {}{}{}", what, total, c, *cause != 0 ? ": " : "", cause));
+  };
+  // Runs a phase; on a failed call (false, or a throw) gives everything back.
+  const auto phase_of = [&](const char* what, auto call) {
+    std::atomic<bool> ok = true;
+    try {
+      const double seconds = shared(b, threads, n, [&](std::size_t i) {
+        if (!call(i)) ok.store(false, std::memory_order_relaxed);
+      });
+      if (ok.load()) return seconds;
+    } catch (const std::exception& e) {
+      throw fail(what, e.what());
+    }
+    throw fail(what, "");
   };
 
-  auto start = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto h = b.create_physical(c);
-    if (!h) throw fail("create_physical");
-    handles.push_back(*h);
-  }
-  t[create] = seconds_since(start);
-
-  const auto map_all = [&] {
-    for (std::size_t i = 0; i < n; ++i)
-      if (!b.map(at + i * c, c, handles[i])) throw fail("map");
+  t[create] =
+      phase_of("create_physical", [&](std::size_t i) { return (handles[i] = b.create_physical(c)).has_value(); });
+  const auto map_all = [&](const char* what) {
+    return phase_of(what, [&](std::size_t i) { return (mapped[i] = b.map(at + i * c, c, *handles[i]) ? 1 : 0) != 0; });
   };
   const auto unmap_all = [&] {
-    for (std::size_t i = 0; i < n; ++i) b.unmap(at + i * c, c);
+    return phase_of("unmap", [&](std::size_t i) {
+      b.unmap(at + i * c, c);
+      mapped[i] = 0;
+      return true;
+    });
   };
-  start = clock_type::now();
-  map_all();
-  t[map] = seconds_since(start);
-  start = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i)
-    if (!b.set_access(at + i * c, c)) throw fail("set_access");
-  t[access] = seconds_since(start);
-  start = clock_type::now();
-  unmap_all();
-  t[unmap] = seconds_since(start);
+  t[map] = map_all("map");
+  t[access] = phase_of("set_access", [&](std::size_t i) { return b.set_access(at + i * c, c); });
+  t[unmap] = unmap_all();
 
-  map_all();
-  start = clock_type::now();
-  if (!b.set_access(base, total)) throw fail("set_access");
+  (void)map_all("map");
+  const auto start = clock_type::now();
+  if (!b.set_access(base, total)) throw fail("set_access", "");
   t[access1] = seconds_since(start);
-  unmap_all();
+  (void)unmap_all();
 
-  start = clock_type::now();
-  for (const physical_handle h : handles) b.release_physical(h, c);
-  t[release] = seconds_since(start);
-  handles.clear();
+  t[release] = phase_of("release_physical", [&](std::size_t i) {
+    b.release_physical(*handles[i], c);
+    handles[i].reset();
+    return true;
+  });
   b.release_address(base, total);
 
-  std::vector<void*> raw;
-  raw.reserve(n);
-  start = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) {
-    void* p = b.allocate(c);
-    if (p == nullptr) {
-      for (void* q : raw) b.free(q, c);
-      throw std::runtime_error(fmt::format("allocate failed for {} bytes in chunks of {}", total, c));
-    }
-    raw.push_back(p);
+  std::vector<void*> raw(n, nullptr);
+  const auto free_raw_blocks = [&] {
+    for (void* q : raw)
+      if (q != nullptr) b.free(q, c);
+  };
+  std::atomic<bool> got_all = true;
+  try {
+    t[alloc] = shared(b, threads, n, [&](std::size_t i) {
+      raw[i] = b.allocate(c);
+      if (raw[i] == nullptr) got_all.store(false, std::memory_order_relaxed);
+    });
+  } catch (...) {
+    free_raw_blocks();
+    throw;
   }
-  t[alloc] = seconds_since(start);
-  start = clock_type::now();
-  for (void* p : raw) b.free(p, c);
-  t[free_raw] = seconds_since(start);
+  if (!got_all.load()) {
+    free_raw_blocks();
+    throw std::runtime_error(fmt::format("allocate failed for {} bytes in chunks of {}", total, c));
+  }
+  t[free_raw] = shared(b, threads, n, [&](std::size_t i) { b.free(raw[i], c); });
   return t;
 }
 
@@ -154,34 +219,37 @@ int run(const vmm_options& o) {
   const std::size_t g = b->granularity();
   std::printf("backend %s, device %d, granularity %zu bytes, total %s per round, median of %d rounds\n\n",
               std::string(b->name()).c_str(), b->device(), g, util::human_bytes(o.total).c_str(), o.repeat);
-  std::printf("| chunk | handles |");
+  std::printf("| threads | chunk | handles |");
   for (const char* p : phase_names) std::printf(" %s us/call |", p);
-  std::printf(" create+map+access ms/GiB | create+map+access1 ms/GiB | allocate ms/GiB |\n|---|---:|");
+  std::printf(" create+map+access ms/GiB | create+map+access1 ms/GiB | allocate ms/GiB |\n|---:|---|---:|");
   for (int i = 0; i < phases + 3; ++i) std::printf("---:|");
   std::printf("\n");
-  for (const std::size_t c : o.chunks) {
-    if (c % g != 0 || o.total % c != 0) {
-      std::fprintf(stderr, "bench_vmm: skipping chunk %s: not a multiple of the granularity or not dividing --total\n",
-                   util::human_bytes(c).c_str());
-      continue;
+  for (const unsigned threads : o.threads) {
+    for (const std::size_t c : o.chunks) {
+      if (c % g != 0 || o.total % c != 0) {
+        std::fprintf(stderr,
+                     "bench_vmm: skipping chunk %s: not a multiple of the granularity or not dividing --total\n",
+                     util::human_bytes(c).c_str());
+        continue;
+      }
+      std::fprintf(stderr, "bench_vmm: chunk %s, %u thread(s) ...\n", util::human_bytes(c).c_str(), threads);
+      std::vector<std::array<double, phases>> rounds;
+      for (int r = 0; r < o.repeat; ++r) rounds.push_back(round_once(*b, o.total, c, threads));
+      std::array<double, phases> med{};
+      for (int p = 0; p < phases; ++p) {
+        std::vector<double> v;
+        for (const auto& r : rounds) v.push_back(r[p]);
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        med[p] = v[v.size() / 2];
+      }
+      const double n = static_cast<double>(o.total / c);
+      const double gib = static_cast<double>(o.total) / static_cast<double>(GiB);
+      std::printf("| %u | %s | %.0f |", threads, util::human_bytes(c).c_str(), n);
+      for (int p = 0; p < phases; ++p) std::printf(" %.1f |", 1e6 * med[p] / (p == access1 ? 1.0 : n));
+      std::printf(" %.1f | %.1f | %.1f |\n", 1e3 * (med[create] + med[map] + med[access]) / gib,
+                  1e3 * (med[create] + med[map] + med[access1]) / gib, 1e3 * med[alloc] / gib);
+      std::fflush(stdout);
     }
-    std::fprintf(stderr, "bench_vmm: chunk %s ...\n", util::human_bytes(c).c_str());
-    std::vector<std::array<double, phases>> rounds;
-    for (int r = 0; r < o.repeat; ++r) rounds.push_back(round_once(*b, o.total, c));
-    std::array<double, phases> med{};
-    for (int p = 0; p < phases; ++p) {
-      std::vector<double> v;
-      for (const auto& r : rounds) v.push_back(r[p]);
-      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-      med[p] = v[v.size() / 2];
-    }
-    const double n = static_cast<double>(o.total / c);
-    const double gib = static_cast<double>(o.total) / static_cast<double>(GiB);
-    std::printf("| %s | %.0f |", util::human_bytes(c).c_str(), n);
-    for (int p = 0; p < phases; ++p) std::printf(" %.1f |", 1e6 * med[p] / (p == access1 ? 1.0 : n));
-    std::printf(" %.1f | %.1f | %.1f |\n", 1e3 * (med[create] + med[map] + med[access]) / gib,
-                1e3 * (med[create] + med[map] + med[access1]) / gib, 1e3 * med[alloc] / gib);
-    std::fflush(stdout);
   }
   return 0;
 }
