@@ -108,17 +108,25 @@ double shared(device_backend& b, unsigned threads, std::size_t n, Call call) {
   std::vector<std::exception_ptr> errors(threads);
   std::vector<std::thread> pool;
   pool.reserve(threads);
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        const device_binding bound = b.bind_device();
-        for (std::size_t i = t; i < n; i += threads) call(i);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
+  const auto join_all = [&] {
+    for (std::thread& th : pool) th.join();
+  };
+  try {
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        try {
+          const device_binding bound = b.bind_device();
+          for (std::size_t i = t; i < n; i += threads) call(i);
+        } catch (...) {
+          errors[t] = std::current_exception();
+        }
+      });
+    }
+  } catch (...) {  // no thread to be had: the ones started finish first
+    join_all();
+    throw;
   }
-  for (std::thread& th : pool) th.join();
+  join_all();
   const double seconds = seconds_since(start);
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
