@@ -168,8 +168,8 @@ std::array<double, phases> round_once(device_backend& b, std::size_t total, std:
 
   t[create] =
       phase_of("create_physical", [&](std::size_t i) { return (handles[i] = b.create_physical(c)).has_value(); });
-  const auto map_all = [&](const char* what) {
-    return phase_of(what, [&](std::size_t i) { return (mapped[i] = b.map(at + i * c, c, *handles[i]) ? 1 : 0) != 0; });
+  const auto map_all = [&] {
+    return phase_of("map", [&](std::size_t i) { return (mapped[i] = b.map(at + i * c, c, *handles[i]) ? 1 : 0) != 0; });
   };
   const auto unmap_all = [&] {
     return phase_of("unmap", [&](std::size_t i) {
@@ -178,11 +178,11 @@ std::array<double, phases> round_once(device_backend& b, std::size_t total, std:
       return true;
     });
   };
-  t[map] = map_all("map");
+  t[map] = map_all();
   t[access] = phase_of("set_access", [&](std::size_t i) { return b.set_access(at + i * c, c); });
   t[unmap] = unmap_all();
 
-  (void)map_all("map");
+  (void)map_all();
   const auto start = clock_type::now();
   if (!b.set_access(base, total)) throw fail("set_access", "");
   t[access1] = seconds_since(start);
