@@ -379,25 +379,22 @@ fragctl_status fragctl_enable_peer_access(fragctl_allocator* allocator, int peer
 fragctl_status fragctl_watch_spans(fragctl_allocator* allocator, fragctl_span_callback callback, void* context) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_watch_spans: allocator is NULL");
   return guarded([&] {
-    struct watcher {
-      fragctl_span_callback callback;
-      void* context;
-    };
     fragctl::device_backend& backend = allocator->stack->backend();
+    const std::scoped_lock lock(allocator->watchers_lock);
     if (callback == nullptr) {
       backend.watch_spans(nullptr, nullptr);
       return FRAGCTL_OK;
     }
-    // Kept for the allocator's life: an event may still be on its way when a watcher is replaced.
-    auto* w = new watcher{callback, context};
+    fragctl::capi::span_watcher& w =
+        allocator->span_watchers.emplace_front(fragctl::capi::span_watcher{callback, context});
     backend.watch_spans(
         [](fragctl::device_backend::span_event event, void* address, std::size_t bytes, void* ctx) noexcept {
-          const auto* self = static_cast<const watcher*>(ctx);
+          const auto* self = static_cast<const fragctl::capi::span_watcher*>(ctx);
           self->callback(
               event == fragctl::device_backend::span_event::mapped ? FRAGCTL_SPAN_MAPPED : FRAGCTL_SPAN_UNMAPPING,
               reinterpret_cast<std::uint64_t>(address), bytes, self->context);
         },
-        w);
+        &w);
     return FRAGCTL_OK;
   });
 }

@@ -3,19 +3,40 @@
 #pragma once
 
 #include <atomic>
+#include <forward_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/fragctl.h"
 #include "fragctl/policy.hpp"
+
+namespace fragctl::capi {
+
+/// A callback and its context as fragctl_watch_spans registered them.
+struct span_watcher {
+  fragctl_span_callback callback;
+  void* context;
+};
+
+}  // namespace fragctl::capi
 
 /// The C API's allocator handle: an allocator stack, owned by the handle.
 /// Process-default handles are never destroyed; nor is a handle while
 /// `dependents` (checkpoint stores and ZeRO-3 managers built on it) is not
 /// zero.
 struct fragctl_allocator {
+  fragctl_allocator(std::unique_ptr<fragctl::allocator_stack> allocators, bool is_process_default)
+      : stack(std::move(allocators)), process_default(is_process_default) {}
+
+  /// Every watcher fragctl_watch_spans registered (under `watchers_lock`),
+  /// kept for the handle's life: an event may still be on its way to one
+  /// that was replaced. Declared before the stack, so they outlive it.
+  std::forward_list<fragctl::capi::span_watcher> span_watchers;
+  std::mutex watchers_lock;
   std::unique_ptr<fragctl::allocator_stack> stack;
   bool process_default = false;
   std::atomic<int> dependents{0};
