@@ -3,6 +3,13 @@
 function(fragctl_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
     -Wno-sign-conversion -Wnon-virtual-dtor -Woverloaded-virtual)
+  # GCC 12 at -O3 warns -Wrestrict inside std::string's operator+ where
+  # nothing overlaps (GCC bug 105329, fixed in 13): a Release build of the
+  # tests printed it for five files.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
+     AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    target_compile_options(${target} PRIVATE -Wno-restrict)
+  endif()
   if(FRAGCTL_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
