@@ -109,7 +109,9 @@ void note_output_failure() noexcept;
 
 /// Installs the signal handlers, the exit hook and the fork handlers without
 /// a client, so that SIGUSR1 sent before the first allocator exists does not
-/// end the process. Idempotent; thread-safe.
+/// end the process. SIGINT's handler waits for the first client that writes
+/// outputs: a program that takes SIGINT only where its action is the default
+/// (CPython) must find the default when it starts. Idempotent; thread-safe.
 void install_process_hooks();
 
 /// An output path as this process writes it: every "%p" and "{pid}"

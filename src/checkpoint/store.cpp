@@ -111,11 +111,25 @@ class store::state {
   store_stats stats_;
 };
 
+namespace {
+
+// The device budget rounded up to the store's alignment; a budget that
+// cannot be rounded (within the alignment of SIZE_MAX) is refused.
+std::size_t budget_of(std::size_t device_budget) {
+  if (device_budget > SIZE_MAX - (store_alignment - 1)) {
+    throw invalid_argument(fmt::format("checkpoint store: device_budget of {} bytes is larger than any device",
+                                       device_budget));
+  }
+  return round_up(device_budget, store_alignment);
+}
+
+}  // namespace
+
 store::state::state(device_allocator& allocator, store_options options)
     : options_(std::move(options)),
       allocator_(allocator),
       backend_(allocator.backend()),
-      budget_(round_up(options_.device_budget, store_alignment)),
+      budget_(budget_of(options_.device_budget)),
       markers_(backend_),
       host_(backend_, options_.host),
       region_(budget_) {
@@ -238,8 +252,10 @@ void* store::state::put(int layer, std::size_t bytes, stream_t stream) {
   if (entries_.contains(layer)) {
     throw invalid_argument(fmt::format("checkpoint store: layer {} is already stored; drop it first", layer));
   }
+  // The budget is a multiple of the alignment: a put larger than it fails
+  // before its size is rounded (which would wrap near SIZE_MAX).
+  if (bytes > budget_) out_of_room(bytes, "larger than the budget");
   const std::size_t span = round_up(bytes, store_alignment);
-  if (span > budget_) out_of_room(span, "larger than the budget");
   std::optional<region::block> b = make_room(span, no_bound, std::nullopt);
   if (!b) out_of_room(span, "the rest is in use");
   for (const marker_ref& f : b->fences) stats_.stream_waits += markers_.order_after(stream, *f) ? 1 : 0;

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,16 +38,21 @@ struct handled_signal {
   int signo;
   bool terminates;       // fragctl ends the process with it after the flush (unless a handler was there)
   bool only_if_default;  // caught only where its action is the default, never chained
+  // Taken with the first client that writes outputs, not when the library
+  // loads: a program that installs its own handler only where the action is
+  // still the default (CPython's SIGINT, which raises KeyboardInterrupt) must
+  // find the default when it starts, and fragctl then chains to its handler.
+  bool with_first_client;
 };
 
-constexpr std::array<handled_signal, 8> handled_signals{{{SIGUSR1, false, false},
-                                                         {SIGTERM, true, false},
-                                                         {SIGINT, true, false},
-                                                         {SIGHUP, true, true},
-                                                         {SIGQUIT, true, true},
-                                                         {SIGABRT, true, true},
-                                                         {SIGALRM, true, true},
-                                                         {SIGUSR2, true, true}}};
+constexpr std::array<handled_signal, 8> handled_signals{{{SIGUSR1, false, false, false},
+                                                         {SIGTERM, true, false, false},
+                                                         {SIGINT, true, false, true},
+                                                         {SIGHUP, true, true, false},
+                                                         {SIGQUIT, true, true, false},
+                                                         {SIGABRT, true, true, false},
+                                                         {SIGALRM, true, true, false},
+                                                         {SIGUSR2, true, true, false}}};
 
 constexpr std::size_t signal_index(int signo) noexcept {
   for (std::size_t i = 0; i < handled_signals.size(); ++i)
@@ -145,6 +151,10 @@ void on_signal(int signo, siginfo_t* info, void* context) {
   }
 }
 
+// The lowest descriptor of the signal pipe, where the descriptor limit is
+// at least twice it (the usual soft limit is 1,024).
+constexpr int pipe_fd_floor = 512;
+
 struct client_slot {
   process_client* client;
   int layer;
@@ -174,10 +184,12 @@ class process_hooks {
   // `writes`: a client with outputs, which needs the exit hook, the signal
   // handlers and the writer thread.
   void add(process_client& client, int layer, bool writes) {
-    if (writes)
+    if (writes) {
       install();
-    else
+      std::call_once(client_signals_installed_, [] { take_signals(/*with_first_client=*/true); });
+    } else {
       install_fork();
+    }
     const std::lock_guard lock(mutex_);
     if (writes) start_writer_locked();
     const auto same = [&](const client_slot& s) { return s.client == &client; };
@@ -217,11 +229,18 @@ class process_hooks {
     outputs_installed_.store(true, std::memory_order_release);
     std::atexit([] { instance().flush("exit"); });
     open_pipe();
+    take_signals(/*with_first_client=*/false);
+  }
+
+  // Installs on_signal for the handled signals whose with_first_client is
+  // `with_first_client`, each as its rules say (handled_signal).
+  static void take_signals(bool with_first_client) {
     struct sigaction action {};
     action.sa_sigaction = &on_signal;
     action.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&action.sa_mask);
     for (std::size_t i = 0; i < handled_signals.size(); ++i) {
+      if (handled_signals[i].with_first_client != with_first_client) continue;
       const int signo = handled_signals[i].signo;
       struct sigaction current {};
       ::sigaction(signo, nullptr, &current);
@@ -241,6 +260,23 @@ class process_hooks {
     }
   }
 
+  // `fd` moved to a descriptor of pipe_fd_floor or above (closed, the copy
+  // returned; `fd` itself where the limit leaves no room). The pipe opens as
+  // the library loads, where the lowest free descriptors are 3 and 4, which
+  // programs take with dup2 for their own files (a shell's `exec 3>file`):
+  // fragctl's signal byte would go into the program's file.
+  static int out_of_the_way(int fd) noexcept {
+    rlimit limit{};
+    if (fd >= pipe_fd_floor || ::getrlimit(RLIMIT_NOFILE, &limit) != 0 ||
+        limit.rlim_cur < static_cast<rlim_t>(2 * pipe_fd_floor)) {
+      return fd;
+    }
+    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, pipe_fd_floor);
+    if (moved < 0) return fd;
+    ::close(fd);
+    return moved;
+  }
+
   // Called at install and in a forked child: the child must not read its
   // parent's pipe.
   void open_pipe() noexcept {
@@ -249,6 +285,7 @@ class process_hooks {
       logger().warn("no pipe for signals ({}); outputs are not written on a signal", std::strerror(errno));
       return;
     }
+    for (int& fd : fds) fd = out_of_the_way(fd);
     ::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK);
     pipe_read_ = fds[0];
     signals.pipe_write.store(fds[1], std::memory_order_release);
@@ -328,6 +365,7 @@ class process_hooks {
   std::mutex mutex_;
   std::vector<client_slot> clients_;  // ascending layer, the newest first within one
   std::once_flag installed_;
+  std::once_flag client_signals_installed_;
   std::once_flag fork_installed_;
   std::atomic<bool> outputs_installed_{false};  // install_once ran
   int pipe_read_ = -1;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "fragctl/config.hpp"
@@ -229,6 +230,28 @@ TEST(checkpoint_store, misuse_is_reported) {
   s.drop(42);  // ignored with a warning
   EXPECT_EQ(s.stats().drops, 0u);
   EXPECT_THROW(store(*d.allocator, opts(0)), invalid_argument);
+  s.reset();
+}
+
+// Sizes whose rounding to the store's alignment would wrap past SIZE_MAX: a
+// put near SIZE_MAX once rounded to 0 bytes and was given the address the
+// next put got too; a budget near SIZE_MAX read as "must be positive".
+TEST(checkpoint_store, sizes_near_size_max_are_refused_not_wrapped) {
+  device d;
+  store s(*d.allocator, opts(256 * KiB));
+  constexpr std::size_t huge = std::numeric_limits<std::size_t>::max() - 100;
+  EXPECT_THROW((void)s.put(1, huge, nullptr), out_of_memory);
+  void* p = s.put(2, 4 * KiB, nullptr);
+  void* q = s.put(3, 4 * KiB, nullptr);
+  EXPECT_NE(p, q);
+  EXPECT_THROW((void)s.get(1, nullptr), invalid_argument) << "the refused put stored nothing";
+  EXPECT_EQ(s.stats().puts, 2u);
+  try {
+    store big(*d.allocator, opts(std::numeric_limits<std::size_t>::max()));
+    ADD_FAILURE() << "a budget of SIZE_MAX bytes was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than any device"), std::string::npos) << e.what();
+  }
   s.reset();
 }
 

@@ -421,6 +421,32 @@ TEST(process_lifecycle, a_programs_own_signal_handlers_are_left_to_it) {
   EXPECT_EQ(c, (counted{100, 100, 100, 100}));
 }
 
+// Regression: with outputs asked for, the library took SIGINT as it loaded,
+// before the program's main; CPython installs its handler (KeyboardInterrupt)
+// only where SIGINT's action is still the default, so under LD_PRELOAD
+// Ctrl-C ended a Python job without its `except` or `finally`. And the
+// signal pipe, opened as the library loads, sat on descriptors 3 and 4,
+// where a program's dup2 put its own file: fragctl's signal byte went into
+// it. Now SIGINT is taken with the first allocator that writes outputs
+// (chained to the program's handler) and the pipe lies out of the way.
+TEST(process_lifecycle, a_program_that_starts_like_python_keeps_sigint_and_its_descriptors) {
+  const fs::path dir = fresh_dir("like_python");
+  scoped_environment env;
+  env.set("FRAGCTL_BACKEND", "sim");
+  env.set("FRAGCTL_POLICY", "caching");
+  env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
+  { std::ofstream(dir / "go").put('\n'); }
+  const pid_t pid = spawn_worker(dir, 100, 1, "like-python");
+  ASSERT_NE(pid, 0);
+  const int status = wait_bounded(pid, std::chrono::seconds(60));
+  ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "the worker was ended by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "16 + 1: SIGINT was not at its default when main began; + 2: the "
+                                       "program's SIGINT handler did not run once; + 4: its file on 3 and 4 changed";
+  counted c;
+  count_report(dir / fmt::format("report.{}.json", pid), c);
+  EXPECT_EQ(c.report_allocations, 100U);
+}
+
 // Regression (issue 27 M3): a trace whose process was killed (SIGKILL, the
 // OOM killer) read as a whole run with its tail missing. Every trace now
 // begins with an end row, so a cut one has rows after its last end row and

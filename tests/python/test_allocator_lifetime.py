@@ -172,7 +172,44 @@ SIGUSR1_AFTER_IMPORT = """
 """
 
 
+# Run with the preload library in LD_PRELOAD (loaded before the interpreter
+# starts) and outputs asked for: whether Python's own SIGINT handler is in
+# place, then Ctrl-C once an allocator that writes a report exists.
+CTRL_C_UNDER_PRELOAD = """
+    import os, signal, time, fragctl
+    print("python's handler:", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    a = fragctl.Allocator("caching", backend="sim", sim_capacity="64MiB", report=os.environ["REPORT"])
+    p = a.malloc(4096)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(2)
+        print("no KeyboardInterrupt")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+    a.free(p, 4096)
+    a.close()
+"""
+
+
 class ImportTest(unittest.TestCase):
+    def test_ctrl_c_is_pythons_under_the_preload_library(self):
+        # Regression: with FRAGCTL_REPORT (or _TRACE) set, the preload library
+        # took SIGINT as it loaded, before the interpreter started; Python
+        # installs its handler only where SIGINT's action is still the
+        # default, so Ctrl-C ended the process (status -2) instead of raising
+        # KeyboardInterrupt, and no `except` or `finally` ran.
+        build = os.environ.get("FRAGCTL_TEST_BUILD_DIR", "")
+        preload = os.path.join(build, "libfragctl_preload.so")
+        if not build or not os.path.exists(preload):
+            self.skipTest("no libfragctl_preload.so in FRAGCTL_TEST_BUILD_DIR (%r)" % build)
+        directory = tempfile.mkdtemp(prefix="fragctl-sigint-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        out = run_child(CTRL_C_UNDER_PRELOAD, LD_PRELOAD=preload, FRAGCTL_BACKEND="sim",
+                        FRAGCTL_REPORT=os.path.join(directory, "process.json"),
+                        REPORT=os.path.join(directory, "allocator.json"))
+        self.assertEqual(out.splitlines(), ["python's handler: True", "KeyboardInterrupt"])
+        self.assertTrue(os.path.exists(os.path.join(directory, "allocator.json")))
+
     def test_sigusr1_after_import_is_harmless_when_outputs_are_asked_for(self):
         # Regression (issue 27): the library installs its SIGUSR1 handler as
         # it loads when FRAGCTL_REPORT (or _PROMETHEUS, _TRACE, FRAGCTL_CONF's
