@@ -98,5 +98,55 @@ TEST_F(FragctlCliConventions, ReportJsonHasEveryRunWithItsDevice) {
   std::filesystem::remove(path);
 }
 
+// Regression (red team): an output named as one of the command's inputs
+// replaced it: `report X --html X` turned the report or trace into HTML,
+// `convert T T` dropped T's unreplayable rows for good, `replay T --conf
+// trace:T` overwrote T with the replay's own trace; --html and --svg on one
+// path kept only the SVG, `run --report F --trace F` only one of the two.
+// Each is refused now (exit 2, both paths named) and the input kept byte for
+// byte; devices are still written into.
+TEST_F(FragctlCliConventions, AnOutputThatIsAnInputOrAnotherOutputIsRefusedAndTheInputKept) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fragctl::testing::fresh_dir("cli_conventions", "output_is_input");
+  const fs::path trace = dir / "t.csv";
+  fs::copy_file(fragctl::testing::test_data("tiny_fragctl.csv"), trace);
+  const std::string report = two_device_report();
+  const fs::path link = dir / "link.csv";
+  fs::create_symlink(trace, link);
+  const std::string trace_text = fragctl::testing::read_file(trace);
+  const std::string report_text = fragctl::testing::read_file(report);
+  const auto q = [](const fs::path& p) { return "'" + p.string() + "'"; };
+  struct refused {
+    std::string args;
+    std::string says;
+  };
+  const std::vector<refused> cases{
+      {"report " + q(trace) + " --html " + q(trace), "is the same file as the input"},
+      {"report " + q(report) + " --html " + q(report), "is the same file as the input"},
+      {"report " + q(report) + " --svg " + q(report), "is the same file as the input"},
+      {"convert " + q(trace) + " " + q(trace), "is the same file as the input"},
+      {"convert " + q(link) + " " + q(trace), "is the same file as the input"},
+      {"replay " + q(trace) + " --backend sim --conf trace:" + trace.string(), "is the same file as the input"},
+      {"report " + q(report) + " --html " + q(dir / "page") + " --svg " + q(dir / "page"), "name the same file"},
+      {"run --backend sim --report " + q(dir / "out") + " --trace " + q(dir / "out") + " -- true",
+       "name the same file"},
+  };
+  for (const refused& c : cases) {
+    const run_result r = run_fragctl(c.args, "2>&1");
+    EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << ": " << r.out;
+  }
+  EXPECT_EQ(fragctl::testing::read_file(trace), trace_text);
+  EXPECT_EQ(fragctl::testing::read_file(report), report_text);
+  EXPECT_FALSE(fs::exists(dir / "page"));
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  // Controls: other files, and one device named twice, are written.
+  EXPECT_EQ(run_fragctl("convert " + q(trace) + " " + q(dir / "copy.csv")).status, 0);
+  EXPECT_EQ(run_fragctl("report " + q(trace) + " --html /dev/null --svg /dev/null", "2>&1 >/dev/null").status, 0);
+  EXPECT_EQ(run_fragctl("report " + q(report) + " --html " + q(dir / "page.html")).status, 0);
+  EXPECT_TRUE(fs::exists(dir / "page.html"));
+  fs::remove(report);
+}
+
 }  // namespace
 }  // namespace fragctl

@@ -290,5 +290,26 @@ TEST_F(FragctlCli, RunShowsAQuotedEnvironmentValueWithItsEscapesWrittenOut) {
               HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 is applied"));
 }
 
+// Regression (red team): `fragctl run` checked --policy and --backend but
+// not FRAGCTL_POLICY or FRAGCTL_BACKEND from the environment: with a typo
+// the program started and every allocation of its failed. Now it stops
+// before the program starts, naming the variable.
+TEST_F(FragctlCli, RunRefusesABadPolicyOrBackendFromTheEnvironmentBeforeStarting) {
+  const auto run = [](const std::string& variables) {
+    return fragctl::testing::run_command("env " + variables + " '" + fragctl::testing::fragctl_binary().string() +
+                                         "' run -- sh -c 'echo started' 2>&1");
+  };
+  const run_result policy = run("FRAGCTL_POLICY=bogus FRAGCTL_BACKEND=sim");
+  EXPECT_EQ(policy.status, 2) << policy.out;
+  EXPECT_THAT(policy.out, HasSubstr("fragctl run: FRAGCTL_POLICY: policy \"bogus\": unknown policy"));
+  EXPECT_EQ(policy.out.find("started"), std::string::npos) << policy.out;
+  const run_result backend = run("FRAGCTL_BACKEND=bogus");
+  EXPECT_EQ(backend.status, 2) << backend.out;
+  EXPECT_THAT(backend.out, HasSubstr("fragctl run: FRAGCTL_BACKEND: "));
+  EXPECT_EQ(backend.out.find("started"), std::string::npos) << backend.out;
+  // Control: good values start the program.
+  EXPECT_THAT(run("FRAGCTL_POLICY=caching FRAGCTL_BACKEND=sim").out, HasSubstr("started"));
+}
+
 }  // namespace
 }  // namespace fragctl

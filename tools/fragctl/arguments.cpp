@@ -1,7 +1,12 @@
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "fmt/format.h"
 #include "command.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl::cli {
 
@@ -74,6 +79,65 @@ std::string help_text(const command_spec& spec) {
   if (!spec.details.empty()) text += "\n" + spec.details;
   if (text.back() != '\n') text += '\n';
   return text;
+}
+
+namespace {
+
+// What a path is, for refuse_shared_outputs.
+struct file_identity {
+  bool exists = false;
+  bool regular = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string normal;  // absolute, normal form
+};
+
+file_identity identify(const std::string& path) {
+  file_identity id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    id.exists = true;
+    id.regular = S_ISREG(st.st_mode);
+    id.device = st.st_dev;
+    id.inode = st.st_ino;
+  }
+  std::error_code ec;
+  const std::filesystem::path normal = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  id.normal = ec ? path : normal.string();
+  return id;
+}
+
+bool same_file(const file_identity& a, const file_identity& b) {
+  if (a.exists && b.exists) return a.device == b.device && a.inode == b.inode;
+  return a.normal == b.normal;
+}
+
+}  // namespace
+
+void refuse_shared_outputs(const std::vector<named_path>& outputs, const std::vector<named_path>& inputs) {
+  std::vector<file_identity> seen;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const named_path& out = outputs[i];
+    seen.push_back(identify(out.path));
+    const file_identity& o = seen.back();
+    if (out.path.empty() || (o.exists && !o.regular)) continue;
+    for (const named_path& in : inputs) {
+      if (in.path.empty() || !o.exists) continue;
+      if (same_file(o, identify(in.path))) {
+        throw usage_error(fmt::format("{} '{}' is the same file as the input '{}': writing it would replace the "
+                                      "input; name another file",
+                                      out.name, util::printable(out.path), util::printable(in.path)));
+      }
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (outputs[j].path.empty() || (seen[j].exists && !seen[j].regular)) continue;
+      if (same_file(o, seen[j])) {
+        throw usage_error(fmt::format("{} '{}' and {} '{}' name the same file: one would replace the other",
+                                      outputs[j].name, util::printable(outputs[j].path), out.name,
+                                      util::printable(out.path)));
+      }
+    }
+  }
 }
 
 }  // namespace fragctl::cli

@@ -71,6 +71,22 @@ struct command {
   int (*run)(const arguments& args);
 };
 
+/// A file a command names: the option or argument that names it ("--html",
+/// "OUT", "TRACE") and its path.
+struct named_path {
+  std::string_view name;
+  std::string path;
+};
+
+/// Refuses, with a usage_error naming both, an output that is the same file
+/// as an input (same device and inode: writing it would replace the input,
+/// which a later reading needs or the user keeps) or as another output (one
+/// would replace the other). Outputs that do not exist yet are compared by
+/// their absolute, normal form. An output that exists and is not a regular
+/// file (/dev/stdout, /dev/null, a FIFO) is never refused here: it is
+/// written into, not replaced (core/atomic_file.hpp). Empty paths are skipped.
+void refuse_shared_outputs(const std::vector<named_path>& outputs, const std::vector<named_path>& inputs);
+
 /// The --snapshot-device option the trace-reading commands share.
 extern const option_spec snapshot_device_option;
 
@@ -100,6 +116,14 @@ extern const option_spec require_complete_option;
 /// The configuration of the replaying commands from --conf, --backend and
 /// --capacity. Throws usage_error for a bad value.
 [[nodiscard]] config replay_config(const arguments& args);
+
+/// The files a replay under `cfg` writes (its --conf keys trace, report and
+/// prometheus, as this process expands them), for refuse_shared_outputs.
+[[nodiscard]] std::vector<named_path> config_outputs(const config& cfg);
+
+/// Every positional argument of `args`, named `name` ("TRACE"), for
+/// refuse_shared_outputs.
+[[nodiscard]] std::vector<named_path> positional_inputs(const arguments& args, std::string_view name);
 
 // The subcommands, each in its own source file.
 const command_spec& replay_spec();

@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/policy.hpp"
+#include "fragctl/process_hooks.hpp"
 #include "fragctl/progress_bar.hpp"
 #include "fragctl/replay.hpp"
 #include "util/strings.hpp"
@@ -124,6 +125,18 @@ config replay_config(const arguments& args) {
   return cfg;
 }
 
+std::vector<named_path> config_outputs(const config& cfg) {
+  return {{"--conf trace:", expand_output_path(cfg.trace_path)},
+          {"--conf report:", expand_output_path(cfg.report_path)},
+          {"--conf prometheus:", expand_output_path(cfg.prometheus_path)}};
+}
+
+std::vector<named_path> positional_inputs(const arguments& args, std::string_view name) {
+  std::vector<named_path> inputs;
+  for (const std::string& path : args.positional) inputs.push_back({name, path});
+  return inputs;
+}
+
 replay_lag replay_lag_option(const arguments& args, const config& cfg) {
   replay_lag lag;
   if (const auto us = args.get("gpu-lag-us"); us && (!util::parse_i64(*us, lag.us) || lag.us < 0))
@@ -171,6 +184,7 @@ int run_replay(const arguments& args) {
   if (args.positional.empty())
     throw usage_error("no trace given\nRun 'fragctl replay --help' for its options.");
   const config cfg = replay_config(args);
+  refuse_shared_outputs(config_outputs(cfg), positional_inputs(args, "TRACE"));
   const std::vector<std::string> policy_names = policy_list(args);
   const bool json = args.has("json");
   const replay_lag lag = replay_lag_option(args, cfg);

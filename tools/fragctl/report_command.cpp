@@ -111,6 +111,10 @@ int run_report(const arguments& args) {
   report_options options;
   options.replay.cfg = replay_config(args);
   if (!args.has("backend")) options.replay.cfg.backend = backend_kind::sim;
+  std::vector<named_path> outputs = config_outputs(options.replay.cfg);
+  outputs.push_back({"--html", args.get("html").value_or("")});
+  outputs.push_back({"--svg", args.get("svg").value_or("")});
+  refuse_shared_outputs(outputs, positional_inputs(args, "FILE"));
   const std::vector<std::string> policies = policy_list(args);
   if (const auto device = args.get("snapshot-device")) {
     std::int64_t d = 0;

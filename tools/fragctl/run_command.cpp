@@ -62,6 +62,11 @@ fs::path find_shim(const arguments& args) {
 
 void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
+std::optional<std::string> environment_string(std::string_view name) {
+  const auto v = environment_value(name);
+  return v ? std::optional<std::string>(*v) : std::nullopt;
+}
+
 std::string env_or(std::string_view name, std::string fallback) {
   const auto v = environment_value(name);
   return v ? std::string(*v) : fallback;
@@ -85,15 +90,21 @@ std::string without_backend(std::string_view conf) {
 /// Sets the child's environment from the options; checks the policy and the
 /// options first, so that a typo stops here rather than in every worker.
 void prepare_environment(const arguments& args, const fs::path& shim) {
-  if (const auto policy = args.get("policy")) {
-    if (const absl::Status s = validate_policy(*policy); !s.ok())
-      throw usage_error(fmt::format("--policy: {}", std::string(s.message())));
-    set("FRAGCTL_POLICY", *policy);
+  // The option, or else the variable the program would read: a bad value
+  // of either stops here (before, a bad FRAGCTL_POLICY failed every
+  // allocation of the program, which ran on).
+  const auto policy = args.get("policy");
+  if (const std::optional<std::string> value = policy ? policy : environment_string("FRAGCTL_POLICY")) {
+    if (const absl::Status s = validate_policy(*value); !s.ok())
+      throw usage_error(fmt::format("{}: {}", policy ? "--policy" : "FRAGCTL_POLICY", std::string(s.message())));
+    set("FRAGCTL_POLICY", *value);
   }
-  if (const auto backend = args.get("backend")) {
-    if (auto kind = parse_backend_kind(*backend); !kind.ok())
-      throw usage_error(fmt::format("--backend: {}", std::string(kind.status().message())));
-    set("FRAGCTL_BACKEND", *backend);
+  const auto backend = args.get("backend");
+  if (const std::optional<std::string> value = backend ? backend : environment_string("FRAGCTL_BACKEND")) {
+    if (auto kind = parse_backend_kind(*value); !kind.ok())
+      throw usage_error(
+          fmt::format("{}: {}", backend ? "--backend" : "FRAGCTL_BACKEND", std::string(kind.status().message())));
+    set("FRAGCTL_BACKEND", *value);
   }
   // PyTorch reaches the shim through cudaMallocAsync. A user's own
   // PYTORCH_CUDA_ALLOC_CONF keys (max_split_size_mb, expandable_segments)
@@ -122,6 +133,10 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
   }
   if (!environment_value("FRAGCTL_REPORT"))
     set("FRAGCTL_REPORT", (fs::current_path() / fmt::format("fragctl.{}.report.json", ::getpid())).string());
+  refuse_shared_outputs({{"the report (--report, FRAGCTL_REPORT)", env_or("FRAGCTL_REPORT", "")},
+                         {"the Prometheus file (--prometheus, FRAGCTL_PROMETHEUS)", env_or("FRAGCTL_PROMETHEUS", "")},
+                         {"the trace (--trace, FRAGCTL_TRACE)", env_or("FRAGCTL_TRACE", "")}},
+                        {});
   // The pinned host tier's jemalloc needs 2.6 KiB of static TLS, which only
   // a library loaded at start-up gets (docs/packaging.md): preloaded beside
   // the shim, a Python program's offload store uses it.

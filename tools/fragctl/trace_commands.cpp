@@ -68,6 +68,7 @@ int run_convert(const arguments& args) {
   if (args.positional.size() != 2)
     throw usage_error(fmt::format("expected IN and OUT, got {} argument(s)\nRun 'fragctl convert --help' for its options.",
                                   args.positional.size()));
+  refuse_shared_outputs({{"OUT", args.positional[1]}}, {{"IN", args.positional[0]}});
   const trace t = load_trace(args.positional[0], args);
   if (const absl::Status s = write_trace_csv(t, args.positional[1]); !s.ok())
     throw std::runtime_error(std::string(s.message()));
