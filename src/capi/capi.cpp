@@ -106,7 +106,12 @@ extern "C" {
 const char* fragctl_version(void) { return FRAGCTL_VERSION; }
 
 const char* fragctl_status_string(fragctl_status status) {
-  switch (status) {
+  // Read as an int: a C caller may pass any int, and a value outside the
+  // enum's range is undefined behaviour in C++ once read as the enum.
+  int code = 0;
+  static_assert(sizeof code == sizeof status);
+  std::memcpy(&code, &status, sizeof code);
+  switch (code) {
     case FRAGCTL_OK: return "FRAGCTL_OK";
     case FRAGCTL_ERROR_INVALID_ARGUMENT: return "FRAGCTL_ERROR_INVALID_ARGUMENT";
     case FRAGCTL_ERROR_OUT_OF_MEMORY: return "FRAGCTL_ERROR_OUT_OF_MEMORY";
@@ -268,8 +273,11 @@ fragctl_status fragctl_get_counters(fragctl_allocator* allocator, fragctl_counte
     c.cached_free = s.pool.cached_free;
     c.largest_free_block = s.pool.largest_free_block;
     c.limit = allocator->stack->limit();
-    std::memcpy(out, &c, std::min<std::size_t>(out->struct_size, sizeof c));
-    out->struct_size = std::min<std::size_t>(out->struct_size, sizeof c);
+    // The caller's size read before the copy overwrites it (a smaller, older
+    // struct was told 216 bytes were filled).
+    const std::size_t filled = std::min<std::size_t>(out->struct_size, sizeof c);
+    c.struct_size = filled;
+    std::memcpy(out, &c, filled);
     return FRAGCTL_OK;
   });
 }

@@ -13,6 +13,12 @@ namespace fragctl::zero3 {
 
 namespace {
 
+// Limits that keep the layout's arithmetic within 64 bits (2^62 bytes is
+// also every size option's limit; 1 GiB alignment, 2^31 ranks and a million
+// parameters' padding add at most 2^61 more).
+constexpr std::size_t max_model_bytes = std::size_t{1} << 62;
+constexpr std::size_t max_alignment = std::size_t{1} << 30;
+
 bool valid_element_size(std::size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
 
 // Rounds up to a multiple of `m`, which need not be a power of two (ranks x alignment).
@@ -22,15 +28,16 @@ void check_arguments(std::span<const block_spec> blocks, int ranks, std::size_t 
                      std::size_t gradient_element_bytes) {
   if (blocks.empty()) throw invalid_argument("zero3: no blocks registered");
   if (ranks < 1) throw invalid_argument(fmt::format("zero3: world size {} is not positive", ranks));
-  if (alignment < min_alignment || !std::has_single_bit(alignment) || alignment % 8 != 0) {
-    throw invalid_argument(
-        fmt::format("zero3: alignment {} is not a power of two of at least {} bytes", alignment, min_alignment));
+  if (alignment < min_alignment || !std::has_single_bit(alignment) || alignment % 8 != 0 || alignment > max_alignment) {
+    throw invalid_argument(fmt::format("zero3: alignment {} is not a power of two from {} bytes to 1 GiB", alignment,
+                                       min_alignment));
   }
   if (gradient_element_bytes != 2 && gradient_element_bytes != 4) {
     throw invalid_argument(
         fmt::format("zero3: gradient element size {} is not 2 (bf16/fp16) or 4 (fp32)", gradient_element_bytes));
   }
   absl::flat_hash_set<std::string> names;
+  std::size_t model_bytes = 0;
   for (const block_spec& b : blocks) {
     if (b.parameters.empty()) throw invalid_argument(fmt::format("zero3: block '{}' has no parameters", b.name));
     if (!names.insert(b.name).second) throw invalid_argument(fmt::format("zero3: two blocks are named '{}'", b.name));
@@ -41,6 +48,15 @@ void check_arguments(std::span<const block_spec> blocks, int ranks, std::size_t 
       if (!valid_element_size(p.element_bytes)) {
         throw invalid_argument(fmt::format("zero3: parameter '{}' of block '{}': element size {} is not 1, 2, 4 or 8",
                                            p.name, b.name, p.element_bytes));
+      }
+      // Every size the layout derives (shards, gradients, padding) stays far
+      // from wrapping: a parameter of 2^63 + 1 two-byte elements had a
+      // 2-byte view.
+      if (p.elements > max_model_bytes / 8 || (model_bytes += p.elements * p.element_bytes) > max_model_bytes) {
+        throw invalid_argument(fmt::format(
+            "zero3: parameter '{}' of block '{}': {} elements of {} bytes; a model's parameters hold at most 2^62 "
+            "bytes (2^59 elements each)",
+            p.name, b.name, p.elements, p.element_bytes));
       }
     }
   }

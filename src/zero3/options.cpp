@@ -112,11 +112,12 @@ const std::vector<row>& rows() {
          return absl::OkStatus();
        },
        [](const options&) { return fmt::format("{}", parse_state{}.element_bytes); }},
-      {"alignment", "size", "alignment of every parameter, shard and gradient view (power of two, >= 512)",
+      {"alignment", "size", "alignment of every parameter, shard and gradient view (power of two, 512 B to 1 GiB)",
        [](parse_state& s, std::string_view v) -> absl::Status {
          auto n = parse_size(v);
          if (!n.ok()) return n.status();
-         if (*n < 512 || (*n & (*n - 1)) != 0) return absl::InvalidArgumentError("expected a power of two >= 512");
+         if (*n < 512 || *n > (std::size_t{1} << 30) || (*n & (*n - 1)) != 0)
+           return absl::InvalidArgumentError("expected a power of two from 512 B to 1 GiB");
          s.o.alignment = *n;
          return absl::OkStatus();
        },

@@ -1,5 +1,6 @@
 /* The C API from C (C99, -Wpedantic): the headers compile as C and
  * libfragctl.so exports what they declare. Runs on the sim backend. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +25,24 @@ int main(void) {
   CHECK(fragctl_stats_json(allocator, &json) == FRAGCTL_OK);
   CHECK(strstr(json, "\"allocator\": \"buckets:arena\"") != NULL);
   fragctl_string_free(json);
+  {
+    /* A caller built against an older, smaller fragctl_counters (its size
+     * and `requested` only): told what was filled, nothing past it written.
+     * Before, struct_size came back as the library's whole size. */
+    fragctl_counters whole;
+    unsigned char* bytes = (unsigned char*)&whole;
+    const size_t small = offsetof(fragctl_counters, requested) + sizeof whole.requested;
+    size_t i;
+    memset(&whole, 0xAB, sizeof whole);
+    whole.struct_size = small;
+    CHECK(fragctl_get_counters(allocator, &whole) == FRAGCTL_OK);
+    CHECK(whole.struct_size == small && whole.requested == 1000);
+    for (i = small; i < sizeof whole; ++i) CHECK(bytes[i] == 0xAB);
+  }
+  /* Any int a C caller holds is a status to name: an unknown one is
+   * "FRAGCTL_ERROR_UNKNOWN" (UBSan flagged the library's read of it). */
+  CHECK(strcmp(fragctl_status_string((fragctl_status)16), "FRAGCTL_ERROR_UNKNOWN") == 0);
+  CHECK(strcmp(fragctl_status_string(FRAGCTL_ERROR_IO), "FRAGCTL_ERROR_IO") == 0);
   CHECK(fragctl_free(allocator, block, 1000, NULL) == FRAGCTL_OK);
   CHECK(fragctl_free(allocator, block, 1000, NULL) == FRAGCTL_ERROR_NOT_OWNED);
   CHECK(strlen(fragctl_last_error()) > 0);

@@ -135,5 +135,34 @@ TEST(zero3_layout, bad_input_names_block_and_parameter) {
   EXPECT_THROW((void)make_layout(testing::small_model(1), 0, 64, 512, 2), invalid_argument);
 }
 
+// Regression (red team): sizes that wrap 64 bits were laid out: a parameter
+// of 2^63 + 1 two-byte elements got a 2-byte view, one of SIZE_MAX elements
+// a null one. Each is refused naming the parameter; the largest model the
+// limit allows is laid out.
+TEST(zero3_layout, parameters_whose_bytes_wrap_are_refused_naming_them) {
+  const auto message = [](const std::vector<block_spec>& blocks, std::size_t alignment = 512) -> std::string {
+    try {
+      (void)make_layout(blocks, 2, 64, alignment, 2);
+    } catch (const invalid_argument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  constexpr std::size_t two_62 = std::size_t{1} << 62;
+  for (const auto& [elements, bytes] : {std::pair{(std::size_t{1} << 63) + 1, std::size_t{2}},
+                                        std::pair{SIZE_MAX, std::size_t{1}}, std::pair{two_62 / 8 + 1, std::size_t{8}}}) {
+    SCOPED_TRACE(elements);
+    EXPECT_NE(message({{"a", {{"w", elements, bytes, true}}}}).find("parameter 'w' of block 'a'"), std::string::npos);
+  }
+  // Each parameter within the limit, the model beyond it.
+  EXPECT_NE(message({{"a", {{"w", two_62 / 8, 8, false}}}, {"b", {{"v", 512, 2, false}}}}).find("parameter 'v'"),
+            std::string::npos);
+  EXPECT_NE(message({{"a", {{"w", 10, 2, true}}}}, std::size_t{1} << 31).find("alignment"), std::string::npos);
+  // Control: 2^59 elements of 8 bytes (2^62 bytes), frozen, are laid out.
+  const std::vector<block_spec> largest = {{"a", {{"w", two_62 / 8, 8, false}}}};
+  const model_layout l = make_layout(largest, 2, 64, 512, 2);
+  EXPECT_EQ(l.blocks[0].gathered_bytes, two_62);
+}
+
 }  // namespace
 }  // namespace fragctl::zero3
