@@ -125,7 +125,11 @@ struct trace_summary {
   std::size_t unmatched_frees = 0;   ///< frees of an address not live
   std::size_t streams = 0;           ///< distinct stream ids
   std::size_t largest_request = 0;
-  std::int64_t duration_us = 0;      ///< last time - first time
+  std::int64_t duration_us = 0;      ///< latest time - earliest time (at most INT64_MAX)
+  /// Allocations at an address still live: the trace lost that block's free
+  /// (PyTorch's ring buffer drops events), or its allocator handed the
+  /// address out twice. The trace's reading frees the old block first.
+  std::size_t lost_frees = 0;
   /// Allocations whose bytes meet those of another live block: memory the
   /// allocator handed out twice (0 for any correct allocator; a trace a
   /// fragctl run wrote checks the allocator that ran).

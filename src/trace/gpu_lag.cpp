@@ -15,7 +15,12 @@ void gpu_lag::step(std::size_t index, std::int64_t time_us, stream_t stream) {
     sim_->complete_through(queue_.front().stream, queue_.front().item);
     queue_.pop_front();
   }
-  queue_.push_back({time_us + lag_.us, index + static_cast<std::size_t>(lag_.events), stream, sim_->submit(stream)});
+  // Saturated: a lag of INT64_MAX us (or events) is "never before the end",
+  // not a due time that wraps to the past.
+  const std::int64_t due_us = time_us > INT64_MAX - lag_.us ? INT64_MAX : time_us + lag_.us;
+  const std::size_t due_index =
+      lag_.events > SIZE_MAX - index ? SIZE_MAX : index + static_cast<std::size_t>(lag_.events);
+  queue_.push_back({due_us, due_index, stream, sim_->submit(stream)});
 }
 
 std::unique_ptr<allocator_stack> make_lagged_stack(const config& cfg, replay_lag lag) {

@@ -274,13 +274,17 @@ trace_summary summarize(const trace& t) {
     const auto below = std::prev(above);
     return addr - below->first < std::max<std::size_t>(below->second, 1);
   };
+  std::int64_t earliest = INT64_MAX, latest = INT64_MIN;
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     const trace_event& e = t.events[i];
+    earliest = std::min(earliest, e.time_us);
+    latest = std::max(latest, e.time_us);
     streams.try_emplace(e.stream, true);
     if (e.kind == trace_event::action::alloc) {
       ++s.allocs;
       s.largest_request = std::max(s.largest_request, e.size);
       if (const auto old = live.find(e.addr); old != live.end()) {
+        ++s.lost_frees;
         live_bytes -= old->second;
         live.erase(old);
       }
@@ -302,7 +306,12 @@ trace_summary summarize(const trace& t) {
   }
   s.live_at_end = live.size();
   s.streams = streams.size();
-  if (!t.events.empty()) s.duration_us = t.events.back().time_us - t.events.front().time_us;
+  // Unsigned: from INT64_MIN to INT64_MAX wraps a signed difference (and a
+  // trace's times need not be in order).
+  if (!t.events.empty()) {
+    const std::uint64_t span = static_cast<std::uint64_t>(latest) - static_cast<std::uint64_t>(earliest);
+    s.duration_us = static_cast<std::int64_t>(std::min<std::uint64_t>(span, INT64_MAX));
+  }
   return s;
 }
 

@@ -311,5 +311,55 @@ TEST_F(FragctlCli, RunRefusesABadPolicyOrBackendFromTheEnvironmentBeforeStarting
   EXPECT_THAT(run("FRAGCTL_POLICY=caching FRAGCTL_BACKEND=sim").out, HasSubstr("started"));
 }
 
+// Regressions (red team), each on the built command:
+// * a full or closed standard output exited 0 with the output cut;
+// * a trace's times from INT64_MIN to INT64_MAX overflowed info's duration
+//   (UBSan; a negative duration where times went backwards), and a GPU lag
+//   of INT64_MAX us wrapped its due time into the past (a lag of 10^18 us and
+//   one of INT64_MAX us gave different results; UBSan);
+// * an allocation at a live address was counted nowhere by info;
+// * a trace file name's terminal escapes reached the terminal raw from
+//   info, replay and convert.
+TEST_F(FragctlCli, OutputErrorsWideNumbersAndHostileNamesAreHandled) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fragctl::testing::fresh_dir("fragctl_cli", "wide_and_hostile");
+  const std::string tiny = test_data("tiny_fragctl.csv");
+  const auto q = [](const fs::path& p) { return "'" + p.string() + "'"; };
+
+  const run_result full = run_fragctl("info '" + tiny + "'", "2>&1 >/dev/full");
+  EXPECT_EQ(full.status, 1) << full.out;
+  EXPECT_THAT(full.out, HasSubstr("fragctl: standard output: No space left on device"));
+  EXPECT_EQ(run_fragctl("info '" + tiny + "'", "2>/dev/null >&-").status, 1);
+  EXPECT_EQ(run_fragctl("info '" + tiny + "' >/dev/null").status, 0);  // control
+
+  const fs::path wide = dir / "wide.csv";
+  std::ofstream(wide) << "action,addr,size,stream,time_us\nalloc,1024,100,0,9223372036854775807\n"
+                         "alloc,1024,100,0,-9223372036854775808\nfree_requested,1024,100,0,0\n";
+  const run_result info = run_fragctl("info --json " + q(wide));
+  ASSERT_EQ(info.status, 0) << info.out;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j[0]["duration_us"].get<std::int64_t>(), INT64_MAX);
+  EXPECT_EQ(j[0]["lost_frees"].get<std::size_t>(), 1u);
+  EXPECT_EQ(j[0]["overlapping_allocs"].get<std::size_t>(), 0u);
+
+  const auto calls = [&](const std::string& lag) {
+    const run_result r = run_fragctl("replay '" + test_data("gpt2m.trace.csv.gz") +
+                                     "' --backend sim --policy arena --json --gpu-lag-us " + lag);
+    EXPECT_EQ(r.status, 0) << lag << ": " << r.out;
+    return nlohmann::json::parse(r.out)[0]["backend_memory_calls"].get<std::uint64_t>();
+  };
+  EXPECT_EQ(calls("9223372036854775807"), calls("1000000000000000000")) << "both lags outlast the trace";
+
+  const fs::path hostile = dir / "evil\x1b]0;PWN\x07\x1b[2J.csv";
+  fs::copy_file(tiny, hostile);
+  for (const std::string& args : {"info " + q(hostile), "replay --backend sim " + q(hostile),
+                                  "convert " + q(hostile) + " " + q(dir / "out.csv")}) {
+    const run_result r = run_fragctl(args, "2>&1");
+    EXPECT_EQ(r.status, 0) << args << ": " << r.out;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << args << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr("evil\\x1b]0;PWN")) << args;
+  }
+}
+
 }  // namespace
 }  // namespace fragctl

@@ -3,7 +3,9 @@
 //
 // Exit status: 0 success, 1 failure (unreadable trace, backend error), 2 usage
 // error (unknown command or option, bad value).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -89,7 +91,7 @@ int run(const std::vector<std::string>& args) {
   const command* c = find_command(name == "help" ? args[1] : name);
   if (c == nullptr) {
     std::fprintf(stderr, "fragctl: unknown command '%s'\nRun 'fragctl --help' for the commands.\n",
-                 (name == "help" ? args[1] : name).c_str());
+                 util::printable(name == "help" ? args[1] : name).c_str());
     return 2;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -109,9 +111,22 @@ int run(const std::vector<std::string>& args) {
   }
 }
 
+// `status`, or 1 where standard output could not take what the command
+// printed (a full disk, a file size limit, a closed descriptor): before, the
+// command exited 0 with its output cut.
+int with_output_written(int status) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error = errno;
+  if (flushed && std::ferror(stdout) == 0) return status;
+  std::fprintf(stderr, "fragctl: standard output: %s; what was printed is incomplete\n",
+               error != 0 ? std::strerror(error) : "a write failed");
+  return status == 0 ? 1 : status;
+}
+
 }  // namespace
 }  // namespace fragctl::cli
 
 int main(int argc, char** argv) {
-  return fragctl::cli::run(std::vector<std::string>(argv + 1, argv + argc));
+  return fragctl::cli::with_output_written(fragctl::cli::run(std::vector<std::string>(argv + 1, argv + argc)));
 }

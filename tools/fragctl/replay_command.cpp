@@ -60,7 +60,7 @@ class result_table {
   }
 
   void print_row(const replay_result& r) const {
-    print({r.trace, r.policy, r.backend, util::human_bytes(r.peak_requested),
+    print({util::printable(r.trace), r.policy, r.backend, util::human_bytes(r.peak_requested),
            util::human_bytes(r.peak_reserved), fmt::format("{:.3f}", r.reserved_over_requested),
            fmt::format("{}", r.backend_memory_calls), fmt::format("{}", r.ooms),
            fmt::format("{}", r.unknown_frees), fmt::format("{:.0f}", r.median_ns),
@@ -191,7 +191,7 @@ int run_replay(const arguments& args) {
 
   std::size_t trace_width = 5;
   for (const std::string& path : args.positional)
-    trace_width = std::max(trace_width, trace_name_from_path(path).size());
+    trace_width = std::max(trace_width, util::printable(trace_name_from_path(path)).size());
   std::size_t policy_width = 8;
   for (const std::string& p : policy_names) policy_width = std::max(policy_width, p.size());
   const result_table table(trace_width, policy_width);
@@ -222,13 +222,13 @@ int run_replay(const arguments& args) {
       std::fprintf(stderr,
                    "fragctl replay: %s: no allocation or free to replay (%llu other rows): nothing was recorded, "
                    "or the recording process ended before writing its rows (docs/traces.md); skipped\n",
-                   path.c_str(), static_cast<unsigned long long>(t.ignored_rows));
+                   util::printable(path).c_str(), static_cast<unsigned long long>(t.ignored_rows));
       if (status == 0) status = exit_empty_trace;
       continue;
     }
     for (const std::string& policy : policy_names) {
       replay_options options{policy, cfg, progress.callback(fmt::format(
-                                              "{} / {}", t.name, policy.empty() ? "default" : policy))};
+                                              "{} / {}", util::printable(t.name), policy.empty() ? "default" : policy))};
       options.lag = lag;
       try {
         replay_result r = replay(t, options);
@@ -237,7 +237,7 @@ int run_replay(const arguments& args) {
           std::fprintf(stderr,
                        "fragctl replay: %s with policy %s: %llu allocation(s) refused as larger than any device "
                        "(over 2^62 bytes); their frees skipped\n",
-                       t.name.c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.refused));
+                       util::printable(t.name).c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.refused));
         }
         if (!json) {
           if (!header_printed) table.print_header();
@@ -247,7 +247,7 @@ int run_replay(const arguments& args) {
         results.push_back(std::move(r));
       } catch (const fragctl::error& e) {
         progress.clear();
-        std::fprintf(stderr, "fragctl replay: %s with policy %s: %s\n", t.name.c_str(),
+        std::fprintf(stderr, "fragctl replay: %s with policy %s: %s\n", util::printable(t.name).c_str(),
                      policy.empty() ? "default" : policy.c_str(), e.what());
         status = 1;
       }

@@ -131,7 +131,8 @@ int run_report(const arguments& args) {
     for (std::size_t i = 0; i < policies.size(); ++i) {
       options.replay.policy = policies[i];
       options.replay.progress = progress.callback(
-          fmt::format("{} / {}", trace_name_from_path(path), policies[i].empty() ? "default" : policies[i]));
+          fmt::format("{} / {}", util::printable(trace_name_from_path(path)),
+                      policies[i].empty() ? "default" : policies[i]));
       auto loaded = load_run_reports(path, options);
       progress.clear();
       if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().message()));
@@ -165,7 +166,7 @@ int run_report(const arguments& args) {
   }
   if (const auto html = args.get("html")) {
     write_file(*html, render_html(runs), "--html");
-    std::fprintf(stderr, "fragctl report: wrote %s\n", html->c_str());
+    std::fprintf(stderr, "fragctl report: wrote %s\n", util::printable(*html).c_str());
   }
   if (const auto svg = args.get("svg")) {
     const labelled_map* map = nullptr;
@@ -180,7 +181,7 @@ int run_report(const arguments& args) {
     }
     if (map == nullptr) throw std::runtime_error("--svg: no run has a memory map (see 'fragctl report --help')");
     write_file(*svg, render_map_svg(*map), "--svg");
-    std::fprintf(stderr, "fragctl report: wrote %s\n", svg->c_str());
+    std::fprintf(stderr, "fragctl report: wrote %s\n", util::printable(*svg).c_str());
   }
   return 0;
 }

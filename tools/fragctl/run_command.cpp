@@ -234,10 +234,12 @@ int run_run(const arguments& args) {
   }
   child = -1;
   const std::vector<fs::path> reports = written(report, started);
-  for (const fs::path& r : reports) std::fprintf(stderr, "fragctl run: report %s\n", r.c_str());
+  for (const fs::path& r : reports) std::fprintf(stderr, "fragctl run: report %s\n", util::printable(r.string()).c_str());
   if (reports.empty())
-    std::fprintf(stderr, "fragctl run: no report at %s (the program allocated nothing through fragctl)\n",
-                 report.c_str());
+    std::fprintf(stderr,
+                 "fragctl run: no report at %s: the program allocated nothing through fragctl, or the report could "
+                 "not be written there (its [fragctl] lines above say why)\n",
+                 util::printable(report.string()).c_str());
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     std::fflush(nullptr);

@@ -38,11 +38,12 @@ bool check_completeness(std::string_view command, const std::string& path, const
   const std::string note = completeness_note(t);
   if (args.has("require-complete")) {
     std::fprintf(stderr, "fragctl %s: %s: %s; refused (--require-complete)\n", std::string(command).c_str(),
-                 path.c_str(), note.c_str());
+                 util::printable(path).c_str(), note.c_str());
     return false;
   }
   if (t.completeness == trace_completeness::cut)
-    std::fprintf(stderr, "fragctl %s: warning: %s: %s\n", std::string(command).c_str(), path.c_str(), note.c_str());
+    std::fprintf(stderr, "fragctl %s: warning: %s: %s\n", std::string(command).c_str(), util::printable(path).c_str(),
+                 note.c_str());
   return true;
 }
 
@@ -73,7 +74,8 @@ int run_convert(const arguments& args) {
   if (const absl::Status s = write_trace_csv(t, args.positional[1]); !s.ok())
     throw std::runtime_error(std::string(s.message()));
   std::printf("%s: %zu events (%s) written to %s; %llu rows not replayable dropped\n",
-              args.positional[0].c_str(), t.events.size(), t.format.c_str(), args.positional[1].c_str(),
+              util::printable(args.positional[0]).c_str(), t.events.size(), t.format.c_str(),
+              util::printable(args.positional[1]).c_str(),
               static_cast<unsigned long long>(t.ignored_rows));
   return 0;
 }
@@ -121,6 +123,7 @@ int run_info(const arguments& args) {
                      {"streams", s.streams},
                      {"live_at_end", s.live_at_end},
                      {"unmatched_frees", s.unmatched_frees},
+                     {"lost_frees", s.lost_frees},
                      {"duration_us", s.duration_us},
                      {"overlapping_allocs", s.overlapping_allocs},
                      {"first_overlap_event", s.overlapping_allocs != 0
@@ -134,11 +137,12 @@ int run_info(const arguments& args) {
     std::printf(
         "%s (%s, %s)\n  complete        %s\n  events          %zu (%zu allocs, %zu frees; %llu other rows ignored)\n"
         "  peak live       %s (%zu bytes)\n  largest request %s\n  streams         %zu\n"
-        "  live at end     %zu blocks\n  unmatched frees %zu\n  duration        %.3f s\n",
-        t.name.c_str(), path.c_str(), t.format.c_str(), complete, t.events.size(), s.allocs, s.frees,
-        static_cast<unsigned long long>(t.ignored_rows), util::human_bytes(s.peak_live_bytes).c_str(),
-        s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(), s.streams, s.live_at_end, s.unmatched_frees,
-        static_cast<double>(s.duration_us) / 1e6);
+        "  live at end     %zu blocks\n  unmatched frees %zu\n  lost frees      %zu (allocations at a live "
+        "address)\n  duration        %.3f s\n",
+        util::printable(t.name).c_str(), util::printable(path).c_str(), t.format.c_str(), complete, t.events.size(),
+        s.allocs, s.frees, static_cast<unsigned long long>(t.ignored_rows),
+        util::human_bytes(s.peak_live_bytes).c_str(), s.peak_live_bytes, util::human_bytes(s.largest_request).c_str(),
+        s.streams, s.live_at_end, s.unmatched_frees, s.lost_frees, static_cast<double>(s.duration_us) / 1e6);
     if (s.overlapping_allocs != 0) {
       // A correct allocator never hands out memory twice: the trace's own
       // allocator did (a fragctl run's trace records what it returned).
