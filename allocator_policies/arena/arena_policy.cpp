@@ -116,6 +116,7 @@
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
+#include "util/intervals.hpp"
 
 namespace fragctl {
 
@@ -156,6 +157,10 @@ struct arena_policy::impl {
   void give_back_unused() noexcept;
   void trim() noexcept;
   [[nodiscard]] std::size_t largest_free() const;
+  /// Whether every byte of [addr, addr + bytes) (inside the range) is live
+  /// memory a caller was given: the arena's live blocks other than the
+  /// plan's ranges, and the live planned blocks in those.
+  [[nodiscard]] bool live_over(std::uintptr_t addr, std::size_t bytes) const;
   /// Best fit, moved closer to mapped memory when large, mapped: the
   /// arena's own placement of a block of `size` (rounded) on stream `si`.
   [[nodiscard]] std::uintptr_t place(std::size_t size, std::uint32_t si, std::size_t requested);
@@ -606,6 +611,18 @@ std::size_t arena_policy::impl::largest_free() const {
   return best;
 }
 
+bool arena_policy::impl::live_over(std::uintptr_t addr, std::size_t bytes) const {
+  const std::uintptr_t end = addr + bytes;
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> parts;
+  blocks.for_each_in_order([&](const block_index::block& b) {
+    if (b.is_free || b.addr >= end || b.addr + b.size <= addr) return;
+    if (std::binary_search(plan_blocks.begin(), plan_blocks.end(), b.addr)) return;  // a plan's range
+    parts.emplace_back(b.addr, b.addr + b.size);
+  });
+  plan.live_blocks_in(addr, end, parts);
+  return util::covers(parts, addr, end);
+}
+
 out_of_memory arena_policy::impl::oom(std::size_t requested) const {
   oom_details d;
   d.requested = requested;
@@ -878,6 +895,12 @@ shared_memory arena_policy::do_share(void* ptr, std::size_t bytes) const {
   bytes = std::max<std::size_t>(bytes, 1);
   if (a < base || a - base >= s.range || bytes > s.range - (a - base)) {
     throw invalid_argument(fmt::format("arena: share({}, {}): not memory of this arena", ptr, bytes));
+  }
+  // Free or cached memory would go to the next allocation while another
+  // process used it.
+  if (!s.live_over(a, bytes)) {
+    throw invalid_argument(
+        fmt::format("arena: share({}, {}): not live memory of this arena (a free or cached range)", ptr, bytes));
   }
   shared_memory out;
   if (!s.granules) {  // the fallback block: one raw allocation

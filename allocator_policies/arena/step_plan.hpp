@@ -140,6 +140,10 @@ class step_plan {
     std::size_t requested = 0;  // 0: not a live planned block
   };
   [[nodiscard]] freed free_planned(std::uintptr_t addr, std::uint32_t stream) noexcept;
+  /// Appends the live planned blocks that meet [lo, hi) to `out`, as
+  /// [start, end) ranges (O(live planned blocks)).
+  void live_blocks_in(std::uintptr_t lo, std::uintptr_t hi,
+                      std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& out) const;
   /// After any free the arena made itself (not a planned block), for the history.
   void after_free(std::uintptr_t addr, std::uint32_t units, std::uint32_t stream) {
     record(addr, units, stream, true);

@@ -491,6 +491,21 @@ pool_state buckets_policy::do_state() const { return impl_->do_state(); }
 void buckets_policy::do_release_cached() { impl_->do_release_cached(); }
 void buckets_policy::do_enable_peer_access(int peer) { impl_->upstream_->enable_peer_access(peer); }
 shared_memory buckets_policy::do_share(void* ptr, std::size_t bytes) const {
+  // Inside a slab, every slot the range meets must be live: a free slot is
+  // the next allocation's while another process would use it.
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  if (const impl::slab* s = impl_->find_slab(p)) {
+    const std::uint64_t offset = p - s->base;
+    const std::uint64_t last = offset + std::max<std::size_t>(bytes, 1) - 1;
+    bool live = last < std::uint64_t{s->slot_count} * s->slot_size;
+    for (std::uint64_t slot = offset / s->slot_size; live && slot <= last / s->slot_size; ++slot) {
+      live = slot < s->carved && s->is_live(static_cast<std::uint32_t>(slot));
+    }
+    if (!live) {
+      throw invalid_argument(fmt::format("{}: share({}, {}): not live memory of this allocator (a free slot)",
+                                         impl_->name_, ptr, bytes));
+    }
+  }
   return impl_->upstream_->share(ptr, bytes);
 }
 device_backend& buckets_policy::do_backend() const noexcept { return impl_->upstream_->backend(); }

@@ -16,6 +16,7 @@
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
+#include "util/intervals.hpp"
 
 namespace fragctl {
 namespace {
@@ -581,6 +582,17 @@ shared_memory caching_policy::do_share(void* ptr, std::size_t bytes) const {
   for (const auto& [base, segment] : impl_->segments_) {
     const auto b = reinterpret_cast<std::uintptr_t>(base);
     if (a >= b && a - b < segment.size && bytes <= segment.size - (a - b)) {
+      // Free or cached memory would go to the next allocation while another
+      // process used it.
+      std::vector<std::pair<std::uintptr_t, std::uintptr_t>> parts;
+      for (const auto& [live_ptr, node] : impl_->live_) {
+        const auto p = reinterpret_cast<std::uintptr_t>(live_ptr);
+        if (p < a + bytes && p + node->size > a) parts.emplace_back(p, p + node->size);
+      }
+      if (!util::covers(parts, a, a + bytes)) {
+        throw invalid_argument(fmt::format(
+            "caching: share({}, {}): not live memory of this allocator (a free or cached range)", ptr, bytes));
+      }
       shared_memory out;
       out.base = base;
       out.bytes = segment.size;

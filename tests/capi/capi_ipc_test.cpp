@@ -238,4 +238,47 @@ TEST(CApiIpc, RefusesWhatIsNotAHandleOrNotLiveMemory) {
   ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
 }
 
+// Regression (red team): fragctl_export_block accepted ranges that were not
+// live: past a block's end, the byte after it, cached free memory, a freed
+// block (caching: even after the free). Memory handed to another process
+// that way is the next allocation's. Every policy refuses them now; live
+// blocks, a part of one and two adjacent ones are exported.
+TEST(CApiIpc, OnlyLiveMemoryIsExportedUnderEveryPolicy) {
+  for (const char* policy : {"arena", "caching", "buckets:arena", "buckets:caching"}) {
+    SCOPED_TRACE(policy);
+    fragctl_allocator* a = make(policy);
+    // Small blocks (buckets' slots) and large ones; each pair allocated one after the other.
+    for (const std::size_t bytes : {std::size_t{4096}, 2 * MiB}) {
+      SCOPED_TRACE(bytes);
+      void* p = nullptr;
+      void* q = nullptr;
+      void* gone = nullptr;
+      ASSERT_EQ(fragctl_malloc(a, &p, bytes, nullptr), FRAGCTL_OK) << fragctl_last_error();
+      ASSERT_EQ(fragctl_malloc(a, &q, bytes, nullptr), FRAGCTL_OK) << fragctl_last_error();
+      ASSERT_EQ(fragctl_malloc(a, &gone, bytes, nullptr), FRAGCTL_OK) << fragctl_last_error();
+      ASSERT_EQ(fragctl_free(a, gone, bytes, nullptr), FRAGCTL_OK);
+      const auto at = [](void* base, std::size_t k) { return static_cast<char*>(base) + k; };
+      std::size_t size = 0, offset = 0;
+      const auto refused = [&](void* ptr, std::size_t n) {
+        return fragctl_export_block(a, ptr, n, nullptr, 0, &size, &offset) == FRAGCTL_ERROR_INVALID_ARGUMENT;
+      };
+      // Controls: the block, a part of it, and both blocks where they are adjacent.
+      EXPECT_FALSE(refused(p, bytes)) << fragctl_last_error();
+      EXPECT_FALSE(refused(at(p, 512), 512)) << fragctl_last_error();
+      if (at(p, bytes) == q) EXPECT_FALSE(refused(p, 2 * bytes)) << fragctl_last_error();
+      EXPECT_TRUE(refused(gone, bytes)) << "a freed block";
+      EXPECT_TRUE(refused(gone, 0)) << "a freed block's first byte";
+      if (at(q, bytes) == gone) {
+        EXPECT_TRUE(refused(q, bytes + 1)) << "past a live block into a freed one";
+        EXPECT_TRUE(refused(at(q, bytes), 0)) << "the byte after a live block";
+      }
+      EXPECT_NE(std::string(fragctl_last_error()).find("not live memory"), std::string::npos) << fragctl_last_error();
+      ASSERT_EQ(fragctl_free(a, p, bytes, nullptr), FRAGCTL_OK);
+      ASSERT_EQ(fragctl_free(a, q, bytes, nullptr), FRAGCTL_OK);
+      EXPECT_TRUE(refused(p, bytes)) << "cached, not live";
+    }
+    ASSERT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+  }
+}
+
 }  // namespace
