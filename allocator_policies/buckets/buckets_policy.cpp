@@ -119,6 +119,9 @@ struct buckets_policy::impl::slab {
   slab* next = nullptr;
   std::unique_ptr<std::uint32_t[]> free_stack;
   std::unique_ptr<std::uint64_t[]> live_bits;
+  /// Each live slot's requested bytes: a free with another size is a
+  /// SIZE_MISMATCH that gives back what was requested, even within a class.
+  std::unique_ptr<std::uint32_t[]> requested;
 
   [[nodiscard]] bool has_free_slot() const noexcept { return free_top > 0 || carved < slot_count; }
   [[nodiscard]] bool empty() const noexcept { return live == 0 && held == 0; }
@@ -251,6 +254,7 @@ void* buckets_policy::impl::do_allocate(std::size_t bytes, stream_t stream) {
   }
   ++s->live;
   s->flip(slot);
+  s->requested[slot] = static_cast<std::uint32_t>(bytes);  // at most largest_class_
   if (!s->has_free_slot()) unlink(s);
   live_slot_bytes_ += s->slot_size;
   return reinterpret_cast<void*>(s->base + std::uintptr_t{slot} * s->slot_size);
@@ -285,6 +289,7 @@ buckets_policy::impl::slab* buckets_policy::impl::new_slab(stream_pool& pool, st
   s->pool = &pool;
   s->free_stack = std::make_unique<std::uint32_t[]>(slot_count);
   s->live_bits = std::make_unique<std::uint64_t[]>((slot_count + 63) / 64);
+  s->requested = std::make_unique<std::uint32_t[]>(slot_count);
   // Host memory first: once the upstream gave the slab, nothing below throws.
   slabs_.reserve(slabs_.size() + 1);
   cells_.reserve(cells_.size() + 2);
@@ -328,14 +333,14 @@ free_result buckets_policy::impl::do_deallocate(void* ptr, std::size_t bytes, st
   s->flip(slot);
   --s->live;
   const std::size_t slot_size = s->slot_size;  // push_free may release the slab
+  const std::size_t requested = s->requested[slot];
   live_slot_bytes_ -= slot_size;
-  const bool same_class = bytes != 0 && bytes <= largest_class_ && buckets::class_index(bytes) == s->cls;
   if (stream == s->pool->stream) {
     push_free(s, slot);
   } else {
     hold_free(s, slot, stream);
   }
-  return {same_class ? free_status::ok : free_status::size_mismatch, slot_size};
+  return {bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
 }
 
 void buckets_policy::impl::push_free(slab* s, std::uint32_t slot) noexcept {

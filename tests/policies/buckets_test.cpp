@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "allocator_policies/caching/caching_policy.hpp"
+#include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
 
@@ -349,8 +350,35 @@ TEST_F(buckets_test, double_free_foreign_pointer_and_wrong_size_are_detected) {
   EXPECT_EQ(wrong.status, free_status::size_mismatch);
   EXPECT_EQ(wrong.bytes, 4096u);
   EXPECT_EQ(b.try_deallocate(r, 4096).status, free_status::not_owned) << "freed with the recorded size";
+  // Regression (red team): within one class a wrong size was "ok" and the
+  // caller's size was taken as what had been requested (the statistics
+  // then drifted for ever). The slot's own request is kept and given back.
+  void* s = b.allocate(1000);
+  const free_result within = b.try_deallocate(s, 600);
+  EXPECT_EQ(within.status, free_status::size_mismatch);
+  EXPECT_EQ(within.bytes, 1000u);
+  void* t = b.allocate(600);
+  EXPECT_EQ(b.try_deallocate(t, 600).status, free_status::ok);  // control
   EXPECT_EQ(b.try_deallocate(big, 2 * MiB).status, free_status::ok);
   EXPECT_EQ(b.state().allocated, 0u);
+}
+
+// Through the whole stack: after a free with the wrong size (any), every
+// counter returns to zero (was: requested 400 after allocate 1000, free 600).
+TEST(buckets_stack, a_wrong_size_free_leaves_the_statistics_exact) {
+  config cfg;
+  cfg.policy = "buckets:arena";
+  cfg.backend = backend_kind::sim;
+  cfg.sim_capacity = 1 * GiB;
+  const std::unique_ptr<allocator_stack> stack = make_allocator(cfg);
+  for (const auto& [given, freed] : {std::pair{1000, 600}, std::pair{600, 1000}, std::pair{1000, 5000}}) {
+    SCOPED_TRACE(given);
+    void* p = stack->allocator().allocate(static_cast<std::size_t>(given), nullptr);
+    stack->allocator().deallocate(p, static_cast<std::size_t>(freed), nullptr);
+    const allocator_stats s = stack->stats();
+    EXPECT_EQ(s.requested.current, 0u);
+    EXPECT_EQ(s.allocated.current, 0u);
+  }
 }
 
 TEST_F(buckets_test, upstream_out_of_memory_releases_empty_slabs_and_retries) {
