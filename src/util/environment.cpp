@@ -81,10 +81,15 @@ std::vector<environment_row> make_rows() {
          if (environment_value("FRAGCTL_CONF").has_value()) return absl::OkStatus();
          auto pytorch = util::apply_pytorch_conf(v, c);
          if (!pytorch.ok()) return pytorch.status();
-         // Once per process: every allocator reads the environment.
+         // Once per process: every allocator reads the environment. A warning
+         // only where fragctl applied a key of PyTorch's (its behaviour then
+         // follows another program's variable); where it took none (`fragctl
+         // run` sets backend:cudaMallocAsync for every job), a line at info.
          static std::atomic<bool> announced{false};
-         if (!announced.exchange(true))
-           logger().warn("FRAGCTL_CONF unset, read PYTORCH_CUDA_ALLOC_CONF: {}", pytorch->summary);
+         if (!announced.exchange(true)) {
+           logger().log(pytorch->mapped_any ? spdlog::level::warn : spdlog::level::info,
+                        "FRAGCTL_CONF unset, read PYTORCH_CUDA_ALLOC_CONF: {}", pytorch->summary);
+         }
          c = std::move(pytorch->applied);
          return absl::OkStatus();
        }},

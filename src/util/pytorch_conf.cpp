@@ -99,7 +99,7 @@ absl::StatusOr<pytorch_conf_result> apply_pytorch_conf(std::string_view conf, co
   }
   std::string summary = mapped.empty() ? "mapped nothing" : fmt::format("mapped {}", fmt::join(mapped, ", "));
   if (!left.empty()) summary += fmt::format("; left to PyTorch: {}", fmt::join(left, ", "));
-  return pytorch_conf_result{std::move(base), std::move(summary)};
+  return pytorch_conf_result{std::move(base), std::move(summary), !mapped.empty()};
 }
 
 }  // namespace fragctl::util

@@ -31,6 +31,7 @@ namespace fragctl::util {
 struct pytorch_conf_result {
   config applied;
   std::string summary;  ///< "mapped max_split_size_mb:128 -> max_split_size:128MiB; left to PyTorch: backend:..."
+  bool mapped_any = false;  ///< whether any key was applied
 };
 [[nodiscard]] absl::StatusOr<pytorch_conf_result> apply_pytorch_conf(std::string_view conf, config base);
 

@@ -1,5 +1,6 @@
 // PyTorch's allocator keys in FRAGCTL_CONF and PYTORCH_CUDA_ALLOC_CONF
 // (src/util/pytorch_conf.hpp), and the size units every size error states.
+#include <cstdlib>
 #include <string>
 
 #include "fragctl/config.hpp"
@@ -75,6 +76,27 @@ TEST(pytorch_conf, pytorch_variable_is_read_when_fragctl_conf_is_unset) {
   EXPECT_EQ(testing::occurrences(text, "\n"), 1u) << text;
   EXPECT_NE(text.find("max_split_size_mb:256 -> max_split_size:256MiB"), std::string::npos) << text;
   EXPECT_NE(text.find("left to PyTorch: backend:cudaMallocAsync"), std::string::npos) << text;
+}
+
+// Regression (red team): every job under `fragctl run` warned "FRAGCTL_CONF
+// unset, read PYTORCH_CUDA_ALLOC_CONF: mapped nothing; left to PyTorch:
+// backend:cudaMallocAsync", a value fragctl run sets itself. A conf that
+// maps nothing is said at info; one that maps a key still warns (control).
+// In a child process each, started afresh ("threadsafe": the line is said
+// once per process, and an earlier test of this program said it).
+TEST(pytorch_conf, a_conf_that_maps_nothing_is_no_warning) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto warned = [](const char* pytorch_conf) {
+    testing::scoped_environment env;
+    env.set("FRAGCTL_CONF", nullptr);
+    env.set("FRAGCTL_POLICY", nullptr);
+    env.set("PYTORCH_CUDA_ALLOC_CONF", pytorch_conf);
+    testing::log_capture log;  // at the default level, warn
+    if (!config_from_environment().ok()) std::_Exit(3);
+    std::_Exit(log.text().find("read PYTORCH_CUDA_ALLOC_CONF") != std::string::npos ? 1 : 0);
+  };
+  EXPECT_EXIT(warned("backend:cudaMallocAsync"), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(warned("backend:cudaMallocAsync,max_split_size_mb:256"), ::testing::ExitedWithCode(1), "");
 }
 
 TEST(pytorch_conf, fragctl_conf_wins_over_the_pytorch_variable) {

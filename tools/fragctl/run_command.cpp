@@ -112,19 +112,23 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
   // fragctl's options are given.
   const std::string pytorch_conf = env_or("PYTORCH_CUDA_ALLOC_CONF", "");
   std::string conf = args.get("conf").value_or(env_or("FRAGCTL_CONF", ""));
+  std::string conf_source = args.has("conf") ? "--conf" : "FRAGCTL_CONF";
   if (!says_async_backend(pytorch_conf)) {
     const std::string moved = without_backend(pytorch_conf);
     if (!moved.empty() && !args.has("conf") && !environment_value("FRAGCTL_CONF")) {
       conf = moved;
+      conf_source = "PYTORCH_CUDA_ALLOC_CONF (which fragctl run applies as FRAGCTL_CONF)";
       std::fprintf(stderr, "fragctl run: PYTORCH_CUDA_ALLOC_CONF=%s is applied by fragctl (FRAGCTL_CONF); "
                    "PyTorch gets %s\n", util::printable(pytorch_conf).c_str(), torch_backend);
     }
     set("PYTORCH_CUDA_ALLOC_CONF", torch_backend);
   }
   if (!conf.empty()) {
-    if (auto parsed = parse_config(conf); !parsed.ok())
-      throw usage_error(fmt::format("{}: {}", args.has("conf") ? "--conf" : "FRAGCTL_CONF",
-                                    std::string(parsed.status().message())));
+    if (auto parsed = parse_config(conf); !parsed.ok()) {
+      std::string message(parsed.status().message());
+      if (message.rfind("FRAGCTL_CONF: ", 0) == 0) message.erase(0, std::string_view("FRAGCTL_CONF: ").size());
+      throw usage_error(fmt::format("{}: {}", conf_source, message));
+    }
     set("FRAGCTL_CONF", conf);
   }
   for (const auto& [option, variable] : {std::pair{"report", "FRAGCTL_REPORT"}, {"prometheus", "FRAGCTL_PROMETHEUS"},
