@@ -3,8 +3,10 @@
 // timeline and takes memory maps at peak reserved, at the first OOM and
 // after the last event.
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <sstream>
@@ -294,8 +296,13 @@ run_report replay_run_report(const trace& t, const report_options& options) {
 }
 
 absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path, const report_options& options) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(fmt::format("{}: cannot open", path));
+  if (!in) {
+    const int why = errno;
+    return absl::NotFoundError(
+        fmt::format("{}: cannot open: {}", path, why != 0 ? std::strerror(why) : "not a readable file"));
+  }
   std::ostringstream buffer;
   buffer << in.rdbuf();
   const std::string content = buffer.str();

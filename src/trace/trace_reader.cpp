@@ -79,10 +79,12 @@ bool parse_address(std::string_view text, std::uint64_t& out) noexcept {
   return util::parse_u64(text, out);
 }
 
+// Shown escaped (util::printable): a NUL byte in a field cut the message
+// there once it reached the terminal as a C string.
 std::string quote(std::string_view text) {
   constexpr std::size_t max = 60;
-  if (text.size() <= max) return fmt::format("'{}'", text);
-  return fmt::format("'{}...'", text.substr(0, max));
+  if (text.size() <= max) return fmt::format("'{}'", util::printable(text));
+  return fmt::format("'{}...'", util::printable(text.substr(0, max)));
 }
 
 absl::StatusOr<format_kind> detect_format(std::string_view content, std::string_view file) {

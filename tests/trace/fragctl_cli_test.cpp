@@ -361,5 +361,25 @@ TEST_F(FragctlCli, OutputErrorsWideNumbersAndHostileNamesAreHandled) {
   }
 }
 
+// Regression (red team): three messages that did not say what was wrong:
+// `run --report ''` said "filesystem error: cannot make absolute path";
+// `report` of a missing file said "cannot open" without the reason; a NUL
+// byte in a CSV field ended the message there.
+TEST_F(FragctlCli, MessagesNameTheProblem) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fragctl::testing::fresh_dir("fragctl_cli", "messages");
+  const run_result empty = run_fragctl("run --report '' -- true", "2>&1");
+  EXPECT_EQ(empty.status, 2) << empty.out;
+  EXPECT_THAT(empty.out, HasSubstr("--report: expected a file path, got an empty one"));
+  const run_result missing = run_fragctl("report '" + (dir / "missing.json").string() + "'", "2>&1");
+  EXPECT_EQ(missing.status, 1) << missing.out;
+  EXPECT_THAT(missing.out, HasSubstr("missing.json: cannot open: No such file or directory"));
+  const fs::path nul = dir / "nul.csv";
+  { std::ofstream(nul) << std::string("action,addr,size,stream,time_us\nalloc,1\0,1,0,1\n", 47); }
+  const run_result bad = run_fragctl("info '" + nul.string() + "'", "2>&1");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("bad addr '1\\x00' (expected a decimal"));
+}
+
 }  // namespace
 }  // namespace fragctl

@@ -40,7 +40,10 @@ constexpr const char* torch_backend = "backend:cudaMallocAsync";
 /// this program as the wheel and `cmake --install` lay it out (bin/../lib),
 /// or as the build tree does (tools/../).
 fs::path find_shim(const arguments& args) {
-  if (const auto chosen = args.get("preload")) return fs::absolute(*chosen);
+  if (const auto chosen = args.get("preload")) {
+    if (chosen->empty()) throw usage_error("--preload: expected a library path, got an empty one");
+    return fs::absolute(*chosen);
+  }
   if (const auto env = environment_value("FRAGCTL_PRELOAD_LIBRARY"); env && !env->empty())
     return fs::absolute(std::string(*env));
   std::error_code ec;
@@ -133,7 +136,10 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
   }
   for (const auto& [option, variable] : {std::pair{"report", "FRAGCTL_REPORT"}, {"prometheus", "FRAGCTL_PROMETHEUS"},
                                          {"trace", "FRAGCTL_TRACE"}}) {
-    if (const auto path = args.get(option)) set(variable, fs::absolute(*path).string());
+    if (const auto path = args.get(option)) {
+      if (path->empty()) throw usage_error(fmt::format("--{}: expected a file path, got an empty one", option));
+      set(variable, fs::absolute(*path).string());
+    }
   }
   if (!environment_value("FRAGCTL_REPORT"))
     set("FRAGCTL_REPORT", (fs::current_path() / fmt::format("fragctl.{}.report.json", ::getpid())).string());
