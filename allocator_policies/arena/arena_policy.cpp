@@ -117,6 +117,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 #include "util/intervals.hpp"
+#include "util/strings.hpp"
 
 namespace fragctl {
 
@@ -192,6 +193,7 @@ struct arena_policy::impl {
   std::uint64_t calls = 0;  // allocations and frees so far: the clock of release_delay
   void* raw = nullptr;  // the reserved range, or the fallback block
   std::size_t range = 0;
+  std::size_t capped_at = 0;  // the arena_size option, rounded to granules; 0 when not set
   stream_clock clock;
   block_index blocks;
   std::optional<granule_map> granules;  // with virtual memory only
@@ -210,6 +212,7 @@ arena_policy::impl::impl(const config& cfg, device_backend& b)
     const std::size_t g = backend.granularity();
     const std::size_t cap = round_up(cfg.arena_size != 0 ? cfg.arena_size : backend.get_memory_info().total, g);
     if (cap == 0) throw invalid_argument("arena: the device reports no memory and arena_size is 0");
+    if (cfg.arena_size != 0) capped_at = cap;
     range = 2 * cap;
     raw = backend.reserve_address(range);
     try {
@@ -640,7 +643,14 @@ out_of_memory arena_policy::impl::oom(std::size_t requested) const {
   } catch (const std::exception&) {
     // Leave device figures at zero; the other fields still explain the failure.
   }
-  return out_of_memory(d, "arena");
+  out_of_memory e(d, "arena");
+  // A cap the user set is the likeliest cause where the device had the
+  // memory: say so (arena_size:1 read as "the allocator declined").
+  if (capped_at != 0 && (granules ? granules->held_bytes() : range) + requested > capped_at) {
+    e.add_note(fmt::format("the arena_size option caps this arena at {} ({} bytes)", util::human_bytes(capped_at),
+                           capped_at));
+  }
+  return e;
 }
 
 arena_policy::arena_policy(const config& cfg, device_backend& backend)

@@ -146,6 +146,11 @@ fragctl_status fragctl_parse_size(const char* text, size_t* bytes) {
   FRAGCTL_REQUIRE(text != nullptr && bytes != nullptr, "fragctl_parse_size: text or bytes is NULL");
   return guarded([&] {
     const absl::StatusOr<std::size_t> parsed = fragctl::parse_size(text);
+    // As the options do: no device holds more than 2^62 bytes.
+    if (parsed.ok() && *parsed > (std::size_t{1} << 62)) {
+      return fail(FRAGCTL_ERROR_INVALID_ARGUMENT,
+                  fmt::format("fragctl_parse_size: '{}': expected a size of at most 4 EiB (2^62 bytes)", text));
+    }
     if (parsed.ok()) *bytes = *parsed;
     return fragctl::capi::from_status(parsed.status());
   });
@@ -432,11 +437,23 @@ fragctl_status fragctl_stats_json(fragctl_allocator* allocator, char** json) {
 
 void fragctl_string_free(char* text) { std::free(text); }
 
+namespace {
+
+// A report that could not be written is IO, whatever the reason (a
+// directory or a link at the path was STATE, the header promises IO); the
+// message is kept.
+fragctl_status report_status(const absl::Status& written) {
+  const fragctl_status status = fragctl::capi::from_status(written);
+  return status == FRAGCTL_OK ? FRAGCTL_OK : FRAGCTL_ERROR_IO;
+}
+
+}  // namespace
+
 fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path) {
   FRAGCTL_REQUIRE(allocator != nullptr && path != nullptr, "fragctl_write_report: allocator or path is NULL");
   return guarded([&] {
     const std::vector<fragctl::stats_export_entry> one{allocator->stack->export_entry()};
-    return fragctl::capi::from_status(fragctl::write_stats_export_file(path, one, "request"));
+    return report_status(fragctl::write_stats_export_file(path, one, "request"));
   });
 }
 
@@ -494,7 +511,7 @@ fragctl_status fragctl_write_default_report(const char* path) {
   return guarded([&] {
     std::vector<fragctl::stats_export_entry> all;
     for (fragctl_allocator* a : fragctl::capi::default_allocators()) all.push_back(a->stack->export_entry());
-    return fragctl::capi::from_status(fragctl::write_stats_export_file(path, all, "request"));
+    return report_status(fragctl::write_stats_export_file(path, all, "request"));
   });
 }
 

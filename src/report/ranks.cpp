@@ -397,7 +397,9 @@ std::string render_rank_json(const std::vector<run_report>& runs) {
   const auto extremes = [](const rank_extremes& e) {
     return ordered_json{{"max", e.max},        {"max_rank", e.largest->rank},  {"max_device", e.largest->device},
                         {"min", e.min},        {"min_rank", e.smallest->rank}, {"min_device", e.smallest->device},
-                        {"excess", e.excess()}};
+                        // null where the smallest is 0 and the largest not: no finite ratio
+                        // (was 0.0 beside over_threshold: true)
+                        {"excess", e.min == 0 && e.max > 0 ? ordered_json() : ordered_json(e.excess())}};
   };
   ordered_json imbalance = ordered_json::object();
   if (!rows.empty()) {

@@ -146,6 +146,14 @@ TEST(CApiCheckpoint, ParseSizeAcceptsWhatTheOptionsAccept) {
   EXPECT_EQ(fragctl_parse_size("8 apples", &bytes), FRAGCTL_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fragctl_last_error()).find("8 apples"), std::string::npos) << fragctl_last_error();
   EXPECT_EQ(fragctl_parse_size(nullptr, &bytes), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  // As every option: at most 2^62 bytes (red team: 2^64 - 1 was accepted).
+  ASSERT_EQ(fragctl_parse_size("4611686018427387904", &bytes), FRAGCTL_OK);
+  EXPECT_EQ(bytes, std::size_t{1} << 62);
+  bytes = 7;
+  EXPECT_EQ(fragctl_parse_size("4611686018427387905", &bytes), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_parse_size("18446744073709551615", &bytes), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fragctl_last_error()).find("at most 4 EiB"), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(bytes, 7u) << "left as it was";
 }
 
 }  // namespace

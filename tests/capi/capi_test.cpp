@@ -307,6 +307,10 @@ TEST(CApi, WriteReportWritesAReadableDocument) {
 
   EXPECT_EQ(fragctl_write_report(a, "/nonexistent-dir/report.json"), FRAGCTL_ERROR_IO);
   EXPECT_NE(std::string(fragctl_last_error()).find("nonexistent-dir"), std::string::npos) << fragctl_last_error();
+  // A directory at the path (refused, never replaced) is IO too (was STATE).
+  EXPECT_EQ(fragctl_write_report(a, "/tmp"), FRAGCTL_ERROR_IO);
+  EXPECT_EQ(fragctl_write_default_report("/tmp"), FRAGCTL_ERROR_IO);
+  EXPECT_NE(std::string(fragctl_last_error()).find("/tmp"), std::string::npos) << fragctl_last_error();
   fragctl_free(a, p, 1000, nullptr);
   fragctl_destroy(a);
 }

@@ -722,8 +722,24 @@ TEST(arena_test, arena_size_caps_physical_memory) {
   arena_policy arena(cfg, sim);
   EXPECT_EQ(arena.range_bytes(), 20 * MiB);
   void* a = arena.allocate(10 * MiB);
-  EXPECT_THROW((void)arena.allocate(512), out_of_memory);
+  // The message names the option (red team: arena_size:1 read as "the
+  // allocator declined to take it", nothing more).
+  try {
+    (void)arena.allocate(512);
+    ADD_FAILURE() << "no out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("the arena_size option caps this arena at 10.00 MiB"), std::string::npos)
+        << e.what();
+  }
   arena.deallocate(a, 10 * MiB);
+  // Control: without the option, no such note.
+  arena_policy whole(stitched(), sim);
+  try {
+    (void)whole.allocate(2 * GiB);
+    ADD_FAILURE() << "no out_of_memory";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(std::string(e.what()).find("arena_size"), std::string::npos) << e.what();
+  }
 }
 
 TEST(arena_test, backend_failures_are_retried_after_releasing_cache) {

@@ -207,6 +207,16 @@ TEST(rank_table, json_has_a_row_per_rank_and_the_imbalance) {
   EXPECT_EQ(j["imbalance"]["over_threshold"], true);
 }
 
+// Regression (red team): a rank that reserved nothing gave "excess": 0.0
+// beside over_threshold: true; there is no finite ratio, so it is null.
+TEST(rank_table, json_excess_is_null_where_the_smallest_rank_reserved_nothing) {
+  const fs::path dir = fresh_dir("json_zero");
+  const nlohmann::json j = nlohmann::json::parse(render_rank_json(
+      load_all({write_rank(dir, 0, 2, rank_stats(0, 0)), write_rank(dir, 1, 2, rank_stats(100 * MiB, 80 * MiB))})));
+  EXPECT_TRUE(j["imbalance"]["peak_reserved"]["excess"].is_null()) << j["imbalance"].dump();
+  EXPECT_EQ(j["imbalance"]["over_threshold"], true);
+}
+
 TEST(rank_table, html_draws_a_pair_of_bars_per_rank_and_names_the_largest) {
   const std::string html = render_html(four_ranks(fresh_dir("html")));
   EXPECT_THAT(html, HasSubstr("<section id=\"ranks\"><h2>Ranks side by side</h2>"));
