@@ -88,12 +88,25 @@ bool first_write_of(std::string_view path) noexcept {
   return swept[h % swept.size()].exchange(h, std::memory_order_relaxed) != h;
 }
 
+// The part of a temporary's name that stands for `base`: `base` itself, or,
+// where the temporary's name would pass the file system's 255-byte limit
+// (a valid name of 240 bytes could not be written), its first 183 bytes, "~"
+// and a hash of the whole, 200 bytes. The same for every writer of `base`,
+// so the stale-temporary sweep finds them.
+std::string temporary_stem(const std::string& base) {
+  constexpr std::size_t longest = 200;  // + ".", ".tmp.", a pid, ".", 16 hex digits: at most 240
+  if (base.size() <= longest) return base;
+  std::uint64_t h = 14695981039346656037ull;
+  for (const char c : base) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return fmt::format("{}~{:016x}", base.substr(0, longest - 17), h);
+}
+
 // Removes the temporaries of `base` in `dir` that a process of this user left
 // when it died mid-write. Best effort: a failure changes nothing.
 void remove_stale_temporaries(const std::string& dir, const std::string& base) noexcept {
   DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
   if (d == nullptr) return;
-  const std::string prefix = fmt::format(".{}.tmp.", base);
+  const std::string prefix = fmt::format(".{}.tmp.", temporary_stem(base));
   const std::time_t now = std::time(nullptr);
   while (const dirent* entry = ::readdir(d)) {
     const pid_t pid = temporary_owner(entry->d_name, prefix);
@@ -172,8 +185,9 @@ absl::StatusOr<output_file> output_file::open(const std::string& path, std::stri
   std::string base;
   split(path, dir, base);
   if (first_write_of(path)) remove_stale_temporaries(dir, base);
+  const std::string stem = temporary_stem(base);
   for (int attempt = 0; attempt < 16 && out.fd_ < 0; ++attempt) {
-    out.temporary_ = fmt::format("{}.{}.tmp.{}.{:016x}", dir, base, ::getpid(), nonce(attempt));
+    out.temporary_ = fmt::format("{}.{}.tmp.{}.{:016x}", dir, stem, ::getpid(), nonce(attempt));
     out.fd_ = ::open(out.temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (out.fd_ < 0 && errno != EEXIST) break;
   }

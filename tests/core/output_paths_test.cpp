@@ -151,6 +151,21 @@ TEST(output_paths, a_regular_file_or_nothing_is_replaced_whole) {
   EXPECT_EQ(temporaries_in(dir), 0u);
 }
 
+// Regression (red team): a valid file name of 240 bytes could not be
+// written ("cannot create a temporary file beside ...: File name too long"):
+// the temporary's name added about 30 bytes past the 255-byte limit. Long
+// names get a shortened temporary (core/atomic_file.cpp, temporary_stem).
+TEST(output_paths, a_name_near_the_file_systems_limit_is_written) {
+  const fs::path dir = fresh_dir("long_name");
+  for (const std::size_t length : {200U, 201U, 240U, 255U}) {
+    SCOPED_TRACE(length);
+    const fs::path path = dir / (std::string(length - 5, 'n') + ".json");
+    ASSERT_TRUE(write_file_atomically(path.string(), "{}", "report").ok());
+    EXPECT_EQ(read_file(path), "{}");
+    EXPECT_EQ(temporaries_in(dir), 0u);
+  }
+}
+
 // Regression (issue 27, H2): as root, FRAGCTL_REPORT=/dev/null renamed a
 // regular file over the device node; Allocator.report("/dev/full") too.
 TEST(output_paths, a_character_device_is_written_into_never_replaced) {
