@@ -226,6 +226,11 @@ void* import_mapped(fragctl::device_backend& backend, const char* data, std::siz
       throw fragctl::invalid_argument(fmt::format(
           "fragctl_import_block: a handle of {} bytes is not a multiple of the granularity {}", rec.bytes, g));
     }
+    // No device holds more than 2^62 bytes: a sum beyond is a forged handle
+    // (it wrapped to a reservation of 0 bytes, a BACKEND error).
+    if (rec.bytes > (std::uint64_t{1} << 62) - r.bytes) {
+      throw fragctl::invalid_argument("fragctl_import_block: the handle's sizes add up to more than any device holds");
+    }
     r.bytes += rec.bytes;
   }
   r.backend = &backend;

@@ -228,6 +228,18 @@ TEST(CApiIpc, RefusesWhatIsNotAHandleOrNotLiveMemory) {
   e.handle[1] = 'F';
   EXPECT_EQ(fragctl_import_block(a, e.handle.data(), e.handle.size() - 1, &base), FRAGCTL_ERROR_INVALID_ARGUMENT)
       << "a truncated handle";
+  {
+    // A forged size (the first record's bytes, at offset 16 + 16): more than
+    // any device holds is refused as a bad handle (was BACKEND, the sizes
+    // wrapping to a reservation of 0 bytes).
+    std::vector<char> forged = e.handle;
+    const std::uint64_t huge = std::uint64_t{1} << 63;
+    ASSERT_GE(forged.size(), 40u);
+    std::memcpy(forged.data() + 32, &huge, sizeof huge);
+    EXPECT_EQ(fragctl_import_block(a, forged.data(), forged.size(), &base), FRAGCTL_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(fragctl_last_error()).find("more than any device holds"), std::string::npos)
+        << fragctl_last_error();
+  }
   EXPECT_EQ(base, nullptr);
   EXPECT_EQ(fragctl_close_block(a, p), FRAGCTL_ERROR_INVALID_ARGUMENT) << "not an imported address";
 
