@@ -101,11 +101,15 @@ void remove_process_client(process_client& client) noexcept;
 std::size_t flush_process_outputs(std::string_view reason = "request") noexcept;
 
 /// Counts one output (report, Prometheus file, trace) that could not be
-/// written; clients call it where they log the failure.
-void note_output_failure() noexcept;
+/// written, `what` saying which and why; clients call it where they log
+/// the failure.
+void note_output_failure(std::string_view what) noexcept;
 
 /// Outputs that could not be written so far in this process.
 [[nodiscard]] std::uint64_t output_failures() noexcept;
+
+/// What the latest note_output_failure said ("" before any).
+[[nodiscard]] std::string last_output_failure();
 
 /// Installs the signal handlers, the exit hook and the fork handlers without
 /// a client, so that SIGUSR1 sent before the first allocator exists does not

@@ -206,7 +206,7 @@ class Allocator:
         this allocator's device for ``use`` ("nccl"), replacing what it held
         before; 0 removes it. Every report's split on the device counts it."""
         _capi.check(self._call(library().fragctl_attribute_device_memory, _capi.text(use, "use"),
-                               _capi.text(label, "label"), ctypes.c_size_t(int(nbytes))))
+                               _capi.text(label, "label"), _capi.size(nbytes, "nbytes")))
 
     def process_memory_outside(self) -> Optional[int]:
         """This process's device memory on the allocator's device that no
@@ -236,9 +236,9 @@ class Allocator:
         self.attribute_device_memory(use, label, held)
         _attributed[key] = held
 
-    def report(self, path: str) -> str:
+    def report(self, path: Any) -> Any:
         """Writes a report document with this allocator's statistics and memory map to ``path``; returns ``path``."""
-        _capi.check(self._call(library().fragctl_write_report, _capi.text(path, "path")))
+        _capi.check(self._call(library().fragctl_write_report, _capi.path(path, "path")))
         return path
 
     def close(self) -> None:
@@ -264,6 +264,17 @@ class Allocator:
 
     def __enter__(self) -> "Allocator":
         return self
+
+    # A copy would share the C allocator and the original's finalizer: the
+    # first to go destroyed it under the other (SIGSEGV, or a double destroy).
+    def __copy__(self) -> "Allocator":
+        raise TypeError("fragctl.Allocator cannot be copied: it owns a device allocator; share the object itself")
+
+    def __deepcopy__(self, memo: Any) -> "Allocator":
+        return self.__copy__()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("fragctl.Allocator cannot be pickled: it owns a device allocator in this process")
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -334,8 +345,9 @@ def flush() -> None:
     _capi.check(library().fragctl_flush())
 
 
-def report(path: str) -> str:
+def report(path: Any) -> Any:
     """Writes the report of every process-default allocator (one per device
-    used) to ``path`` (docs/statistics.md, "The report file"); returns ``path``."""
-    _capi.check(library().fragctl_write_default_report(_capi.text(path, "path")))
+    used) to ``path`` (a str, bytes or os.PathLike; docs/statistics.md, "The
+    report file"); returns ``path``."""
+    _capi.check(library().fragctl_write_default_report(_capi.path(path, "path")))
     return path

@@ -190,7 +190,10 @@ def _declare(lib):
 
 def _load(path):
     lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-    _declare(lib)
+    try:
+        _declare(lib)
+    except AttributeError as e:  # not libfragctl, or an older one without a name this package calls
+        raise OSError("not a libfragctl of this version: %s" % e) from None
     return lib
 
 
@@ -303,6 +306,20 @@ def text(value, what="argument"):
     if "\0" in value:
         raise ValueError("fragctl: %s %r contains a NUL byte" % (what, value))
     return value.encode()
+
+
+def path(value, what="path"):
+    """A file path (str, bytes or os.PathLike) as C text, encoded as the
+    file system does (os.fsencode: a name that is not UTF-8 survives);
+    TypeError for anything else (str() of it named a file "5" or "b'x'"),
+    ValueError for a NUL byte."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError("fragctl: %s must be a str, bytes or os.PathLike, got %s %r" % (what, type(value).__name__,
+                                                                                       value))
+    encoded = os.fsencode(value)
+    if b"\0" in encoded:
+        raise ValueError("fragctl: %s %r contains a NUL byte" % (what, value))
+    return encoded
 
 
 def check(status_code):

@@ -1,6 +1,7 @@
 """``fragctl.summary``: a short fragmentation summary of a block of code."""
 import contextlib
 import sys
+import threading
 import time
 from typing import IO, Any, Dict, Optional
 
@@ -35,8 +36,17 @@ class summary(contextlib.ContextDecorator):
         self.device = device
         self.file = file
         self.result = None
-        self._before = None
-        self._start = 0.0
+        # What each open block began with, per thread, innermost last: a
+        # decorated function that recurses, or runs on several threads at
+        # once, enters this one object again before it exits (one shared
+        # start gave every call the innermost one's figures).
+        self._open = threading.local()
+
+    def _entries(self) -> list:
+        entries = getattr(self._open, "entries", None)
+        if entries is None:
+            entries = self._open.entries = []
+        return entries
 
     def _stats(self) -> Optional[Dict[str, Any]]:
         try:
@@ -45,12 +55,12 @@ class summary(contextlib.ContextDecorator):
             return None
 
     def __enter__(self) -> "summary":
-        self._before = self._stats()
-        self._start = time.perf_counter()
+        self._entries().append((self._stats(), time.perf_counter()))
         return self
 
     def __exit__(self, *exc: object) -> bool:
-        seconds = time.perf_counter() - self._start
+        entered, start = self._entries().pop()
+        seconds = time.perf_counter() - start
         after = self._stats()
         out = self.file if self.file is not None else sys.stderr
         name = ("fragctl " + self.label).rstrip()
@@ -58,7 +68,7 @@ class summary(contextlib.ContextDecorator):
             self.result = None
             print("%s: nothing was allocated through fragctl" % name, file=out)
             return False
-        before = self._before or {}
+        before = entered or {}
 
         def delta(*keys):
             a, b = after, before

@@ -476,7 +476,11 @@ fragctl_status fragctl_flush(void) {
   return guarded([&] {
     const std::uint64_t failures_before = fragctl::output_failures();
     fragctl::flush_process_outputs("request");
-    return fragctl::output_failures() == failures_before ? FRAGCTL_OK : FRAGCTL_ERROR_IO;
+    const std::uint64_t failed = fragctl::output_failures() - failures_before;
+    if (failed == 0) return FRAGCTL_OK;
+    // The message of this failure, not whatever failed earlier on the thread.
+    return fail(FRAGCTL_ERROR_IO, fmt::format("fragctl_flush: {} output(s) not written; the last: {}", failed,
+                                              fragctl::last_output_failure()));
   });
 }
 

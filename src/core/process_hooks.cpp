@@ -389,7 +389,24 @@ std::size_t flush_process_outputs(std::string_view reason) noexcept {
   return process_hooks::instance().flush(reason);
 }
 
-void note_output_failure() noexcept { failed_outputs.fetch_add(1, std::memory_order_relaxed); }
+namespace {
+std::mutex last_failure_lock;
+std::string last_failure;  // under last_failure_lock
+}  // namespace
+
+void note_output_failure(std::string_view what) noexcept {
+  failed_outputs.fetch_add(1, std::memory_order_relaxed);
+  try {
+    const std::lock_guard lock(last_failure_lock);
+    last_failure.assign(what);
+  } catch (const std::exception&) {  // out of host memory: the count stands, the text is lost
+  }
+}
+
+std::string last_output_failure() {
+  const std::lock_guard lock(last_failure_lock);
+  return last_failure;
+}
 
 std::uint64_t output_failures() noexcept { return failed_outputs.load(std::memory_order_relaxed); }
 

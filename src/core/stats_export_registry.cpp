@@ -204,7 +204,7 @@ class stats_export_registry final : public process_client {
   std::size_t finish(const absl::Status& st) noexcept {
     if (!st.ok()) {
       logger().error("{}", util::to_std(st.message()));
-      note_output_failure();
+      note_output_failure(util::to_std(st.message()));
       return 0;
     }
     return 1;

@@ -195,7 +195,11 @@ struct tracing_adaptor::sink final : process_client {
 
   void fail(std::string_view what) noexcept {
     failed = true;
-    note_output_failure();
+    try {
+      note_output_failure(fmt::format("trace {}: {}", path, what));
+    } catch (const std::exception&) {
+      note_output_failure("a trace could not be written");
+    }
     logger().error("trace {}: {}; no further rows are recorded", path, what);
   }
 };

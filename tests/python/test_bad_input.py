@@ -98,6 +98,53 @@ class TextTest(unittest.TestCase):
             sim(small_sizes="1MiB")
 
 
+class RedTeamTest(unittest.TestCase):
+    """Findings of a red-team pass (2026-11-27); each test fails without its fix."""
+
+    def test_an_allocator_cannot_be_copied_or_pickled(self):
+        # A copy shared the C allocator and the original's finalizer: dropping
+        # one and using the other was a SIGSEGV, closing both a double destroy.
+        import copy
+        import pickle
+        with sim() as a:
+            for make in (copy.copy, copy.deepcopy, pickle.dumps):
+                with self.assertRaises(TypeError) as caught:
+                    make(a)
+                self.assertIn("fragctl.Allocator cannot be", str(caught.exception))
+            p = a.malloc(MiB)  # control: the original is untouched
+            a.free(p, MiB)
+
+    def test_attributed_sizes_are_checked_as_every_size(self):
+        # Was ctypes.c_size_t(int(n)): -1 became SIZE_MAX, 2**64 became 0
+        # (removing the attribution), 1.9 became 1.
+        with sim() as a:
+            with self.assertRaises(ValueError):
+                a.attribute_device_memory("nccl", "world", -1)
+            with self.assertRaises(OverflowError):
+                a.attribute_device_memory("nccl", "world", 1 << 64)
+            for bad in (1.9, True, "4096"):
+                with self.assertRaises(TypeError):
+                    a.attribute_device_memory("nccl", "world", bad)
+            a.attribute_device_memory("nccl", "world", MiB)  # control
+
+    def test_report_paths_are_file_system_paths_not_str_of_anything(self):
+        # str(b"run.json") named a file "b'run.json'", str(5) one named "5".
+        import os
+        import pathlib
+        import shutil
+        import tempfile
+        directory = tempfile.mkdtemp(prefix="fragctl-paths-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        with sim() as a:
+            a.report(os.fsencode(os.path.join(directory, "bytes.json")))
+            a.report(pathlib.Path(directory) / "pathlike.json")
+            a.report(os.path.join(directory, os.fsdecode(b"caf\xe9.json")))  # a name that is not UTF-8
+            with self.assertRaises(TypeError):
+                a.report(5)
+        self.assertEqual(sorted(os.listdir(os.fsencode(directory))),
+                         [b"bytes.json", b"caf\xe9.json", b"pathlike.json"])
+
+
 class RandomArgumentsTest(unittest.TestCase):
     """Random sizes, pointers, streams and devices: each call either succeeds
     with exactly what was asked or raises one of the documented errors."""

@@ -297,6 +297,65 @@ class DefaultsTest(unittest.TestCase):
         self.assertIn("42 fragctl idle: nothing was allocated through fragctl", out)
 
 
+    def test_summary_of_a_recursive_function_counts_each_call(self):
+        # Regression (red team): one summary object entered again before it
+        # exited (recursion, threads) kept one start: every call reported the
+        # innermost call's figures (1 allocation each).
+        out = run_child("""
+            import io, fragctl
+            fragctl.configure("caching", backend="sim", sim_capacity="1GiB")
+            a = fragctl.default_allocator(0)
+            buffer = io.StringIO()
+            @fragctl.summary("f", device=0, file=buffer)
+            def f(depth):
+                a.free(a.malloc(4096), 4096)
+                if depth:
+                    f(depth - 1)
+            f(2)
+            for line in buffer.getvalue().splitlines():
+                print(line.split("in the block: ")[1].split(",")[0])
+        """)
+        self.assertEqual(out.split(), ["1", "allocations", "2", "allocations", "3", "allocations"])
+
+    def test_flush_names_the_output_it_could_not_write(self):
+        # Regression (red team): fragctl_flush returned IO without a message,
+        # so flush() raised with an earlier, unrelated error (or "").
+        out = run_child("""
+            import fragctl
+            a = fragctl.default_allocator(0)
+            a.free(a.malloc(4096), 4096)
+            try:
+                a.free(12345, 8)  # an unrelated earlier error on this thread
+            except fragctl.FragctlError:
+                pass
+            try:
+                fragctl.flush()
+                print("no error")
+            except fragctl.FragctlError as e:
+                print("flush:", str(e))
+        """, FRAGCTL_BACKEND="sim", FRAGCTL_REPORT="/dev/full")
+        self.assertIn("flush: fragctl_flush: 1 output(s) not written", out)
+        self.assertIn("/dev/full", out)
+        self.assertIn("No space left on device", out)
+        self.assertNotIn("not a live block", out)
+
+    def test_a_library_that_is_not_libfragctl_is_reported_at_first_use(self):
+        # Regression (red team): FRAGCTL_LIBRARY at another library raised a
+        # raw AttributeError, at `import fragctl` itself when an output
+        # variable was set.
+        import ctypes.util
+        libc = ctypes.util.find_library("c") or "libc.so.6"
+        out = run_child("""
+            import fragctl
+            print("imported")
+            try:
+                fragctl.version()
+            except fragctl.LibraryNotFoundError as e:
+                print("first use:", "not a libfragctl of this version" in str(e))
+        """, FRAGCTL_LIBRARY=libc, FRAGCTL_REPORT="/tmp/fragctl-never-written.json")
+        self.assertEqual(out.split("\n")[:2], ["imported", "first use: True"])
+
+
 class TorchTest(unittest.TestCase):
     def test_without_torch_the_error_says_what_is_missing(self):
         out = run_child("""
