@@ -145,6 +145,22 @@ class RedTeamTest(unittest.TestCase):
                          [b"bytes.json", b"caf\xe9.json", b"pathlike.json"])
 
 
+    def test_a_bad_torch_route_variable_is_named_and_an_empty_one_is_auto(self):
+        # FRAGCTL_TORCH_ROUTE=bogus was blamed on enable(route='bogus'), an
+        # argument never passed; an empty one was refused, not taken as auto.
+        from test_fragctl import run_child
+        script = """
+            import fragctl, fragctl.torch
+            try:
+                fragctl.torch.enable("arena")
+            except fragctl.FragctlError as e:
+                print(str(e))
+        """
+        self.assertIn("FRAGCTL_TORCH_ROUTE='bogus': expected 'auto', 'native' or 'pluggable'",
+                      run_child(script, FRAGCTL_TORCH_ROUTE="bogus"))
+        self.assertNotIn("FRAGCTL_TORCH_ROUTE", run_child(script, FRAGCTL_TORCH_ROUTE=""))
+
+
 class RandomArgumentsTest(unittest.TestCase):
     """Random sizes, pointers, streams and devices: each call either succeeds
     with exactly what was asked or raises one of the documented errors."""

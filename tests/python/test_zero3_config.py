@@ -229,6 +229,9 @@ class ParseConfigTest(unittest.TestCase):
                 "unknown.json": (b'{"stage3_max_live_paramters": 1}', "stage3_max_live_paramters (unknown)"),
                 "stage.json": (b'{"stage": 2}', "stage=2"),
                 "nested_value.json": (b'{"overlap_comm": ' + b"[" * 900 + b"]" * 900 + b"}", "overlap_comm="),
+                # Red team: a raw ValueError naming no file; and no bound on the read.
+                "digits.json": (b'{"reduce_bucket_size": ' + b"9" * 5000 + b"}", "is not a JSON ds_config"),
+                "large.json": (b'{"x": "' + b"a" * (17 << 20) + b'"}', "is larger than 16 MiB"),
             }
             for name, (content, expected) in cases.items():
                 path = os.path.join(d, name)

@@ -117,12 +117,16 @@ def enable(policy="arena", backend=None, route="auto", **options):
     """
     global _enabled, _route
     import os
-    torch = _torch()
+    source = "fragctl.torch.enable(route=%r)" % (route,)
     if route == "auto":
-        route = os.environ.get("FRAGCTL_TORCH_ROUTE", "auto")
+        # An empty variable is unset (auto); a bad one is named, not blamed on
+        # an argument the caller never passed.
+        route = os.environ.get("FRAGCTL_TORCH_ROUTE") or "auto"
+        source = "FRAGCTL_TORCH_ROUTE=%r" % (route,)
     if route not in ("auto", "native", "pluggable"):
-        raise _capi.ConfigurationError("fragctl.torch.enable(route=%r): expected 'auto', 'native' or 'pluggable'"
-                                       % route, "FRAGCTL_ERROR_INVALID_ARGUMENT")
+        raise _capi.ConfigurationError("%s: expected 'auto', 'native' or 'pluggable'" % source,
+                                       "FRAGCTL_ERROR_INVALID_ARGUMENT")
+    torch = _torch()
     if _enabled is not None:
         if _enabled == policy:
             return None

@@ -27,6 +27,10 @@ class DeepSpeedKeyNote(UserWarning):
     Silence it with ``warnings.simplefilter("ignore", DeepSpeedKeyNote)``."""
 
 
+#: The largest ds_config file read (bytes): real ones are a few KiB.
+_LARGEST_CONFIG = 16 << 20
+
+
 def invalid(who: str, message: str) -> ConfigurationError:
     """The error of a bad value: a fragctl.ConfigurationError, also a ValueError."""
     return ConfigurationError("%s: %s" % (who, message), "FRAGCTL_ERROR_INVALID_ARGUMENT")
@@ -56,7 +60,13 @@ def read_section(config: ConfigSource, section: str, who: str) -> Tuple[Dict[str
         path = os.fspath(config)
         try:
             with open(path, encoding="utf-8") as f:
-                config = json.load(f)
+                # Bounded: a ds_config is a few KiB, and /dev/zero (or a FIFO
+                # that never ends) was read until memory ran out.
+                text = f.read(_LARGEST_CONFIG + 1)
+            if len(text) > _LARGEST_CONFIG:
+                raise invalid(who, "the DeepSpeed config %s is larger than %d MiB; a ds_config is a few KiB"
+                              % (path, _LARGEST_CONFIG >> 20))
+            config = json.loads(text)
         except OSError as e:
             raise invalid(who, "cannot read the DeepSpeed config %s: %s" % (path, e)) from e
         except UnicodeDecodeError as e:
@@ -67,6 +77,10 @@ def read_section(config: ConfigSource, section: str, who: str) -> Tuple[Dict[str
         except RecursionError as e:
             raise invalid(who, "the DeepSpeed config %s nests deeper than Python's JSON reader goes; a ds_config "
                           "is a few levels deep" % path) from e
+        except ValueError as e:  # an integer of more digits than Python converts (4300), say
+            if isinstance(e, ConfigurationError):
+                raise
+            raise invalid(who, "the DeepSpeed config %s is not a JSON ds_config: %s" % (path, e)) from e
     if not isinstance(config, Mapping):
         if path is not None:
             raise invalid(who, "the DeepSpeed config %s holds a JSON %s, not an object" % (path, type(config).__name__))
