@@ -249,6 +249,7 @@ def preload_library():
 # would otherwise wrap it silently (2**64 + 100 bytes becomes 100).
 SIZE_MAX = (1 << 64) - 1
 INT_MAX = (1 << 31) - 1
+MAX_SIZE = 1 << 62  # the largest size any option takes (no device holds more)
 
 
 def integer(value, what):
@@ -279,7 +280,20 @@ def parse_size(value, what="size"):
             message = library().fragctl_last_error().decode(errors="replace")
             raise ConfigurationError("fragctl: %s=%r: %s" % (what, value, message), status_name(status_code))
         return out.value
-    return size(value, what)
+    n = size(value, what)
+    if n > MAX_SIZE:  # as a string is, and every option: no device holds more
+        raise ConfigurationError("fragctl: %s=%d: expected a size of at most 4 EiB (2^62 bytes)" % (what, n),
+                                 "FRAGCTL_ERROR_INVALID_ARGUMENT")
+    return n
+
+
+def c_int(value, what):
+    """An int parameter of the C API (a layer id): OverflowError outside
+    -2**31 .. 2**31 - 1, where ctypes would wrap it (2**32 became 0)."""
+    n = integer(value, what)
+    if not -INT_MAX - 1 <= n <= INT_MAX:
+        raise OverflowError("fragctl: %s=%d does not fit in a C int" % (what, n))
+    return n
 
 
 def address(value, what):

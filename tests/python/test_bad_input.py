@@ -161,6 +161,28 @@ class RedTeamTest(unittest.TestCase):
         self.assertNotIn("FRAGCTL_TORCH_ROUTE", run_child(script, FRAGCTL_TORCH_ROUTE=""))
 
 
+    def test_offload_budgets_and_layers_beyond_their_types_are_refused(self):
+        # A budget of 2**64 - 1 was reported as a bad sim_capacity, an option
+        # never set; where(2**32) was where(0) (ctypes wrapped it to a C int).
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("needs PyTorch (any version)")
+        from fragctl.torch import offload_activations
+        for budget in ((1 << 62) + 1, (1 << 64) - 1):
+            with self.assertRaises(fragctl.ConfigurationError) as caught:
+                offload_activations(budget, backend="sim")
+            self.assertIn("budget=%d: expected a size of at most 4 EiB" % budget, str(caught.exception))
+        with offload_activations("64MiB", backend="sim", min_bytes=0) as o:
+            x = torch.ones(1024, requires_grad=True)
+            y = (x * 2).sin().sum()
+            self.assertEqual(o.where(0), "device")  # control
+            for bad in (1 << 32, -(1 << 32), 1 << 64):
+                with self.assertRaises(OverflowError):
+                    o.where(bad)
+            del y
+
+
 class RandomArgumentsTest(unittest.TestCase):
     """Random sizes, pointers, streams and devices: each call either succeeds
     with exactly what was asked or raises one of the documented errors."""

@@ -535,7 +535,7 @@ class offload_activations:
             if self._store is None:
                 return "absent"
             out = ctypes.c_int()
-            _capi.check(_capi.library().fragctl_checkpoint_where(self._store, _capi.integer(layer, "layer"),
+            _capi.check(_capi.library().fragctl_checkpoint_where(self._store, _capi.c_int(layer, "layer"),
                                                                  ctypes.byref(out)))
             return _RESIDENCE[out.value]
 
