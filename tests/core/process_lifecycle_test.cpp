@@ -397,27 +397,39 @@ TEST(process_lifecycle, caught_signals_write_every_output_then_end_the_process_b
   }
 }
 
+// Runs one lifecycle worker in `mode` on `dir` (a separately started
+// process, so that nothing of this program's hooks is inherited): 100 blocks
+// on one sim device under the caching policy, a report per process and,
+// where `trace`, a trace. Returns the counts of its report and trace; fails
+// the test where the worker hung, was ended by a signal or exited with
+// another status than 0 (`statuses` says what its statuses mean).
+counted run_worker_with_outputs(const fs::path& dir, const char* mode, bool trace, std::string_view statuses) {
+  scoped_environment env;
+  env.set("FRAGCTL_BACKEND", "sim");
+  env.set("FRAGCTL_POLICY", "caching");
+  env.set("FRAGCTL_TRACE", trace ? (dir / "trace.%p.csv").c_str() : nullptr);
+  env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
+  { std::ofstream(dir / "go").put('\n'); }
+  counted c;
+  const pid_t pid = spawn_worker(dir, 100, 1, mode);
+  if (pid == 0) return c;  // spawn_worker failed the test
+  const int status = wait_bounded(pid, std::chrono::seconds(60));
+  EXPECT_TRUE(status != -1 && WIFEXITED(status)) << "the worker hung or was ended by a signal: " << status;
+  if (status == -1 || !WIFEXITED(status)) return c;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << statuses;
+  count_report(dir / fmt::format("report.{}.json", pid), c);
+  if (trace) count_trace(dir / fmt::format("trace.{}.csv", pid), c);
+  return c;
+}
+
 // Those signals are caught only where their action is the default: a
 // program's own handler (installed before fragctl's hooks) runs, and an
 // ignored one stays ignored; the process goes on and ends normally, its
 // outputs whole. A separately started process, so that nothing of this
 // program's hooks is inherited.
 TEST(process_lifecycle, a_programs_own_signal_handlers_are_left_to_it) {
-  const fs::path dir = fresh_dir("own_handlers");
-  scoped_environment env;
-  env.set("FRAGCTL_BACKEND", "sim");
-  env.set("FRAGCTL_POLICY", "caching");
-  env.set("FRAGCTL_TRACE", (dir / "trace.%p.csv").c_str());
-  env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
-  { std::ofstream(dir / "go").put('\n'); }
-  const pid_t pid = spawn_worker(dir, 100, 1, "own-handlers");
-  ASSERT_NE(pid, 0);
-  const int status = wait_bounded(pid, std::chrono::seconds(60));
-  ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "the worker was ended by a signal: " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "5: its own SIGUSR2 handler did not run once";
-  counted c;
-  count_report(dir / fmt::format("report.{}.json", pid), c);
-  count_trace(dir / fmt::format("trace.{}.csv", pid), c);
+  const counted c = run_worker_with_outputs(fresh_dir("own_handlers"), "own-handlers", /*trace=*/true,
+                                            "5: its own SIGUSR2 handler did not run once");
   EXPECT_EQ(c, (counted{100, 100, 100, 100}));
 }
 
@@ -430,20 +442,10 @@ TEST(process_lifecycle, a_programs_own_signal_handlers_are_left_to_it) {
 // it. Now SIGINT is taken with the first allocator that writes outputs
 // (chained to the program's handler) and the pipe lies out of the way.
 TEST(process_lifecycle, a_program_that_starts_like_python_keeps_sigint_and_its_descriptors) {
-  const fs::path dir = fresh_dir("like_python");
-  scoped_environment env;
-  env.set("FRAGCTL_BACKEND", "sim");
-  env.set("FRAGCTL_POLICY", "caching");
-  env.set("FRAGCTL_REPORT", (dir / "report.%p.json").c_str());
-  { std::ofstream(dir / "go").put('\n'); }
-  const pid_t pid = spawn_worker(dir, 100, 1, "like-python");
-  ASSERT_NE(pid, 0);
-  const int status = wait_bounded(pid, std::chrono::seconds(60));
-  ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "the worker was ended by a signal: " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "16 + 1: SIGINT was not at its default when main began; + 2: the "
-                                       "program's SIGINT handler did not run once; + 4: its file on 3 and 4 changed";
-  counted c;
-  count_report(dir / fmt::format("report.{}.json", pid), c);
+  const counted c = run_worker_with_outputs(fresh_dir("like_python"), "like-python", /*trace=*/false,
+                                            "16 + 1: SIGINT was not at its default when main began; + 2: the "
+                                            "program's SIGINT handler did not run once; + 4: its file on 3 and 4 "
+                                            "changed");
   EXPECT_EQ(c.report_allocations, 100U);
 }
 
