@@ -222,8 +222,8 @@ step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stre
 
 void step_plan::live_blocks_in(std::uintptr_t lo, std::uintptr_t hi,
                                std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& out) const {
-  for (const auto& [addr, slot] : live_) {
-    if (addr < hi && addr + slot.bytes > lo) out.emplace_back(addr, addr + slot.bytes);
+  for (const auto& [addr, block] : live_) {
+    if (addr < hi && addr + block.bytes > lo) out.emplace_back(addr, addr + block.bytes);
   }
 }
 
