@@ -277,7 +277,9 @@ TEST(CApiIpc, OnlyLiveMemoryIsExportedUnderEveryPolicy) {
       // Controls: the block, a part of it, and both blocks where they are adjacent.
       EXPECT_FALSE(refused(p, bytes)) << fragctl_last_error();
       EXPECT_FALSE(refused(at(p, 512), 512)) << fragctl_last_error();
-      if (at(p, bytes) == q) EXPECT_FALSE(refused(p, 2 * bytes)) << fragctl_last_error();
+      if (at(p, bytes) == q) {
+        EXPECT_FALSE(refused(p, 2 * bytes)) << fragctl_last_error();
+      }
       EXPECT_TRUE(refused(gone, bytes)) << "a freed block";
       EXPECT_TRUE(refused(gone, 0)) << "a freed block's first byte";
       if (at(q, bytes) == gone) {
