@@ -646,7 +646,7 @@ out_of_memory arena_policy::impl::oom(std::size_t requested) const {
   out_of_memory e(d, "arena");
   // A cap the user set is the likeliest cause where the device had the
   // memory: say so (arena_size:1 read as "the allocator declined").
-  if (capped_at != 0 && (granules ? granules->held_bytes() : range) + requested > capped_at) {
+  if (capped_at != 0 && granules->held_bytes() + requested > capped_at) {  // capped_at: with granules only
     e.add_note(fmt::format("the arena_size option caps this arena at {} ({} bytes)", util::human_bytes(capped_at),
                            capped_at));
   }

@@ -496,15 +496,20 @@ pool_state buckets_policy::do_state() const { return impl_->do_state(); }
 void buckets_policy::do_release_cached() { impl_->do_release_cached(); }
 void buckets_policy::do_enable_peer_access(int peer) { impl_->upstream_->enable_peer_access(peer); }
 shared_memory buckets_policy::do_share(void* ptr, std::size_t bytes) const {
-  // Inside a slab, every slot the range meets must be live: a free slot is
-  // the next allocation's while another process would use it.
-  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
-  if (const impl::slab* s = impl_->find_slab(p)) {
-    const std::uint64_t offset = p - s->base;
-    const std::uint64_t last = offset + std::max<std::size_t>(bytes, 1) - 1;
-    bool live = last < std::uint64_t{s->slot_count} * s->slot_size;
-    for (std::uint64_t slot = offset / s->slot_size; live && slot <= last / s->slot_size; ++slot) {
-      live = slot < s->carved && s->is_live(static_cast<std::uint32_t>(slot));
+  // Every slot the range meets, in any slab, must be live: a free slot is
+  // the next allocation's while another process would use it (a slab is one
+  // live block to the policy below, which checks the rest).
+  const auto lo = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::uintptr_t hi = lo + std::max<std::size_t>(bytes, 1);  // past the range
+  for (const std::unique_ptr<impl::slab>& s : impl_->slabs_) {
+    const std::uintptr_t carved_end = s->base + std::uintptr_t{s->carved} * s->slot_size;
+    const std::uintptr_t slab_end = s->base + impl_->slab_size_;
+    if (hi <= s->base || lo >= slab_end) continue;
+    bool live = true;
+    const std::uintptr_t from = std::max(lo, s->base), to = std::min(hi, slab_end);
+    for (std::uintptr_t at = from; live && at < to; at = s->base + ((at - s->base) / s->slot_size + 1) * s->slot_size) {
+      const std::uint64_t slot = (at - s->base) / s->slot_size;
+      live = at < carved_end && s->is_live(static_cast<std::uint32_t>(slot));
     }
     if (!live) {
       throw invalid_argument(fmt::format("{}: share({}, {}): not live memory of this allocator (a free slot)",

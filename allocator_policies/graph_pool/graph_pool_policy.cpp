@@ -52,6 +52,21 @@ void* graph_pool_policy::reuse(std::size_t bytes, stream_t stream) {
   return ptr;
 }
 
+// A block the pool keeps is live upstream but free here: the next capture
+// takes it while another process would use it.
+shared_memory graph_pool_policy::do_share(void* ptr, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::uintptr_t end = a + std::max<std::size_t>(bytes, 1);
+  for (const auto& [kept_ptr, it] : kept_by_ptr_) {
+    const auto k = reinterpret_cast<std::uintptr_t>(kept_ptr);
+    if (k < end && a < k + upstream_->allocation_size(it->first)) {
+      throw invalid_argument(fmt::format(
+          "{}: share({}, {}): not live memory of this allocator (a freed block the pool keeps)", name_, ptr, bytes));
+    }
+  }
+  return upstream_->share(ptr, bytes);
+}
+
 void* graph_pool_policy::do_allocate(std::size_t bytes, stream_t stream) {
   live_.reserve(live_.size() + 1);  // the insert below cannot throw
   void* ptr = reuse(bytes, stream);

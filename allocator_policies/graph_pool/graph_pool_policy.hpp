@@ -90,7 +90,7 @@ class graph_pool_policy final : public device_allocator {
   memory_snapshot do_memory_map() const override;
   std::optional<block_record> do_block_info(void* ptr) const override;
   void do_enable_peer_access(int peer) override { upstream_->enable_peer_access(peer); }
-  shared_memory do_share(void* ptr, std::size_t bytes) const override { return upstream_->share(ptr, bytes); }
+  shared_memory do_share(void* ptr, std::size_t bytes) const override;
 
   void* reuse(std::size_t bytes, stream_t stream);
   void take(kept_index::iterator it);

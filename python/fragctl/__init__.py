@@ -53,7 +53,20 @@ def _hooks_at_import() -> None:
         try:
             library()
         except FragctlError:
-            pass
+            return
+        import atexit
+        atexit.register(_flush_at_exit)
+
+
+def _flush_at_exit() -> None:
+    """Writes the outputs as the interpreter finalizes. After an uncaught
+    KeyboardInterrupt CPython ends the process by SIGINT itself, past the C
+    library's exit hooks; the flush fragctl's handler started on the signal
+    runs on its own thread, so this one makes the last outputs certain."""
+    try:
+        flush()
+    except FragctlError:
+        pass  # the library logged which output and why
 
 
 _hooks_at_import()

@@ -237,7 +237,8 @@ class Allocator:
         _attributed[key] = held
 
     def report(self, path: Any) -> Any:
-        """Writes a report document with this allocator's statistics and memory map to ``path``; returns ``path``."""
+        """Writes a report document with this allocator's statistics and memory
+        map to ``path`` (a str, bytes or os.PathLike); returns ``path``."""
         _capi.check(self._call(library().fragctl_write_report, _capi.path(path, "path")))
         return path
 

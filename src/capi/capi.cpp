@@ -147,7 +147,7 @@ fragctl_status fragctl_parse_size(const char* text, size_t* bytes) {
   return guarded([&] {
     const absl::StatusOr<std::size_t> parsed = fragctl::parse_size(text);
     // As the options do: no device holds more than 2^62 bytes.
-    if (parsed.ok() && *parsed > (std::size_t{1} << 62)) {
+    if (parsed.ok() && *parsed > fragctl::max_request_bytes) {
       return fail(FRAGCTL_ERROR_INVALID_ARGUMENT,
                   fmt::format("fragctl_parse_size: '{}': expected a size of at most 4 EiB (2^62 bytes)", text));
     }
@@ -478,8 +478,9 @@ fragctl_status fragctl_flush(void) {
     fragctl::flush_process_outputs("request");
     const std::uint64_t failed = fragctl::output_failures() - failures_before;
     if (failed == 0) return FRAGCTL_OK;
-    // The message of this failure, not whatever failed earlier on the thread.
-    return fail(FRAGCTL_ERROR_IO, fmt::format("fragctl_flush: {} output(s) not written; the last: {}", failed,
+    // The latest failed output's message (in the process: another thread's
+    // may come between), not whatever failed earlier on this thread.
+    return fail(FRAGCTL_ERROR_IO, fmt::format("fragctl_flush: {} output(s) not written; the latest: {}", failed,
                                               fragctl::last_output_failure()));
   });
 }

@@ -46,6 +46,7 @@
 #include "capi/handle.hpp"
 #include "fmt/format.h"
 #include "fragctl/backend.hpp"
+#include "fragctl/device_allocator.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 
@@ -228,7 +229,7 @@ void* import_mapped(fragctl::device_backend& backend, const char* data, std::siz
     }
     // No device holds more than 2^62 bytes: a sum beyond is a forged handle
     // (it wrapped to a reservation of 0 bytes, a BACKEND error).
-    if (rec.bytes > (std::uint64_t{1} << 62) - r.bytes) {
+    if (rec.bytes > fragctl::max_request_bytes - r.bytes) {
       throw fragctl::invalid_argument("fragctl_import_block: the handle's sizes add up to more than any device holds");
     }
     r.bytes += rec.bytes;

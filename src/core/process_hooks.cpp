@@ -390,22 +390,37 @@ std::size_t flush_process_outputs(std::string_view reason) noexcept {
 }
 
 namespace {
-std::mutex last_failure_lock;
-std::string last_failure;  // under last_failure_lock
+
+// What the latest failed output said. Never destroyed, as the hooks are: the
+// exit flush (an atexit function) and the writer thread may fail an output
+// after static destructors ran. A leaf lock, kept consistent across fork().
+struct failure_text {
+  util::fork_safe_mutex lock;
+  std::string text;  // under lock
+};
+failure_text& last_failure() {
+  static failure_text* const last = new failure_text();
+  return *last;
+}
+// Made as the library loads: its mutex is never created inside another lock.
+[[maybe_unused]] const bool failure_text_at_load = (last_failure(), true);
+
 }  // namespace
 
 void note_output_failure(std::string_view what) noexcept {
   failed_outputs.fetch_add(1, std::memory_order_relaxed);
   try {
-    const std::lock_guard lock(last_failure_lock);
-    last_failure.assign(what);
+    failure_text& last = last_failure();
+    const std::lock_guard lock(last.lock);
+    last.text.assign(what);
   } catch (const std::exception&) {  // out of host memory: the count stands, the text is lost
   }
 }
 
 std::string last_output_failure() {
-  const std::lock_guard lock(last_failure_lock);
-  return last_failure;
+  failure_text& last = last_failure();
+  const std::lock_guard lock(last.lock);
+  return last.text;
 }
 
 std::uint64_t output_failures() noexcept { return failed_outputs.load(std::memory_order_relaxed); }

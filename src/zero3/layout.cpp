@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
+#include "fragctl/device_allocator.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/types.hpp"
 
@@ -13,11 +14,11 @@ namespace fragctl::zero3 {
 
 namespace {
 
-// Limits that keep the layout's arithmetic within 64 bits (2^62 bytes is
-// also every size option's limit; 1 GiB alignment, 2^31 ranks and a million
-// parameters' padding add at most 2^61 more).
-constexpr std::size_t max_model_bytes = std::size_t{1} << 62;
-constexpr std::size_t max_alignment = std::size_t{1} << 30;
+// Limits that keep the layout's arithmetic within 64 bits: a model's
+// parameters hold at most max_request_bytes (2^62, every size option's
+// limit too); with 1 GiB alignment and 2^31 ranks, the padding of up to 2^31
+// parameters stays below 2^61 more.
+constexpr std::size_t max_model_bytes = max_request_bytes;
 
 bool valid_element_size(std::size_t n) { return n == 1 || n == 2 || n == 4 || n == 8; }
 

@@ -6,6 +6,7 @@
 
 #include "fmt/format.h"
 #include "fragctl/config.hpp"
+#include "fragctl/zero3/layout.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl::zero3 {
@@ -116,7 +117,7 @@ const std::vector<row>& rows() {
        [](parse_state& s, std::string_view v) -> absl::Status {
          auto n = parse_size(v);
          if (!n.ok()) return n.status();
-         if (*n < 512 || *n > (std::size_t{1} << 30) || (*n & (*n - 1)) != 0)
+         if (*n < 512 || *n > max_alignment || (*n & (*n - 1)) != 0)
            return absl::InvalidArgumentError("expected a power of two from 512 B to 1 GiB");
          s.o.alignment = *n;
          return absl::OkStatus();

@@ -11,7 +11,11 @@ import gc
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import textwrap
 import unittest
 
 import fragctl
@@ -209,6 +213,36 @@ class ImportTest(unittest.TestCase):
                         REPORT=os.path.join(directory, "allocator.json"))
         self.assertEqual(out.splitlines(), ["python's handler: True", "KeyboardInterrupt"])
         self.assertTrue(os.path.exists(os.path.join(directory, "allocator.json")))
+
+    def test_an_uncaught_ctrl_c_under_the_preload_library_still_writes_the_report(self):
+        # Uncaught, CPython ends the process by SIGINT itself once it has
+        # finalized, past the C library's exit hooks: the report is written
+        # on the signal (fragctl's handler, before it calls Python's) and, as
+        # `import fragctl` asked for outputs, by the package's atexit flush.
+        build = os.environ.get("FRAGCTL_TEST_BUILD_DIR", "")
+        preload = os.path.join(build, "libfragctl_preload.so")
+        if not build or not os.path.exists(preload):
+            self.skipTest("no libfragctl_preload.so in FRAGCTL_TEST_BUILD_DIR (%r)" % build)
+        directory = tempfile.mkdtemp(prefix="fragctl-sigint-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        report = os.path.join(directory, "process.json")
+        script = textwrap.dedent("""
+            import os, signal, time, fragctl
+            a = fragctl.default_allocator(0)
+            p = a.malloc(4096)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        """)
+        environment = dict(os.environ, LD_PRELOAD=preload, FRAGCTL_BACKEND="sim", FRAGCTL_REPORT=report,
+                           PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(fragctl.__file__))))
+        done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, -signal.SIGINT, done.stderr)
+        self.assertIn("KeyboardInterrupt", done.stderr)
+        with open(report) as f:
+            doc = json.load(f)
+        self.assertIn(doc["reason"], ("signal", "request"))
+        self.assertEqual([x["allocations"] for x in doc["allocators"]], [1])
 
     def test_sigusr1_after_import_is_harmless_when_outputs_are_asked_for(self):
         # Regression (issue 27): the library installs its SIGUSR1 handler as

@@ -231,7 +231,7 @@ class ParseConfigTest(unittest.TestCase):
                 "nested_value.json": (b'{"overlap_comm": ' + b"[" * 900 + b"]" * 900 + b"}", "overlap_comm="),
                 # Red team: a raw ValueError naming no file; and no bound on the read.
                 "digits.json": (b'{"reduce_bucket_size": ' + b"9" * 5000 + b"}", "is not a JSON ds_config"),
-                "large.json": (b'{"x": "' + b"a" * (17 << 20) + b'"}', "is larger than 16 MiB"),
+                "large.json": (b'{"x": "' + b"a" * (17 << 20) + b'"}', "is larger than 16 Mi characters"),
             }
             for name, (content, expected) in cases.items():
                 path = os.path.join(d, name)

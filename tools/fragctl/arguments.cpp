@@ -101,9 +101,12 @@ file_identity identify(const std::string& path) {
     id.device = st.st_dev;
     id.inode = st.st_ino;
   }
-  std::error_code ec;
-  const std::filesystem::path normal = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
-  id.normal = ec ? path : normal.string();
+  std::error_code absolute_error, canonical_error;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, absolute_error);
+  const std::filesystem::path normal = std::filesystem::weakly_canonical(absolute, canonical_error);
+  // Where either step fails (a working directory that was removed), the path
+  // as given: never "" for all of them, which would make them one file.
+  id.normal = absolute_error || canonical_error ? path : normal.string();
   return id;
 }
 
@@ -122,7 +125,7 @@ void refuse_shared_outputs(const std::vector<named_path>& outputs, const std::ve
     const file_identity& o = seen.back();
     if (out.path.empty() || (o.exists && !o.regular)) continue;
     for (const named_path& in : inputs) {
-      if (in.path.empty() || !o.exists) continue;
+      if (in.path.empty() || !o.exists) continue;  // an output not made yet replaces no input
       if (same_file(o, identify(in.path))) {
         throw usage_error(fmt::format("{} '{}' is the same file as the input '{}': writing it would replace the "
                                       "input; name another file",

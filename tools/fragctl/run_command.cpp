@@ -71,8 +71,7 @@ std::optional<std::string> environment_string(std::string_view name) {
 }
 
 std::string env_or(std::string_view name, std::string fallback) {
-  const auto v = environment_value(name);
-  return v ? std::string(*v) : fallback;
+  return environment_string(name).value_or(std::move(fallback));
 }
 
 bool says_async_backend(std::string_view conf) {

@@ -50,6 +50,10 @@ struct block_spec {
 
 inline constexpr std::size_t no_offset = std::numeric_limits<std::size_t>::max();
 
+/// The largest alignment of parameters, shards and gradient views (the
+/// `alignment` option): larger ones would let the layout's sizes wrap.
+inline constexpr std::size_t max_alignment = std::size_t{1} << 30;
+
 /// Where one parameter lives. Offsets are bytes.
 struct parameter_layout {
   std::string name;

@@ -27,7 +27,7 @@ class DeepSpeedKeyNote(UserWarning):
     Silence it with ``warnings.simplefilter("ignore", DeepSpeedKeyNote)``."""
 
 
-#: The largest ds_config file read (bytes): real ones are a few KiB.
+#: The most characters of a ds_config file read: real ones are a few KiB.
 _LARGEST_CONFIG = 16 << 20
 
 
@@ -63,23 +63,22 @@ def read_section(config: ConfigSource, section: str, who: str) -> Tuple[Dict[str
                 # Bounded: a ds_config is a few KiB, and /dev/zero (or a FIFO
                 # that never ends) was read until memory ran out.
                 text = f.read(_LARGEST_CONFIG + 1)
-            if len(text) > _LARGEST_CONFIG:
-                raise invalid(who, "the DeepSpeed config %s is larger than %d MiB; a ds_config is a few KiB"
-                              % (path, _LARGEST_CONFIG >> 20))
-            config = json.loads(text)
         except OSError as e:
             raise invalid(who, "cannot read the DeepSpeed config %s: %s" % (path, e)) from e
         except UnicodeDecodeError as e:
             raise invalid(who, "the DeepSpeed config %s is not UTF-8 text (byte %d), so not JSON"
                           % (path, e.start)) from e
+        if len(text) > _LARGEST_CONFIG:
+            raise invalid(who, "the DeepSpeed config %s is larger than %d Mi characters; a ds_config is a few KiB"
+                          % (path, _LARGEST_CONFIG >> 20))
+        try:
+            config = json.loads(text)
         except json.JSONDecodeError as e:
             raise invalid(who, "the DeepSpeed config %s is not JSON: %s" % (path, e)) from e
         except RecursionError as e:
             raise invalid(who, "the DeepSpeed config %s nests deeper than Python's JSON reader goes; a ds_config "
                           "is a few levels deep" % path) from e
         except ValueError as e:  # an integer of more digits than Python converts (4300), say
-            if isinstance(e, ConfigurationError):
-                raise
             raise invalid(who, "the DeepSpeed config %s is not a JSON ds_config: %s" % (path, e)) from e
     if not isinstance(config, Mapping):
         if path is not None:
