@@ -196,18 +196,24 @@ CTRL_C_UNDER_PRELOAD = """
 
 
 class ImportTest(unittest.TestCase):
-    def test_ctrl_c_is_pythons_under_the_preload_library(self):
-        # Regression: with FRAGCTL_REPORT (or _TRACE) set, the preload library
-        # took SIGINT as it loaded, before the interpreter started; Python
-        # installs its handler only where SIGINT's action is still the
-        # default, so Ctrl-C ended the process (status -2) instead of raising
-        # KeyboardInterrupt, and no `except` or `finally` ran.
+    def preload_and_directory(self):
+        """The build's preload library (the test skips without it) and a
+        directory for the run's outputs, removed after the test."""
         build = os.environ.get("FRAGCTL_TEST_BUILD_DIR", "")
         preload = os.path.join(build, "libfragctl_preload.so")
         if not build or not os.path.exists(preload):
             self.skipTest("no libfragctl_preload.so in FRAGCTL_TEST_BUILD_DIR (%r)" % build)
         directory = tempfile.mkdtemp(prefix="fragctl-sigint-")
         self.addCleanup(shutil.rmtree, directory, True)
+        return preload, directory
+
+    def test_ctrl_c_is_pythons_under_the_preload_library(self):
+        # Regression: with FRAGCTL_REPORT (or _TRACE) set, the preload library
+        # took SIGINT as it loaded, before the interpreter started; Python
+        # installs its handler only where SIGINT's action is still the
+        # default, so Ctrl-C ended the process (status -2) instead of raising
+        # KeyboardInterrupt, and no `except` or `finally` ran.
+        preload, directory = self.preload_and_directory()
         out = run_child(CTRL_C_UNDER_PRELOAD, LD_PRELOAD=preload, FRAGCTL_BACKEND="sim",
                         FRAGCTL_REPORT=os.path.join(directory, "process.json"),
                         REPORT=os.path.join(directory, "allocator.json"))
@@ -219,12 +225,7 @@ class ImportTest(unittest.TestCase):
         # finalized, past the C library's exit hooks: the report is written
         # on the signal (fragctl's handler, before it calls Python's) and, as
         # `import fragctl` asked for outputs, by the package's atexit flush.
-        build = os.environ.get("FRAGCTL_TEST_BUILD_DIR", "")
-        preload = os.path.join(build, "libfragctl_preload.so")
-        if not build or not os.path.exists(preload):
-            self.skipTest("no libfragctl_preload.so in FRAGCTL_TEST_BUILD_DIR (%r)" % build)
-        directory = tempfile.mkdtemp(prefix="fragctl-sigint-")
-        self.addCleanup(shutil.rmtree, directory, True)
+        preload, directory = self.preload_and_directory()
         report = os.path.join(directory, "process.json")
         script = textwrap.dedent("""
             import os, signal, time, fragctl

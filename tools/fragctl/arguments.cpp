@@ -118,18 +118,19 @@ bool same_file(const file_identity& a, const file_identity& b) {
 }  // namespace
 
 void refuse_shared_outputs(const std::vector<named_path>& outputs, const std::vector<named_path>& inputs) {
+  std::vector<file_identity> input_ids;
+  for (const named_path& in : inputs) input_ids.push_back(identify(in.path));
   std::vector<file_identity> seen;
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const named_path& out = outputs[i];
     seen.push_back(identify(out.path));
     const file_identity& o = seen.back();
     if (out.path.empty() || (o.exists && !o.regular)) continue;
-    for (const named_path& in : inputs) {
-      if (in.path.empty() || !o.exists) continue;  // an output not made yet replaces no input
-      if (same_file(o, identify(in.path))) {
+    for (std::size_t k = 0; k < inputs.size() && o.exists; ++k) {  // an output not made yet replaces no input
+      if (!inputs[k].path.empty() && same_file(o, input_ids[k])) {
         throw usage_error(fmt::format("{} '{}' is the same file as the input '{}': writing it would replace the "
                                       "input; name another file",
-                                      out.name, util::printable(out.path), util::printable(in.path)));
+                                      out.name, util::printable(out.path), util::printable(inputs[k].path)));
       }
     }
     for (std::size_t j = 0; j < i; ++j) {
