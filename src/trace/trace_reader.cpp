@@ -127,7 +127,47 @@ std::size_t count_lines(std::string_view s) {
   return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')) + 1;
 }
 
-// The whole file, decompressed when it is gzip.
+// What the start of a file read so far shows: that it may be a trace (read
+// on), that it is none, or nothing yet.
+enum class start_verdict : std::uint8_t { trace, undecided };
+
+// The first line that is neither blank nor a comment longer than this, with
+// no line end yet and not opening a JSON snapshot, is no trace's header.
+constexpr std::size_t longest_first_line = std::size_t{64} << 10;
+
+// Judges the start of a file as read so far, so that a file that is no
+// trace fails on its first chunk instead of being read whole: /dev/zero, a
+// model checkpoint passed by mistake, a gzip bomb of zeros. A trace is known
+// by its first significant line (its header, or the '{' of a JSON snapshot)
+// or its first bytes (a pickled snapshot); detect_format judges that line as
+// it judges a whole file, with the same message and line number.
+absl::StatusOr<start_verdict> judge_start(std::string_view content, std::string_view file) {
+  if (content.size() >= 3 && content.substr(0, 3) == "\xEF\xBB\xBF") content.remove_prefix(3);
+  if (trace_detail::looks_like_pickle(content)) return start_verdict::trace;
+  std::size_t line = 1;
+  for (std::size_t pos = 0; pos < content.size(); ++line) {
+    const std::size_t end = content.find('\n', pos);
+    const std::string_view text = util::trim(content.substr(pos, end == std::string_view::npos ? end : end - pos));
+    if (end == std::string_view::npos) {
+      if (!text.empty() && text.front() == '{') return start_verdict::trace;
+      if (content.size() - pos <= longest_first_line) return start_verdict::undecided;
+      return trace_detail::line_error(file, line,
+                                      "unknown trace format: its first line runs past {} KiB with no line end "
+                                      "(expected a fragctl CSV, an RMM log CSV or a PyTorch snapshot)",
+                                      longest_first_line >> 10);
+    }
+    if (!text.empty() && text.front() != '#') {
+      const auto kind = trace_detail::detect_format(content.substr(0, end + 1), file);
+      if (!kind.ok()) return kind.status();
+      return start_verdict::trace;
+    }
+    pos = end + 1;
+  }
+  return start_verdict::undecided;
+}
+
+// The whole file, decompressed when it is gzip; read no further than its
+// start once that shows it is no trace (judge_start).
 absl::StatusOr<std::string> read_content(const std::string& path) {
   errno = 0;
   gz_file file(gzopen(path.c_str(), "rb"));
@@ -139,6 +179,7 @@ absl::StatusOr<std::string> read_content(const std::string& path) {
   }
   gzbuffer(file.get(), 1 << 18);
   std::string content;
+  bool judged = false;  // the start showed a trace: read on without looking
   constexpr unsigned chunk = 1u << 20;
   for (;;) {
     const std::size_t old = content.size();
@@ -159,6 +200,11 @@ absl::StatusOr<std::string> read_content(const std::string& path) {
           fmt::format("{}:{}: corrupt gzip data: {}", path, line, message ? message : "unknown"));
     }
     if (n == 0) break;
+    if (!judged) {
+      const auto verdict = judge_start(content, path);
+      if (!verdict.ok()) return verdict.status();
+      judged = *verdict == start_verdict::trace;
+    }
   }
   return content;
 }

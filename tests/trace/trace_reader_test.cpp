@@ -322,6 +322,97 @@ TEST(TraceReader, GzipBombIsAnErrorNamingTheFile) {
   std::remove(path.c_str());
 }
 
+// Runs check(read_trace(path)) in a child whose address space is capped
+// 128 MiB above what it holds, so that a reader that reads a whole endless
+// or huge file runs out of memory quickly instead of filling the machine;
+// whether the child's check held.
+template <class Check>
+bool holds_under_memory_cap(const std::string& path, Check check) {
+  const pid_t child = ::fork();
+  if (child < 0) return false;
+  if (child == 0) {
+    rlimit cap{};
+    ::getrlimit(RLIMIT_AS, &cap);
+    std::ifstream maps("/proc/self/statm");
+    std::size_t pages = 0;
+    maps >> pages;
+    cap.rlim_cur = pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) + (128u << 20);
+    ::setrlimit(RLIMIT_AS, &cap);
+    ::alarm(60);  // a reader stuck on an endless file fails instead of hanging the suite
+    std::_Exit(check(read_trace(path)) ? 0 : 1);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Regression (red team, low): `fragctl info /dev/zero`, a model checkpoint
+// or a gzip bomb of zeros passed by mistake was read whole before its first
+// line was looked at: bounded only by memory. The start of a file is judged
+// as it is read, and a first line that runs past 64 KiB with no line end is
+// no trace's header.
+TEST(TraceReader, AFileThatIsNoTraceFailsOnItsStart) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
+#endif
+#endif
+  const auto refused_at_start = [](const std::string& path) {
+    return [path](const absl::StatusOr<trace>& t) {
+      return !t.ok() && absl::IsInvalidArgument(t.status()) &&
+             message_of(t.status()).find(path + ":1: unknown trace format: its first line runs past 64 KiB") == 0;
+    };
+  };
+  EXPECT_TRUE(holds_under_memory_cap("/dev/zero", refused_at_start("/dev/zero")));
+  const std::string zeros_gz = temp_path("zeros.bin.gz");
+  {
+    gzFile out = gzopen(zeros_gz.c_str(), "wb1");
+    ASSERT_NE(out, nullptr);
+    const std::string zeros(1 << 20, '\0');
+    for (int i = 0; i < 512; ++i) gzwrite(out, zeros.data(), static_cast<unsigned>(zeros.size()));  // 512 MiB
+    gzclose(out);
+  }
+  EXPECT_TRUE(holds_under_memory_cap(zeros_gz, refused_at_start(zeros_gz)));
+  std::remove(zeros_gz.c_str());
+  // A first line that is another format's is refused with the whole-file
+  // message, on the line where it stands, after blank and comment lines.
+  const std::string other = temp_path("other.csv");
+  {
+    std::ofstream out(other);
+    out << "\n# a comment\ntime,what\n" << std::string(3u << 20, 'x') << "\n";
+  }
+  const auto t = read_trace(other);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(message_of(t.status()), ::testing::StartsWith(other + ":3: unknown trace format: first line is 'time,what'"));
+  std::remove(other.c_str());
+}
+
+// The positive controls of the rule above: a JSON snapshot on one line
+// longer than 64 KiB, and a CSV trace after a long blank run, still read.
+TEST(TraceReader, LongFirstLinesOfTracesStillRead) {
+  const std::string json = temp_path("long_line.json");
+  {
+    std::ofstream out(json);
+    out << "{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 512, \"size\": 1024, \"stream\": 0}"
+        << std::string(200u << 10, ' ') << "]]}";
+  }
+  auto t = read_trace(json);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), 1u);
+  std::remove(json.c_str());
+  const std::string csv = temp_path("late_header.csv");
+  {
+    std::ofstream out(csv);
+    out << std::string(2u << 20, '\n') << "action,addr,size,stream,time_us\nalloc,512,1024,0,0\n";
+  }
+  t = read_trace(csv);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), 1u);
+  std::remove(csv.c_str());
+}
+
 TEST(TraceReader, Names) {
   EXPECT_EQ(trace_name_from_path("/a/b/gpt2m.trace.csv.gz"), "gpt2m");
   EXPECT_EQ(trace_name_from_path("snap.json"), "snap");
