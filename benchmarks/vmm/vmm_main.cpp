@@ -75,7 +75,8 @@ vmm_options parse(int argc, char** argv) {
   if (!util::parse_u64(extra_flag(o.common, "repeat", "3"), repeat) || repeat == 0 || repeat > 100)
     throw std::invalid_argument("--repeat: expected a count from 1 to 100");
   o.repeat = static_cast<int>(repeat);
-  for (const std::string_view s : util::split(extra_flag(o.common, "threads", "1"), ',')) {
+  const std::string threads = extra_flag(o.common, "threads", "1");  // split's views point into it
+  for (const std::string_view s : util::split(threads, ',')) {
     std::uint64_t t = 0;
     if (!util::parse_u64(util::trim(s), t) || t == 0 || t > 256)
       throw std::invalid_argument(fmt::format("--threads: '{}' is not a thread count from 1 to 256", s));
