@@ -518,6 +518,8 @@ void step_plan::extend_scan() {
     if (h.open.size() >= h.open.room()) h.open.reserve(2 * h.open.size() + 64);
     h.open.insert(ev.addr, static_cast<std::uint32_t>(h.keys.size()));
     h.keys.push_back(mix(h.frees, ev.stream + 1));
+    if (h.prefix.empty()) h.prefix.push_back(0);
+    h.prefix.push_back(h.prefix.back() * hash_base + h.keys.back());
     h.frees = 0;
     h.at.push_back(static_cast<std::uint32_t>(e));
     h.freed_at.push_back(never);
@@ -536,20 +538,21 @@ bool step_plan::detect() {
   const std::vector<std::uint32_t>& at = scan_.at;
   const std::vector<std::uint32_t>& freed_at = scan_.freed_at;
   const std::vector<std::int64_t>& live_before = scan_.live_before;
-  // Periods P whose last two repeats are equal: z[P] >= P in the
-  // Z-array of the reversed keys (z[i]: the longest common prefix of the
-  // reversed sequence and its suffix from i).
-  std::vector<std::uint64_t> r(keys.rbegin(), keys.rend());
-  std::vector<std::uint32_t> z(n, 0);
-  for (std::size_t i = 1, l = 0, hi = 0; i < n; ++i) {
-    std::size_t len = i < hi ? std::min<std::size_t>(hi - i, z[i - l]) : 0;
-    while (i + len < n && r[len] == r[i + len]) ++len;
-    z[i] = static_cast<std::uint32_t>(len);
-    if (i + len > hi) {
-      l = i;
-      hi = i + len;
-    }
-  }
+  // Periods P whose last two repeats are equal: the last P keys are the P
+  // before them. Each P is tried in O(1) by the keys' prefix hashes
+  // (scan_.prefix, kept as the history grows: no pass over the whole
+  // history per search, which runs every time the allocations grew by an
+  // eighth), and a P whose hashes agree is confirmed key by key, so a
+  // collision costs time, never a wrong period.
+  const std::uint64_t* const prefix = scan_.prefix.data();
+  const auto halves_equal = [&](std::size_t p, std::uint64_t base_to_p) noexcept {
+    if (prefix[n - p] - prefix[n - 2 * p] * base_to_p != prefix[n] - prefix[n - p] * base_to_p) return false;
+    return std::equal(keys.begin() + static_cast<std::ptrdiff_t>(n - 2 * p),
+                      keys.begin() + static_cast<std::ptrdiff_t>(n - p),
+                      keys.begin() + static_cast<std::ptrdiff_t>(n - p));
+  };
+  std::uint64_t base_to_p = 1;  // hash_base^p for the p at hand
+  for (std::size_t i = 0; i < min_period_; ++i) base_to_p *= hash_base;
   // Of the candidates, the shortest over which the live bytes come back to
   // where they were: a step frees what it allocates, where a run of
   // layers (forward keeps each layer's output, backward frees it) does not,
@@ -557,13 +560,21 @@ bool step_plan::detect() {
   // The step starts where the live bytes are lowest in its last repeat.
   std::size_t period = 0, low_at = 0, top = 0;
   std::int64_t rise = 0;
-  for (std::size_t p = min_period_; p <= n / 2 && period == 0; ++p) {
-    if (z[p] < p) continue;
-    std::size_t low = n - p, hi = n - p;
-    for (std::size_t a = n - p; a < n; ++a) {
-      if (live_before[a] < live_before[low]) low = a;
-      if (live_before[a] > live_before[hi]) hi = a;
+  // The lowest and highest live bytes over the last p allocations (the
+  // first of equals), kept as p grows: each p adds the allocation n - p,
+  // the earliest of the window, which takes a tie.
+  std::size_t low = n - min_period_, hi = n - min_period_;
+  for (std::size_t a = n - min_period_; a < n; ++a) {
+    if (live_before[a] < live_before[low]) low = a;
+    if (live_before[a] > live_before[hi]) hi = a;
+  }
+  for (std::size_t p = min_period_; p <= n / 2 && period == 0; ++p, base_to_p *= hash_base) {
+    if (p > min_period_) {
+      const std::size_t a = n - p;
+      if (live_before[a] <= live_before[low]) low = a;
+      if (live_before[a] >= live_before[hi]) hi = a;
     }
+    if (!halves_equal(p, base_to_p)) continue;
     const std::int64_t high = live_before[hi];
     if (std::abs(live_before[low] - live_before[low - p]) <= (high - live_before[low]) / live_slack) {
       period = p;
@@ -591,9 +602,11 @@ bool step_plan::detect() {
   // How far back the history repeats with this period, past a few keys
   // that differ (two a repeat: what a step frees of the one before it is
   // named by its distance, which a step of another length changes).
-  std::size_t same = z[period];
+  // Counted from the end: key n-1-i against key n-1-period-i.
+  const auto back = [&](std::size_t i) noexcept { return keys[n - 1 - i]; };
+  std::size_t same = 0;
   for (std::size_t missed = 0; period + same < n; ++same) {
-    if (r[same] != r[period + same] && ++missed > 2 + 2 * (same / period)) break;
+    if (back(same) != back(period + same) && ++missed > 2 + 2 * (same / period)) break;
   }
   stream_ = history_[at[first]].stream;
   // The step's slots; planned ones live over [t, due) in allocation indices,

@@ -16,7 +16,8 @@
 // it, each named by how many allocations back it was made, not its size:
 // the steps of one loop at other sequence lengths or image sizes have the
 // same shapes (a family). P is a period when the last 2P shapes are two
-// equal halves (a Z-array of the reversed sequence, O(n)) and the live
+// equal halves (each P tried in O(1) by the shapes' prefix hashes, O(n)
+// a search, an equal pair of hashes confirmed shape by shape) and the live
 // bytes come back over it to within 1/256 of the period's rise (a step
 // frees what it allocates, but what outlives it, such as its input batch,
 // may differ in size from step to step; a run of layers, whose forward
@@ -304,12 +305,18 @@ class step_plan {
     // same keys; the sizes are the family's, taken at their largest.
     std::uint64_t frees = 0;
     std::vector<std::uint64_t> keys;
+    /// prefix[i]: the polynomial hash (mod 2^64, base hash_base) of keys
+    /// [0, i); one more entry than keys once there is one.
+    std::vector<std::uint64_t> prefix;
     std::vector<std::uint32_t> at, freed_at;
     std::vector<std::int64_t> live_before;
     address_table open;  // allocations not freed yet, by address
   };
   /// Folds the events recorded since the last call into scan_.
   void extend_scan();
+  /// The base of the keys' prefix hashes: odd, so no power of it is 0 mod
+  /// 2^64 and a key far back still counts in a hash.
+  static constexpr std::uint64_t hash_base = 0x100000001b3ULL;
 
   bool enabled_ = true;
   mode mode_ = mode::learning;
