@@ -128,40 +128,59 @@ std::size_t count_lines(std::string_view s) {
 }
 
 // What the start of a file read so far shows: that it may be a trace (read
-// on), that it is none, or nothing yet.
+// on), that it is none (an error), or nothing yet.
 enum class start_verdict : std::uint8_t { trace, undecided };
 
 // The first line that is neither blank nor a comment longer than this, with
-// no line end yet and not opening a JSON snapshot, is no trace's header.
+// no line end yet and not opening a JSON snapshot, is no trace's header; nor
+// is a file whose first significant line does not start within
+// longest_preamble bytes (blank lines and comments only before it).
 constexpr std::size_t longest_first_line = std::size_t{64} << 10;
+constexpr std::size_t longest_preamble = std::size_t{1} << 20;
+
+// How far judge_start has looked: the blank and comment lines before `pos`
+// are behind it, so each byte is looked at once however the file comes in.
+struct start_scan {
+  std::size_t pos = 0;
+  std::size_t line = 1;  // the line that starts at pos
+};
 
 // Judges the start of a file as read so far, so that a file that is no
 // trace fails on its first chunk instead of being read whole: /dev/zero, a
-// model checkpoint passed by mistake, a gzip bomb of zeros. A trace is known
-// by its first significant line (its header, or the '{' of a JSON snapshot)
-// or its first bytes (a pickled snapshot); detect_format judges that line as
-// it judges a whole file, with the same message and line number.
-absl::StatusOr<start_verdict> judge_start(std::string_view content, std::string_view file) {
-  if (content.size() >= 3 && content.substr(0, 3) == "\xEF\xBB\xBF") content.remove_prefix(3);
-  if (trace_detail::looks_like_pickle(content)) return start_verdict::trace;
-  std::size_t line = 1;
-  for (std::size_t pos = 0; pos < content.size(); ++line) {
-    const std::size_t end = content.find('\n', pos);
-    const std::string_view text = util::trim(content.substr(pos, end == std::string_view::npos ? end : end - pos));
+// model checkpoint passed by mistake, a gzip bomb of zeros or of blank
+// lines. A trace is known by its first significant line (its header, or the
+// '{' of a JSON snapshot) or its first bytes (a pickled snapshot);
+// detect_format judges that line as it judges a whole file, with the same
+// message and line number.
+absl::StatusOr<start_verdict> judge_start(std::string_view content, std::string_view file, start_scan& scan) {
+  const std::size_t body = content.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;  // after a UTF-8 mark
+  if (trace_detail::looks_like_pickle(content.substr(body))) return start_verdict::trace;
+  scan.pos = std::max(scan.pos, body);
+  while (scan.pos < content.size()) {
+    if (scan.pos > longest_preamble) {
+      return trace_detail::line_error(file, scan.line,
+                                      "unknown trace format: no header in its first {} MiB, only blank and comment "
+                                      "lines (expected a fragctl CSV, an RMM log CSV or a PyTorch snapshot)",
+                                      longest_preamble >> 20);
+    }
+    const std::size_t end = content.find('\n', scan.pos);
+    const std::size_t stop = end == std::string_view::npos ? content.size() : end;
+    const std::string_view text = util::trim(content.substr(scan.pos, stop - scan.pos));
     if (end == std::string_view::npos) {
       if (!text.empty() && text.front() == '{') return start_verdict::trace;
-      if (content.size() - pos <= longest_first_line) return start_verdict::undecided;
-      return trace_detail::line_error(file, line,
+      if (content.size() - scan.pos <= longest_first_line) return start_verdict::undecided;
+      return trace_detail::line_error(file, scan.line,
                                       "unknown trace format: its first line runs past {} KiB with no line end "
                                       "(expected a fragctl CSV, an RMM log CSV or a PyTorch snapshot)",
                                       longest_first_line >> 10);
     }
     if (!text.empty() && text.front() != '#') {
-      const auto kind = trace_detail::detect_format(content.substr(0, end + 1), file);
+      const auto kind = trace_detail::detect_format(content.substr(body, end + 1 - body), file);
       if (!kind.ok()) return kind.status();
       return start_verdict::trace;
     }
-    pos = end + 1;
+    scan.pos = end + 1;
+    ++scan.line;
   }
   return start_verdict::undecided;
 }
@@ -180,6 +199,7 @@ absl::StatusOr<std::string> read_content(const std::string& path) {
   gzbuffer(file.get(), 1 << 18);
   std::string content;
   bool judged = false;  // the start showed a trace: read on without looking
+  start_scan scan;
   constexpr unsigned chunk = 1u << 20;
   for (;;) {
     const std::size_t old = content.size();
@@ -201,7 +221,7 @@ absl::StatusOr<std::string> read_content(const std::string& path) {
     }
     if (n == 0) break;
     if (!judged) {
-      const auto verdict = judge_start(content, path);
+      const auto verdict = judge_start(content, path, scan);
       if (!verdict.ok()) return verdict.status();
       judged = *verdict == start_verdict::trace;
     }

@@ -376,6 +376,20 @@ TEST(TraceReader, AFileThatIsNoTraceFailsOnItsStart) {
   }
   EXPECT_TRUE(holds_under_memory_cap(zeros_gz, refused_at_start(zeros_gz)));
   std::remove(zeros_gz.c_str());
+  // Nothing but line ends: no header in the first megabyte.
+  const std::string blank_gz = temp_path("blank.csv.gz");
+  {
+    gzFile out = gzopen(blank_gz.c_str(), "wb1");
+    ASSERT_NE(out, nullptr);
+    const std::string lines(1 << 20, '\n');
+    for (int i = 0; i < 512; ++i) gzwrite(out, lines.data(), static_cast<unsigned>(lines.size()));  // 512 MiB
+    gzclose(out);
+  }
+  EXPECT_TRUE(holds_under_memory_cap(blank_gz, [&](const absl::StatusOr<trace>& t) {
+    return !t.ok() && absl::IsInvalidArgument(t.status()) &&
+           message_of(t.status()).find(blank_gz + ":1048578: unknown trace format: no header in its first 1 MiB") == 0;
+  }));
+  std::remove(blank_gz.c_str());
   // A first line that is another format's is refused with the whole-file
   // message, on the line where it stands, after blank and comment lines.
   const std::string other = temp_path("other.csv");
@@ -389,8 +403,9 @@ TEST(TraceReader, AFileThatIsNoTraceFailsOnItsStart) {
   std::remove(other.c_str());
 }
 
-// The positive controls of the rule above: a JSON snapshot on one line
-// longer than 64 KiB, and a CSV trace after a long blank run, still read.
+// The positive controls of the rules above: a JSON snapshot on one line
+// longer than 64 KiB, a CSV trace after 512 KiB of blank and comment lines,
+// and one behind a UTF-8 byte order mark, still read.
 TEST(TraceReader, LongFirstLinesOfTracesStillRead) {
   const std::string json = temp_path("long_line.json");
   {
@@ -405,12 +420,23 @@ TEST(TraceReader, LongFirstLinesOfTracesStillRead) {
   const std::string csv = temp_path("late_header.csv");
   {
     std::ofstream out(csv);
-    out << std::string(2u << 20, '\n') << "action,addr,size,stream,time_us\nalloc,512,1024,0,0\n";
+    const std::string comment = "# " + std::string(125, '.') + "\n";  // 128 bytes
+    for (int i = 0; i < 4096; ++i) out << comment << (i % 2 == 0 ? "\n" : "");
+    out << "action,addr,size,stream,time_us\nalloc,512,1024,0,0\n";
   }
   t = read_trace(csv);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->events.size(), 1u);
   std::remove(csv.c_str());
+  const std::string marked = temp_path("marked.csv");
+  {
+    std::ofstream out(marked);
+    out << "\xEF\xBB\xBF" << "action,addr,size,stream,time_us\nalloc,512,1024,0,0\nfree_requested,512,1024,0,1\n";
+  }
+  t = read_trace(marked);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), 2u);
+  std::remove(marked.c_str());
 }
 
 TEST(TraceReader, Names) {
