@@ -540,10 +540,11 @@ bool step_plan::detect() {
   const std::vector<std::int64_t>& live_before = scan_.live_before;
   // Periods P whose last two repeats are equal: the last P keys are the P
   // before them. Each P is tried in O(1) by the keys' prefix hashes
-  // (scan_.prefix, kept as the history grows: no pass over the whole
-  // history per search, which runs every time the allocations grew by an
-  // eighth), and a P whose hashes agree is confirmed key by key, so a
-  // collision costs time, never a wrong period.
+  // (scan_.prefix, kept as the history grows), and a P whose hashes agree
+  // is confirmed key by key, so a collision costs time, never a wrong
+  // period. A search (every time the allocations grew by an eighth) reads
+  // the hashes of up to n/2 periods and writes nothing, where a Z-array of
+  // the whole reversed history was built for each.
   const std::uint64_t* const prefix = scan_.prefix.data();
   const auto halves_equal = [&](std::size_t p, std::uint64_t base_to_p) noexcept {
     if (prefix[n - p] - prefix[n - 2 * p] * base_to_p != prefix[n] - prefix[n - p] * base_to_p) return false;

@@ -18,8 +18,11 @@
 //           stream uses, limit, policy)
 //   policy  the policy under every adaptor, called directly
 // with the lowest and the median round's ns per operation. An allocation
-// the backend cannot hold is counted (ooms) and its free skipped. Progress
-// goes to stderr.
+// the backend cannot hold is counted (ooms), one of a size no device holds
+// too (refused), and its free skipped. Unlike `fragctl replay`, which frees
+// the older block, a second allocation at an address still live (a lost
+// free) is dropped with its free: on a trace with lost frees the operations
+// differ from replay's. Progress goes to stderr.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,10 +72,12 @@ loop_options parse(int argc, char** argv) {
   const std::string depths = extra_flag(o.common, "depth", "stack,policy");
   for (const std::string_view d : util::split(depths, ',')) {
     const std::string_view depth = util::trim(d);
+    if (depth.empty()) continue;
     if (depth != "stack" && depth != "policy")
       throw std::invalid_argument(fmt::format("--depth: '{}' is neither stack nor policy", depth));
     o.depths.emplace_back(depth);
   }
+  if (o.depths.empty()) throw std::invalid_argument("--depth: name stack, policy or both, comma-separated");
   return o;
 }
 
@@ -127,6 +132,7 @@ device_allocator& policy_of(device_allocator& top) {
 struct round_result {
   double ns_per_op = 0;
   std::uint64_t ooms = 0;
+  std::uint64_t refused = 0;  // sizes no device holds (invalid_argument), as replay counts them
 };
 
 round_result round_once(const slotted_trace& t, const config& cfg, bool whole_stack) {
@@ -154,6 +160,9 @@ round_result round_once(const slotted_trace& t, const config& cfg, bool whole_st
       } catch (const out_of_memory&) {
         ptr[o.slot] = nullptr;
         ++r.ooms;
+      } catch (const invalid_argument&) {
+        ptr[o.slot] = nullptr;
+        ++r.refused;
       }
     } else if (ptr[o.slot] != nullptr) {
       a.deallocate(ptr[o.slot], size[o.slot], stream_of[i]);
@@ -170,8 +179,8 @@ round_result round_once(const slotted_trace& t, const config& cfg, bool whole_st
 }
 
 int run(const loop_options& o) {
-  std::printf("| trace | policy | depth | operations | ns/op, lowest round | ns/op, median round | ooms |\n");
-  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+  std::printf("| trace | policy | depth | operations | ns/op, lowest round | ns/op, median round | ooms | refused |\n");
+  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& path : o.traces) {
     absl::StatusOr<trace> t = read_trace(path);
     if (!t.ok()) throw std::invalid_argument(std::string(util::to_std(t.status().message())));
@@ -182,18 +191,20 @@ int run(const loop_options& o) {
       cfg.policy = policy;
       for (const std::string& depth : o.depths) {
         std::vector<double> ns;
-        std::uint64_t ooms = 0;
+        std::uint64_t ooms = 0, refused = 0;
         for (int r = 0; r < o.rounds; ++r) {
           std::fprintf(stderr, "\r%s %s %s: round %d of %d", t->name.c_str(), policy.c_str(), depth.c_str(), r + 1,
                        o.rounds);
           const round_result rr = round_once(s, cfg, depth == "stack");
           ns.push_back(rr.ns_per_op);
           ooms = std::max(ooms, rr.ooms);
+          refused = std::max(refused, rr.refused);
         }
         std::fprintf(stderr, "\n");
         std::sort(ns.begin(), ns.end());
-        std::printf("| %s | %s | %s | %zu | %.1f | %.1f | %llu |\n", t->name.c_str(), policy.c_str(), depth.c_str(),
-                    s.ops.size(), ns.front(), ns[ns.size() / 2], static_cast<unsigned long long>(ooms));
+        std::printf("| %s | %s | %s | %zu | %.1f | %.1f | %llu | %llu |\n", t->name.c_str(), policy.c_str(),
+                    depth.c_str(), s.ops.size(), ns.front(), ns[ns.size() / 2], static_cast<unsigned long long>(ooms),
+                    static_cast<unsigned long long>(refused));
         std::fflush(stdout);
       }
     }

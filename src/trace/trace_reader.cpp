@@ -156,25 +156,31 @@ absl::StatusOr<start_verdict> judge_start(std::string_view content, std::string_
   const std::size_t body = content.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;  // after a UTF-8 mark
   if (trace_detail::looks_like_pickle(content.substr(body))) return start_verdict::trace;
   scan.pos = std::max(scan.pos, body);
+  const auto no_header = [&] {
+    return trace_detail::line_error(file, scan.line,
+                                    "unknown trace format: no header in its first {} MiB, only blank and comment "
+                                    "lines (expected a fragctl CSV, an RMM log CSV or a PyTorch snapshot)",
+                                    longest_preamble >> 20);
+  };
   while (scan.pos < content.size()) {
-    if (scan.pos > longest_preamble) {
-      return trace_detail::line_error(file, scan.line,
-                                      "unknown trace format: no header in its first {} MiB, only blank and comment "
-                                      "lines (expected a fragctl CSV, an RMM log CSV or a PyTorch snapshot)",
-                                      longest_preamble >> 20);
-    }
+    if (scan.pos >= longest_preamble) return no_header();
     const std::size_t end = content.find('\n', scan.pos);
     const std::size_t stop = end == std::string_view::npos ? content.size() : end;
     const std::string_view text = util::trim(content.substr(scan.pos, stop - scan.pos));
-    if (end == std::string_view::npos) {
-      if (!text.empty() && text.front() == '{') return start_verdict::trace;
+    const bool significant = !text.empty() && text.front() != '#';
+    if (end == std::string_view::npos) {  // the line goes on past what was read
+      if (significant && text.front() == '{') return start_verdict::trace;
+      if (!significant) {  // a blank or comment line that has not ended: the header comes later
+        if (content.size() >= longest_preamble) return no_header();
+        return start_verdict::undecided;
+      }
       if (content.size() - scan.pos <= longest_first_line) return start_verdict::undecided;
       return trace_detail::line_error(file, scan.line,
                                       "unknown trace format: its first line runs past {} KiB with no line end "
                                       "(expected a fragctl CSV, an RMM log CSV or a PyTorch snapshot)",
                                       longest_first_line >> 10);
     }
-    if (!text.empty() && text.front() != '#') {
+    if (significant) {
       const auto kind = trace_detail::detect_format(content.substr(body, end + 1 - body), file);
       if (!kind.ok()) return kind.status();
       return start_verdict::trace;

@@ -308,7 +308,7 @@ bool holds_under_memory_cap(const std::string& path, Check check) {
     std::size_t pages = 0;
     maps >> pages;
     cap.rlim_cur = pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) + (128u << 20);
-    ::setrlimit(RLIMIT_AS, &cap);
+    if (::setrlimit(RLIMIT_AS, &cap) != 0) std::_Exit(2);  // no cap: the check would mean nothing
     ::alarm(60);  // a reader stuck on an endless file fails instead of hanging the suite
     std::_Exit(check(read_trace(path)) ? 0 : 1);
   }
@@ -333,7 +333,7 @@ void write_gzip(const std::string& path, const std::string& head, char fill, int
 TEST(TraceReader, GzipBombIsAnErrorNamingTheFile) {
   if (under_sanitizer) GTEST_SKIP() << "a sanitizer's shadow memory does not fit under an address-space cap";
   const std::string path = temp_path("bomb.csv.gz");
-  write_gzip(path, "action,addr,size,stream,time_us\n", '0', 512);  // 512 MiB
+  ASSERT_NO_FATAL_FAILURE(write_gzip(path, "action,addr,size,stream,time_us\n", '0', 512));  // 512 MiB
   EXPECT_TRUE(holds_under_memory_cap(path, [&](const absl::StatusOr<trace>& t) {
     return !t.ok() && absl::IsResourceExhausted(t.status()) &&
            message_of(t.status()).find(path + ": the trace does not fit in memory") == 0;
@@ -356,17 +356,30 @@ TEST(TraceReader, AFileThatIsNoTraceFailsOnItsStart) {
   };
   EXPECT_TRUE(holds_under_memory_cap("/dev/zero", refused_at_start("/dev/zero")));
   const std::string zeros_gz = temp_path("zeros.bin.gz");
-  write_gzip(zeros_gz, "", '\0', 512);
+  ASSERT_NO_FATAL_FAILURE(write_gzip(zeros_gz, "", '\0', 512));
   EXPECT_TRUE(holds_under_memory_cap(zeros_gz, refused_at_start(zeros_gz)));
   std::remove(zeros_gz.c_str());
   // Nothing but line ends: no header in the first megabyte.
   const std::string blank_gz = temp_path("blank.csv.gz");
-  write_gzip(blank_gz, "", '\n', 512);
+  ASSERT_NO_FATAL_FAILURE(write_gzip(blank_gz, "", '\n', 512));
   EXPECT_TRUE(holds_under_memory_cap(blank_gz, [&](const absl::StatusOr<trace>& t) {
     return !t.ok() && absl::IsInvalidArgument(t.status()) &&
-           message_of(t.status()).find(blank_gz + ":1048578: unknown trace format: no header in its first 1 MiB") == 0;
+           message_of(t.status()).find(blank_gz + ":1048577: unknown trace format: no header in its first 1 MiB") == 0;
   }));
   std::remove(blank_gz.c_str());
+  // A comment line that runs on past the first megabyte is preamble too:
+  // the header it comes before would start too late (not "its first line").
+  const std::string long_comment = temp_path("long_comment.csv");
+  {
+    std::ofstream out(long_comment);
+    out << std::string(900u << 10, '\n') << "# " << std::string(300u << 10, '.') << "\n"
+        << "action,addr,size,stream,time_us\nalloc,512,1024,0,0\n";
+  }
+  const auto refused = read_trace(long_comment);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(message_of(refused.status()),
+              ::testing::StartsWith(long_comment + ":921601: unknown trace format: no header in its first 1 MiB"));
+  std::remove(long_comment.c_str());
   // A first line that is another format's is refused with the whole-file
   // message, on the line where it stands, after blank and comment lines.
   const std::string other = temp_path("other.csv");
