@@ -502,14 +502,15 @@ shared_memory buckets_policy::do_share(void* ptr, std::size_t bytes) const {
   const auto lo = reinterpret_cast<std::uintptr_t>(ptr);
   const std::uintptr_t hi = lo + std::max<std::size_t>(bytes, 1);  // past the range
   for (const std::unique_ptr<impl::slab>& s : impl_->slabs_) {
-    const std::uintptr_t carved_end = s->base + std::uintptr_t{s->carved} * s->slot_size;
     const std::uintptr_t slab_end = s->base + impl_->slab_size_;
     if (hi <= s->base || lo >= slab_end) continue;
+    // The slots under the range's part in this slab; one past the last slot
+    // (the slab's tail) is never carved.
+    const std::uint64_t first = (std::max(lo, s->base) - s->base) / s->slot_size;
+    const std::uint64_t last = (std::min(hi, slab_end) - 1 - s->base) / s->slot_size;
     bool live = true;
-    const std::uintptr_t from = std::max(lo, s->base), to = std::min(hi, slab_end);
-    for (std::uintptr_t at = from; live && at < to; at = s->base + ((at - s->base) / s->slot_size + 1) * s->slot_size) {
-      const std::uint64_t slot = (at - s->base) / s->slot_size;
-      live = at < carved_end && s->is_live(static_cast<std::uint32_t>(slot));
+    for (std::uint64_t slot = first; live && slot <= last; ++slot) {
+      live = slot < s->carved && s->is_live(static_cast<std::uint32_t>(slot));
     }
     if (!live) {
       throw invalid_argument(fmt::format("{}: share({}, {}): not live memory of this allocator (a free slot)",
