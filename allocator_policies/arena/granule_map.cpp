@@ -62,22 +62,6 @@ granule_map::~granule_map() {
   }
 }
 
-void granule_map::lru_push(std::uint32_t s) noexcept {
-  const std::uint32_t last = spans_[lru].prev;
-  spans_[s].prev = last;
-  spans_[s].next = lru;
-  spans_[last].next = s;
-  spans_[lru].prev = s;
-  cached_ += spans_[s].count;
-}
-
-void granule_map::lru_remove(std::uint32_t s) noexcept {
-  spans_[spans_[s].prev].next = spans_[s].next;
-  spans_[spans_[s].next].prev = spans_[s].prev;
-  spans_[s].prev = spans_[s].next = nil;
-  cached_ -= spans_[s].count;
-}
-
 bool granule_map::idle(std::uint32_t s, std::uint64_t& refreshed) {
   const free_stamp stamp = spans_[s].stamp;
   if (clock_.complete(stamp)) return true;
@@ -652,7 +636,7 @@ std::vector<granule_map::span_view> granule_map::spans_under(std::uintptr_t addr
     return out;
   }
   for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
-    if (!mapped(g) || granules_[g].live == 0) return {};
+    if (!mapped(g) || spans_[granules_[g].span].live == 0) return {};
     const span& s = spans_[granules_[g].span];
     if (out.empty() || out.back().handle.value != s.handle) {
       out.push_back({base_ + (std::size_t{s.first} << shift_), std::size_t{s.count} << shift_,

@@ -134,76 +134,72 @@ class granule_map {
   granule_map(const granule_map&) = delete;
   granule_map& operator=(const granule_map&) = delete;
 
-  /// Whether every granule of [addr, addr + bytes) is mapped.
+  /// Whether every granule of [addr, addr + bytes) is mapped. Span by
+  /// span: a span's granules are all mapped or all unmapped.
   [[nodiscard]] bool covered(std::uintptr_t addr, std::size_t bytes) const noexcept {
-    for (std::size_t g = first(addr), last = last_of(addr, bytes); g <= last; ++g) {
-      if (granules_[g].span == nil) return false;
+    const granule* const gs = granules_.data();
+    const std::size_t last = last_of(addr, bytes);
+    for (std::size_t g = first(addr); g <= last;) {
+      const std::uint32_t si = gs[g].span;
+      if (si == nil) return false;
+      if (g == last) break;
+      g = std::size_t{spans_[si].first} + spans_[si].count;
     }
     return true;
   }
 
   /// A live block now covers [addr, addr + bytes), all mapped.
   ///
-  /// Span by span: the granules of a span are consecutive and all its own
-  /// (a span is mapped and unmapped whole), so the span is read once for
-  /// the run of its granules the block touches, and its count of touched
-  /// granules raised once by the granules the block is the first to touch.
+  /// Only a block's first and last granules (its *edges*) are counted: a
+  /// granule strictly between them lies wholly inside the block, so no
+  /// other live block touches it, and the block is the first to touch it.
+  /// Such inner granules raise their span's count of touched granules
+  /// together, span by span, without a read of their own; a granule's
+  /// `live` is the number of live blocks it is an edge of (spans_under
+  /// reads touched granules from the spans). The cost of a block is its
+  /// spans, not its granules.
   void on_allocate(std::uintptr_t addr, std::size_t bytes) noexcept {
-    granule* const gs = granules_.data();
-    const std::size_t last = last_of(addr, bytes);
-    if (std::size_t g = first(addr); g == last) {  // one granule: most blocks
-      if (gs[g].live++ == 0 && spans_[gs[g].span].live++ == 0) lru_remove(gs[g].span);
-      return;
-    }
-    for (std::size_t g = first(addr); g <= last;) {
-      const std::uint32_t si = gs[g].span;
+    const std::size_t lo = first(addr);
+    const std::size_t hi = last_of(addr, bytes);
+    touch_edge(lo);
+    if (hi == lo) return;  // one granule: most blocks
+    for (std::size_t g = lo + 1; g < hi;) {
+      const std::uint32_t si = granules_[g].span;
       span& s = spans_[si];
-      const std::size_t end = std::min<std::size_t>(std::size_t{s.first} + s.count, last + 1);
-      std::uint32_t touched = 0;
-      for (; g < end; ++g) touched += gs[g].live++ == 0 ? 1U : 0U;
-      if (touched != 0 && (s.live += touched) == touched) lru_remove(si);
+      const std::size_t end = std::min<std::size_t>(std::size_t{s.first} + s.count, hi);
+      const auto inner = static_cast<std::uint32_t>(end - g);
+      if ((s.live += inner) == inner) lru_remove(si);
+      g = end;
     }
+    touch_edge(hi);
   }
 
   /// The live block [addr, addr + bytes) was freed with `stamp` at time
   /// `now` (any monotonic count). Returns whether a span became cached (no
   /// live block touches it any more).
   ///
-  /// Span by span, as on_allocate: the stamp is merged into each span once
-  /// (merging the same stamp again changes nothing), and the span's count
-  /// of touched granules lowered once by the granules no live block touches
-  /// any more.
+  /// Edges and inner granules as on_allocate: the stamp is merged into each
+  /// span the block touches (merging the same stamp again changes
+  /// nothing), and its count of touched granules lowered by the inner
+  /// granules it holds at once.
   bool on_free(std::uintptr_t addr, std::size_t bytes, free_stamp stamp, std::uint64_t now) noexcept {
     // Highest address first, so that trimming (oldest first) unmaps a freed
     // range from its top and what stays mapped is where the next block in
     // that range is carved (from its bottom).
-    granule* const gs = granules_.data();
-    bool cached = false;
     const std::size_t lo = first(addr);
-    if (last_of(addr, bytes) == lo) {  // one granule: most blocks
-      span& s = spans_[gs[lo].span];
-      s.stamp = clock_.merge(s.stamp, stamp);
-      if (--gs[lo].live == 0 && --s.live == 0 && s.handle != paused_handle) {
-        s.cached_at = now;
-        lru_push(gs[lo].span);
-        cached = true;
-      }
-      return cached;
-    }
-    for (std::size_t g = last_of(addr, bytes) + 1; g > lo;) {
-      const std::uint32_t si = gs[g - 1].span;
+    const std::size_t hi = last_of(addr, bytes);
+    if (hi == lo) return untouch_edge(lo, stamp, now);  // one granule: most blocks
+    bool cached = untouch_edge(hi, stamp, now);
+    for (std::size_t g = hi; g > lo + 1;) {
+      const std::uint32_t si = granules_[g - 1].span;
       span& s = spans_[si];
+      const std::size_t start = std::max<std::size_t>(s.first, lo + 1);
+      const auto inner = static_cast<std::uint32_t>(g - start);
       s.stamp = clock_.merge(s.stamp, stamp);
-      const std::size_t start = std::max<std::size_t>(s.first, lo);
-      std::uint32_t untouched = 0;
-      for (; g > start; --g) untouched += --gs[g - 1].live == 0 ? 1U : 0U;
-      if (untouched != 0 && (s.live -= untouched) == 0 && s.handle != paused_handle) {
-        s.cached_at = now;
-        lru_push(si);
-        cached = true;
-      }
+      if ((s.live -= inner) == 0) cached |= cache(si, now);
+      g = start;
     }
-    return cached;
+    return untouch_edge(lo, stamp, now) || cached;
   }
 
   /// When the oldest cached span became cached (on_free's `now`), if any.
@@ -337,7 +333,7 @@ class granule_map {
 
  private:
   struct granule {
-    std::uint32_t live = 0;    // live blocks touching it
+    std::uint32_t live = 0;    // live blocks it is the first or last granule of (on_allocate)
     std::uint32_t span = nil;  // span mapped here; nil = unmapped
   };
   struct span {
@@ -404,8 +400,43 @@ class granule_map {
     return reinterpret_cast<void*>(base_ + (g << shift_));
   }
 
-  void lru_push(std::uint32_t s) noexcept;
-  void lru_remove(std::uint32_t s) noexcept;
+  /// A live block has granule g as its first or last granule.
+  void touch_edge(std::size_t g) noexcept {
+    const std::uint32_t si = granules_[g].span;
+    if (granules_[g].live++ == 0 && spans_[si].live++ == 0) lru_remove(si);
+  }
+  /// A freed block had granule g as its first or last granule (on_free);
+  /// whether g's span became cached.
+  bool untouch_edge(std::size_t g, free_stamp stamp, std::uint64_t now) noexcept {
+    const std::uint32_t si = granules_[g].span;
+    span& s = spans_[si];
+    s.stamp = clock_.merge(s.stamp, stamp);
+    return --granules_[g].live == 0 && --s.live == 0 && cache(si, now);
+  }
+  /// Span si lost its last touched granule at `now`: cached unless paused.
+  bool cache(std::uint32_t si, std::uint64_t now) noexcept {
+    span& s = spans_[si];
+    if (s.handle == paused_handle) return false;
+    s.cached_at = now;
+    lru_push(si);
+    return true;
+  }
+  /// Span s becomes the newest cached span.
+  void lru_push(std::uint32_t s) noexcept {
+    const std::uint32_t last = spans_[lru].prev;
+    spans_[s].prev = last;
+    spans_[s].next = lru;
+    spans_[last].next = s;
+    spans_[lru].prev = s;
+    cached_ += spans_[s].count;
+  }
+  /// Span s leaves the cache.
+  void lru_remove(std::uint32_t s) noexcept {
+    spans_[spans_[s].prev].next = spans_[s].next;
+    spans_[spans_[s].next].prev = spans_[s].prev;
+    spans_[s].prev = spans_[s].next = nil;
+    cached_ -= spans_[s].count;
+  }
   /// Whether the frees that touched span s are complete, refreshing each
   /// stream at most once per `refreshed` mask (bit i: stream i, bit 63: all).
   [[nodiscard]] bool idle(std::uint32_t s, std::uint64_t& refreshed);
