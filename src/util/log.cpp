@@ -4,20 +4,64 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "fragctl/config.hpp"
 #include "spdlog/sinks/stdout_sinks.h"
+#include "util/strings.hpp"
 
 namespace fragctl {
 
 namespace {
 
+// Whether a message holds a byte a terminal could act on, other than the
+// line breaks between its lines: a control character, DEL, or any byte of a
+// character beyond ASCII (printable tells the harmless ones from C1,
+// bidirectional controls and bytes that are not UTF-8).
+bool needs_escaping(std::string_view text) noexcept {
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\n') || c >= 0x7F) return true;
+  }
+  return false;
+}
+
+// Each line of `text` through util::printable, the line breaks kept: a
+// message of several lines (an OOM's description) still reads as lines.
+std::string printable_lines(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (std::size_t start = 0;;) {
+    const std::size_t end = text.find('\n', start);
+    out += util::printable(text.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) return out;
+    out += '\n';
+    start = end + 1;
+  }
+}
+
 // spdlog's stderr sink, whose lock (spdlog's one console mutex) fork
 // handlers can take: a child must not inherit it held by another thread.
+// Every message reaches the terminal as util::printable writes it, line by
+// line: a FRAGCTL_CONF value quoted by a parse warning or a path in a
+// report writer's warning cannot move the cursor, retitle the window or
+// reorder the line (docs/reliability.md).
 class stderr_sink final : public spdlog::sinks::stderr_sink_mt {
  public:
   void lock() noexcept { mutex_.lock(); }
   void unlock() noexcept { mutex_.unlock(); }
+
+  void log(const spdlog::details::log_msg& msg) override {
+    const std::string_view text(msg.payload.data(), msg.payload.size());
+    if (!needs_escaping(text)) {
+      spdlog::sinks::stderr_sink_mt::log(msg);
+      return;
+    }
+    const std::string safe = printable_lines(text);
+    spdlog::details::log_msg shown = msg;
+    shown.payload = spdlog::string_view_t(safe.data(), safe.size());
+    spdlog::sinks::stderr_sink_mt::log(shown);
+  }
 };
 
 // spdlog's level of that name; from_str maps unknown names to "off", so only

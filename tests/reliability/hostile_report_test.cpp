@@ -18,6 +18,7 @@
 #include "core/json_io.hpp"
 #include "fmt/format.h"
 #include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
 #include "fragctl/memory_map.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/run_report.hpp"
@@ -275,6 +276,27 @@ TEST(hostile_report, terminal_controls_in_report_strings_are_shown_escaped) {
             "arena \xce\xbc \xe2\x80\x94 \xf0\x9f\x93\x88");
   EXPECT_EQ(util::printable("\xff\xed\xa0\x80\xc0\xbc"), "\\xff\\xed\\xa0\\x80\\xc0\\xbc");
   EXPECT_EQ(util::printable("\x7f\xef\xbf\xbe\xe2\x81\xa6"), "\\x7f\\ufffe\\u2066");
+}
+
+// Low (issue 27's table, left open there): the library's own log lines on
+// stderr carried what they quote raw: a FRAGCTL_CONF value in a parse
+// warning or a path in a report writer's warning could clear the screen or
+// retitle the window. The stderr sink writes each line through
+// util::printable and keeps the line breaks between lines.
+TEST(hostile_report, terminal_controls_in_log_lines_reach_stderr_escaped) {
+  const spdlog::level::level_enum level = logger().level();  // an earlier test may have set another
+  logger().set_level(spdlog::level::warn);
+  ::testing::internal::CaptureStderr();
+  logger().warn("FRAGCTL_CONF: bad value {}", "a\x1b]0;PWNED\x07" "b\x1b[2J\xe2\x80\xae\xff\tc");
+  logger().warn("two lines\nthe second {}", "\x1b[31mred");
+  logger().warn("plain arena \xce\xbc line");  // positive control: shown as it is
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  logger().set_level(level);
+  EXPECT_THAT(err, Not(HasSubstr("\x1b"))) << err;
+  EXPECT_THAT(err, Not(HasSubstr("\xe2\x80\xae"))) << err;
+  EXPECT_THAT(err, HasSubstr("FRAGCTL_CONF: bad value a\\x1b]0;PWNED\\x07b\\x1b[2J\\u202e\\xff\\x09c\n")) << err;
+  EXPECT_THAT(err, HasSubstr("two lines\nthe second \\x1b[31mred\n")) << err;
+  EXPECT_THAT(err, HasSubstr("[fragctl] [warning] plain arena \xce\xbc line\n")) << err;
 }
 
 // Low: a report whose current bytes exceed their peak, or that requested
