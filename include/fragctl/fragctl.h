@@ -428,7 +428,9 @@ FRAGCTL_API fragctl_status fragctl_write_default_report(const char* path);
 FRAGCTL_API void* fragctl_torch_alloc(ssize_t size, int device, void* stream);
 
 /** Frees `ptr` (of `size` bytes, from fragctl_torch_alloc on `device`)
- * stream-ordered on `stream`. Never throws; misuse is logged and counted. */
+ * stream-ordered on `stream`. Never throws; misuse is logged and counted (a
+ * negative `size` frees the block with the size it was allocated with and
+ * says so; it counts as a wrong size). */
 FRAGCTL_API void fragctl_torch_free(void* ptr, ssize_t size, int device, void* stream);
 
 #ifdef __cplusplus

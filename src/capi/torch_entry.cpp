@@ -24,6 +24,22 @@ void fragctl_torch_free(void* ptr, ssize_t size, int device, void* stream) {
                            ptr, size, device);
     return;
   }
+  if (size < 0) [[unlikely]] {
+    // No size PyTorch passes: the block is found by its address and freed
+    // with the size it was allocated with (counted as a wrong size), and
+    // the warning names the size given, not its unsigned wrap.
+    const fragctl::free_result r = a->stack->allocator().try_deallocate(ptr, 0, stream);
+    if (r.status == fragctl::free_status::not_owned) {
+      fragctl::logger().warn("fragctl_torch_free({}, {} bytes, device {}): a negative size, and not a block of this "
+                             "allocator; ignored",
+                             ptr, size, device);
+    } else {
+      fragctl::logger().warn("fragctl_torch_free({}, {} bytes, device {}): a negative size; freed with the {} bytes "
+                             "it was allocated with",
+                             ptr, size, device, r.bytes);
+    }
+    return;
+  }
   a->stack->allocator().deallocate(ptr, static_cast<std::size_t>(size), stream);
 }
 

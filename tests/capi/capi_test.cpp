@@ -20,6 +20,7 @@
 #include "fragctl/error.hpp"
 #include "fragctl/stats_export.hpp"
 #include "fragctl/stats.hpp"
+#include "support/log_capture.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -478,6 +479,38 @@ TEST(CApiTorchDeathTest, AllocAndFreeUseTheDevicesDefaultAllocatorOnTheGivenStre
     void* again = fragctl_torch_alloc(1 << 20, 0, stream_a);
     EXPECT_EQ(again, p0);
     fragctl_torch_free(again, 1 << 20, 0, stream_a);
+  });
+}
+
+// Low (red team): a negative size was cast to an unsigned one: the block was
+// freed, but the warning named 18446744073709551611 bytes. It is freed with
+// its own size and the warning names the size given; a foreign pointer with
+// a negative size is ignored (nothing freed), as with any size.
+TEST(CApiTorchDeathTest, ANegativeSizeFreesTheBlockAndSaysSo) {
+  in_fresh_process([] {
+    ASSERT_EQ(fragctl_configure_defaults("arena", "sim_capacity:1GiB", "sim"), FRAGCTL_OK);
+    void* p = fragctl_torch_alloc(1000, 0, stream_a);
+    ASSERT_NE(p, nullptr);
+    fragctl_allocator* d0 = nullptr;
+    ASSERT_EQ(fragctl_default_allocator(0, 0, &d0), FRAGCTL_OK);
+    const fragctl::testing::log_capture log;
+    fragctl_torch_free(p, -5, 0, stream_a);
+    EXPECT_EQ(stats_of(d0).requested.current, 0u);
+    EXPECT_EQ(stats_of(d0).frees, 1u);
+    EXPECT_EQ(stats_of(d0).misuse_size_mismatch, 1u);
+    EXPECT_NE(log.text().find("-5 bytes, device 0): a negative size; freed with the 1000 bytes it was allocated with"),
+              std::string::npos)
+        << log.text();
+    EXPECT_EQ(log.text().find("18446744073709551611"), std::string::npos) << log.text();
+    int foreign = 0;
+    fragctl_torch_free(&foreign, -1, 0, stream_a);
+    EXPECT_NE(log.text().find("a negative size, and not a block of this allocator; ignored"), std::string::npos)
+        << log.text();
+    EXPECT_EQ(stats_of(d0).frees, 1u);
+    // The freed block comes back at once on its stream: nothing was lost.
+    void* again = fragctl_torch_alloc(1000, 0, stream_a);
+    EXPECT_EQ(again, p);
+    fragctl_torch_free(again, 1000, 0, stream_a);
   });
 }
 
