@@ -147,6 +147,8 @@ void histogram(markup& out, const allocator_stats& s) {
 void wasted(markup& out, const memory_snapshot& m) {
   const auto ranked = report_detail::rank_wasted(m);
   out.emit("<h3>Top wasted regions</h3>\n");
+  for (const std::string& warning : report_detail::map_inconsistencies(m))
+    out.emit("<p class=\"warning\">warning: {}</p>\n", warning);
   if (ranked.empty()) {
     out.emit("<p class=\"note\">no segment holds free or pending bytes</p>\n");
     return;

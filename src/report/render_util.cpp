@@ -2,6 +2,7 @@
 #include "report/render_util.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "fmt/format.h"
 #include "util/strings.hpp"
@@ -47,6 +48,41 @@ std::vector<std::string> inconsistencies(const allocator_stats& s) {
   if (s.requested.peak > s.reserved.peak)
     out.push_back(fmt::format("inconsistent report: peak requested {} above peak reserved {}", bytes(s.requested.peak),
                               bytes(s.reserved.peak)));
+  return out;
+}
+
+std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size_t most) {
+  std::vector<std::string> out;
+  std::size_t found = 0;
+  const auto note = [&](std::string sentence) {
+    if (++found <= most) out.push_back(std::move(sentence));
+  };
+  std::vector<const memory_block*> blocks;
+  for (const memory_segment& seg : m.segments) {
+    // Unsigned ends, as a damaged file may hold any value: a block's end
+    // that wraps is past every segment's.
+    const std::uintptr_t seg_end =
+        seg.size > UINTPTR_MAX - seg.address ? UINTPTR_MAX : seg.address + seg.size;
+    blocks.clear();
+    for (const memory_block& b : seg.blocks) {
+      const bool wraps = b.size > UINTPTR_MAX - b.address;
+      if (b.address < seg.address || wraps || b.address + b.size > seg_end) {
+        note(fmt::format("inconsistent report: a block of {} at {:#x} is not within its segment [{:#x}, +{})",
+                         bytes(b.size), b.address, seg.address, bytes(seg.size)));
+      }
+      blocks.push_back(&b);
+    }
+    std::sort(blocks.begin(), blocks.end(),
+              [](const memory_block* a, const memory_block* b) { return a->address < b->address; });
+    for (std::size_t i = 1; i < blocks.size(); ++i) {
+      const memory_block& a = *blocks[i - 1];
+      if (a.size > blocks[i]->address - a.address) {
+        note(fmt::format("inconsistent report: blocks at {:#x} (+{}) and {:#x} overlap in segment {:#x}", a.address,
+                         bytes(a.size), blocks[i]->address, seg.address));
+      }
+    }
+  }
+  if (found > most) out.push_back(fmt::format("inconsistent report: {} more such blocks", found - most));
   return out;
 }
 

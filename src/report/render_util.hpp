@@ -29,6 +29,13 @@ namespace fragctl::report_detail {
 /// statistics of a real run.
 [[nodiscard]] std::vector<std::string> inconsistencies(const allocator_stats& s);
 
+/// Sentences naming the blocks of `m` that contradict their segments, as a
+/// damaged or hand-edited report has them: a block that starts before its
+/// segment or ends past it, and blocks of one segment that overlap (each
+/// map a real run writes tiles its segments with its blocks). At most
+/// `most` sentences, then one counting the rest. Empty for a real run's map.
+[[nodiscard]] std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size_t most = 3);
+
 /// One segment of a map and where its bytes went.
 struct segment_waste {
   const memory_segment* segment = nullptr;

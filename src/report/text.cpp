@@ -69,6 +69,7 @@ void wasted_section(std::string& out, const run_report& r, std::size_t top) {
     return;
   }
   section(out, fmt::format("Top wasted regions (memory map {})", printable(m->label)));
+  for (const std::string& warning : report_detail::map_inconsistencies(m->map)) line(out, "  warning: " + warning);
   const std::vector<report_detail::segment_waste> ranked = report_detail::rank_wasted(m->map);
   out += fmt::format("  {} segment{}, {} reserved: {} live, {} free, {} pending\n", m->map.segments.size(),
                      m->map.segments.size() == 1 ? "" : "s",

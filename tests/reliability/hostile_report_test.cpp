@@ -333,6 +333,45 @@ TEST(hostile_report, inconsistent_figures_are_named_in_a_warning) {
   }
 }
 
+// Low (red team): a memory map whose block is larger than its segment, or
+// whose blocks overlap, rendered as if it were whole. The text and the page
+// name each contradiction, at most three and a count of the rest; a real
+// run's maps raise none (the positive control above renders every
+// policy's without a warning).
+TEST(hostile_report, a_block_past_its_segment_or_overlapping_another_is_named_in_a_warning) {
+  run_report r = replayed_run();
+  labelled_map damaged;
+  damaged.label = "damaged";
+  damaged.map.available = true;
+  memory_segment seg{0x200000, 2 * MiB, nullptr, "large", {}};
+  seg.blocks.push_back({0x200000, 1 * MiB, 1 * MiB, block_use::live, nullptr});
+  seg.blocks.push_back({0x300000, 4 * MiB, 0, block_use::free, nullptr});  // past the segment's end
+  damaged.map.segments.push_back(seg);
+  memory_segment other{0x800000, 2 * MiB, nullptr, "large", {}};
+  other.blocks.push_back({0x800000, 1 * MiB, 1 * MiB, block_use::live, nullptr});
+  other.blocks.push_back({0x880000, 1 * MiB, 1 * MiB, block_use::live, nullptr});  // overlaps the first
+  other.blocks.push_back({0x100000, 512 * KiB, 0, block_use::free, nullptr});      // before the segment
+  damaged.map.segments.push_back(other);
+  r.maps = {damaged};
+  const std::string text = render_text(r);
+  EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: a block of 4.00 MiB at 0x300000 is not within its "
+                              "segment [0x200000, +2.00 MiB)\n"));
+  EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: blocks at 0x800000 (+1.00 MiB) and 0x880000 overlap "
+                              "in segment 0x800000\n"));
+  EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: a block of 512.00 KiB at 0x100000 is not within its "
+                              "segment [0x800000, +2.00 MiB)\n"));
+  EXPECT_EQ(occurrences(render_html({r}), "<p class=\"warning\">warning: inconsistent report: "), 3u);
+  // Many: three named, the rest counted.
+  for (std::uintptr_t a = 0x10000000; a < 0x10000000 + 10 * MiB; a += MiB) {
+    r.maps.front().map.segments.front().blocks.push_back({a, 512, 0, block_use::free, nullptr});
+  }
+  const std::vector<std::string> many = report_detail::map_inconsistencies(r.maps.front().map);
+  ASSERT_EQ(many.size(), 4u);
+  EXPECT_EQ(many.back(), "inconsistent report: 10 more such blocks");
+  // A whole map, the first of a real run: none.
+  EXPECT_THAT(report_detail::map_inconsistencies(replayed_run().maps.front().map), ::testing::IsEmpty());
+}
+
 // A damaged map's segment of 2^64 - 1 bytes took std::bit_ceil past 2^63,
 // its undefined case (found by fuzz_report_render; UBSan: "shift exponent
 // 64 is too large"), which on x86 drew rows of 1 byte.
