@@ -57,6 +57,21 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
 allocator_stack::~allocator_stack() {
   if (!cfg_.report_path.empty() || !cfg_.prometheus_path.empty()) retire_stats_export(this);
   leave_device_memory_ledger(*backend_);
+  top_.reset();  // before the streams it may still use as it ends
+  for (const stream_t s : streams_) {
+    try {
+      backend_->destroy_stream(s);
+    } catch (const std::exception& e) {
+      logger().warn("allocator stack: destroying stream {} failed: {}", s, e.what());
+    }
+  }
+}
+
+stream_t allocator_stack::create_stream() {
+  streams_.reserve(streams_.size() + 1);  // no leak if the push could throw
+  const stream_t s = backend_->create_stream();
+  streams_.push_back(s);
+  return s;
 }
 
 namespace {

@@ -144,7 +144,7 @@ round_result round_once(const slotted_trace& t, const config& cfg, bool whole_st
     const std::uint64_t id = t.ops[i].stream;
     if (id == 0) continue;
     auto it = streams.find(id);
-    if (it == streams.end()) it = streams.emplace(id, stack->backend().create_stream()).first;
+    if (it == streams.end()) it = streams.emplace(id, stack->create_stream()).first;
     stream_of[i] = it->second;
   }
   std::vector<void*> ptr(t.slots, nullptr);
@@ -174,7 +174,6 @@ round_result round_once(const slotted_trace& t, const config& cfg, bool whole_st
   for (std::uint32_t k = 0; k < t.slots; ++k) {
     if (ptr[k] != nullptr) a.deallocate(ptr[k], size[k], nullptr);
   }
-  for (const auto& [id, s] : streams) stack->backend().destroy_stream(s);
   return r;
 }
 

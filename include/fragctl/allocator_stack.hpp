@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "fragctl/backend.hpp"
 #include "fragctl/config.hpp"
@@ -68,6 +69,13 @@ class allocator_stack {
   /// the stack's FRAGCTL_REPORT document carries for it (include
   /// fragctl/stats_export.hpp).
   [[nodiscard]] stats_export_entry export_entry() const;
+  /// A new stream on the stack's backend that lives as long as the stack:
+  /// destroyed after the allocator and before the backend, so that what the
+  /// allocator does with its blocks' streams as it ends (a graph pool hands
+  /// its kept blocks back on them, a policy waits for their frees) finds
+  /// them alive. For callers whose streams serve only this stack (a trace
+  /// replay). Throws what the backend's create_stream throws.
+  [[nodiscard]] stream_t create_stream();
 
  private:
   // stats() and the device's free and total memory (memory_info, one
@@ -77,6 +85,7 @@ class allocator_stack {
   config cfg_;
   std::unique_ptr<device_backend> backend_;  // declared first: destroyed last
   std::unique_ptr<device_allocator> top_;
+  std::vector<stream_t> streams_;  // create_stream's, destroyed after top_
   statistics_adaptor* statistics_ = nullptr;
   limiting_adaptor* limiting_ = nullptr;
 };

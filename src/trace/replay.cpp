@@ -65,31 +65,23 @@ double median(std::vector<std::int64_t>& v) {
   return (lower + upper) / 2;
 }
 
-// Streams the replay created, destroyed when it ends (also on a throw).
+// The trace's streams, each a stream of the replay's stack
+// (allocator_stack::create_stream): they outlive its allocator, whose
+// teardown may still use them (a graph pool hands its kept blocks back on
+// them).
 class stream_table {
  public:
-  stream_table(const trace& t, device_backend& backend) : backend_(backend) {
+  stream_table(const trace& t, allocator_stack& stack) {
     for (const trace_event& e : t.events) {
-      if (e.stream != 0 && !streams_.contains(e.stream)) streams_.emplace(e.stream, backend_.create_stream());
+      if (e.stream != 0 && !streams_.contains(e.stream)) streams_.emplace(e.stream, stack.create_stream());
     }
   }
-  ~stream_table() {
-    for (const auto& [id, s] : streams_) {
-      try {
-        backend_.destroy_stream(s);
-      } catch (const std::exception&) {  // the device is gone; nothing left to do
-      }
-    }
-  }
-  stream_table(const stream_table&) = delete;
-  stream_table& operator=(const stream_table&) = delete;
 
   [[nodiscard]] stream_t operator[](std::uint64_t id) const {
     return id == 0 ? nullptr : streams_.at(id);
   }
 
  private:
-  device_backend& backend_;
   absl::flat_hash_map<std::uint64_t, stream_t> streams_;
 };
 
@@ -116,7 +108,7 @@ replay_result replay(const trace& t, const replay_options& options) {
   r.policy = options.policy.empty() ? default_policy(backend) : options.policy;
   r.clock_overhead_ns = clock_overhead_ns();
 
-  const stream_table streams(t, backend);
+  const stream_table streams(t, *stack);
   replay_detail::gpu_lag lag(options.lag, backend);
   absl::flat_hash_map<std::uint64_t, live_block> live;
   live.reserve(std::min<std::size_t>(t.events.size(), std::size_t{1} << 20));

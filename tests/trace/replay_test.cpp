@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/log_capture.hpp"
 #include "support/trace_support.hpp"
 
 namespace fragctl {
@@ -118,6 +119,29 @@ TEST(Replay, EachNonZeroStreamIdGetsItsOwnStream) {
   const replay_result r = replay(t, sim_options());
   EXPECT_EQ(r.stats.backend_calls.of(backend_call::create_stream), 2u);
   EXPECT_EQ(r.peak_requested, 3 * MiB);
+}
+
+// Low (red team): the trace's streams were destroyed before the replay's
+// allocator, whose teardown still used them: a graph pool hands its kept
+// blocks back on their streams, and every replay of a trace with streams
+// logged "cannot record an event on stream ... was destroyed". The streams
+// are the stack's now (allocator_stack::create_stream), destroyed after it.
+TEST(Replay, TheAllocatorsTeardownFindsTheTracesStreamsAlive) {
+  const trace t = hand_made_trace({
+      {action::alloc, 0x1000, 1 * MiB, 5, 1},
+      {action::free, 0x1000, 1 * MiB, 5, 2},
+      {action::alloc, 0x2000, 2 * MiB, 7, 3},
+      {action::free, 0x2000, 2 * MiB, 7, 4},
+      {action::alloc, 0x3000, 3 * MiB, 7, 5},
+  });
+  for (const char* policy : {"graph_pool", "graph_pool:arena", "caching", "arena"}) {
+    replay_options o = sim_options();
+    o.policy = policy;
+    const fragctl::testing::log_capture log;
+    const replay_result r = replay(t, o);
+    EXPECT_EQ(r.stats.backend_calls.of(backend_call::create_stream), 2u) << policy;
+    EXPECT_EQ(log.text(), "") << policy;
+  }
 }
 
 TEST(Replay, EmptyTrace) {
