@@ -429,8 +429,8 @@ FRAGCTL_API void* fragctl_torch_alloc(ssize_t size, int device, void* stream);
 
 /** Frees `ptr` (of `size` bytes, from fragctl_torch_alloc on `device`)
  * stream-ordered on `stream`. Never throws; misuse is logged and counted (a
- * negative `size` frees the block with the size it was allocated with and
- * says so; it counts as a wrong size). */
+ * negative `size` is refused with an error line: the block stays live, to be
+ * freed with its size). */
 FRAGCTL_API void fragctl_torch_free(void* ptr, ssize_t size, int device, void* stream);
 
 #ifdef __cplusplus

@@ -25,19 +25,13 @@ void fragctl_torch_free(void* ptr, ssize_t size, int device, void* stream) {
     return;
   }
   if (size < 0) [[unlikely]] {
-    // No size PyTorch passes: the block is found by its address and freed
-    // with the size it was allocated with (counted as a wrong size), and
-    // the warning names the size given, not its unsigned wrap.
-    const fragctl::free_result r = a->stack->allocator().try_deallocate(ptr, 0, stream);
-    if (r.status == fragctl::free_status::not_owned) {
-      fragctl::logger().warn("fragctl_torch_free({}, {} bytes, device {}): a negative size, and not a block of this "
-                             "allocator; ignored",
-                             ptr, size, device);
-    } else {
-      fragctl::logger().warn("fragctl_torch_free({}, {} bytes, device {}): a negative size; freed with the {} bytes "
-                             "it was allocated with",
-                             ptr, size, device, r.bytes);
-    }
+    // No size PyTorch passes. Freeing with some other size would not keep
+    // the statistics exact where the free is put off (a block with recorded
+    // stream uses: stream_use_adaptor takes the size it is given), so the
+    // call is refused and the block stays the caller's, to free with its size.
+    fragctl::logger().error("fragctl_torch_free({}, {} bytes, device {}): a negative size; not freed (free it with "
+                            "the size it was allocated with)",
+                            ptr, size, device);
     return;
   }
   a->stack->allocator().deallocate(ptr, static_cast<std::size_t>(size), stream);

@@ -482,35 +482,37 @@ TEST(CApiTorchDeathTest, AllocAndFreeUseTheDevicesDefaultAllocatorOnTheGivenStre
   });
 }
 
-// Low (red team): a negative size was cast to an unsigned one: the block was
-// freed, but the warning named 18446744073709551611 bytes. It is freed with
-// its own size and the warning names the size given; a foreign pointer with
-// a negative size is ignored (nothing freed), as with any size.
-TEST(CApiTorchDeathTest, ANegativeSizeFreesTheBlockAndSaysSo) {
+// Low (red team): a negative size was cast to an unsigned one: the warning
+// named 18446744073709551611 bytes, and a block with recorded stream uses
+// would have been freed later with the statistics short of its size. The
+// call is refused with an error naming the size given; the block stays live
+// and frees with its size, with or without recorded uses.
+TEST(CApiTorchDeathTest, ANegativeSizeIsRefusedAndTheBlockStaysLive) {
   in_fresh_process([] {
     ASSERT_EQ(fragctl_configure_defaults("arena", "sim_capacity:1GiB", "sim"), FRAGCTL_OK);
     void* p = fragctl_torch_alloc(1000, 0, stream_a);
+    void* q = fragctl_torch_alloc(3000, 0, stream_a);
     ASSERT_NE(p, nullptr);
+    ASSERT_NE(q, nullptr);
     fragctl_allocator* d0 = nullptr;
     ASSERT_EQ(fragctl_default_allocator(0, 0, &d0), FRAGCTL_OK);
+    void* const stream_b = reinterpret_cast<void*>(0x2000);
+    ASSERT_EQ(fragctl_record_stream(d0, q, stream_b), FRAGCTL_OK);
     const fragctl::testing::log_capture log;
     fragctl_torch_free(p, -5, 0, stream_a);
-    EXPECT_EQ(stats_of(d0).requested.current, 0u);
-    EXPECT_EQ(stats_of(d0).frees, 1u);
-    EXPECT_EQ(stats_of(d0).misuse_size_mismatch, 1u);
-    EXPECT_NE(log.text().find("-5 bytes, device 0): a negative size; freed with the 1000 bytes it was allocated with"),
+    fragctl_torch_free(q, -1, 0, stream_a);
+    EXPECT_EQ(stats_of(d0).requested.current, 4000u);
+    EXPECT_EQ(stats_of(d0).frees, 0u);
+    EXPECT_NE(log.text().find("-5 bytes, device 0): a negative size; not freed (free it with the size it was "
+                              "allocated with)"),
               std::string::npos)
         << log.text();
     EXPECT_EQ(log.text().find("18446744073709551611"), std::string::npos) << log.text();
-    int foreign = 0;
-    fragctl_torch_free(&foreign, -1, 0, stream_a);
-    EXPECT_NE(log.text().find("a negative size, and not a block of this allocator; ignored"), std::string::npos)
-        << log.text();
-    EXPECT_EQ(stats_of(d0).frees, 1u);
-    // The freed block comes back at once on its stream: nothing was lost.
-    void* again = fragctl_torch_alloc(1000, 0, stream_a);
-    EXPECT_EQ(again, p);
-    fragctl_torch_free(again, 1000, 0, stream_a);
+    fragctl_torch_free(p, 1000, 0, stream_a);
+    fragctl_torch_free(q, 3000, 0, stream_a);
+    EXPECT_EQ(stats_of(d0).requested.current, 0u);
+    EXPECT_EQ(stats_of(d0).frees, 2u);
+    EXPECT_EQ(stats_of(d0).misuse_size_mismatch, 0u);
   });
 }
 
