@@ -231,6 +231,8 @@ void run_section(markup& out, const run_report& r, std::size_t index) {
       } else {
         out.emit("<details><summary>Memory map {}</summary>\n<div class=\"figure\">\n{}</div></details>\n", m.label,
                  report_detail::map_svg(m, options, false, id));
+        for (const std::string& warning : report_detail::map_inconsistencies(m.map))
+          out.emit("<p class=\"warning\">warning (memory map {}): {}</p>\n", m.label, warning);
       }
     }
     wasted(out, primary->map);

@@ -72,8 +72,10 @@ std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size
       }
       blocks.push_back(&b);
     }
-    std::sort(blocks.begin(), blocks.end(),
-              [](const memory_block* a, const memory_block* b) { return a->address < b->address; });
+    // By address, the empty first: a block of 0 bytes overlaps nothing.
+    std::sort(blocks.begin(), blocks.end(), [](const memory_block* a, const memory_block* b) {
+      return a->address != b->address ? a->address < b->address : a->size < b->size;
+    });
     for (std::size_t i = 1; i < blocks.size(); ++i) {
       const memory_block& a = *blocks[i - 1];
       if (a.size > blocks[i]->address - a.address) {
@@ -82,7 +84,7 @@ std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size
       }
     }
   }
-  if (found > most) out.push_back(fmt::format("inconsistent report: {} more such blocks", found - most));
+  if (found > most) out.push_back(fmt::format("inconsistent report: {} more such contradictions", found - most));
   return out;
 }
 

@@ -34,6 +34,8 @@ namespace fragctl::report_detail {
 /// segment or ends past it, and blocks of one segment that overlap (each
 /// map a real run writes tiles its segments with its blocks). At most
 /// `most` sentences, then one counting the rest. Empty for a real run's map.
+/// The text report checks the map it draws (the primary one), the page
+/// every map it draws.
 [[nodiscard]] std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size_t most = 3);
 
 /// One segment of a map and where its bytes went.

@@ -361,13 +361,28 @@ TEST(hostile_report, a_block_past_its_segment_or_overlapping_another_is_named_in
   EXPECT_THAT(text, HasSubstr("\n  warning: inconsistent report: a block of 512.00 KiB at 0x100000 is not within its "
                               "segment [0x800000, +2.00 MiB)\n"));
   EXPECT_EQ(occurrences(render_html({r}), "<p class=\"warning\">warning: inconsistent report: "), 3u);
+  // The page draws every map: a damaged one after a whole one is named too.
+  run_report second = replayed_run();
+  second.maps = {replayed_run().maps.front(), damaged};
+  EXPECT_EQ(occurrences(render_html({second}), "<p class=\"warning\">warning (memory map damaged): inconsistent "
+                                               "report: "),
+            3u);
+  EXPECT_EQ(occurrences(render_html({second}), "inconsistent report: "), 3u);
+  // A block of 0 bytes at another's address overlaps nothing.
+  labelled_map empty_block;
+  empty_block.map.available = true;
+  memory_segment tiled{0x200000, 2 * MiB, nullptr, "large", {}};
+  tiled.blocks.push_back({0x200000, 2 * MiB, 2 * MiB, block_use::live, nullptr});
+  tiled.blocks.push_back({0x200000, 0, 0, block_use::free, nullptr});
+  empty_block.map.segments.push_back(tiled);
+  EXPECT_THAT(report_detail::map_inconsistencies(empty_block.map), ::testing::IsEmpty());
   // Many: three named, the rest counted.
   for (std::uintptr_t a = 0x10000000; a < 0x10000000 + 10 * MiB; a += MiB) {
     r.maps.front().map.segments.front().blocks.push_back({a, 512, 0, block_use::free, nullptr});
   }
   const std::vector<std::string> many = report_detail::map_inconsistencies(r.maps.front().map);
   ASSERT_EQ(many.size(), 4u);
-  EXPECT_EQ(many.back(), "inconsistent report: 10 more such blocks");
+  EXPECT_EQ(many.back(), "inconsistent report: 10 more such contradictions");
   // A whole map, the first of a real run: none.
   EXPECT_THAT(report_detail::map_inconsistencies(replayed_run().maps.front().map), ::testing::IsEmpty());
 }
