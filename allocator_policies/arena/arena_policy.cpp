@@ -18,7 +18,7 @@
 //
 // Page stitching (granule_map.hpp). Physical memory is mapped in spans: one
 // handle over a run of granules (2 MiB on H100/H200), at most map_chunk bytes
-// (16 MiB by default). Each granule counts the live blocks touching it; a
+// (16 MiB by default). Each span counts its granules live blocks touch; a
 // span none of whose granules is touched is "cached" (kept mapped). A block
 // landing on unmapped granules fills them from the pool of unmapped handles
 // that fit, then steals whole cached spans that fit (unmapping them), and

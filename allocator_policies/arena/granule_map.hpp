@@ -3,9 +3,11 @@
 // The reserved range is cut into granules (the backend's granularity, 2 MiB
 // on H100/H200). Physical memory comes in *spans*: one handle mapped over a
 // run of consecutive granules, at most `max_span` bytes long. For each granule
-// the map keeps how many live blocks touch it and the span mapped there, if
-// any; for each span, how many of its granules are touched, the stamp of the
-// frees that touched it (stream_clock) and when it was last wholly free.
+// the map keeps the span mapped there, if any, and how many live blocks have
+// it as their first or last granule; for each span, how many of its granules
+// live blocks touch (on_allocate counts a block's granules between its first
+// and last in their spans directly), the stamp of the frees that touched it
+// (stream_clock) and when it was last wholly free.
 //
 // Why spans. A driver call costs about the same whatever the size of the
 // handle (on an H200: create 9 us, map 1 us, set_access 25 us, unmap 16 us
@@ -259,8 +261,10 @@ class granule_map {
     physical_handle handle;
   };
   /// The spans mapped under [addr, addr + bytes) in address order, if every
-  /// granule of it is mapped (not paused) and touched by a live block;
-  /// else empty. Allocates; for sharing, not for hot paths.
+  /// granule of it is mapped (not paused) in a span a live block touches;
+  /// else empty. Whether the range itself is live memory is the caller's
+  /// check (arena_policy's share asks live_over first). Allocates; for
+  /// sharing, not for hot paths.
   [[nodiscard]] std::vector<span_view> spans_under(std::uintptr_t addr, std::size_t bytes) const;
   /// Bytes of paused spans (address space whose memory was given back).
   [[nodiscard]] std::size_t paused_bytes() const noexcept;
