@@ -68,9 +68,13 @@ allocator_stack::~allocator_stack() {
 }
 
 stream_t allocator_stack::create_stream() {
-  streams_.reserve(streams_.size() + 1);  // no leak if the push could throw
   const stream_t s = backend_->create_stream();
-  streams_.push_back(s);
+  try {
+    streams_.push_back(s);
+  } catch (...) {
+    backend_->destroy_stream(s);
+    throw;
+  }
   return s;
 }
 

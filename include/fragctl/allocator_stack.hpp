@@ -85,9 +85,9 @@ class allocator_stack {
   config cfg_;
   std::unique_ptr<device_backend> backend_;  // declared first: destroyed last
   std::unique_ptr<device_allocator> top_;
-  std::vector<stream_t> streams_;  // create_stream's, destroyed after top_
   statistics_adaptor* statistics_ = nullptr;
   limiting_adaptor* limiting_ = nullptr;
+  std::vector<stream_t> streams_;  // create_stream's: the destructor destroys them after top_
 };
 
 /// Builds the backend cfg names and the stack on it.
