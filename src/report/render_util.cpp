@@ -72,15 +72,22 @@ std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size
       }
       blocks.push_back(&b);
     }
-    // By address, the empty first: a block of 0 bytes overlaps nothing.
-    std::sort(blocks.begin(), blocks.end(), [](const memory_block* a, const memory_block* b) {
-      return a->address != b->address ? a->address < b->address : a->size < b->size;
-    });
-    for (std::size_t i = 1; i < blocks.size(); ++i) {
-      const memory_block& a = *blocks[i - 1];
-      if (a.size > blocks[i]->address - a.address) {
-        note(fmt::format("inconsistent report: blocks at {:#x} (+{}) and {:#x} overlap in segment {:#x}", a.address,
-                         bytes(a.size), blocks[i]->address, seg.address));
+    // In address order, each block against the one reaching furthest
+    // before it; a block of 0 bytes overlaps nothing.
+    std::sort(blocks.begin(), blocks.end(),
+              [](const memory_block* a, const memory_block* b) { return a->address < b->address; });
+    const memory_block* reacher = nullptr;
+    std::uintptr_t reach = 0;
+    for (const memory_block* b : blocks) {
+      if (b->size == 0) continue;
+      if (reacher != nullptr && b->address < reach) {
+        note(fmt::format("inconsistent report: blocks at {:#x} (+{}) and {:#x} overlap in segment {:#x}",
+                         reacher->address, bytes(reacher->size), b->address, seg.address));
+      }
+      const std::uintptr_t end = b->size > UINTPTR_MAX - b->address ? UINTPTR_MAX : b->address + b->size;
+      if (reacher == nullptr || end > reach) {
+        reacher = b;
+        reach = end;
       }
     }
   }

@@ -376,6 +376,20 @@ TEST(hostile_report, a_block_past_its_segment_or_overlapping_another_is_named_in
   tiled.blocks.push_back({0x200000, 0, 0, block_use::free, nullptr});
   empty_block.map.segments.push_back(tiled);
   EXPECT_THAT(report_detail::map_inconsistencies(empty_block.map), ::testing::IsEmpty());
+  // A block reaching over the next two is named against each, an empty
+  // block between them or not.
+  labelled_map wide;
+  wide.map.available = true;
+  memory_segment covering{0x200000, 8 * MiB, nullptr, "large", {}};
+  covering.blocks.push_back({0x200000, 8 * MiB, 8 * MiB, block_use::live, nullptr});
+  covering.blocks.push_back({0x300000, 0, 0, block_use::free, nullptr});
+  covering.blocks.push_back({0x400000, 1 * MiB, 1 * MiB, block_use::live, nullptr});
+  covering.blocks.push_back({0x600000, 1 * MiB, 1 * MiB, block_use::live, nullptr});
+  wide.map.segments.push_back(covering);
+  EXPECT_THAT(report_detail::map_inconsistencies(wide.map),
+              ::testing::ElementsAre(
+                  "inconsistent report: blocks at 0x200000 (+8.00 MiB) and 0x400000 overlap in segment 0x200000",
+                  "inconsistent report: blocks at 0x200000 (+8.00 MiB) and 0x600000 overlap in segment 0x200000"));
   // Many: three named, the rest counted.
   for (std::uintptr_t a = 0x10000000; a < 0x10000000 + 10 * MiB; a += MiB) {
     r.maps.front().map.segments.front().blocks.push_back({a, 512, 0, block_use::free, nullptr});
