@@ -26,20 +26,6 @@ bool needs_escaping(std::string_view text) noexcept {
   return false;
 }
 
-// Each line of `text` through util::printable, the line breaks kept: a
-// message of several lines (an OOM's description) still reads as lines.
-std::string printable_lines(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 16);
-  for (std::size_t start = 0;;) {
-    const std::size_t end = text.find('\n', start);
-    out += util::printable(text.substr(start, end == std::string_view::npos ? end : end - start));
-    if (end == std::string_view::npos) return out;
-    out += '\n';
-    start = end + 1;
-  }
-}
-
 // spdlog's stderr sink, whose lock (spdlog's one console mutex) fork
 // handlers can take: a child must not inherit it held by another thread.
 // Every message reaches the terminal as util::printable writes it, line by
@@ -57,7 +43,7 @@ class stderr_sink final : public spdlog::sinks::stderr_sink_mt {
       spdlog::sinks::stderr_sink_mt::log(msg);
       return;
     }
-    const std::string safe = printable_lines(text);
+    const std::string safe = util::printable_lines(text);
     spdlog::details::log_msg shown = msg;
     shown.payload = spdlog::string_view_t(safe.data(), safe.size());
     spdlog::sinks::stderr_sink_mt::log(shown);

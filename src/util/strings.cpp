@@ -132,4 +132,16 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+std::string printable_lines(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  bool first = true;
+  for (const std::string_view line : split(s, '\n')) {
+    if (!first) out.push_back('\n');
+    first = false;
+    out += printable(line);
+  }
+  return out;
+}
+
 }  // namespace fragctl::util

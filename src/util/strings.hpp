@@ -45,5 +45,9 @@ namespace fragctl::util {
 /// reading, not reversible). Text from files, file names and the environment
 /// passes through this before it is printed. Thread-safe.
 [[nodiscard]] std::string printable(std::string_view s);
+/// Each line of `s` through printable, the line breaks between them kept:
+/// a message of several lines (an error quoting a file, an OOM's
+/// description) still reads as lines on the terminal. Thread-safe.
+[[nodiscard]] std::string printable_lines(std::string_view s);
 
 }  // namespace fragctl::util

@@ -27,18 +27,6 @@ const std::vector<command>& commands() {
   return table;
 }
 
-// An error message for the terminal: it may quote a file's content or name
-// (a trace row, a report field), so each line is shown through
-// util::printable; the message's own line breaks stay.
-std::string printable_lines(std::string_view message) {
-  std::string out;
-  for (const std::string_view line : util::split(message, '\n')) {
-    if (!out.empty()) out.push_back('\n');
-    out += util::printable(line);
-  }
-  return out;
-}
-
 const command* find_command(std::string_view name) {
   for (const command& c : commands())
     if (c.spec->name == name) return &c;
@@ -95,6 +83,8 @@ int run(const std::vector<std::string>& args) {
     return 2;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
+  // An error may quote a file's content or name (a trace row, a report
+  // field): each line of it is shown escaped.
   try {
     const arguments parsed = parse_arguments(*c->spec, rest);
     if (parsed.help) {
@@ -103,10 +93,12 @@ int run(const std::vector<std::string>& args) {
     }
     return c->run(parsed);
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), printable_lines(e.what()).c_str());
+    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(),
+                 util::printable_lines(e.what()).c_str());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(), printable_lines(e.what()).c_str());
+    std::fprintf(stderr, "fragctl %s: %s\n", std::string(c->spec->name).c_str(),
+                 util::printable_lines(e.what()).c_str());
     return 1;
   }
 }
