@@ -57,12 +57,15 @@ std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size
   const auto note = [&](std::string sentence) {
     if (++found <= most) out.push_back(std::move(sentence));
   };
+  // A damaged file may hold any value: an end past the address space is
+  // read as its last address (a block whose end wraps is past every
+  // segment's, below).
+  const auto end_of = [](std::uintptr_t address, std::size_t size) -> std::uintptr_t {
+    return size > UINTPTR_MAX - address ? UINTPTR_MAX : address + size;
+  };
   std::vector<const memory_block*> blocks;
   for (const memory_segment& seg : m.segments) {
-    // Unsigned ends, as a damaged file may hold any value: a block's end
-    // that wraps is past every segment's.
-    const std::uintptr_t seg_end =
-        seg.size > UINTPTR_MAX - seg.address ? UINTPTR_MAX : seg.address + seg.size;
+    const std::uintptr_t seg_end = end_of(seg.address, seg.size);
     blocks.clear();
     for (const memory_block& b : seg.blocks) {
       const bool wraps = b.size > UINTPTR_MAX - b.address;
@@ -84,7 +87,7 @@ std::vector<std::string> map_inconsistencies(const memory_snapshot& m, std::size
         note(fmt::format("inconsistent report: blocks at {:#x} (+{}) and {:#x} overlap in segment {:#x}",
                          reacher->address, bytes(reacher->size), b->address, seg.address));
       }
-      const std::uintptr_t end = b->size > UINTPTR_MAX - b->address ? UINTPTR_MAX : b->address + b->size;
+      const std::uintptr_t end = end_of(b->address, b->size);
       if (reacher == nullptr || end > reach) {
         reacher = b;
         reach = end;
