@@ -368,6 +368,12 @@ TEST(hostile_report, a_block_past_its_segment_or_overlapping_another_is_named_in
                                                "report: "),
             3u);
   EXPECT_EQ(occurrences(render_html({second}), "inconsistent report: "), 3u);
+  // The warning quotes the map's label, from the file: text, not markup.
+  second.maps.back().label = "<script>document.title='PWNED'</script>";
+  const std::string page = render_html({second});
+  EXPECT_THAT(page, Not(HasSubstr("<script>document.title='PWNED'")));
+  EXPECT_THAT(page, HasSubstr("warning (memory map &lt;script&gt;document.title="));
+  EXPECT_EQ(occurrences(page, "<script"), 1u);  // the page's own
   // A block of 0 bytes at another's address overlaps nothing.
   labelled_map empty_block;
   empty_block.map.available = true;
