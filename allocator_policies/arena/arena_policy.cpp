@@ -758,6 +758,19 @@ free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t s
   return {bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
 }
 
+std::optional<free_result> arena_policy::do_check_free(void* ptr, std::size_t bytes) const {
+  const impl& s = *impl_;
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  // As do_deallocate looks: a planned block first; the plan's ranges are
+  // live blocks of the arena that no caller was given.
+  std::size_t requested = s.plan.in_region(addr) ? s.plan.live_requested(addr) : 0;
+  if (requested == 0 && !std::binary_search(s.plan_blocks.begin(), s.plan_blocks.end(), addr)) {
+    if (const std::uint32_t id = s.blocks.find_live(addr); id != nil) requested = s.blocks.at(id).requested;
+  }
+  if (requested == 0) return free_result{free_status::not_owned, 0};
+  return free_result{bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
+}
+
 std::size_t arena_policy::do_allocation_size(std::size_t bytes) const noexcept {
   return round_up(bytes, block_index::unit);
 }

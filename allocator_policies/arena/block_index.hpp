@@ -89,6 +89,13 @@ class address_table {
   }
   /// Removes `addr` and returns its id; nil when absent.
   [[nodiscard]] std::uint32_t take(std::uintptr_t addr) noexcept { return take_entry(addr).id; }
+  /// The id of `addr`, left in place; nil when absent.
+  [[nodiscard]] std::uint32_t find(std::uintptr_t addr) const noexcept {
+    if (slots_.empty()) return nil;
+    for (std::size_t i = home(addr);; i = (i + 1) & mask_) {
+      if (slots_[i].id == nil || slots_[i].addr == addr) return slots_[i].id;
+    }
+  }
 
  private:
   struct slot {
@@ -189,6 +196,8 @@ class block_index {
   /// Forgets the live block at `addr` and returns it (nil if there is none);
   /// release() must follow.
   [[nodiscard]] std::uint32_t take_live(std::uintptr_t addr) noexcept { return live_.take(addr); }
+  /// The live block at `addr`, left live; nil if there is none.
+  [[nodiscard]] std::uint32_t find_live(std::uintptr_t addr) const noexcept { return live_.find(addr); }
   /// A live block taken by take_sized(): its id (nil if there was none) and
   /// its size, read from the live-block table rather than the block's node,
   /// so that a free can go on with the size while the node is still loading.

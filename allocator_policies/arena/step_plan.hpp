@@ -141,6 +141,11 @@ class step_plan {
     std::size_t requested = 0;  // 0: not a live planned block
   };
   [[nodiscard]] freed free_planned(std::uintptr_t addr, std::uint32_t stream) noexcept;
+  /// The requested size of the live planned block at `addr`; 0 when none starts there.
+  [[nodiscard]] std::size_t live_requested(std::uintptr_t addr) const noexcept {
+    const auto it = live_.find(addr);
+    return it == live_.end() ? 0 : it->second.requested;
+  }
   /// Appends the live planned blocks that meet [lo, hi) to `out`, as
   /// [start, end) ranges (O(live planned blocks)).
   void live_blocks_in(std::uintptr_t lo, std::uintptr_t hi,

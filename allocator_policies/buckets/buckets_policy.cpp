@@ -65,6 +65,8 @@ struct buckets_policy::impl {
   [[nodiscard]] slab* new_slab(stream_pool& pool, std::size_t cls);
   [[nodiscard]] void* upstream_allocate(std::size_t bytes, stream_t stream);
   [[nodiscard]] slab* find_slab(std::uintptr_t p) const noexcept;
+  [[nodiscard]] static std::optional<std::uint32_t> live_slot(const slab* s, std::uintptr_t p) noexcept;
+  [[nodiscard]] std::optional<free_result> check_free(void* ptr, std::size_t bytes) const;
   void push_free(slab* s, std::uint32_t slot) noexcept;
   void hold_free(slab* s, std::uint32_t slot, stream_t stream) noexcept;
   void became_empty(slab* s) noexcept;
@@ -320,16 +322,33 @@ buckets_policy::impl::slab* buckets_policy::impl::find_slab(std::uintptr_t p) co
   return s;
 }
 
+// The live slot of slab `s` that starts at `p`, or none (an interior
+// pointer, a slot never carved or free).
+std::optional<std::uint32_t> buckets_policy::impl::live_slot(const slab* s, std::uintptr_t p) noexcept {
+  const std::uint64_t offset = p - s->base;
+  const auto slot = static_cast<std::uint32_t>((offset * s->reciprocal) >> 32);
+  if (std::uint64_t{slot} * s->slot_size != offset || slot >= s->carved || !s->is_live(slot)) return std::nullopt;
+  return slot;
+}
+
+std::optional<free_result> buckets_policy::impl::check_free(void* ptr, std::size_t bytes) const {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  const slab* s = find_slab(p);
+  if (s == nullptr) return upstream_->check_free(ptr, bytes);
+  const std::optional<std::uint32_t> slot = live_slot(s, p);
+  if (!slot) return free_result{free_status::not_owned, 0};
+  const std::size_t requested = s->requested[*slot];
+  return free_result{bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
+}
+
 free_result buckets_policy::impl::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
   slab* s = find_slab(p);
   if (s == nullptr) return upstream_->try_deallocate(ptr, bytes, stream);
 
-  const std::uint64_t offset = p - s->base;
-  const auto slot = static_cast<std::uint32_t>((offset * s->reciprocal) >> 32);
-  if (std::uint64_t{slot} * s->slot_size != offset || slot >= s->carved || !s->is_live(slot)) {
-    return {free_status::not_owned, 0};
-  }
+  const std::optional<std::uint32_t> live = live_slot(s, p);
+  if (!live) return {free_status::not_owned, 0};
+  const std::uint32_t slot = *live;
   s->flip(slot);
   --s->live;
   const std::size_t slot_size = s->slot_size;  // push_free may release the slab
@@ -488,6 +507,9 @@ std::size_t buckets_policy::empty_slabs() const noexcept { return impl_->empty_s
 void* buckets_policy::do_allocate(std::size_t bytes, stream_t stream) { return impl_->do_allocate(bytes, stream); }
 free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   return impl_->do_deallocate(ptr, bytes, stream);
+}
+std::optional<free_result> buckets_policy::do_check_free(void* ptr, std::size_t bytes) const {
+  return impl_->check_free(ptr, bytes);
 }
 std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept {
   return impl_->do_allocation_size(bytes);

@@ -562,6 +562,14 @@ void* caching_policy::do_allocate(std::size_t bytes, stream_t stream) { return i
 free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   return impl_->do_deallocate(ptr, bytes, stream);
 }
+std::optional<free_result> caching_policy::do_check_free(void* ptr, std::size_t bytes) const {
+  const auto it = impl_->live_.find(ptr);
+  if (it == impl_->live_.end()) return free_result{free_status::not_owned, 0};
+  const std::size_t requested = it->second->requested;
+  // As do_deallocate judges: the request or its rounded size.
+  const bool right = bytes == requested || bytes == round_request(requested);
+  return free_result{right ? free_status::ok : free_status::size_mismatch, requested};
+}
 std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept {
   return impl_->do_allocation_size(bytes);
 }

@@ -149,6 +149,12 @@ memory_snapshot graph_pool_policy::do_memory_map() const {
   return map;
 }
 
+std::optional<free_result> graph_pool_policy::do_check_free(void* ptr, std::size_t bytes) const {
+  const auto it = live_.find(ptr);
+  if (it == live_.end()) return free_result{free_status::not_owned, 0};
+  return free_result{bytes == it->second.bytes ? free_status::ok : free_status::size_mismatch, it->second.bytes};
+}
+
 std::optional<block_record> graph_pool_policy::do_block_info(void* ptr) const {
   const auto it = live_.find(ptr);
   if (it == live_.end()) return std::nullopt;

@@ -91,6 +91,7 @@ class graph_pool_policy final : public device_allocator {
   std::optional<block_record> do_block_info(void* ptr) const override;
   void do_enable_peer_access(int peer) override { upstream_->enable_peer_access(peer); }
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
+  std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
 
   void* reuse(std::size_t bytes, stream_t stream);
   void take(kept_index::iterator it);

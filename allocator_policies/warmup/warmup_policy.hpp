@@ -149,6 +149,9 @@ class warmup_policy final : public device_allocator {
   void do_release_cached() override;
   void do_enable_peer_access(int peer) override { upstream_->enable_peer_access(peer); }
   shared_memory do_share(void* ptr, std::size_t bytes) const override { return upstream_->share(ptr, bytes); }
+  std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override {
+    return upstream_->check_free(ptr, bytes);
+  }
   device_backend& do_backend() const noexcept override { return upstream_->backend(); }
   std::string_view do_name() const noexcept override { return name_; }
   memory_snapshot do_memory_map() const override { return upstream_->memory_map(); }

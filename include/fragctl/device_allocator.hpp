@@ -168,6 +168,17 @@ class device_allocator {
   /// Never counts misuse.
   [[nodiscard]] std::optional<block_record> block_info(void* ptr) const { return do_block_info(ptr); }
 
+  /// What deallocate(ptr, bytes) would find now, without freeing anything or
+  /// counting misuse: not_owned where `ptr` is not the start of a live block
+  /// of this allocator (another allocator's, an interior pointer, one freed
+  /// already), size_mismatch where `bytes` is not a size the block's free
+  /// accepts, else ok; with the size deallocate would give. Every policy
+  /// and adaptor of the library answers (O(1)); std::nullopt where an
+  /// allocator cannot tell (the default, for allocators written outside it).
+  [[nodiscard]] std::optional<free_result> check_free(void* ptr, std::size_t bytes) const {
+    return do_check_free(ptr, bytes);
+  }
+
   /// The size a request of `bytes` occupies after the policy's rounding.
   [[nodiscard]] std::size_t allocation_size(std::size_t bytes) const noexcept {
     return do_allocation_size(bytes);
@@ -281,6 +292,10 @@ class device_allocator {
   virtual void do_enable_peer_access(int peer);
   // Optional: the default refuses (a policy says what lies under its blocks).
   virtual shared_memory do_share(void* ptr, std::size_t bytes) const;
+  // Optional: the default cannot tell (std::nullopt).
+  virtual std::optional<free_result> do_check_free(void* /*ptr*/, std::size_t /*bytes*/) const {
+    return std::nullopt;
+  }
 
   // The cold halves of allocate and deallocate (inline above, as every
   // adaptor calls them on its upstream on each malloc and free).

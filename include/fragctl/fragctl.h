@@ -110,7 +110,10 @@ FRAGCTL_API fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr,
  * allocator (PyTorch's Tensor.record_stream): when `ptr` is freed later, on
  * whatever stream, the block is neither handed out again nor given back to
  * the device until `stream` has passed the point of the free. Costs nothing
- * at free time (one event per stream is recorded when someone asks). */
+ * at free time (one event per stream is recorded when someone asks). A
+ * pointer where no live block of this allocator starts (another allocator's,
+ * an interior or freed one) records nothing and returns OK, as PyTorch's
+ * recordStream skips a pointer that is not its own. */
 FRAGCTL_API fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream);
 
 /** What the addresses an allocator hands out refer to. Values are stable

@@ -33,5 +33,8 @@ bool forwarding_adaptor::do_paused() const { return upstream_->paused(); }
 std::optional<block_record> forwarding_adaptor::do_block_info(void* ptr) const { return upstream_->block_info(ptr); }
 void forwarding_adaptor::do_enable_peer_access(int peer) { upstream_->enable_peer_access(peer); }
 shared_memory forwarding_adaptor::do_share(void* ptr, std::size_t bytes) const { return upstream_->share(ptr, bytes); }
+std::optional<free_result> forwarding_adaptor::do_check_free(void* ptr, std::size_t bytes) const {
+  return upstream_->check_free(ptr, bytes);
+}
 
 }  // namespace fragctl

@@ -10,8 +10,14 @@
 // free is complete, the free goes upstream, stream-ordered on the block's own
 // stream as usual.
 //
-// The table of recorded uses is empty in single-stream programs, so a free
-// costs one branch more than without the adaptor. Deferred frees are looked
+// A deferred free's pointer is remembered until the free goes upstream: a
+// second free of it meanwhile is a double free (not_owned), never passed on,
+// where the policy would free the block at once, under the other stream's
+// work, and the deferred free later whatever block was then at that address.
+//
+// The table of recorded uses and the deferred frees are empty in
+// single-stream programs, so a free costs one branch more than without the
+// adaptor. Deferred frees are looked
 // at oldest first on each allocation, stopping at the first that is not
 // complete: stamps of one stream complete in order, so this finds nearly
 // all that can go and costs one event query per allocation while any wait.
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "core/stream_clock.hpp"
 #include "fragctl/adaptors.hpp"
@@ -52,6 +59,7 @@ struct stream_use_adaptor::impl {
         if (!clock.complete(stamp)) return;
       }
       upstream.deallocate(d.ptr, d.bytes, d.stream);
+      waiting.erase(d.ptr);
       deferred.pop_front();
     }
   }
@@ -59,6 +67,7 @@ struct stream_use_adaptor::impl {
   stream_clock clock;
   absl::flat_hash_map<void*, absl::InlinedVector<stream_t, 2>> uses;  // live blocks used elsewhere
   std::deque<deferred_free> deferred;
+  absl::flat_hash_set<void*> waiting;  // the pointers of `deferred`
 };
 
 stream_use_adaptor::stream_use_adaptor(std::unique_ptr<device_allocator> upstream)
@@ -97,31 +106,61 @@ void* stream_use_adaptor::allocate_handing_back(std::size_t bytes, stream_t stre
 }
 
 free_result stream_use_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
-  if (impl_->uses.empty()) [[likely]] return upstream().try_deallocate(ptr, bytes, stream);
+  if (impl_->uses.empty() && impl_->waiting.empty()) [[likely]] return upstream().try_deallocate(ptr, bytes, stream);
   return deallocate_recorded(ptr, bytes, stream);
 }
 
 free_result stream_use_adaptor::deallocate_recorded(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   impl& s = *impl_;
+  if (s.waiting.contains(ptr)) return {free_status::not_owned, 0};  // freed already; its free waits
   const auto it = s.uses.find(ptr);
   if (it == s.uses.end()) return upstream().try_deallocate(ptr, bytes, stream);
+  // The free goes upstream later: a wrong size is judged now, as the
+  // policy would judge it, and the free put off with the block's own size
+  // (the statistics above count that size, and misuse is reported once).
+  free_result result{free_status::ok, bytes};
+  if (const auto judged = upstream().check_free(ptr, bytes); judged && judged->status == free_status::size_mismatch) {
+    result = *judged;
+    bytes = judged->bytes;
+  }
   try {
     impl::deferred_free d{ptr, bytes, stream, {}};
     for (stream_t used : it->second) d.waits.push_back(s.clock.on_free(s.clock.index_of(used)));
-    s.deferred.push_back(std::move(d));
+    s.waiting.insert(ptr);
+    try {
+      s.deferred.push_back(std::move(d));
+    } catch (...) {
+      s.waiting.erase(ptr);
+      throw;
+    }
     s.uses.erase(it);
-    return {free_status::ok, bytes};
+    return result;
   } catch (const std::exception& e) {
     // Out of host memory: no way to remember the wait. Withhold the block
     // (a leak) rather than let a stream still using it see it reused.
     logger().error("stream uses: cannot defer the free of {} ({}); block withheld", ptr, e.what());
     s.uses.erase(it);
-    return {free_status::ok, bytes};
+    return result;
   }
+}
+
+std::optional<free_result> stream_use_adaptor::do_check_free(void* ptr, std::size_t bytes) const {
+  if (impl_->waiting.contains(ptr)) return free_result{free_status::not_owned, 0};  // freed; its free waits
+  return upstream().check_free(ptr, bytes);
 }
 
 void stream_use_adaptor::do_record_stream(void* ptr, stream_t stream) {
   if (ptr == nullptr) return;
+  // A pointer that is no live block's (another allocator's, an interior
+  // pointer, a block freed already) has no free here to hold back: as
+  // PyTorch's recordStream skips a pointer not its own, nothing is
+  // recorded, where a use kept under its address would hold back the next
+  // block handed out there.
+  if (impl_->waiting.contains(ptr)) return;
+  if (const auto live = upstream().check_free(ptr, 0); live && live->status == free_status::not_owned) {
+    logger().debug("stream uses: record_stream({}) of a pointer that is not a live block; nothing recorded", ptr);
+    return;
+  }
   auto& streams = impl_->uses[ptr];
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
 }

@@ -94,4 +94,9 @@ std::optional<block_record> thread_safe_adaptor::do_block_info(void* ptr) const 
   return upstream().block_info(ptr);
 }
 
+std::optional<free_result> thread_safe_adaptor::do_check_free(void* ptr, std::size_t bytes) const {
+  const std::lock_guard lock(mutex_);
+  return upstream().check_free(ptr, bytes);
+}
+
 }  // namespace fragctl

@@ -416,6 +416,64 @@ TYPED_TEST_P(conformance, misuse_is_reported_without_corruption) {
   EXPECT_EQ(t.allocator->try_deallocate(b, 3 * MiB).status, fragctl::free_status::not_owned);
 }
 
+// check_free answers what the free will find: for every free of a random
+// sequence (a wrong size one time in five), an interior pointer, a freed
+// pointer and a foreign one, the answer equals the free's own result.
+TYPED_TEST_P(conformance, check_free_answers_what_the_free_finds) {
+  auto t = this->make(this->accounting());
+  std::mt19937_64 rng(5);
+  struct block {
+    void* p;
+    std::size_t n;
+  };
+  std::vector<block> live;
+  std::vector<void*> freed;
+  std::size_t wrong_sizes = 0;
+  const auto same = [](const std::optional<fragctl::free_result>& a, const fragctl::free_result& b) {
+    return a && a->status == b.status && a->bytes == b.bytes;
+  };
+  for (int step = 0; step < 4000; ++step) {
+    if (live.empty() || (live.size() < 200 && rng() % 100 < 55)) {
+      const std::size_t n = fragctl::testing::log_uniform(rng, 1, 16 * MiB);
+      live.push_back({t.allocator->allocate(n), n});
+      continue;
+    }
+    const std::size_t i = rng() % live.size();
+    const block b = live[i];
+    live[i] = live.back();
+    live.pop_back();
+    const std::optional<fragctl::free_result> interior = t.allocator->check_free(static_cast<char*>(b.p) + 1, b.n);
+    ASSERT_TRUE(interior && interior->status == fragctl::free_status::not_owned) << "interior pointer at step " << step;
+    std::size_t n = b.n;
+    if (rng() % 5 == 0) {
+      n = fragctl::testing::log_uniform(rng, 1, 16 * MiB);
+      ++wrong_sizes;
+    }
+    const std::optional<fragctl::free_result> judged = t.allocator->check_free(b.p, n);
+    const fragctl::free_result result = t.allocator->try_deallocate(b.p, n);
+    ASSERT_TRUE(same(judged, result)) << "step " << step << ": check_free answered "
+                                      << (judged ? static_cast<int>(judged->status) : -1) << " for a free that found "
+                                      << static_cast<int>(result.status);
+    ASSERT_NE(result.status, fragctl::free_status::not_owned);
+    freed.push_back(b.p);
+  }
+  ASSERT_GT(wrong_sizes, 100U);
+  // Freed pointers whose address no live block took again, and a foreign one.
+  std::size_t checked = 0;
+  for (void* p : freed) {
+    if (std::any_of(live.begin(), live.end(), [&](const block& b) { return b.p == p; })) continue;
+    const std::optional<fragctl::free_result> judged = t.allocator->check_free(p, 4096);
+    ASSERT_TRUE(judged && judged->status == fragctl::free_status::not_owned);
+    ++checked;
+  }
+  EXPECT_GT(checked, 100U);
+  int local = 0;
+  const std::optional<fragctl::free_result> foreign = t.allocator->check_free(&local, 4096);
+  EXPECT_TRUE(foreign && foreign->status == fragctl::free_status::not_owned);
+  for (const block& b : live) t.allocator->deallocate(b.p, b.n);
+  EXPECT_EQ(t.allocator->state().allocated, 0U);
+}
+
 TYPED_TEST_P(conformance, release_cached_keeps_live_blocks) {
   auto t = this->make(this->backed());
   void* keep = t.allocator->allocate(5 * MiB);
@@ -491,5 +549,6 @@ REGISTER_TYPED_TEST_SUITE_P(conformance, zero_bytes_gives_null_and_freeing_null_
                             same_stream_reuse_needs_no_backend_memory_call,
                             out_of_memory_is_reported_and_leaves_allocator_usable,
                             injected_backend_failures_never_corrupt,
-                            misuse_is_reported_without_corruption, release_cached_keeps_live_blocks,
+                            misuse_is_reported_without_corruption, check_free_answers_what_the_free_finds,
+                            release_cached_keeps_live_blocks,
                             threads_share_one_allocator_through_the_lock);

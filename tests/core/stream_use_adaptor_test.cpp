@@ -128,6 +128,96 @@ TEST_P(stream_use, frees_without_recorded_streams_are_not_deferred) {
   EXPECT_EQ(f.stack->stats().pool.allocated, 0u);
 }
 
+TEST_P(stream_use, a_second_free_of_a_block_whose_free_waits_is_a_double_free_that_changes_nothing) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(p, side);
+  f.sim->submit(side);
+  f.allocator().deallocate(p, block_bytes, main);  // waits for the side stream
+  ASSERT_EQ(f.stack->stats().pool.allocated, f.allocator().allocation_size(block_bytes));
+  // Positive control of the report: a pointer never handed out counts once.
+  int foreign = 0;
+  f.allocator().deallocate(&foreign, block_bytes, main);
+  ASSERT_EQ(f.allocator().misuse().not_owned, 1u);
+
+  f.allocator().deallocate(p, block_bytes, main);  // the program's mistake
+  EXPECT_EQ(f.allocator().misuse().not_owned, 2u) << "a second free of a waiting block is a double free";
+  EXPECT_EQ(f.stack->stats().pool.allocated, f.allocator().allocation_size(block_bytes))
+      << "the double free reached the policy: the block is free there while the side stream still reads it";
+
+  // Nor may it cost a later block: p is not handed out while the side
+  // stream reads it, and the waiting free, once the side stream passes it,
+  // frees p and nothing else (before: q got p at once, and the waiting
+  // free then freed q's block under its owner, which r got again).
+  void* q = f.allocator().allocate(block_bytes, main);
+  EXPECT_NE(q, p) << "a block the side stream still reads was handed out again";
+  f.sim->complete(side);
+  void* r = f.allocator().allocate(block_bytes, main);  // hands the waiting free back first
+  EXPECT_NE(r, q) << "one block handed out twice";
+  EXPECT_EQ(f.stack->stats().pool.allocated, 2 * f.allocator().allocation_size(block_bytes));
+  f.allocator().deallocate(q, block_bytes, main);
+  f.allocator().deallocate(r, block_bytes, main);
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u);
+  EXPECT_EQ(f.allocator().misuse().not_owned, 2u);
+}
+
+TEST_P(stream_use, record_stream_of_a_pointer_that_is_no_live_block_records_nothing) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+  f.sim->submit(side);  // the side stream stays busy throughout
+
+  // A freed block's address, and an interior pointer of a live block: no
+  // block starts there, so no free is to be held back. Before, the use was
+  // kept under the address, and the next block handed out there waited
+  // for the side stream when freed.
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.allocator().deallocate(p, block_bytes, main);
+  f.allocator().record_stream(p, side);
+  void* live = f.allocator().allocate(block_bytes, main);
+  ASSERT_EQ(live, p) << "the test needs the freed address handed out again";
+  f.allocator().record_stream(static_cast<char*>(live) + 4096, side);
+  f.allocator().deallocate(live, block_bytes, main);
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u) << "a free held back by a use recorded on a pointer no block had";
+  EXPECT_EQ(f.allocator().misuse().not_owned, 0u) << "record_stream of a foreign pointer is no misuse (as PyTorch)";
+
+  // Positive control: the same use recorded on the live block holds its free back.
+  void* q = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(q, side);
+  f.allocator().deallocate(q, block_bytes, main);
+  EXPECT_EQ(f.stack->stats().pool.allocated, f.allocator().allocation_size(block_bytes));
+  f.sim->complete(side);
+  f.allocator().release_cached();
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u);
+}
+
+TEST_P(stream_use, a_wrong_size_free_of_a_block_with_recorded_uses_is_reported_at_once_with_the_true_size) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+  f.sim->submit(side);
+
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(p, side);
+  f.allocator().deallocate(p, block_bytes / 2, main);  // the wrong size; the free waits for the side stream
+  EXPECT_EQ(f.allocator().misuse().size_mismatch, 1u) << "a wrong size must be reported when the caller frees";
+  EXPECT_EQ(f.stack->stats().requested.current, 0u) << "the statistics counted the size given, not the block's";
+
+  f.sim->complete(side);
+  f.allocator().release_cached();  // the waiting free goes to the policy, with the block's size
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u);
+  EXPECT_EQ(f.allocator().misuse().size_mismatch, 1u) << "reported once";
+
+  // Positive control: the right size is no misuse.
+  void* q = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(q, side);
+  f.allocator().deallocate(q, block_bytes, main);
+  EXPECT_EQ(f.allocator().misuse().size_mismatch, 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(policies, stream_use, ::testing::Values("arena", "caching", "buckets:arena"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;

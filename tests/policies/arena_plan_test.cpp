@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "allocator_policies/arena/arena_policy.hpp"
@@ -71,6 +72,8 @@ struct job {
   // counted (the arena's first duty is never to hand out memory twice).
   std::map<std::uintptr_t, std::size_t> blocks{};
   std::size_t overlaps = 0;
+  // Frees check_free judged otherwise than the free (planned blocks too).
+  std::size_t misjudged = 0;
 
   void* alloc(std::size_t bytes) {
     live += a.allocation_size(bytes);
@@ -86,7 +89,15 @@ struct job {
   void free(void* p, std::size_t bytes) {
     live -= a.allocation_size(bytes);
     blocks.erase(reinterpret_cast<std::uintptr_t>(p));
-    a.deallocate(p, bytes, 0);
+    const std::optional<free_result> judged = a.check_free(p, bytes);
+    const std::optional<free_result> interior = a.check_free(static_cast<char*>(p) + 1, bytes);
+    const free_result result = a.try_deallocate(p, bytes, 0);
+    const bool as_judged = judged && judged->status == result.status && judged->bytes == result.bytes;
+    if (!as_judged || result.status != free_status::ok || !interior || interior->status != free_status::not_owned) {
+      ++misjudged;
+    }
+    const std::optional<free_result> after = a.check_free(p, bytes);
+    if (!after || after->status != free_status::not_owned) ++misjudged;
   }
 
   // The model's eight parameters (`bytes(layer)` each), allocated first and
@@ -206,6 +217,7 @@ outcome run(const std::vector<std::size_t>& tokens, bool plan, const std::vector
     out.calls.push_back(sim.counters().memory_calls() - before);
   }
   EXPECT_EQ(j.overlaps, 0u) << "a block was served over a live one";
+  EXPECT_EQ(j.misjudged, 0u) << "check_free answered otherwise than the free found";
   out.ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
   out.state = a.state();
   for (const memory_segment& seg : a.memory_map().segments) {
