@@ -1,22 +1,43 @@
 // The allocation-sequence harness: an arbitrary byte string becomes a policy
-// (one of policy_cases, with a few options varied), a sim device, and a
-// program of allocations, frees, misuse, stream work, injected backend
-// failures and cache releases, checked step by step against a block_model.
+// (one of policy_cases, with a few options varied) under a stream_use_adaptor
+// and a statistics_adaptor, as allocator_stack stacks them, a sim device, and
+// a program of allocations, frees, misuse, record_stream calls, stream work,
+// injected backend failures and cache releases, checked step by step against
+// a block_model.
+//
+// record_stream(p, s) on a live block makes its free wait (be deferred) until
+// every recorded stream has passed the free; on any other pointer (freed,
+// interior, foreign, a block whose free already waits) it records nothing.
+// The harness keeps the streams it recorded per live block and, in order,
+// the frees that must wait; the adaptor hands those back oldest first, and
+// only inside allocate and release_cached, so the count it reports
+// (deferred()) tells which of them went back.
 //
 // Invariants checked (a violation throws invariant_violation):
 //  * every block returned is non-null, 512-aligned, accessible on the device
 //    (mapped with access granted, or inside a raw allocation), and overlaps
-//    no live block, nor a block freed on another stream whose work has not
-//    completed (the stream-order rule; ground truth is an event the harness
-//    records on the freeing stream right after the free);
+//    no live block, no block whose free waits, nor a block freed on another
+//    stream whose work has not completed (the stream-order rule; ground truth
+//    is an event the harness records right after the free on the freeing
+//    stream and on each stream recorded for the block);
 //  * the pool's allocated bytes equal the sum of allocation_size over live
-//    blocks, the statistics' requested bytes the sum of requests (until a
-//    free with a wrong size makes the requested figure the policy's guess),
-//    and the backend's held bytes what the sim device has in use;
+//    blocks and blocks whose free waits; the statistics' allocated bytes that
+//    sum over live blocks only, their requested bytes the sum of requests
+//    (until a free with a wrong size makes the requested figure the policy's
+//    guess), and the backend's held bytes what the sim device has in use;
+//  * a free defers exactly when the program recorded a stream for the block
+//    (deferred() grows by one then, else not at all); nothing but allocate
+//    and release_cached hands a deferred free back; release_cached and an
+//    allocation that ends in out_of_memory leave none waiting, nor does any
+//    allocation where work completes at once; record_stream changes nothing
+//    a caller sees;
 //  * a correct free succeeds; a free with a wrong size frees the block and,
-//    when reported, names its size; a free of a pointer that is not a live
-//    block (interior, freed before, host memory) is not_owned and changes
-//    nothing; misuse counters equal the misuse the program did;
+//    when reported, names its size, reported once (when the caller frees,
+//    never again when a deferred free is handed back: the allocators below
+//    the adaptor see no misuse); a free of a pointer that is not a live
+//    block (interior, freed before, a block whose free waits, host memory) is
+//    not_owned and changes nothing; misuse counters equal the misuse the
+//    program did;
 //  * out_of_memory changes nothing a caller sees; an injected failure of an
 //    allocating call (allocate, create_physical, map, set_access) never
 //    surfaces as anything but out_of_memory (no backend_error, no crash); an
@@ -40,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +86,7 @@ struct sequence_summary {
   std::size_t ooms = 0;
   std::size_t frees = 0;
   std::size_t misuse = 0;
+  std::size_t deferred = 0;  ///< frees that waited for recorded streams
 };
 
 /// Checks that a sim device holds nothing at all.
@@ -101,7 +124,9 @@ class alloc_sequence {
     }
     summary_.constructed = true;
     if (limit_ != 0) policy = std::make_unique<limiting_adaptor>(std::move(policy), limit_);
-    top_ = std::make_unique<statistics_adaptor>(std::move(policy));
+    auto uses = std::make_unique<stream_use_adaptor>(std::move(policy));
+    stream_uses_ = uses.get();
+    top_ = std::make_unique<statistics_adaptor>(std::move(uses));
     streams_[0] = nullptr;
     for (std::size_t i = 1; i < streams_.size(); ++i) streams_[i] = sim_->create_stream();
 
@@ -125,6 +150,12 @@ class alloc_sequence {
     std::size_t bytes;
     stream_t stream;
     event_t done;  ///< recorded on `stream` right after the free
+  };
+  /// A free the stream_use_adaptor must hold until the recorded streams pass it.
+  struct deferred_free {
+    std::uintptr_t address;
+    std::size_t bytes;
+    std::size_t rounded;
   };
 
   void setup() {
@@ -165,7 +196,7 @@ class alloc_sequence {
   }
 
   void operation(std::uint8_t op) {
-    switch (op % 16) {
+    switch (op % 17) {
       case 0: case 1: case 2: case 3: allocate_one(pick_size(), pick_stream()); break;
       case 4: case 5: free_one(false); break;
       case 6: free_one(true); break;
@@ -177,7 +208,8 @@ class alloc_sequence {
       case 12: check_all(); break;
       case 13: edge_sizes(); break;
       case 14: burst(); break;
-      default: free_many(); break;
+      case 15: free_many(); break;
+      default: record_use(); break;
     }
   }
 
@@ -218,33 +250,55 @@ class alloc_sequence {
       p = top_->allocate(bytes, stream);
     } catch (const std::bad_alloc&) {
       ++summary_.ooms;
-      check(top_->state().allocated == before, "out_of_memory for {} bytes changed allocated from {} to {}", bytes,
-            before, top_->state().allocated);
+      const std::size_t handed_back = take_handed_back("an allocation");
+      check(deferred_.empty(), "out_of_memory for {} bytes left {} frees waiting for streams; it must wait for them",
+            bytes, deferred_.size());
+      check(top_->state().allocated == before - handed_back,
+            "out_of_memory for {} bytes changed allocated from {} to {} ({} bytes of waiting frees handed back)", bytes,
+            before, top_->state().allocated, handed_back);
       return false;
     } catch (const backend_error& e) {
       if (e.code_name() != "injected_fault") {
         throw invariant_violation(fmt::format("allocate({}): backend_error escaped: {}", bytes, e.what()));
       }
-      check(top_->state().allocated == before,
-            "a failed unmap or release during allocate({}) changed allocated from {} to {}", bytes, before,
-            top_->state().allocated);
+      const std::size_t handed_back = take_handed_back("an allocation");
+      check_deferred_handed_back("a failed allocation");
+      check(top_->state().allocated == before - handed_back,
+            "a failed unmap or release during allocate({}) changed allocated from {} to {} ({} bytes of waiting frees "
+            "handed back)",
+            bytes, before, top_->state().allocated, handed_back);
       return false;
     } catch (const invalid_argument& e) {
       throw invariant_violation(fmt::format("allocate({}): invalid_argument for a valid size: {}", bytes, e.what()));
     }
+    (void)take_handed_back("an allocation");
+    check_deferred_handed_back("an allocation");
     const std::uint8_t id = next_id_;
     next_id_ = static_cast<std::uint8_t>(next_id_ % 250 + 1);
     model_.insert(p, bytes, top_->allocation_size(bytes), stream, id);
     check(sim_->accessible(p, bytes), "allocate({}) returned {}, which the device cannot access", bytes, p);
+    check_not_waiting(reinterpret_cast<std::uintptr_t>(p), bytes);
     check_stream_order(reinterpret_cast<std::uintptr_t>(p), bytes, stream);
     if (options_.backed) stamp(p, bytes, id);
     ++summary_.allocations;
     return true;
   }
 
+  // A block whose free waits for recorded streams is still the caller's
+  // until the adaptor hands the free back (take_handed_back ran first).
+  void check_not_waiting(std::uintptr_t a, std::size_t n) const {
+    for (const deferred_free& d : deferred_) {
+      check(!(a < d.address + d.bytes && d.address < a + n),
+            "allocate({}) returned [{:#x}, +{}), which overlaps the block of {} bytes at {:#x} whose free waits for "
+            "other streams",
+            n, a, n, d.bytes, d.address);
+    }
+  }
+
   // A block freed on stream S with work pending may go to S again at once;
   // the new block then carries that work (its own free covers it), so the
-  // old record is dropped. To another stream it must not go yet.
+  // old record is dropped. To another stream it must not go yet. A block
+  // with recorded streams has one record per stream (record_free).
   void check_stream_order(std::uintptr_t a, std::size_t n, stream_t stream) {
     for (auto it = pending_.begin(); it != pending_.end();) {
       const bool overlaps = a < it->address + it->bytes && it->address < a + n;
@@ -259,15 +313,75 @@ class alloc_sequence {
     }
   }
 
-  void record_free(void* p, std::size_t bytes, stream_t stream) {
+  // Ground truth for the stream-order rule: an event on the freeing stream
+  // and on each stream recorded for the block, right after the free.
+  void record_free(void* p, std::size_t bytes, stream_t stream, const std::vector<stream_t>& recorded) {
     if (!options_.manual_completion) return;
-    if (pending_.size() >= 32) {
-      sim_->destroy_event(pending_.front().done);
-      pending_.pop_front();
+    const auto record_on = [&](stream_t s) {
+      if (pending_.size() >= 64) {
+        sim_->destroy_event(pending_.front().done);
+        pending_.pop_front();
+      }
+      event_t e = sim_->create_event();
+      sim_->record_event(e, s);
+      pending_.push_back({reinterpret_cast<std::uintptr_t>(p), bytes, s, e});
+    };
+    record_on(stream);
+    for (const stream_t s : recorded) {
+      if (s != stream) record_on(s);
     }
-    event_t e = sim_->create_event();
-    sim_->record_event(e, stream);
-    pending_.push_back({reinterpret_cast<std::uintptr_t>(p), bytes, stream, e});
+  }
+
+  // The model's side of a free the allocator accepted (`waiting_before`:
+  // deferred() before it): the block is no longer live, and its free waits
+  // exactly when the program recorded a stream for it.
+  void freed(void* p, const block_model::block& b, stream_t stream, std::size_t waiting_before) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::vector<stream_t> recorded;
+    if (const auto it = recorded_.find(a); it != recorded_.end()) {
+      recorded = std::move(it->second);
+      recorded_.erase(it);
+    }
+    const std::size_t waiting = stream_uses_->deferred();
+    if (recorded.empty()) {
+      check(waiting == waiting_before, "the free of a block of {} bytes no other stream used was deferred", b.bytes);
+    } else {
+      check(waiting == waiting_before + 1,
+            "the free of a block of {} bytes used on {} other streams was not deferred ({} frees waited, now {})",
+            b.bytes, recorded.size(), waiting_before, waiting);
+      deferred_.push_back({a, b.bytes, b.rounded});
+      deferred_bytes_ += b.rounded;
+      ++summary_.deferred;
+    }
+    model_.erase(p);
+    remember_freed(p);
+    record_free(p, b.bytes, stream, recorded);
+    ++summary_.frees;
+  }
+
+  // The frees the adaptor handed back since the last call: the oldest ones,
+  // as many as its count of waiting frees went down (only allocate and
+  // release_cached hand any back; `where` names the call). Returns their
+  // allocated bytes.
+  std::size_t take_handed_back(const char* where) {
+    const std::size_t waiting = stream_uses_->deferred();
+    check(waiting <= deferred_.size(), "after {} {} frees wait for other streams; the program deferred only {}",
+          where, waiting, deferred_.size());
+    std::size_t bytes = 0;
+    while (deferred_.size() > waiting) {
+      bytes += deferred_.front().rounded;
+      deferred_.pop_front();
+    }
+    deferred_bytes_ -= bytes;
+    return bytes;
+  }
+
+  // Where work completes at once, every event the adaptor asks about is
+  // complete, so an allocation hands back every waiting free.
+  void check_deferred_handed_back(const char* what) const {
+    if (options_.manual_completion) return;
+    check(deferred_.empty(), "{} left {} frees waiting, though every stream's work was complete", what,
+          deferred_.size());
   }
 
   void free_one(bool wrong_size) {
@@ -282,6 +396,7 @@ class alloc_sequence {
       size = candidates[in_.below(candidates.size())];
     }
     const std::uint64_t mismatches = top_->stats().misuse_size_mismatch;
+    const std::size_t waiting = stream_uses_->deferred();
     const free_result r = top_->try_deallocate(p, size, stream);
     if (!wrong_size) {
       check(r.status == free_status::ok, "free of a live block of {} bytes with its size was not ok", b.bytes);
@@ -300,10 +415,7 @@ class alloc_sequence {
         requested_exact_ = false;  // the statistics subtracted the wrong size
       }
     }
-    model_.erase(p);
-    remember_freed(p);
-    record_free(p, b.bytes, stream);
-    ++summary_.frees;
+    freed(p, b, stream, waiting);
   }
 
   void free_not_owned() {
@@ -315,7 +427,7 @@ class alloc_sequence {
         q = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first) +
             min_alignment * (1 + in_.below(8)) - (in_.byte() & 1);
         break;
-      case 1:  // freed before (double free)
+      case 1:  // freed before (double free; the free may still wait for other streams)
         if (freed_.empty()) return;
         q = freed_[in_.below(freed_.size())];
         break;
@@ -325,11 +437,14 @@ class alloc_sequence {
     if (q == 0 || model_.find(reinterpret_cast<void*>(q)) != nullptr) return;  // that is a live block
     const std::size_t allocated = top_->state().allocated;
     const std::uint64_t counted = top_->misuse().not_owned;
+    const std::size_t waiting = stream_uses_->deferred();
     void* p = reinterpret_cast<void*>(q);
     top_->deallocate(p, 1 + in_.below(8 * MiB), pick_stream());
     check(top_->misuse().not_owned == counted + 1, "free of {} (not a live block) was not reported as not owned", p);
     check(top_->state().allocated == allocated, "free of {} (not a live block) changed allocated from {} to {}", p,
           allocated, top_->state().allocated);
+    check(stream_uses_->deferred() == waiting, "free of {} (not a live block) changed the waiting frees from {} to {}",
+          p, waiting, stream_uses_->deferred());
     ++expected_not_owned_;
     ++summary_.misuse;
   }
@@ -358,7 +473,58 @@ class alloc_sequence {
     } catch (const backend_error& e) {
       if (e.code_name() != "injected_fault") throw;  // else: what it did not reach stays cached
     }
+    (void)take_handed_back("release_cached");
+    check(deferred_.empty(), "release_cached left {} frees waiting for streams; it must wait for them",
+          deferred_.size());
     if (options_.backed) model_.check_patterns();
+  }
+
+  // record_stream on (a) a live block, with any stream, its own included;
+  // (b) a pointer where no live block starts: a freed block's address, an
+  // interior pointer, host memory, any address; (c) a block whose free
+  // already waits. Only (a) records; a use recorded under any other pointer
+  // would show when a later block there is freed (deferred though no stream
+  // was recorded for it).
+  void record_use() {
+    const stream_t stream = pick_stream();
+    std::uintptr_t q = 0;
+    int host = 0;
+    switch (in_.byte() % 8) {
+      case 0: case 1: case 2: case 3:
+        if (model_.empty()) return;
+        q = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first);
+        break;
+      case 4:
+        if (freed_.empty()) return;
+        q = freed_[in_.below(freed_.size())];
+        break;
+      case 5:
+        if (model_.empty()) return;
+        q = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first) +
+            min_alignment * (1 + in_.below(8)) - (in_.byte() & 1);
+        break;
+      case 6:
+        if (deferred_.empty()) return;
+        q = deferred_[in_.below(deferred_.size())].address;
+        break;
+      default:
+        q = (in_.byte() & 1) != 0 ? reinterpret_cast<std::uintptr_t>(&host) : in_.integer(8);
+        break;
+    }
+    void* p = reinterpret_cast<void*>(q);
+    const std::size_t allocated = top_->state().allocated;
+    const std::size_t waiting = stream_uses_->deferred();
+    try {
+      top_->record_stream(p, stream);
+    } catch (const std::exception& e) {
+      throw invariant_violation(fmt::format("record_stream({}) threw: {}", p, e.what()));
+    }
+    check(top_->state().allocated == allocated && stream_uses_->deferred() == waiting,
+          "record_stream({}) changed allocated from {} to {} or the waiting frees from {} to {}", p, allocated,
+          top_->state().allocated, waiting, stream_uses_->deferred());
+    if (model_.find(p) == nullptr) return;
+    std::vector<stream_t>& streams = recorded_[q];
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
   }
 
   void edge_sizes() {
@@ -397,11 +563,9 @@ class alloc_sequence {
       if (i++ % keep_one_in != 0) victims.emplace_back(p, b);
     });
     for (const auto& [p, b] : victims) {
+      const std::size_t waiting = stream_uses_->deferred();
       check(top_->try_deallocate(p, b.bytes, b.stream).status == free_status::ok, "free of a live block failed");
-      model_.erase(p);
-      remember_freed(p);
-      record_free(p, b.bytes, b.stream);
-      ++summary_.frees;
+      freed(p, b, b.stream, waiting);
     }
   }
 
@@ -417,8 +581,12 @@ class alloc_sequence {
 
   void check_counters() {
     const pool_state pool = top_->state();
-    check(pool.allocated == model_.rounded(), "pool allocated is {} bytes, the live blocks round to {}",
-          pool.allocated, model_.rounded());
+    check(stream_uses_->deferred() == deferred_.size(),
+          "{} frees wait for other streams; the program deferred {} that were not handed back",
+          stream_uses_->deferred(), deferred_.size());
+    check(pool.allocated == model_.rounded() + deferred_bytes_,
+          "pool allocated is {} bytes, the live blocks round to {} and the blocks whose free waits to {}",
+          pool.allocated, model_.rounded(), deferred_bytes_);
     check(pool.reserved >= pool.allocated, "pool reserved {} < allocated {}", pool.reserved, pool.allocated);
     const allocator_stats s = top_->stats(pool);
     check(s.allocated.current == model_.rounded(), "statistics allocated is {}, the live blocks round to {}",
@@ -428,6 +596,11 @@ class alloc_sequence {
     check(s.misuse_not_owned == expected_not_owned_ && s.misuse_size_mismatch == expected_mismatches_,
           "misuse counted {} not-owned and {} size mismatches; the program did {} and {}", s.misuse_not_owned,
           s.misuse_size_mismatch, expected_not_owned_, expected_mismatches_);
+    const device_allocator::misuse_counters below = stream_uses_->upstream().misuse();
+    check(below.not_owned == 0 && below.size_mismatch == 0,
+          "the allocator below stream_use_adaptor saw {} not-owned and {} wrong-size frees (a deferred free handed "
+          "back wrongly)",
+          below.not_owned, below.size_mismatch);
     check(s.backend_calls.held_bytes == sim_->used_bytes(), "backend held bytes {} differ from the device's {}",
           s.backend_calls.held_bytes, sim_->used_bytes());
     if (case_.expression == "arena" && case_.virtual_memory && limit_ == 0) {
@@ -454,14 +627,17 @@ class alloc_sequence {
     while (!model_.empty()) {
       const auto [p, b] = model_.at(0);
       if (options_.backed) check(stamped(p, b.bytes, b.id), "block [{}, +{}) lost its data", p, b.bytes);
+      const std::size_t waiting = stream_uses_->deferred();
       check(top_->try_deallocate(p, b.bytes, b.stream).status == free_status::ok, "final free failed");
-      model_.erase(p);
+      freed(p, b, b.stream, waiting);
     }
     check_counters();
+    release_cached();  // hands back every waiting free
+    check_counters();
     check(top_->state().allocated == 0, "allocated is {} with no live block", top_->state().allocated);
-    top_->release_cached();
     for (const pending_free& f : pending_) sim_->destroy_event(f.done);
     pending_.clear();
+    stream_uses_ = nullptr;
     top_.reset();
     for (std::size_t i = 1; i < streams_.size(); ++i) sim_->destroy_stream(streams_[i]);
     check_device_empty(*sim_, "after the policy was destroyed");
@@ -478,8 +654,12 @@ class alloc_sequence {
 
   std::unique_ptr<sim_backend> sim_;
   std::unique_ptr<statistics_adaptor> top_;
+  stream_use_adaptor* stream_uses_ = nullptr;  ///< inside top_
   std::array<stream_t, 4> streams_{};
   block_model model_;
+  std::map<std::uintptr_t, std::vector<stream_t>> recorded_;  ///< streams recorded per live block
+  std::deque<deferred_free> deferred_;                        ///< frees that wait, oldest first
+  std::size_t deferred_bytes_ = 0;                            ///< their allocated bytes
   std::deque<pending_free> pending_;
   std::vector<std::uintptr_t> freed_;
   std::uint8_t next_id_ = 1;
