@@ -139,9 +139,13 @@ free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
   counters& c = *counters_;
   const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   switch (result.status) {
-    case free_status::ok:
-      c.freed(bytes, sizer().allocation_size(bytes));
+    case free_status::ok: {
+      // The block's own request: a policy may take another size as right
+      // (caching takes the rounded one), which would leave the counts short.
+      const std::size_t freed = result.bytes != 0 ? result.bytes : bytes;
+      c.freed(freed, sizer().allocation_size(freed));
       break;
+    }
     case free_status::size_mismatch:
       add(c.size_mismatch, std::uint64_t{1});
       c.freed(result.bytes, sizer().allocation_size(result.bytes));

@@ -119,9 +119,9 @@ free_result stream_use_adaptor::deallocate_recorded(void* ptr, std::size_t bytes
   // policy would judge it, and the free put off with the block's own size
   // (the statistics above count that size, and misuse is reported once).
   free_result result{free_status::ok, bytes};
-  if (const auto judged = upstream().check_free(ptr, bytes); judged && judged->status == free_status::size_mismatch) {
+  if (const auto judged = upstream().check_free(ptr, bytes); judged && judged->status != free_status::not_owned) {
     result = *judged;
-    bytes = judged->bytes;
+    if (judged->status == free_status::size_mismatch) bytes = judged->bytes;
   }
   try {
     impl::deferred_free d{ptr, bytes, stream, {}};

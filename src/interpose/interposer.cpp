@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <exception>
 #include <utility>
 
@@ -104,6 +106,7 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
       throw;
     }
     *ptr = p;
+    if (device >= 0 && device < 64) devices_used_.fetch_or(std::uint64_t{1} << device, std::memory_order_relaxed);
     return success;
   } catch (...) {
     return code_of_current_exception(real_.api().name, "malloc", bytes, device, false, build_failure_logged_);
@@ -176,6 +179,32 @@ int interposer::real_free_async(void* ptr, void* stream, stream_mode mode) noexc
   return error_invalid_value;
 }
 
+bool interposer::held_by_fragctl(const void* ptr) noexcept {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  bool held = false;
+  try {
+    for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0 && !held;
+         devices &= devices - 1) {
+      const device_allocator* allocator = allocators_(std::countr_zero(devices), false);
+      if (allocator == nullptr) continue;
+      allocator->backend().for_each_span([&](void* base, std::size_t bytes) {
+        const auto b = reinterpret_cast<std::uintptr_t>(base);
+        held = held || (p - b < bytes);  // unsigned: false below base
+      });
+    }
+  } catch (...) {
+    // No answer (out of host memory): the pointer goes on as before.
+  }
+  return held;
+}
+
+int interposer::refuse_held(const char* call, void* ptr) noexcept {
+  logger().error("{}: {}({}): not a live block (a second free?) but memory fragctl holds; not passed to the "
+                 "runtime, which would free fragctl's memory under it",
+                 real_.api().name, call, ptr);
+  return error_invalid_value;
+}
+
 int interposer::free(void* ptr) noexcept {
   std::optional<owned_block> block;
   try {
@@ -183,7 +212,7 @@ int interposer::free(void* ptr) noexcept {
   } catch (...) {
     return error_unknown;
   }
-  if (!block) return real_free(ptr);
+  if (!block) return ptr != nullptr && held_by_fragctl(ptr) ? refuse_held("free", ptr) : real_free(ptr);
   const int rc = synchronize_device(block->device);
   if (rc != success && rc != error_not_initialized) {
     // A sticky error from earlier work: the device may still be running it.
@@ -202,7 +231,9 @@ int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
   } catch (...) {
     return error_unknown;
   }
-  if (!block) return real_free_async(ptr, stream, mode);
+  if (!block) {
+    return ptr != nullptr && held_by_fragctl(ptr) ? refuse_held("free_async", ptr) : real_free_async(ptr, stream, mode);
+  }
   if (capturing(stream, mode)) {
     // The graph's replays may still use the block, and fragctl cannot know
     // when the graph goes: refusing keeps the block live rather than reused.

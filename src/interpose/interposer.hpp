@@ -61,6 +61,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string_view>
@@ -111,10 +112,14 @@ class interposer {
   /// every pointer fragctl did not hand out.
   int malloc_async(void** ptr, std::size_t bytes, void* stream, stream_mode mode) noexcept;
   /// cudaFree: synchronizes the block's device, then frees it. Foreign
-  /// pointers and nullptr go to the real cudaFree.
+  /// pointers and nullptr go to the real cudaFree; a pointer into memory
+  /// fragctl holds that is no live block the layer handed out (a second
+  /// free of a block) never does: cudaErrorInvalidValue, one log line, as
+  /// the runtime answers a double free of its own memory.
   int free(void* ptr) noexcept;
   /// cudaFreeAsync: frees stream-ordered on `stream`. Foreign pointers and
-  /// nullptr go to the real function (the _ptsz one in per_thread mode).
+  /// nullptr go to the real function (the _ptsz one in per_thread mode);
+  /// fragctl's memory that is no live block as free().
   int free_async(void* ptr, void* stream, stream_mode mode) noexcept;
   /// cudaMemGetInfo: the real figures, fragctl's cache of the current device
   /// counted as free (never above total).
@@ -177,6 +182,15 @@ class interposer {
   int synchronize_device(int device) noexcept;
   int real_free(void* ptr) noexcept;
   int real_free_async(void* ptr, void* stream, stream_mode mode) noexcept;
+  /// Whether `ptr` lies in memory the allocators of the devices the layer
+  /// allocated on hold from their backends (a raw allocation or a mapped
+  /// handle): such a pointer reaching the real free functions would free
+  /// fragctl's memory under it. O(spans held); only frees of pointers the
+  /// layer did not hand out ask.
+  bool held_by_fragctl(const void* ptr) noexcept;
+  /// free()'s and free_async()'s answer to a pointer into fragctl's memory
+  /// that is no live block of the layer's.
+  int refuse_held(const char* call, void* ptr) noexcept;
   /// Whether `stream` is capturing a graph (false when the runtime cannot say).
   bool capturing(void* stream, stream_mode mode) noexcept;
   std::optional<owned_block> take(void* ptr);
@@ -187,6 +201,7 @@ class interposer {
   real_functions real_;
   allocator_source allocators_;
   std::atomic<bool> build_failure_logged_{false};  ///< the once-only error line of a failed build
+  std::atomic<std::uint64_t> devices_used_{0};      ///< bit d: the layer allocated on device d (d < 64)
   stack_source stacks_;
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);

@@ -124,6 +124,41 @@ TEST(sim_wait_event, completed_unrecorded_and_same_stream_events_hold_nothing) {
   sim.destroy_stream(b);
 }
 
+// Two streams that wait on each other at different points (no cycle in the
+// work): a waits for b's first unit, b for a's second, a for b's second.
+// Synchronizing a's third unit forces b, which forces a's second unit, which
+// takes a wait off a's list while a's own walk of it is under way: before,
+// the walk then erased past the list's end (ASan: negative-size-param;
+// Release: heap corruption).
+TEST(sim_wait_event, streams_waiting_on_each_other_at_different_points_complete_in_order) {
+  sim_backend sim(manual());
+  stream_t a = sim.create_stream();
+  stream_t b = sim.create_stream();
+  event_t b1 = sim.create_event(), a2 = sim.create_event(), b2 = sim.create_event(), a3 = sim.create_event();
+  sim.submit(a);  // a:1
+  sim.submit(b);  // b:1
+  sim.record_event(b1, b);
+  sim.wait_event(a, b1);
+  sim.submit(a);  // a:2, after b:1
+  sim.record_event(a2, a);
+  sim.wait_event(b, a2);
+  sim.submit(b);  // b:2, after a:2
+  sim.record_event(b2, b);
+  sim.wait_event(a, b2);
+  sim.submit(a);  // a:3, after b:2
+  sim.record_event(a3, a);
+  EXPECT_FALSE(sim.query_event(a3));
+  EXPECT_FALSE(sim.query_event(b2));
+  sim.synchronize_event(a3);
+  EXPECT_TRUE(sim.query_event(a3));
+  EXPECT_TRUE(sim.query_event(b2)) << "a:3 waits for b:2";
+  EXPECT_TRUE(sim.query_event(a2));
+  EXPECT_TRUE(sim.query_event(b1));
+  for (event_t e : {b1, a2, b2, a3}) sim.destroy_event(e);
+  sim.destroy_stream(a);
+  sim.destroy_stream(b);
+}
+
 TEST(sim_wait_event, automatic_completion_never_holds) {
   sim_backend sim;  // work completes at once
   stream_t a = sim.create_stream();

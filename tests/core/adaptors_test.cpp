@@ -12,6 +12,8 @@
 #include "core/passthrough_allocator.hpp"
 #include "fmt/format.h"
 #include "fragctl/adaptors.hpp"
+#include "fragctl/allocator_stack.hpp"
+#include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/trace.hpp"
@@ -78,6 +80,38 @@ class bare_adaptor final : public forwarding_adaptor {
   explicit bare_adaptor(std::unique_ptr<device_allocator> upstream)
       : forwarding_adaptor(std::move(upstream), "bare_adaptor") {}
 };
+
+// caching takes a free with the rounded size as right; the statistics and
+// the limit count the block's own request then, not the size given (before:
+// requested.current short by the rounding while the other block lived, and
+// requested_freed_total above requested_total for good). Also when the free
+// waits for another stream (record_stream).
+TEST(statistics_adaptor, a_free_taken_with_the_rounded_size_counts_the_request) {
+  for (const bool recorded : {false, true}) {
+    SCOPED_TRACE(recorded ? "recorded on another stream" : "plain");
+    config cfg;
+    cfg.policy = "caching";
+    auto sim = std::make_unique<sim_backend>();
+    sim_backend& device = *sim;
+    allocator_stack stack(std::move(sim), cfg);
+    device_allocator& a = stack.allocator();
+    const stream_t side = stack.create_stream();
+    void* p = a.allocate(1000);
+    void* q = a.allocate(1000);
+    const std::size_t rounded = a.allocation_size(1000);
+    ASSERT_NE(rounded, 1000u) << "the case needs a size the policy rounds";
+    if (recorded) a.record_stream(p, side);
+    EXPECT_EQ(a.try_deallocate(p, rounded).status, free_status::ok);
+    EXPECT_EQ(stack.stats().requested.current, 1000u);
+    a.deallocate(q, 1000);
+    device.synchronize_stream(side);
+    a.release_cached();
+    const allocator_stats s = stack.stats();
+    EXPECT_EQ(s.requested.current, 0u);
+    EXPECT_EQ(s.totals.requested_freed, s.totals.requested);
+    EXPECT_EQ(s.totals.allocated_freed, s.totals.allocated);
+  }
+}
 
 TEST(block_table_adaptor, knows_each_live_blocks_size_and_stream_until_it_is_freed) {
   sim_backend backend;

@@ -405,15 +405,39 @@ TEST_F(InterposerTest, NullAndForeignPointersGoToTheRealFunctions) {
   EXPECT_FALSE(built(0));  // pass-through builds no allocator
 }
 
-TEST_F(InterposerTest, DoubleFreeGoesToTheRealFunctionAndLeavesFragctlIntact) {
-  interposer layer(cuda_runtime, &resolve_fake, false, source());
-  void* p = nullptr;
-  ASSERT_EQ(layer.malloc(&p, 4096), success);
-  ASSERT_EQ(layer.free(p), success);
-  EXPECT_EQ(layer.free(p), success);  // what the fake real cudaFree answers
-  EXPECT_EQ(runtime_.freed, std::vector<void*>{p});
-  EXPECT_EQ(stats(0).frees, 1u);
-  EXPECT_EQ(stats(0).misuse_not_owned, 0u);
+// A second free of a block (free then free, free_async then free, free then
+// free_async) finds a pointer the layer no longer owns but into memory
+// fragctl still holds: a caching segment's start, the arena's fallback
+// block, a mapped span. Before, it went to the real function, which on a
+// GPU frees that memory under fragctl (cudaFree takes the primary context's
+// cuMemAlloc memory), and the next cudaMalloc was served from it.
+TEST_F(InterposerTest, ASecondFreeOfAFragctlBlockNeverReachesTheRealFunction) {
+  for (const char* options : {"", ",sim_virtual_memory:false"}) {
+    for (const std::string policy : {"caching", "arena"}) {
+      SCOPED_TRACE(policy + options);
+      stacks_ = {};
+      runtime_ = {};
+      interposer layer(cuda_runtime, &resolve_fake, false, source(policy, options));
+      void* p = nullptr;
+      ASSERT_EQ(layer.malloc(&p, 1 << 20), success);
+      ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
+      EXPECT_EQ(layer.free(p), error_invalid_value);
+      EXPECT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), error_invalid_value);
+      EXPECT_TRUE(runtime_.freed.empty()) << "the real cudaFree was given fragctl's memory";
+      EXPECT_TRUE(runtime_.freed_async.empty()) << "the real cudaFreeAsync was given fragctl's memory";
+      EXPECT_EQ(stats(0).frees, 1u);
+      EXPECT_EQ(stats(0).requested.current, 0u);
+      // fragctl goes on as before, the block's memory its own.
+      void* q = nullptr;
+      ASSERT_EQ(layer.malloc(&q, 1 << 20), success);
+      ASSERT_EQ(layer.free(q), success);
+      EXPECT_EQ(stats(0).requested.current, 0u);
+      // Positive control: memory fragctl does not hold still goes to the real function.
+      int foreign = 0;
+      EXPECT_EQ(layer.free(&foreign), success);
+      EXPECT_EQ(runtime_.freed, std::vector<void*>{&foreign});
+    }
+  }
 }
 
 TEST_F(InterposerTest, AsyncCallsAreStreamOrderedOnTheGivenStream) {

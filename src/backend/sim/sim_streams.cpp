@@ -35,19 +35,22 @@ bool sim_backend::state::advance(sim_detail::stream_state& s, std::uint64_t targ
   // A cycle of waits is a deadlock on a GPU too; the depth bounds the search.
   if (depth > 64) fail(sim_error::invalid_value, "wait_event: the streams wait on each other (deadlock)");
   target = std::min(target, s.submitted);
-  std::size_t met = 0;
-  for (; met < s.waits.size() && s.waits[met].after < target; ++met) {
-    const sim_detail::stream_wait w = s.waits[met];
+  // The front wait each time: forcing the awaited stream may advance this
+  // one too (the two wait on each other at different points), which takes
+  // waits off its front on the way.
+  while (!s.waits.empty() && s.waits.front().after < target) {
+    const sim_detail::stream_wait w = s.waits.front();
     auto it = streams.find(w.stream);
-    if (it == streams.end() || it->second.completed >= w.stamp) continue;
-    if (force) {
-      advance(it->second, w.stamp, true, depth + 1);
-    } else {
+    if (it == streams.end() || it->second.completed >= w.stamp) {
+      s.waits.erase(s.waits.begin());
+      continue;
+    }
+    if (!force) {
       target = w.after;
       break;
     }
+    advance(it->second, w.stamp, true, depth + 1);  // it reaches the stamp: the wait goes next time round
   }
-  s.waits.erase(s.waits.begin(), s.waits.begin() + static_cast<std::ptrdiff_t>(met));
   if (target <= s.completed) return false;
   s.completed = target;
   return true;
