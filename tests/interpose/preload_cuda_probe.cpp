@@ -98,6 +98,17 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
 
   CHECK(cudaFree(p) == cudaSuccess);
+  // A second free never reaches the real runtime, which would free the
+  // memory under fragctl (caching's segment starts at p): refused, and the
+  // block handed out there next is whole device memory.
+  CHECK(cudaFree(p) == cudaErrorInvalidValue);
+  void* again = nullptr;
+  CHECK(cudaMalloc(&again, bytes) == cudaSuccess && again != nullptr);
+  CHECK(cudaMemset(again, 0x3c, bytes) == cudaSuccess);
+  CHECK(cudaMemcpy(host.data(), static_cast<char*>(again) + bytes - host.size(), host.size(),
+                   cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(host.front() == 0x3c && host.back() == 0x3c);
+  CHECK(cudaFree(again) == cudaSuccess);
   CHECK(cudaFree(nullptr) == cudaSuccess);
   void* managed = nullptr;  // not intercepted: cudaFree must reach the real runtime
   CHECK(cudaMallocManaged(&managed, 1 << 20) == cudaSuccess);
@@ -115,8 +126,8 @@ int main(int argc, char** argv) {
   text << in.rdbuf();
   const std::string report = text.str();
   CHECK(report.find("\"backend\": \"cuda\"") != std::string::npos);
-  CHECK(report.find("\"allocations\": 2") != std::string::npos);
-  CHECK(report.find("\"frees\": 2") != std::string::npos);
+  CHECK(report.find("\"allocations\": 3") != std::string::npos);
+  CHECK(report.find("\"frees\": 3") != std::string::npos);
   check_default_pool(bytes, nullptr);  // after the report: allocates once more
   std::printf("preload_cuda_probe: %d failures\n", failures);
   return failures == 0 ? 0 : 1;
