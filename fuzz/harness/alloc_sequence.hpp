@@ -23,16 +23,18 @@
 //  * the pool's allocated bytes equal the sum of allocation_size over live
 //    blocks and blocks whose free waits; the statistics' allocated bytes that
 //    sum over live blocks only, their requested bytes the sum of requests
-//    (until a free with a wrong size makes the requested figure the policy's
-//    guess), and the backend's held bytes what the sim device has in use;
+//    (until a free with a wrong size names the rounded size, which makes the
+//    requested figure the policy's guess), and the backend's held bytes what
+//    the sim device has in use;
 //  * a free defers exactly when the program recorded a stream for the block
 //    (deferred() grows by one then, else not at all); nothing but allocate
 //    and release_cached hands a deferred free back; release_cached and an
 //    allocation that ends in out_of_memory leave none waiting, nor does any
 //    allocation where work completes at once; record_stream changes nothing
 //    a caller sees;
-//  * a correct free succeeds; a free with a wrong size frees the block and,
-//    when reported, names its size, reported once (when the caller frees,
+//  * a correct free succeeds; a free with a wrong size frees the block and
+//    names its size, whether reported or taken as right (caching takes the
+//    rounded size); it is reported once (when the caller frees,
 //    never again when a deferred free is handed back: the allocators below
 //    the adaptor see no misuse); a free of a pointer that is not a live
 //    block (interior, freed before, a block whose free waits, host memory) is
@@ -197,7 +199,7 @@ class alloc_sequence {
 
   void operation(std::uint8_t op) {
     switch (op % 17) {
-      case 0: case 1: case 2: case 3: allocate_one(pick_size(), pick_stream()); break;
+      case 0: case 1: case 2: case 3: allocate_somewhere(); break;
       case 4: case 5: free_one(false); break;
       case 6: free_one(true); break;
       case 7: free_not_owned(); break;
@@ -214,6 +216,12 @@ class alloc_sequence {
   }
 
   // --- choices ---------------------------------------------------------------
+  //
+  // Every read of the input is a statement of its own, or one operand
+  // sequenced before the next: the order in which a compiler evaluates
+  // function arguments or the operands of `+` is unspecified (GCC and clang
+  // differ), and an input must run the same program in the clang fuzzer and
+  // in the GCC test suite that replays it.
 
   stream_t pick_stream() { return streams_[in_.below(streams_.size())]; }
 
@@ -234,14 +242,30 @@ class alloc_sequence {
       case 1: return min_alignment * (1 + in_.below(16));
       case 2: return log_uniform(4 * KiB, MiB);
       case 3: return MiB + in_.below(3) * min_alignment - min_alignment;
-      case 4: return g * (1 + in_.below(8)) + in_.below(3) - 1;
+      case 4: {
+        const std::size_t granules = 1 + in_.below(8);
+        return g * granules + in_.below(3) - 1;
+      }
       case 5: return log_uniform(MiB, 64 * MiB);
       case 6: return options_.capacity / (2 + in_.below(7));
       default: return 1 + static_cast<std::size_t>(in_.integer(3));
     }
   }
 
+  // An address inside a live block (the model is not empty): 512 to 4 KiB
+  // past its start, or one byte before that.
+  std::uintptr_t inside_a_live_block() {
+    const auto start = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first);
+    const std::size_t offset = min_alignment * (1 + in_.below(8));
+    return start + offset - (in_.byte() & 1);
+  }
+
   // --- operations ----------------------------------------------------------------
+
+  void allocate_somewhere() {
+    const std::size_t bytes = pick_size();
+    allocate_one(bytes, pick_stream());
+  }
 
   bool allocate_one(std::size_t bytes, stream_t stream) {
     const std::size_t before = top_->state().allocated;
@@ -354,9 +378,7 @@ class alloc_sequence {
       ++summary_.deferred;
     }
     model_.erase(p);
-    remember_freed(p);
     record_free(p, b.bytes, stream, recorded);
-    ++summary_.frees;
   }
 
   // The frees the adaptor handed back since the last call: the oldest ones,
@@ -365,8 +387,8 @@ class alloc_sequence {
   // allocated bytes.
   std::size_t take_handed_back(const char* where) {
     const std::size_t waiting = stream_uses_->deferred();
-    check(waiting <= deferred_.size(), "after {} {} frees wait for other streams; the program deferred only {}",
-          where, waiting, deferred_.size());
+    check(waiting <= deferred_.size(), "after {} {} frees wait for other streams; the program deferred only {}", where,
+          waiting, deferred_.size());
     std::size_t bytes = 0;
     while (deferred_.size() > waiting) {
       bytes += deferred_.front().rounded;
@@ -412,10 +434,17 @@ class alloc_sequence {
         ++expected_mismatches_;
         if (r.bytes != b.bytes) requested_exact_ = false;
       } else {
-        requested_exact_ = false;  // the statistics subtracted the wrong size
+        // A size the policy takes as right (caching: the rounded one); the
+        // statistics count the size the result names.
+        check(r.bytes == b.bytes || r.bytes == b.rounded,
+              "free with size {} of a block of {} (rounded {}) was ok naming {} bytes", size, b.bytes, b.rounded,
+              r.bytes);
+        if (r.bytes != b.bytes) requested_exact_ = false;
       }
     }
     freed(p, b, stream, waiting);
+    remember_freed(p);
+    ++summary_.frees;
   }
 
   void free_not_owned() {
@@ -424,8 +453,7 @@ class alloc_sequence {
     switch (in_.byte() % 4) {
       case 0:  // inside a live block
         if (model_.empty()) return;
-        q = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first) +
-            min_alignment * (1 + in_.below(8)) - (in_.byte() & 1);
+        q = inside_a_live_block();
         break;
       case 1:  // freed before (double free; the free may still wait for other streams)
         if (freed_.empty()) return;
@@ -439,7 +467,8 @@ class alloc_sequence {
     const std::uint64_t counted = top_->misuse().not_owned;
     const std::size_t waiting = stream_uses_->deferred();
     void* p = reinterpret_cast<void*>(q);
-    top_->deallocate(p, 1 + in_.below(8 * MiB), pick_stream());
+    const std::size_t bytes = 1 + in_.below(8 * MiB);
+    top_->deallocate(p, bytes, pick_stream());
     check(top_->misuse().not_owned == counted + 1, "free of {} (not a live block) was not reported as not owned", p);
     check(top_->state().allocated == allocated, "free of {} (not a live block) changed allocated from {} to {}", p,
           allocated, top_->state().allocated);
@@ -500,16 +529,13 @@ class alloc_sequence {
         break;
       case 5:
         if (model_.empty()) return;
-        q = reinterpret_cast<std::uintptr_t>(model_.at(in_.below(model_.size())).first) +
-            min_alignment * (1 + in_.below(8)) - (in_.byte() & 1);
+        q = inside_a_live_block();
         break;
       case 6:
         if (deferred_.empty()) return;
         q = deferred_[in_.below(deferred_.size())].address;
         break;
-      default:
-        q = (in_.byte() & 1) != 0 ? reinterpret_cast<std::uintptr_t>(&host) : in_.integer(8);
-        break;
+      default: q = (in_.byte() & 1) != 0 ? reinterpret_cast<std::uintptr_t>(&host) : in_.integer(8); break;
     }
     void* p = reinterpret_cast<void*>(q);
     const std::size_t allocated = top_->state().allocated;
@@ -566,6 +592,8 @@ class alloc_sequence {
       const std::size_t waiting = stream_uses_->deferred();
       check(top_->try_deallocate(p, b.bytes, b.stream).status == free_status::ok, "free of a live block failed");
       freed(p, b, b.stream, waiting);
+      remember_freed(p);
+      ++summary_.frees;
     }
   }
 
