@@ -93,7 +93,6 @@ class arena_policy final : public device_allocator {
   /// The spans under the range, each exported; the fallback block as a raw allocation.
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
-  void do_stream_ending(stream_t stream) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
 

@@ -511,10 +511,6 @@ free_result buckets_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t
 std::optional<free_result> buckets_policy::do_check_free(void* ptr, std::size_t bytes) const {
   return impl_->check_free(ptr, bytes);
 }
-void buckets_policy::do_stream_ending(stream_t stream) {
-  impl_->clock_.end_stream(stream);
-  impl_->upstream_->stream_ending(stream);
-}
 std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept {
   return impl_->do_allocation_size(bytes);
 }

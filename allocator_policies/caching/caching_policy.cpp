@@ -133,9 +133,6 @@ struct caching_policy::impl {
   absl::flat_hash_map<void*, segment_info> segments_;
   stream_clock clock_;
   std::vector<pending_free> pending_;
-  // Streams of segments their owner destroyed after stream_ending waited
-  // for them: never synchronized again (until an allocation on the handle).
-  std::vector<stream_t> ended_;
 
   std::vector<std::unique_ptr<block[]>> node_chunks_;
   block* spare_nodes_ = nullptr;  // linked through `next`
@@ -178,7 +175,6 @@ caching_policy::impl::~impl() {
     }
   }
   for (stream_t s : streams) {
-    if (std::find(ended_.begin(), ended_.end(), s) != ended_.end()) continue;  // done, and gone
     try {
       backend_.synchronize_stream(s);
     } catch (const std::exception& e) {
@@ -216,7 +212,6 @@ bool caching_policy::impl::should_split(const block& b, std::size_t rounded) con
 // --- Allocation ----------------------------------------------------------------
 
 void* caching_policy::impl::do_allocate(std::size_t bytes, stream_t stream) {
-  if (!ended_.empty()) [[unlikely]] std::erase(ended_, stream);  // a new stream with an ended one's handle
   const std::size_t rounded = round_request(bytes);
   const bool small = rounded <= small_size_;
   free_set& pool = small ? small_free_ : large_free_;
@@ -441,9 +436,7 @@ void caching_policy::impl::release_segments(const std::vector<block*>& heads) {
       streams.push_back(b->stream);
     }
   }
-  for (stream_t s : streams) {
-    if (std::find(ended_.begin(), ended_.end(), s) == ended_.end()) backend_.synchronize_stream(s);
-  }
+  for (stream_t s : streams) backend_.synchronize_stream(s);
   for (block* b : heads) {
     pool_of(b).erase(entry_of(b));
     segments_.erase(b->ptr);
@@ -569,16 +562,6 @@ void* caching_policy::do_allocate(std::size_t bytes, stream_t stream) { return i
 free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   return impl_->do_deallocate(ptr, bytes, stream);
 }
-void caching_policy::do_stream_ending(stream_t stream) {
-  impl& s = *impl_;
-  s.clock_.end_stream(stream);
-  const bool holds = std::any_of(s.segments_.begin(), s.segments_.end(),
-                                 [stream](const auto& entry) { return entry.second.stream == stream; });
-  if (!holds || std::find(s.ended_.begin(), s.ended_.end(), stream) != s.ended_.end()) return;
-  s.backend_.synchronize_stream(stream);
-  s.ended_.push_back(stream);
-}
-
 std::optional<free_result> caching_policy::do_check_free(void* ptr, std::size_t bytes) const {
   const auto it = impl_->live_.find(ptr);
   if (it == impl_->live_.end()) return free_result{free_status::not_owned, 0};

@@ -149,13 +149,6 @@ memory_snapshot graph_pool_policy::do_memory_map() const {
   return map;
 }
 
-void graph_pool_policy::do_stream_ending(stream_t stream) {
-  upstream_->stream_ending(stream);  // waits for the stream's work
-  for (auto& [bytes, kept] : kept_) {
-    if (kept.stream == stream) kept.stream = nullptr;
-  }
-}
-
 std::optional<free_result> graph_pool_policy::do_check_free(void* ptr, std::size_t bytes) const {
   const auto it = live_.find(ptr);
   if (it == live_.end()) return free_result{free_status::not_owned, 0};

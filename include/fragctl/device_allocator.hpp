@@ -179,17 +179,6 @@ class device_allocator {
     return do_check_free(ptr, bytes);
   }
 
-  /// Says that `stream`, on which blocks were allocated, freed or used
-  /// (record_stream), is about to be destroyed by its owner: the allocator
-  /// waits for the work queued on it and takes the frees on it as complete,
-  /// so that it never uses the handle again, as a runtime call on a
-  /// destroyed stream may end the process. Until a block is allocated or
-  /// freed on a stream with that handle (a new stream may get it). Cheap
-  /// for a stream the allocator never met. Throws backend_error when the
-  /// wait fails. The preload shim calls it from cudaStreamDestroy and
-  /// hipStreamDestroy, the C API is fragctl_stream_ending.
-  void stream_ending(stream_t stream) { do_stream_ending(stream); }
-
   /// The size a request of `bytes` occupies after the policy's rounding.
   [[nodiscard]] std::size_t allocation_size(std::size_t bytes) const noexcept {
     return do_allocation_size(bytes);
@@ -307,8 +296,6 @@ class device_allocator {
   virtual std::optional<free_result> do_check_free(void* /*ptr*/, std::size_t /*bytes*/) const {
     return std::nullopt;
   }
-  // Optional: the default keeps no stream handle (nothing to do).
-  virtual void do_stream_ending(stream_t /*stream*/) {}
 
   // The cold halves of allocate and deallocate (inline above, as every
   // adaptor calls them on its upstream on each malloc and free).

@@ -116,14 +116,6 @@ FRAGCTL_API fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr,
  * recordStream skips a pointer that is not its own. */
 FRAGCTL_API fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream);
 
-/** Call before destroying `stream` (cudaStreamDestroy, hipStreamDestroy) when
- * blocks of this allocator were allocated, freed or recorded on it: waits for
- * the work queued on it and takes its frees as complete, so that the
- * allocator never uses the destroyed handle (a runtime call on one may end
- * the process). The preload library does it in cudaStreamDestroy itself.
- * BACKEND when the wait fails. */
-FRAGCTL_API fragctl_status fragctl_stream_ending(fragctl_allocator* allocator, void* stream);
-
 /** What the addresses an allocator hands out refer to. Values are stable
  * (part of the ABI). */
 typedef enum fragctl_memory_kind {

@@ -36,6 +36,5 @@ shared_memory forwarding_adaptor::do_share(void* ptr, std::size_t bytes) const {
 std::optional<free_result> forwarding_adaptor::do_check_free(void* ptr, std::size_t bytes) const {
   return upstream_->check_free(ptr, bytes);
 }
-void forwarding_adaptor::do_stream_ending(stream_t stream) { upstream_->stream_ending(stream); }
 
 }  // namespace fragctl

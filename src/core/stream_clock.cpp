@@ -91,18 +91,6 @@ void stream_clock::synchronize(free_stamp stamp) {
   s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
-void stream_clock::end_stream(stream_t stream) {
-  const auto it = std::find_if(streams_.begin(), streams_.end(),
-                               [stream](const stream_state& s) { return s.stream == stream; });
-  if (it == streams_.end()) return;
-  stream_state& s = *it;
-  if (!idle(s)) backend_.synchronize_stream(stream);
-  for (const pending_event& p : s.pending) events_.give_back(p.event);
-  s.pending.clear();
-  s.dirty = false;
-  s.completed = s.tick++;
-}
-
 void stream_clock::synchronize_all() {
   for (stream_state& s : streams_) {
     if (s.dirty) record(s);

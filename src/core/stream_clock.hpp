@@ -117,12 +117,6 @@ class stream_clock {
   void refresh_all();
   /// Blocks until every free so far on every stream is complete.
   void synchronize_all();
-  /// `stream` is about to be destroyed by its owner: waits for the work
-  /// queued on it, takes every free on it so far as complete and records
-  /// nothing more on it, so that the clock never uses the handle again
-  /// (until a free on a stream with that handle). Nothing for a stream the
-  /// clock never met. Throws backend_error when the wait fails.
-  void end_stream(stream_t stream);
   /// Blocks until the frees behind `stamp` are complete, and no longer: on
   /// its stream only, up to the first event covering it (recorded now if
   /// none does yet). A multi stamp waits for every stream.

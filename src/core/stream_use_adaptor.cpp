@@ -144,21 +144,6 @@ free_result stream_use_adaptor::deallocate_recorded(void* ptr, std::size_t bytes
   }
 }
 
-void stream_use_adaptor::do_stream_ending(stream_t stream) {
-  // The uses recorded on it need no wait once its work is done; a waiting
-  // free's stamp on it is complete after end_stream.
-  impl& s = *impl_;
-  s.clock.end_stream(stream);
-  for (auto& [ptr, streams] : s.uses) streams.erase(std::remove(streams.begin(), streams.end(), stream), streams.end());
-  absl::erase_if(s.uses, [](const auto& entry) { return entry.second.empty(); });
-  // A waiting free that named it goes to the policy on the default stream:
-  // the stream's work is done, and the handle will be gone.
-  for (impl::deferred_free& d : s.deferred) {
-    if (d.stream == stream) d.stream = nullptr;
-  }
-  upstream().stream_ending(stream);
-}
-
 std::optional<free_result> stream_use_adaptor::do_check_free(void* ptr, std::size_t bytes) const {
   if (impl_->waiting.contains(ptr)) return free_result{free_status::not_owned, 0};  // freed; its free waits
   return upstream().check_free(ptr, bytes);

@@ -99,9 +99,4 @@ std::optional<free_result> thread_safe_adaptor::do_check_free(void* ptr, std::si
   return upstream().check_free(ptr, bytes);
 }
 
-void thread_safe_adaptor::do_stream_ending(stream_t stream) {
-  const std::lock_guard lock(mutex_);
-  upstream().stream_ending(stream);
-}
-
 }  // namespace fragctl

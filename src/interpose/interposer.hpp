@@ -121,12 +121,6 @@ class interposer {
   /// nullptr go to the real function (the _ptsz one in per_thread mode);
   /// fragctl's memory that is no live block as free().
   int free_async(void* ptr, void* stream, stream_mode mode) noexcept;
-  /// cudaStreamDestroy: the allocators of the devices the layer allocated
-  /// on wait for the stream's work and forget it
-  /// (device_allocator::stream_ending), then the real function destroys it
-  /// and its code is returned. Without the first step a later trim or wait
-  /// would hand the runtime the destroyed handle, which may end the process.
-  int stream_destroy(void* stream) noexcept;
   /// cudaMemGetInfo: the real figures, fragctl's cache of the current device
   /// counted as free (never above total).
   int mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
