@@ -15,14 +15,15 @@
 // where the policy would free the block at once, under the other stream's
 // work, and the deferred free later whatever block was then at that address.
 //
-// The table of recorded uses and the deferred frees are empty in
-// single-stream programs, so a free costs one branch more than without the
-// adaptor. Deferred frees are looked
-// at oldest first on each allocation, stopping at the first that is not
-// complete: stamps of one stream complete in order, so this finds nearly
-// all that can go and costs one event query per allocation while any wait.
+// The table of recorded uses and the set of waiting frees are empty in
+// single-stream programs, so a free costs two tests more than without the
+// adaptor. Deferred frees are looked at oldest first on each allocation,
+// stopping at the first that is not complete: stamps of one stream complete
+// in order, so this finds nearly all that can go and costs one event query
+// per allocation while any wait.
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,7 +120,13 @@ free_result stream_use_adaptor::deallocate_recorded(void* ptr, std::size_t bytes
   // policy would judge it, and the free put off with the block's own size
   // (the statistics above count that size, and misuse is reported once).
   free_result result{free_status::ok, bytes};
-  if (const auto judged = upstream().check_free(ptr, bytes); judged && judged->status != free_status::not_owned) {
+  std::optional<free_result> judged;
+  try {
+    judged = upstream().check_free(ptr, bytes);
+  } catch (...) {
+    // An upstream that cannot tell (a user's allocator that throws): the size as given.
+  }
+  if (judged && judged->status != free_status::not_owned) {
     result = *judged;
     if (judged->status == free_status::size_mismatch) bytes = judged->bytes;
   }
@@ -127,17 +134,13 @@ free_result stream_use_adaptor::deallocate_recorded(void* ptr, std::size_t bytes
     impl::deferred_free d{ptr, bytes, stream, {}};
     for (stream_t used : it->second) d.waits.push_back(s.clock.on_free(s.clock.index_of(used)));
     s.waiting.insert(ptr);
-    try {
-      s.deferred.push_back(std::move(d));
-    } catch (...) {
-      s.waiting.erase(ptr);
-      throw;
-    }
+    s.deferred.push_back(std::move(d));
     s.uses.erase(it);
     return result;
   } catch (const std::exception& e) {
     // Out of host memory: no way to remember the wait. Withhold the block
-    // (a leak) rather than let a stream still using it see it reused.
+    // (a leak) rather than let a stream still using it see it reused; it
+    // stays in `waiting` where it got there, so a second free is refused.
     logger().error("stream uses: cannot defer the free of {} ({}); block withheld", ptr, e.what());
     s.uses.erase(it);
     return result;

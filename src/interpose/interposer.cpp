@@ -106,7 +106,13 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
       throw;
     }
     *ptr = p;
-    if (device >= 0 && device < 64) devices_used_.fetch_or(std::uint64_t{1} << device, std::memory_order_relaxed);
+    if (device >= 0 && device < 64) {
+      const std::uint64_t bit = std::uint64_t{1} << device;
+      // A load first: the write, once per device, not on every allocation.
+      if ((devices_used_.load(std::memory_order_relaxed) & bit) == 0) {
+        devices_used_.fetch_or(bit, std::memory_order_relaxed);
+      }
+    }
     return success;
   } catch (...) {
     return code_of_current_exception(real_.api().name, "malloc", bytes, device, false, build_failure_logged_);
