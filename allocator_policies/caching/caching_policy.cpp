@@ -28,6 +28,13 @@ constexpr std::size_t round_request(std::size_t bytes) noexcept {
   return bytes < min_alignment ? min_alignment : round_up(bytes, min_alignment);
 }
 
+// How a free of `given` bytes of a block of `requested` is judged (the
+// free and check_free): the request or its rounded size is right.
+constexpr free_result judged_free(std::size_t given, std::size_t requested) noexcept {
+  const bool right = given == requested || given == round_request(requested);
+  return {right ? free_status::ok : free_status::size_mismatch, requested};
+}
+
 constexpr std::size_t round_to_multiple(std::size_t n, std::size_t to) noexcept {
   return (n + to - 1) / to * to;
 }
@@ -310,17 +317,14 @@ free_result caching_policy::impl::do_deallocate(void* ptr, std::size_t bytes, st
   if (it == live_.end()) return {free_status::not_owned, 0};
   block* b = it->second;
   live_.erase(it);
-  const std::size_t requested = b->requested;
-  const free_status status = bytes == requested || bytes == round_request(requested)
-                                 ? free_status::ok
-                                 : free_status::size_mismatch;
-  allocated_ -= round_request(requested);
+  const free_result result = judged_free(bytes, b->requested);
+  allocated_ -= round_request(b->requested);
   if (stream == b->stream) {
     free_block(b);
   } else {
     defer_free(b, stream);
   }
-  return {status, requested};
+  return result;
 }
 
 void caching_policy::impl::free_block(block* b) {
@@ -565,10 +569,7 @@ free_result caching_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t
 std::optional<free_result> caching_policy::do_check_free(void* ptr, std::size_t bytes) const {
   const auto it = impl_->live_.find(ptr);
   if (it == impl_->live_.end()) return free_result{free_status::not_owned, 0};
-  const std::size_t requested = it->second->requested;
-  // As do_deallocate judges: the request or its rounded size.
-  const bool right = bytes == requested || bytes == round_request(requested);
-  return free_result{right ? free_status::ok : free_status::size_mismatch, requested};
+  return judged_free(bytes, it->second->requested);
 }
 std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept {
   return impl_->do_allocation_size(bytes);

@@ -79,6 +79,11 @@ enum class free_status : std::uint8_t {
 struct free_result {
   free_status status = free_status::ok;
   std::size_t bytes = 0;
+  /// The size the free took: `bytes`, or `given` (the caller's) where the
+  /// allocator left it 0. A policy may take another size than the request
+  /// as right (caching takes the rounded one): counting `given` then would
+  /// leave the statistics short.
+  [[nodiscard]] std::size_t size_or(std::size_t given) const noexcept { return bytes != 0 ? bytes : given; }
 };
 
 /// What pause() keeps of the contents of live blocks.

@@ -34,7 +34,7 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
 free_result limiting_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
   const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   std::size_t size = 0;
-  if (result.status == free_status::ok) size = sizer().allocation_size(result.bytes != 0 ? result.bytes : bytes);
+  if (result.status == free_status::ok) size = sizer().allocation_size(result.size_or(bytes));
   if (result.status == free_status::size_mismatch) size = sizer().allocation_size(result.bytes);
   used_ -= std::min(size, used_);
   return result;

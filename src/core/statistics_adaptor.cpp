@@ -140,9 +140,7 @@ free_result statistics_adaptor::do_deallocate(void* ptr, std::size_t bytes, stre
   const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   switch (result.status) {
     case free_status::ok: {
-      // The block's own request: a policy may take another size as right
-      // (caching takes the rounded one), which would leave the counts short.
-      const std::size_t freed = result.bytes != 0 ? result.bytes : bytes;
+      const std::size_t freed = result.size_or(bytes);
       c.freed(freed, sizer().allocation_size(freed));
       break;
     }

@@ -309,7 +309,7 @@ free_result tracing_adaptor::do_deallocate(void* ptr, std::size_t bytes, stream_
   const free_result result = upstream().try_deallocate(ptr, bytes, stream);
   if (result.status == free_status::not_owned) return result;
   try {
-    sink_->row("free_requested", ptr, result.bytes != 0 ? result.bytes : bytes, stream);
+    sink_->row("free_requested", ptr, result.size_or(bytes), stream);
   } catch (...) {
     // Formatting can only fail to allocate its buffer; the row is lost, the free stands.
   }
