@@ -758,6 +758,8 @@ free_result arena_policy::do_deallocate(void* ptr, std::size_t bytes, stream_t s
   return {bytes == requested ? free_status::ok : free_status::size_mismatch, requested};
 }
 
+void arena_policy::do_stream_ending(stream_t stream) { impl_->clock.end_stream(stream); }
+
 std::optional<free_result> arena_policy::do_check_free(void* ptr, std::size_t bytes) const {
   const impl& s = *impl_;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);

@@ -93,6 +93,9 @@ class arena_policy final : public device_allocator {
   /// The spans under the range, each exported; the fallback block as a raw allocation.
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  /// The clock takes its frees as complete: blocks and granules freed on it
+  /// are free on every stream. No handle is kept elsewhere.
+  void do_stream_ending(stream_t stream) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
 

@@ -73,6 +73,7 @@ struct buckets_policy::impl {
   void release_slab(slab* s) noexcept;
   std::size_t release_empty_slabs() noexcept;
   void reclaim_held(bool wait);
+  void forget_stream(stream_t stream);
   void link_head(slab* s) noexcept;
   void link_tail(slab* s) noexcept;
   void unlink(slab* s) noexcept;
@@ -459,6 +460,44 @@ void buckets_policy::impl::reclaim_held(bool wait) {
   fenced_.resize(kept);
 }
 
+// A stream's work is done and its owner destroys it: slots freed on it are
+// reusable, and its pool's slabs join the default stream's pool, so that no
+// slab goes back upstream naming the handle and allocations on the default
+// stream reuse them.
+void buckets_policy::impl::forget_stream(stream_t stream) {
+  for (std::uint32_t i = 0; i < unfenced_.size(); ++i) {
+    held_group& g = unfenced_[i];
+    if (g.slots.empty() || clock_.stream_of(i) != stream) continue;
+    for (const held_free& h : g.slots) {
+      --h.owner->held;
+      --held_slots_;
+      push_free(h.owner, h.slot);
+    }
+    g.slots.clear();
+  }
+  clock_.end_stream(stream);  // the fenced groups' stamps on it are complete now
+  const auto ended = std::find_if(pools_.begin(), pools_.end(), [&](const auto& p) { return p->stream == stream; });
+  if (ended == pools_.end()) return;
+  stream_pool* old = ended->get();
+  stream_pool* to = &find_or_add_pool(nullptr);
+  for (const auto& s : slabs_) {
+    if (s->pool != old) continue;
+    const bool listed = s->listed;
+    if (listed) unlink(s.get());
+    s->pool = to;
+    if (!listed) continue;
+    // Empty slabs go last, as became_empty files them.
+    if (s->empty()) {
+      link_tail(s.get());
+    } else {
+      link_head(s.get());
+    }
+  }
+  pools_.erase(ended);
+  last_stream_ = nullptr;
+  last_pool_ = to;
+}
+
 // --- State and release ------------------------------------------------------
 
 std::size_t buckets_policy::impl::do_allocation_size(std::size_t bytes) const noexcept {
@@ -516,6 +555,10 @@ std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept
 }
 pool_state buckets_policy::do_state() const { return impl_->do_state(); }
 void buckets_policy::do_release_cached() { impl_->do_release_cached(); }
+void buckets_policy::do_stream_ending(stream_t stream) {
+  impl_->forget_stream(stream);
+  forget_stream(*impl_->upstream_, stream);
+}
 void buckets_policy::do_enable_peer_access(int peer) { impl_->upstream_->enable_peer_access(peer); }
 shared_memory buckets_policy::do_share(void* ptr, std::size_t bytes) const {
   // Every slot the range meets, in any slab, must be live: a free slot is

@@ -193,6 +193,8 @@ class buckets_policy final : public device_allocator {
   /// Slabs are live blocks of the upstream: it describes them.
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  /// Its slots are reusable and its slabs join the default stream's pool.
+  void do_stream_ending(stream_t stream) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override;
   // The upstream's layout: slabs appear as its live blocks.

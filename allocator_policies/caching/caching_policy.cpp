@@ -109,6 +109,7 @@ struct caching_policy::impl {
   void free_block(block* b);
   void defer_free(block* b, stream_t stream) noexcept;
   void process_pending(bool wait);
+  void forget_stream(stream_t stream);
   bool release_oversize_blocks(free_set& pool, stream_t stream, std::size_t rounded);
   void release_segments(const std::vector<block*>& heads);
   void release_all_free_segments();
@@ -385,6 +386,38 @@ void caching_policy::impl::process_pending(bool wait) {
   pending_.resize(kept);
 }
 
+// A stream's work is done and its owner destroys it: its frees are complete,
+// and its segments become the default stream's, so that no later free,
+// release or destruction names the handle. Their free blocks move to the
+// default stream's run of the pools, where allocations on it find them.
+void caching_policy::impl::forget_stream(stream_t stream) {
+  clock_.end_stream(stream);
+  const auto key = reinterpret_cast<std::uintptr_t>(stream);
+  for (free_set* pool : {&small_free_, &large_free_}) {
+    std::vector<block*> moved;
+    for (auto it = pool->lower_bound(free_entry{key, 0, 0, nullptr}); it != pool->end() && it->stream == key; ++it) {
+      moved.push_back(it->node);
+    }
+    // Each block's entry and stream change together: a failed insert leaves
+    // every block filed under the stream it names.
+    for (block* b : moved) {
+      const free_entry old = entry_of(b);
+      pool->insert(free_entry{0, b->size, old.addr, b});
+      pool->erase(old);
+      b->stream = nullptr;
+    }
+  }
+  for (auto& [ptr, b] : live_) {
+    if (b->stream == stream) b->stream = nullptr;
+  }
+  for (const pending_free& p : pending_) {
+    if (p.node->stream == stream) p.node->stream = nullptr;
+  }
+  for (auto& [ptr, segment] : segments_) {
+    if (segment.stream == stream) segment.stream = nullptr;
+  }
+}
+
 // --- Returning memory ----------------------------------------------------------
 
 void caching_policy::impl::do_release_cached() {
@@ -574,6 +607,7 @@ std::optional<free_result> caching_policy::do_check_free(void* ptr, std::size_t 
 std::size_t caching_policy::do_allocation_size(std::size_t bytes) const noexcept {
   return impl_->do_allocation_size(bytes);
 }
+void caching_policy::do_stream_ending(stream_t stream) { impl_->forget_stream(stream); }
 pool_state caching_policy::do_state() const { return impl_->do_state(); }
 void caching_policy::do_release_cached() { impl_->do_release_cached(); }
 void caching_policy::do_enable_peer_access(int peer) {

@@ -82,6 +82,8 @@ class caching_policy final : public device_allocator {
   /// The segment holding the range: a raw allocation.
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  /// Its segments and blocks become the default stream's.
+  void do_stream_ending(stream_t stream) override;
   device_backend& do_backend() const noexcept override;
   std::string_view do_name() const noexcept override { return policy_name; }
   memory_snapshot do_memory_map() const override;

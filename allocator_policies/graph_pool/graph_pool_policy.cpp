@@ -25,6 +25,19 @@ graph_pool_policy::graph_pool_policy(const config& /*cfg*/, std::unique_ptr<devi
 
 graph_pool_policy::~graph_pool_policy() { return_kept(); }
 
+void graph_pool_policy::do_stream_ending(stream_t stream) {
+  // Its blocks' frees, and the kept blocks' return to the upstream, name
+  // the block's stream: the default stream's from now on (the upstream's
+  // blocks of the stream become the default stream's too, below).
+  for (auto& [ptr, block] : live_) {
+    if (block.stream == stream) block.stream = nullptr;
+  }
+  for (auto& [bytes, kept] : kept_) {
+    if (kept.stream == stream) kept.stream = nullptr;
+  }
+  forget_stream(*upstream_, stream);
+}
+
 std::optional<block_record> graph_pool_policy::claim(void* ptr) {
   const auto it = kept_by_ptr_.find(ptr);
   if (it == kept_by_ptr_.end()) return std::nullopt;

@@ -92,6 +92,8 @@ class graph_pool_policy final : public device_allocator {
   void do_enable_peer_access(int peer) override { upstream_->enable_peer_access(peer); }
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  /// Live and kept blocks of the stream become the default stream's.
+  void do_stream_ending(stream_t stream) override;
 
   void* reuse(std::size_t bytes, stream_t stream);
   void take(kept_index::iterator it);

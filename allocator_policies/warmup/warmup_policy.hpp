@@ -152,6 +152,7 @@ class warmup_policy final : public device_allocator {
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override {
     return upstream_->check_free(ptr, bytes);
   }
+  void do_stream_ending(stream_t stream) override { forget_stream(*upstream_, stream); }
   device_backend& do_backend() const noexcept override { return upstream_->backend(); }
   std::string_view do_name() const noexcept override { return name_; }
   memory_snapshot do_memory_map() const override { return upstream_->memory_map(); }

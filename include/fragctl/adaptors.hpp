@@ -56,6 +56,7 @@ class forwarding_adaptor : public device_allocator {
   void do_enable_peer_access(int peer) override;
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  void do_stream_ending(stream_t stream) override;
 
   std::unique_ptr<device_allocator> upstream_;
   const device_allocator* sizer_ = nullptr;
@@ -121,6 +122,7 @@ class stream_use_adaptor final : public forwarding_adaptor {
   void do_release_cached() override;
   void do_record_stream(void* ptr, stream_t stream) override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  void do_stream_ending(stream_t stream) override;
   // The halves of do_allocate and do_deallocate for when frees wait or
   // blocks were used on other streams, out of line, so that the common
   // case (neither) is one check and a call straight to the upstream.
@@ -166,6 +168,7 @@ class thread_safe_adaptor final : public forwarding_adaptor {
   void do_enable_peer_access(int peer) override;
   shared_memory do_share(void* ptr, std::size_t bytes) const override;
   std::optional<free_result> do_check_free(void* ptr, std::size_t bytes) const override;
+  void do_stream_ending(stream_t stream) override;
 
   mutable std::mutex mutex_;
   std::unique_ptr<process_guard> guard_;
@@ -188,6 +191,7 @@ class block_table_adaptor final : public forwarding_adaptor {
   void* do_allocate(std::size_t bytes, stream_t stream) override;
   free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override;
   std::optional<block_record> do_block_info(void* ptr) const override;
+  void do_stream_ending(stream_t stream) override;
 
   struct table;
   std::unique_ptr<table> table_;

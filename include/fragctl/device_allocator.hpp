@@ -184,6 +184,23 @@ class device_allocator {
     return do_check_free(ptr, bytes);
   }
 
+  /// Says that `stream`, on which blocks of this allocator were allocated,
+  /// freed or used (record_stream), is about to be destroyed by its owner
+  /// (cudaStreamDestroy): a runtime call on a destroyed stream may end the
+  /// process, and the allocator remembers streams to make such calls later
+  /// (a lazily recorded event, a segment synchronized before it goes). It
+  /// waits for the work queued on `stream`, outside any lock of the
+  /// allocator, then every part of it forgets the handle: frees on it are
+  /// complete, uses recorded on it are dropped, and blocks, slabs and
+  /// segments that belonged to it belong to the default stream (nullptr)
+  /// from now on. A stream later created with the same handle is a new
+  /// stream. Call it before destroying a stream the allocator met; the
+  /// preload library does it in cudaStreamDestroy and hipStreamDestroy, the
+  /// C API is fragctl_stream_ending. Nothing for the default stream, which
+  /// is never destroyed. Throws backend_error when the wait fails (nothing
+  /// forgotten then). docs/stream-order.md, "A stream that ends".
+  void stream_ending(stream_t stream);
+
   /// The size a request of `bytes` occupies after the policy's rounding.
   [[nodiscard]] std::size_t allocation_size(std::size_t bytes) const noexcept {
     return do_allocation_size(bytes);
@@ -274,6 +291,9 @@ class device_allocator {
 
  protected:
   device_allocator() = default;
+  /// The forgetting half of stream_ending, for an allocator to pass on to
+  /// its upstream once the stream's work is done.
+  static void forget_stream(device_allocator& upstream, stream_t stream) { upstream.do_stream_ending(stream); }
 
  private:
   virtual void* do_allocate(std::size_t bytes, stream_t stream) = 0;
@@ -301,6 +321,11 @@ class device_allocator {
   virtual std::optional<free_result> do_check_free(void* /*ptr*/, std::size_t /*bytes*/) const {
     return std::nullopt;
   }
+
+  // Optional: the default remembers no stream (nothing to forget). Called
+  // once the stream's work is done; forwards to any upstream through
+  // forget_stream, never through stream_ending (which would wait again).
+  virtual void do_stream_ending(stream_t /*stream*/) {}
 
   // The cold halves of allocate and deallocate (inline above, as every
   // adaptor calls them on its upstream on each malloc and free).

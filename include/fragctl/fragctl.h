@@ -116,6 +116,16 @@ FRAGCTL_API fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr,
  * recordStream skips a pointer that is not its own. */
 FRAGCTL_API fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream);
 
+/** Call before destroying `stream` (cudaStreamDestroy, hipStreamDestroy) when
+ * blocks of this allocator were allocated, freed or recorded on it: waits for
+ * the work queued on it, then the allocator forgets the handle (its frees are
+ * complete, its cached blocks go to the default stream), so that it never
+ * hands the destroyed handle to the runtime, which may end the process. A
+ * stream later created with the same handle is a new one. NULL (the default
+ * stream) does nothing. The preload library does it in cudaStreamDestroy
+ * itself. BACKEND when the wait fails (nothing forgotten then). */
+FRAGCTL_API fragctl_status fragctl_stream_ending(fragctl_allocator* allocator, void* stream);
+
 /** What the addresses an allocator hands out refer to. Values are stable
  * (part of the ABI). */
 typedef enum fragctl_memory_kind {

@@ -165,6 +165,11 @@ class sim_backend final : public device_backend {
     std::uint64_t bindings = 0, out_of_order = 0;
   };
   [[nodiscard]] binding_counts bindings() const noexcept;
+  /// Calls that named a destroyed stream (record_event, synchronize_stream,
+  /// wait_event, memcpy_async, submit), each refused with invalid_handle. On
+  /// CUDA such a call may end the process: the tests of
+  /// device_allocator::stream_ending ask for none.
+  [[nodiscard]] std::uint64_t destroyed_stream_calls() const noexcept;
 
  private:
   void* do_allocate(std::size_t bytes) override;

@@ -242,6 +242,14 @@ fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, vo
   });
 }
 
+fragctl_status fragctl_stream_ending(fragctl_allocator* allocator, void* stream) {
+  FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_stream_ending: allocator is NULL");
+  return guarded([&] {
+    allocator->stack->allocator().stream_ending(stream);
+    return FRAGCTL_OK;
+  });
+}
+
 fragctl_status fragctl_get_counters(fragctl_allocator* allocator, fragctl_counters* out) {
   FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr, "fragctl_get_counters: allocator or out is NULL");
   FRAGCTL_REQUIRE(out->struct_size >= offsetof(fragctl_counters, requested),

@@ -39,4 +39,13 @@ std::optional<block_record> block_table_adaptor::do_block_info(void* ptr) const 
   return it->second;
 }
 
+void block_table_adaptor::do_stream_ending(stream_t stream) {
+  // A free that names a block's stream from the table must not name the
+  // ended handle.
+  for (auto& [ptr, record] : table_->live) {
+    if (record.stream == stream) record.stream = nullptr;
+  }
+  forget_stream(upstream(), stream);
+}
+
 }  // namespace fragctl

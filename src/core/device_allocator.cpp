@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fmt/format.h"
+#include "fragctl/backend.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
 
@@ -14,6 +15,14 @@ namespace fragctl {
 void device_allocator::throw_too_large(std::size_t bytes) const {
   throw invalid_argument(
       fmt::format("{}: allocate({} bytes): larger than any device (limit 2^62 bytes)", name(), bytes));
+}
+
+void device_allocator::stream_ending(stream_t stream) {
+  if (stream == nullptr) return;  // the default stream is never destroyed
+  // Once, here, before any adaptor's lock: the wait may be long, and every
+  // part of the allocator may then take the stream's frees and uses as done.
+  backend().synchronize_stream(stream);
+  do_stream_ending(stream);
 }
 
 void device_allocator::report_misuse(free_status status, void* ptr, std::size_t bytes) noexcept {

@@ -36,5 +36,6 @@ shared_memory forwarding_adaptor::do_share(void* ptr, std::size_t bytes) const {
 std::optional<free_result> forwarding_adaptor::do_check_free(void* ptr, std::size_t bytes) const {
   return upstream_->check_free(ptr, bytes);
 }
+void forwarding_adaptor::do_stream_ending(stream_t stream) { forget_stream(*upstream_, stream); }
 
 }  // namespace fragctl

@@ -22,11 +22,17 @@ stream_clock::~stream_clock() {
 
 std::uint32_t stream_clock::lookup(stream_t stream) {
   auto it = std::find_if(streams_.begin(), streams_.end(),
-                         [stream](const stream_state& s) { return s.stream == stream; });
+                         [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
   if (it == streams_.end()) {
-    streams_.emplace_back();
-    streams_.back().stream = stream;
-    it = streams_.end() - 1;
+    // An ended stream's index first: its tick runs on, so stamps it gave
+    // stay complete (its completed tick covers them).
+    it = std::find_if(streams_.begin(), streams_.end(), [](const stream_state& s) { return s.ended; });
+    if (it == streams_.end()) {
+      streams_.emplace_back();
+      it = streams_.end() - 1;
+    }
+    it->stream = stream;
+    it->ended = false;
   }
   last_stream_ = stream;
   last_index_ = static_cast<std::uint32_t>(it - streams_.begin());
@@ -89,6 +95,20 @@ void stream_clock::synchronize(free_stamp stamp) {
     ++done;
   }
   s.pending.erase(s.pending.begin(), s.pending.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void stream_clock::end_stream(stream_t stream) noexcept {
+  const auto it = std::find_if(streams_.begin(), streams_.end(),
+                               [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
+  if (it == streams_.end()) return;
+  stream_state& s = *it;
+  for (const pending_event& p : s.pending) events_.give_back(p.event);
+  s.pending.clear();
+  s.completed = s.tick++;  // every stamp so far (tick <= s.tick) is complete
+  s.dirty = false;
+  s.ended = true;
+  s.stream = nullptr;
+  if (last_stream_ == stream) last_index_ = free_stamp::none;
 }
 
 void stream_clock::synchronize_all() {

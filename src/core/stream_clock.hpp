@@ -39,9 +39,13 @@
 //
 // Events are pooled and reused; the clock owns all of them. Events are
 // recorded after the frees they cover, so a stream must stay alive while
-// frees on it are pending; if it was destroyed, recording fails and its frees
-// are taken as complete (with a warning). Not thread-safe (its owner is used
-// under its caller's lock).
+// frees on it are pending: its owner says before destroying it
+// (device_allocator::stream_ending waits for it, then `end_stream` takes its
+// frees as complete and frees its index for the next stream met, with its
+// tick running on, so that old stamps of the index stay complete). Where a
+// stream was destroyed unannounced, a runtime may refuse the record (its
+// frees are then taken as complete, with a warning) or end the process
+// (CUDA). Not thread-safe (its owner is used under its caller's lock).
 #pragma once
 
 #include <cstddef>
@@ -117,6 +121,11 @@ class stream_clock {
   void refresh_all();
   /// Blocks until every free so far on every stream is complete.
   void synchronize_all();
+  /// `stream`'s work is done and its owner destroys it next: every free on
+  /// it so far is complete, the clock never records on it again, and its
+  /// index goes to the next new stream (stamps of the index stay complete).
+  /// No backend call; nothing for a stream the clock never met.
+  void end_stream(stream_t stream) noexcept;
   /// Blocks until the frees behind `stamp` are complete, and no longer: on
   /// its stream only, up to the first event covering it (recorded now if
   /// none does yet). A multi stamp waits for every stream.
@@ -138,7 +147,8 @@ class stream_clock {
     return std::nullopt;
   }
 
-  /// The stream registered as `index` (nullptr for none or multi).
+  /// The stream registered as `index` (nullptr for none, multi or a stream
+  /// that ended).
   [[nodiscard]] stream_t stream_of(std::uint32_t index) const noexcept {
     return index < streams_.size() ? streams_[index].stream : nullptr;
   }
@@ -155,6 +165,7 @@ class stream_clock {
     std::uint64_t tick = 1;       // tick of the next event recorded on this stream
     std::uint64_t completed = 0;  // highest tick seen complete
     bool dirty = false;           // frees since the last recorded event
+    bool ended = false;           // its stream ended; the index is free for the next stream met
     std::vector<pending_event> pending;  // recorded, not yet seen complete; oldest first
   };
 

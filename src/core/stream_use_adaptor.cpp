@@ -168,6 +168,27 @@ void stream_use_adaptor::do_record_stream(void* ptr, stream_t stream) {
   if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
 }
 
+void stream_use_adaptor::do_stream_ending(stream_t stream) {
+  // The stream's work is done (stream_ending waited for it): its stamps are
+  // complete, a use recorded on it holds nothing back, and a waiting free
+  // that named it goes upstream on the default stream, never on the handle.
+  impl& s = *impl_;
+  s.clock.end_stream(stream);
+  for (auto it = s.uses.begin(); it != s.uses.end();) {
+    auto& streams = it->second;
+    streams.erase(std::remove(streams.begin(), streams.end(), stream), streams.end());
+    if (streams.empty()) {
+      s.uses.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (impl::deferred_free& d : s.deferred) {
+    if (d.stream == stream) d.stream = nullptr;
+  }
+  forget_stream(upstream(), stream);
+}
+
 void stream_use_adaptor::do_release_cached() {
   impl_->hand_back(upstream(), /*wait=*/true);
   upstream().release_cached();

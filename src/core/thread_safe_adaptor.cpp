@@ -99,4 +99,11 @@ std::optional<free_result> thread_safe_adaptor::do_check_free(void* ptr, std::si
   return upstream().check_free(ptr, bytes);
 }
 
+void thread_safe_adaptor::do_stream_ending(stream_t stream) {
+  // The wait for the stream is behind us (device_allocator::stream_ending
+  // makes it before any allocator's lock); forgetting is bookkeeping.
+  const std::lock_guard lock(mutex_);
+  forget_stream(upstream(), stream);
+}
+
 }  // namespace fragctl

@@ -259,6 +259,36 @@ int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
   return success;
 }
 
+int interposer::stream_destroy(void* stream) noexcept {
+  const auto real = real_.get_as<stream_destroy_fn>(real_function::stream_destroy);
+  if (stream != nullptr && stream != legacy_stream && stream != per_thread_stream) {
+    try {
+      const absl::MutexLock lock(&mutex_);
+      for (auto& [ptr, block] : owned_) {
+        if (block.stream == stream) block.stream = nullptr;
+      }
+    } catch (...) {
+      // absl::Mutex does not throw; nothing else here allocates.
+    }
+    for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0; devices &= devices - 1) {
+      const int device = std::countr_zero(devices);
+      try {
+        if (device_allocator* allocator = allocators_(device, false); allocator != nullptr) {
+          allocator->stream_ending(stream);
+        }
+      } catch (const std::exception& e) {
+        logger().warn("{}: stream_destroy({}): device {}'s allocator could not wait for the stream: {}",
+                      real_.api().name, stream, device, e.what());
+      } catch (...) {
+        logger().warn("{}: stream_destroy({}): device {}'s allocator could not wait for the stream",
+                      real_.api().name, stream, device);
+      }
+    }
+  }
+  if (real == nullptr) return error_not_initialized;
+  return real(stream);
+}
+
 int interposer::mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
   if (free_bytes == nullptr || total_bytes == nullptr) return error_invalid_value;
   int device = 0;

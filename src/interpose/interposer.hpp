@@ -121,6 +121,15 @@ class interposer {
   /// nullptr go to the real function (the _ptsz one in per_thread mode);
   /// fragctl's memory that is no live block as free().
   int free_async(void* ptr, void* stream, stream_mode mode) noexcept;
+  /// cudaStreamDestroy: before the real function destroys `stream`, the
+  /// allocator of each device the layer allocated on waits for its work and
+  /// forgets it (device_allocator::stream_ending), and the layer's records
+  /// of blocks allocated on it name the default stream: a later free, trim
+  /// or wait would otherwise hand the runtime the destroyed handle, which
+  /// may end the process. The real function's code is returned; a failed
+  /// wait is logged (the runtime reports the error too). The default
+  /// streams go to the real function unchanged.
+  int stream_destroy(void* stream) noexcept;
   /// cudaMemGetInfo: the real figures, fragctl's cache of the current device
   /// counted as free (never above total).
   int mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;

@@ -43,6 +43,7 @@ FRAGCTL_PRELOAD_EXPORT int cudaMallocAsync_ptsz(void** ptr, std::size_t size, vo
 FRAGCTL_PRELOAD_EXPORT int cudaFreeAsync_ptsz(void* ptr, void* stream) {
   return cuda().free_async(ptr, stream, stream_mode::per_thread);
 }
+FRAGCTL_PRELOAD_EXPORT int cudaStreamDestroy(void* stream) { return cuda().stream_destroy(stream); }
 FRAGCTL_PRELOAD_EXPORT int cudaMemGetInfo(std::size_t* free, std::size_t* total) {
   return cuda().mem_get_info(free, total);
 }
@@ -75,6 +76,7 @@ FRAGCTL_PRELOAD_EXPORT int hipMallocAsync(void** ptr, std::size_t size, void* st
 FRAGCTL_PRELOAD_EXPORT int hipFreeAsync(void* ptr, void* stream) {
   return hip().free_async(ptr, stream, stream_mode::legacy);
 }
+FRAGCTL_PRELOAD_EXPORT int hipStreamDestroy(void* stream) { return hip().stream_destroy(stream); }
 FRAGCTL_PRELOAD_EXPORT int hipMemGetInfo(std::size_t* free, std::size_t* total) {
   return hip().mem_get_info(free, total);
 }

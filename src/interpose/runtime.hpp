@@ -56,6 +56,7 @@ enum class real_function : std::uint8_t {
   device_enable_peer_access,    ///< int (int peer, unsigned flags): cudaDeviceEnablePeerAccess
   mem_pool_set_access,          ///< int (void* pool, const mem_access_desc* descs, size_t count)
   get_device_count,             ///< int (int* count): cudaGetDeviceCount
+  stream_destroy,               ///< int (void* stream): cudaStreamDestroy
   count_
 };
 
@@ -82,6 +83,7 @@ struct mem_access_desc {
 };
 using mem_pool_set_access_fn = int (*)(void*, const mem_access_desc*, std::size_t);
 using get_device_count_fn = int (*)(int*);
+using stream_destroy_fn = int (*)(void*);
 /// cudaMemLocationTypeDevice / hipMemLocationTypeDevice.
 inline constexpr int mem_location_type_device = 1;
 
@@ -111,7 +113,7 @@ inline constexpr runtime_api cuda_runtime{
      "cudaDeviceSynchronize", "cudaDeviceGetDefaultMemPool", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
      "cudaMemPoolTrimTo", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaStreamIsCapturing",
      "cudaIpcGetMemHandle", "cudaDeviceEnablePeerAccess", "cudaMemPoolSetAccess",
-     "cudaGetDeviceCount"}};
+     "cudaGetDeviceCount", "cudaStreamDestroy"}};
 
 inline constexpr runtime_api hip_runtime{
     "hip", "libamdhip64.so",
@@ -119,7 +121,7 @@ inline constexpr runtime_api hip_runtime{
      "hipDeviceSynchronize", "hipDeviceGetDefaultMemPool", "hipMemPoolGetAttribute", "hipMemPoolSetAttribute",
      "hipMemPoolTrimTo", "hipMallocAsync", "hipMallocAsync", "hipStreamIsCapturing",
      "hipIpcGetMemHandle", "hipDeviceEnablePeerAccess", "hipMemPoolSetAccess",
-     "hipGetDeviceCount"}};
+     "hipGetDeviceCount", "hipStreamDestroy"}};
 
 /// Looks a symbol up for the layer; returns nullptr when not found.
 using symbol_resolver = void* (*)(const char* name);

@@ -73,6 +73,26 @@ TEST(CApi, MallocAndFreeAreCountedInTheStatistics) {
   }
 }
 
+// fragctl_stream_ending before the program destroys a stream it freed on:
+// the allocator never uses the handle again (the sim backend refuses a
+// destroyed one, which the log would show).
+TEST(CApi, StreamEndingBeforeTheStreamIsDestroyed) {
+  EXPECT_EQ(fragctl_stream_ending(nullptr, stream_a), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  for (const char* policy : {"caching", "arena"}) {
+    SCOPED_TRACE(policy);
+    fragctl_allocator* a = make(policy);
+    ASSERT_NE(a, nullptr);
+    void* p = nullptr;
+    ASSERT_EQ(fragctl_malloc(a, &p, 3 << 20, stream_a), FRAGCTL_OK);
+    ASSERT_EQ(fragctl_free(a, p, 3 << 20, stream_a), FRAGCTL_OK);
+    EXPECT_EQ(fragctl_stream_ending(a, stream_a), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_EQ(fragctl_stream_ending(a, reinterpret_cast<void*>(0x3000)), FRAGCTL_OK);  // a stream never met
+    EXPECT_EQ(fragctl_release_cached(a), FRAGCTL_OK) << fragctl_last_error();
+    EXPECT_EQ(stats_of(a).requested.current, 0u);
+    EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+  }
+}
+
 TEST(CApi, PauseGivesTheMemoryBackAndResumeKeepsTheAddresses) {
   fragctl_allocator* a = make("arena");
   ASSERT_NE(a, nullptr);

@@ -135,6 +135,58 @@ class conformance : public ::testing::Test {
     o.backed = true;
     return o;
   }
+
+  static void end_a_stream_the_allocator_met(bool announce) {
+    fragctl::sim_options options = accounting();
+    options.manual_completion = true;
+    auto t = make(options);
+    fragctl::stream_t s = t.backend->create_stream();
+    fragctl::stream_t other = t.backend->create_stream();
+    std::vector<std::pair<void*, std::size_t>> live_on_s;
+    for (std::size_t n : {std::size_t{4096}, 3 * fragctl::MiB, 64 * fragctl::MiB}) {
+      void* cached = t.allocator->allocate(n, s);
+      live_on_s.emplace_back(t.allocator->allocate(n, s), n);
+      void* of_default = t.allocator->allocate(n, nullptr);
+      void* of_s = t.allocator->allocate(n, s);
+      t.backend->submit(s);
+      t.backend->submit(other);
+      t.allocator->deallocate(cached, n, s);
+      t.allocator->deallocate(of_default, n, s);
+      t.allocator->deallocate(of_s, n, other);
+    }
+    fragctl::event_t queued = t.backend->create_event();
+    t.backend->record_event(queued, s);
+    if (announce) {
+      t.allocator->stream_ending(s);
+      EXPECT_TRUE(t.backend->query_event(queued)) << "stream_ending returned before the stream's work was done";
+    }
+    t.backend->destroy_stream(s);
+    t.backend->complete_all();
+    t.backend->destroy_event(queued);
+    // The program goes on without the stream: it frees what was allocated on
+    // it, allocates on the streams it has, trims, and ends.
+    try {
+      for (const auto& [p, n] : live_on_s) t.allocator->deallocate(p, n, nullptr);
+      for (std::size_t n : {std::size_t{4096}, 3 * fragctl::MiB, 64 * fragctl::MiB}) {
+        for (fragctl::stream_t on : {static_cast<fragctl::stream_t>(nullptr), other}) {
+          void* p = t.allocator->allocate(n, on);
+          t.allocator->deallocate(p, n, on);
+        }
+      }
+      t.allocator->release_cached();
+    } catch (const fragctl::backend_error& e) {
+      // The sim refuses the destroyed handle (counted below); CUDA may crash.
+      EXPECT_FALSE(announce) << e.what();
+    }
+    t.allocator.reset();
+    t.backend->destroy_stream(other);
+    if (announce) {
+      EXPECT_EQ(t.backend->destroyed_stream_calls(), 0U) << "the allocator named a stream after stream_ending";
+    } else {
+      EXPECT_GT(t.backend->destroyed_stream_calls(), 0U)
+          << "the control: without stream_ending the allocator names the destroyed stream";
+    }
+  }
 };
 
 TYPED_TEST_SUITE_P(conformance);
@@ -308,6 +360,19 @@ TYPED_TEST_P(conformance, block_freed_on_another_stream_waits_for_that_stream) {
     t.backend->destroy_stream(a);
     t.backend->destroy_stream(b);
   }
+}
+
+// A stream its owner destroys: the allocator met it every way a policy
+// can (blocks cached on it, a live block allocated on it, a block of the
+// default stream freed on it, a block of it freed on another stream, in
+// small, medium and large sizes). stream_ending(s) waits for its work, and
+// from then on nothing the allocator does (frees, reuse on other streams,
+// release_cached, destruction) names the destroyed handle, which on CUDA
+// may end the process. The control runs the same program without the call:
+// the sim sees the allocator name the destroyed stream.
+TYPED_TEST_P(conformance, a_stream_that_ends_is_never_named_again) {
+  this->end_a_stream_the_allocator_met(/*announce=*/true);
+  this->end_a_stream_the_allocator_met(/*announce=*/false);
 }
 
 TYPED_TEST_P(conformance, same_stream_reuse_needs_no_backend_memory_call) {
@@ -547,6 +612,7 @@ REGISTER_TYPED_TEST_SUITE_P(conformance, zero_bytes_gives_null_and_freeing_null_
                             stream_order_rule_holds_across_streams,
                             block_freed_on_another_stream_waits_for_that_stream,
                             same_stream_reuse_needs_no_backend_memory_call,
+                            a_stream_that_ends_is_never_named_again,
                             out_of_memory_is_reported_and_leaves_allocator_usable,
                             injected_backend_failures_never_corrupt,
                             misuse_is_reported_without_corruption, check_free_answers_what_the_free_finds,

@@ -93,6 +93,46 @@ TEST_F(stream_clock_one_stream, record_now_ignores_the_cap_on_events_in_flight) 
   EXPECT_EQ(calls(sim, backend_call::create_event), lazy + 20) << "every event is in flight until the end";
 }
 
+// end_stream: the stream's frees so far are complete without a backend
+// call, the clock never records on it again, and its index goes to the next
+// new stream, whose frees are pending as any stream's are while the ended
+// stream's old stamps stay complete.
+TEST(stream_clock, an_ended_stream_is_forgotten_and_its_index_serves_the_next_stream) {
+  sim_backend sim(testing::manual_events());
+  const stream_t ended = sim.create_stream();
+  const stream_t next = sim.create_stream();
+  {
+    stream_clock clock(sim);
+    const std::uint32_t i = clock.index_of(ended);
+    sim.submit(ended);
+    const free_stamp old = clock.on_free(i);
+    clock.refresh(i);  // one event in flight on the stream
+    EXPECT_FALSE(clock.complete(old));
+    sim.synchronize_stream(ended);  // stream_ending's wait
+    const std::uint64_t records = calls(sim, backend_call::record_event);
+    clock.end_stream(ended);
+    EXPECT_TRUE(clock.complete(old));
+    EXPECT_EQ(clock.stream_of(i), nullptr);
+    sim.destroy_stream(ended);
+    clock.refresh_all();
+    clock.synchronize_all();
+    EXPECT_EQ(calls(sim, backend_call::record_event), records) << "nothing is recorded on the ended stream";
+    EXPECT_EQ(sim.destroyed_stream_calls(), 0u);
+
+    EXPECT_EQ(clock.index_of(next), i) << "the ended stream's index is taken again";
+    EXPECT_EQ(clock.stream_count(), 1u);
+    EXPECT_TRUE(clock.complete(old)) << "a stamp of the ended stream stays complete";
+    sim.submit(next);
+    const free_stamp fresh = clock.on_free(i);
+    clock.refresh(i);
+    EXPECT_FALSE(clock.complete(fresh)) << "the new stream's free waits for its work";
+    sim.complete(next);
+    clock.refresh(i);
+    EXPECT_TRUE(clock.complete(fresh));
+  }
+  sim.destroy_stream(next);
+}
+
 TEST(event_pool, reuses_returned_events_and_destroys_them_at_teardown) {
   sim_backend sim;
   {

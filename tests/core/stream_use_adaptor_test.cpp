@@ -218,6 +218,59 @@ TEST_P(stream_use, a_wrong_size_free_of_a_block_with_recorded_uses_is_reported_a
   EXPECT_EQ(f.allocator().misuse().size_mismatch, 1u);
 }
 
+// A stream the allocator knows only from record_stream, and a waiting free
+// that named it, when its owner destroys it. stream_ending waits for the
+// stream's queued work (the blocks it used may go to other streams after),
+// and nothing names the handle again: neither the deferred frees going to
+// the policy nor the trim. The control destroys the stream unannounced.
+void end_a_recorded_stream(const std::string& policy, bool announce) {
+  SCOPED_TRACE(announce ? "stream_ending" : "control: no stream_ending");
+  fixture f(policy);
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+  stream_t reader = f.sim->create_stream();
+
+  void* used_on_side = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(used_on_side, side);
+  void* freed_on_side = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(freed_on_side, reader);
+  f.sim->submit(side);  // the side stream's read of used_on_side, queued
+  f.sim->submit(reader);
+  f.allocator().deallocate(used_on_side, block_bytes, main);  // waits for side
+  f.allocator().deallocate(freed_on_side, block_bytes, side);  // names side; waits for reader
+  event_t queued = f.sim->create_event();
+  f.sim->record_event(queued, side);
+
+  if (announce) {
+    f.allocator().stream_ending(side);
+    EXPECT_TRUE(f.sim->query_event(queued)) << "stream_ending returned before the side stream's work was done";
+  }
+  f.sim->destroy_stream(side);
+  f.sim->destroy_event(queued);
+  f.sim->complete(reader);
+  try {
+    void* p = f.allocator().allocate(block_bytes, main);  // hands the deferred frees to the policy
+    f.allocator().deallocate(p, block_bytes, main);
+    f.allocator().release_cached();
+  } catch (const backend_error& e) {
+    EXPECT_FALSE(announce) << e.what();
+  }
+  if (announce) {
+    EXPECT_EQ(f.stack->stats().pool.allocated, 0u) << "both deferred frees reached the policy";
+    EXPECT_EQ(f.sim->destroyed_stream_calls(), 0u) << "the allocator named the stream after stream_ending";
+  } else {
+    f.sim->complete_all();
+    EXPECT_GT(f.sim->destroyed_stream_calls(), 0u) << "the control names the destroyed stream";
+  }
+  f.stack.reset();
+  f.sim = nullptr;
+}
+
+TEST_P(stream_use, a_stream_known_from_record_stream_is_waited_for_and_forgotten_when_it_ends) {
+  end_a_recorded_stream(GetParam(), /*announce=*/true);
+  end_a_recorded_stream(GetParam(), /*announce=*/false);
+}
+
 INSTANTIATE_TEST_SUITE_P(policies, stream_use, ::testing::Values("arena", "caching", "buckets:arena"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
@@ -234,6 +287,30 @@ TEST(stream_use_adaptor, a_bare_policy_refuses_record_stream) {
   void* p = policy->allocate(4096);
   EXPECT_THROW(policy->record_stream(p, nullptr), invalid_argument);
   policy->deallocate(p, 4096);
+}
+
+// The live-block table names each block's stream, which a caller freeing by
+// pointer alone passes back (PyTorch's free): after stream_ending it names
+// the default stream.
+TEST(block_table_adaptor, a_block_of_a_stream_that_ended_names_the_default_stream) {
+  config cfg;
+  cfg.block_table = true;
+  auto backend = std::make_unique<sim_backend>();
+  sim_backend& sim = *backend;
+  allocator_stack stack(std::move(backend), cfg);
+  stream_t s = sim.create_stream();
+  stream_t kept = sim.create_stream();
+  void* p = stack.allocator().allocate(4096, s);
+  void* q = stack.allocator().allocate(4096, kept);
+  ASSERT_EQ(stack.allocator().block_info(p)->stream, s);
+  stack.allocator().stream_ending(s);
+  EXPECT_EQ(stack.allocator().block_info(p)->stream, nullptr);
+  EXPECT_EQ(stack.allocator().block_info(q)->stream, kept) << "another stream's blocks keep theirs";
+  sim.destroy_stream(s);
+  stack.allocator().deallocate(p, 4096, stack.allocator().block_info(p)->stream);
+  stack.allocator().deallocate(q, 4096, kept);
+  stack.allocator().release_cached();
+  EXPECT_EQ(sim.destroyed_stream_calls(), 0u);
 }
 
 TEST(allocator_stack, set_limit_caps_and_reset_peaks_starts_a_window) {

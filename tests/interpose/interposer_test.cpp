@@ -45,6 +45,7 @@ struct fake_runtime {
   std::vector<char> graph_memory = std::vector<char>(4096);  // what the real cudaMallocAsync hands out
   int peer_access_result = success;               // what the real cudaDeviceEnablePeerAccess returns
   int devices = 2;                                // default pools exist for devices [0, devices)
+  std::vector<void*> destroyed_streams;           // what the real cudaStreamDestroy got
 };
 fake_runtime* fake = nullptr;
 
@@ -135,6 +136,11 @@ int fake_enable_peer_access(int peer, unsigned flags) {
   return fake->peer_access_result;
 }
 
+int fake_stream_destroy(void* s) {
+  fake->calls.push_back("stream_destroy");
+  fake->destroyed_streams.push_back(s);
+  return success;
+}
 int fake_get_device_count(int* count) {
   *count = fake->devices;
   return success;
@@ -172,6 +178,7 @@ void* resolve_fake(const char* name) {
   if (n == "cudaDeviceEnablePeerAccess") return reinterpret_cast<void*>(&fake_enable_peer_access);
   if (n == "cudaMemPoolSetAccess") return reinterpret_cast<void*>(&fake_pool_set_access);
   if (n == "cudaGetDeviceCount") return reinterpret_cast<void*>(&fake_get_device_count);
+  if (n == "cudaStreamDestroy") return reinterpret_cast<void*>(&fake_stream_destroy);
   return nullptr;
 }
 
@@ -438,6 +445,33 @@ TEST_F(InterposerTest, ASecondFreeOfAFragctlBlockNeverReachesTheRealFunction) {
       EXPECT_EQ(runtime_.freed, std::vector<void*>{&foreign});
     }
   }
+}
+
+// cudaStreamDestroy: the allocator forgets the stream (stream_ending: a free
+// on it whose event was not recorded yet is recorded now, while the handle
+// lives), then the real function destroys it; a stream fragctl never met,
+// and one destroyed before any allocation, go straight through.
+TEST_F(InterposerTest, StreamDestroyTellsTheAllocatorFirstThenTheRuntime) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena"));
+  EXPECT_EQ(layer.stream_destroy(stream_b), success);  // nothing allocated yet
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, stream_a, stream_mode::legacy), success);
+  ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
+  void* live = nullptr;
+  ASSERT_EQ(layer.malloc_async(&live, 4096, stream_a, stream_mode::legacy), success);
+  testing::log_capture log;
+  EXPECT_EQ(layer.stream_destroy(stream_a), success);
+  EXPECT_EQ(runtime_.destroyed_streams, (std::vector<void*>{stream_b, stream_a}));
+  // A live block of the ended stream: cudaFree frees it on the default stream.
+  ASSERT_TRUE(layer.find(live).has_value());
+  EXPECT_EQ(layer.find(live)->stream, nullptr);
+  EXPECT_EQ(layer.free(live), success);
+  // Memory of the ended stream serves another stream at once (its work was waited for).
+  void* q = nullptr;
+  ASSERT_EQ(layer.malloc_async(&q, 1 << 20, stream_b, stream_mode::legacy), success);
+  ASSERT_EQ(layer.free_async(q, stream_b, stream_mode::legacy), success);
+  EXPECT_EQ(stats(0).requested.current, 0u);
+  EXPECT_EQ(log.text().find("could not wait"), std::string::npos) << log.text();
 }
 
 TEST_F(InterposerTest, AsyncCallsAreStreamOrderedOnTheGivenStream) {

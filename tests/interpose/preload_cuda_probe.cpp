@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   CHECK(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && free_bytes <= total_bytes && total_bytes > 0);
+  // A stream freed on, destroyed before the trim below: the shim's
+  // cudaStreamDestroy tells fragctl first (before, the trim recorded the
+  // frees' event on the destroyed handle, and the process ended by SIGSEGV).
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
   CHECK(cudaGetLastError() == cudaSuccess);
 
   CHECK(write_report(argv[1]) == 0);
@@ -128,10 +132,47 @@ int main(int argc, char** argv) {
   CHECK(report.find("\"allocations\": 3") != std::string::npos);
   CHECK(report.find("\"frees\": 3") != std::string::npos);
   check_default_pool(bytes, nullptr);  // after the report: allocates once more
-  // Destroyed last: a stream freed on and destroyed before a trim takes the
-  // process down in the trim (the allocator records its frees' event on
-  // the destroyed handle; docs/reliability.md, known and not fixed).
-  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+
+  // Streams that come and go, as libraries create them per call: each is
+  // allocated on, freed on (its own block, and one of the default stream's)
+  // and destroyed with a block of it still live, which is freed after; the
+  // default pool is trimmed every few streams. Every stream fragctl met is
+  // gone before its frees are looked at again.
+  void* whole = nullptr;
+  std::uint64_t used_now = 1;
+  int device = 0;
+  CHECK(cudaGetDevice(&device) == cudaSuccess);
+  cudaMemPool_t pool = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess);
+  std::vector<void*> outliving;
+  for (int round = 0; round < 256; ++round) {
+    cudaStream_t s = nullptr;
+    CHECK(cudaStreamCreateWithFlags(&s, round % 2 == 0 ? cudaStreamNonBlocking : cudaStreamDefault) == cudaSuccess);
+    void* own = nullptr;
+    void* kept = nullptr;
+    void* of_default = nullptr;
+    const std::size_t n = std::size_t{1} << (20 + round % 4);
+    CHECK(cudaMallocAsync(&own, n, s) == cudaSuccess);
+    CHECK(cudaMallocAsync(&kept, 4096 + round, s) == cudaSuccess);
+    CHECK(cudaMalloc(&of_default, n) == cudaSuccess);
+    CHECK(cudaMemsetAsync(own, round & 0xff, n, s) == cudaSuccess);
+    CHECK(cudaMemsetAsync(of_default, round & 0xff, n, s) == cudaSuccess);
+    CHECK(cudaFreeAsync(own, s) == cudaSuccess);
+    CHECK(cudaFreeAsync(of_default, s) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    outliving.push_back(kept);
+    if (round % 16 == 15) CHECK(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  }
+  for (void* k : outliving) CHECK(cudaFree(k) == cudaSuccess);
+  CHECK(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  CHECK(cudaMalloc(&whole, bytes) == cudaSuccess);
+  CHECK(cudaMemset(whole, 0x77, bytes) == cudaSuccess);
+  CHECK(cudaMemcpy(host.data(), whole, host.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(host.front() == 0x77 && host.back() == 0x77);
+  CHECK(cudaFree(whole) == cudaSuccess);
+  CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used_now) == cudaSuccess);
+  CHECK(used_now == 0);
+  CHECK(cudaGetLastError() == cudaSuccess);
   std::printf("preload_cuda_probe: %d failures\n", failures);
   return failures == 0 ? 0 : 1;
 }

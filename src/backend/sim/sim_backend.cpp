@@ -194,6 +194,9 @@ int sim_backend::bound_device() noexcept { return bound_backends.empty() ? -1 : 
 sim_backend::binding_counts sim_backend::bindings() const noexcept {
   return {state_->bindings.load(std::memory_order_relaxed), state_->out_of_order.load(std::memory_order_relaxed)};
 }
+std::uint64_t sim_backend::destroyed_stream_calls() const noexcept {
+  return state_->destroyed_stream_calls.load(std::memory_order_relaxed);
+}
 bool sim_backend::supports_virtual_memory() const noexcept { return state_->options.virtual_memory; }
 std::size_t sim_backend::granularity() const noexcept { return state_->options.granularity; }
 const sim_options& sim_backend::options() const noexcept { return state_->options; }

@@ -174,6 +174,7 @@ struct sim_backend::state {
   mutable util::fork_safe_mutex mu;
   std::atomic<std::uint64_t> bindings{0};      ///< bind_device calls
   std::atomic<std::uint64_t> out_of_order{0};  ///< bindings released on another thread or out of order
+  std::atomic<std::uint64_t> destroyed_stream_calls{0};  ///< calls refused for naming a destroyed stream
   std::size_t used ABSL_GUARDED_BY(mu) = 0;  ///< raw + physical bytes
   std::size_t library ABSL_GUARDED_BY(mu) = 0;  ///< set_library_bytes
   /// used + library + the options' context and other processes' bytes: the

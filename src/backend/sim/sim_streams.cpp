@@ -20,8 +20,10 @@ using sim_detail::sim_error;
 
 sim_detail::stream_state& sim_backend::state::stream_for(const char* call, stream_t stream) {
   auto [it, met] = streams.try_emplace(address_of(stream));
-  if (it->second.destroyed)
+  if (it->second.destroyed) {
+    destroyed_stream_calls.fetch_add(1, std::memory_order_relaxed);
     fail(sim_error::invalid_handle, fmt::format("{}: stream {} was destroyed", call, stream));
+  }
   return it->second;
 }
 
