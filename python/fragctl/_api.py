@@ -152,6 +152,14 @@ class Allocator:
         ptr, nbytes, stream = _capi.address(ptr, "ptr"), _capi.size(nbytes), _capi.address(stream, "stream")
         _capi.check(self._call(library().fragctl_free, ptr, nbytes, stream))
 
+    def stream_ending(self, stream: int) -> None:
+        """Call before destroying ``stream`` (an int handle) that blocks were allocated or freed on: waits
+        for the work queued on it, then the allocator forgets it (its frees are complete, its cached
+        blocks go to the default stream), so that it never hands the runtime the destroyed handle. 0
+        (the default stream) does nothing."""
+        stream = _capi.address(stream, "stream")
+        _capi.check(self._call(library().fragctl_stream_ending, stream))
+
     def release_cached(self) -> None:
         """Returns wholly free cached memory to the device."""
         _capi.check(self._call(library().fragctl_release_cached))

@@ -117,6 +117,7 @@ def _declare(lib):
         "fragctl_destroy": (status, [p]),
         "fragctl_malloc": (status, [p, c.POINTER(p), c.c_size_t, p]),
         "fragctl_free": (status, [p, p, c.c_size_t, p]),
+        "fragctl_stream_ending": (status, [p, p]),
         "fragctl_release_cached": (status, [p]),
         "fragctl_pause": (status, [p, c.c_int]),
         "fragctl_resume": (status, [p]),

@@ -87,6 +87,21 @@ class AllocatorTest(unittest.TestCase):
         self.assertEqual(_capi.status_name(99), "FRAGCTL_ERROR_UNKNOWN")
         self.assertFalse(hasattr(_capi, "STATUS_NAMES"), "a copy of the library's table")
 
+    def test_a_stream_that_ends_leaves_its_cache_to_the_default_stream(self):
+        stream = 0x1000  # sim meets any handle on first use
+        with fragctl.Allocator("caching", backend="sim", sim_capacity="1GiB") as a:
+            p = a.malloc(32 * MiB, stream)
+            a.free(p, 32 * MiB, stream)
+            reserved = a.stats()["reserved_bytes"]["current"]
+            a.stream_ending(stream)
+            a.stream_ending(0)  # the default stream: nothing
+            q = a.malloc(32 * MiB)  # the ended stream's segment serves the default stream
+            self.assertEqual(q, p)
+            self.assertEqual(a.stats()["reserved_bytes"]["current"], reserved)
+            a.free(q, 32 * MiB)
+        with self.assertRaises(fragctl.FragctlError):
+            a.stream_ending(stream)  # closed
+
     def test_report_and_release_cached(self):
         with fragctl.Allocator("caching", backend="sim", sim_capacity="1GiB") as a:
             p = a.malloc(32 * MiB)
