@@ -118,6 +118,14 @@ class block_model {
     for (const auto& [a, b] : blocks_) f(reinterpret_cast<void*>(a), b);
   }
 
+  /// Every live block allocated on `from` is on `to` from now on (a stream
+  /// that ended: its blocks belong to the default stream).
+  void move_stream(stream_t from, stream_t to) {
+    for (auto& [a, b] : blocks_) {
+      if (b.stream == from) b.stream = to;
+    }
+  }
+
   /// Checks every live block's pattern (backed mode).
   void check_patterns() const {
     for (const auto& [a, b] : blocks_) {
