@@ -73,7 +73,7 @@ struct buckets_policy::impl {
   void release_slab(slab* s) noexcept;
   std::size_t release_empty_slabs() noexcept;
   void reclaim_held(bool wait);
-  void forget_stream(stream_t stream);
+  void forget_stream(stream_t stream) noexcept;
   void link_head(slab* s) noexcept;
   void link_tail(slab* s) noexcept;
   void unlink(slab* s) noexcept;
@@ -460,11 +460,33 @@ void buckets_policy::impl::reclaim_held(bool wait) {
   fenced_.resize(kept);
 }
 
-// A stream's work is done and its owner destroys it: slots freed on it are
-// reusable, and its pool's slabs join the default stream's pool, so that no
-// slab goes back upstream naming the handle and allocations on the default
-// stream reuse them.
-void buckets_policy::impl::forget_stream(stream_t stream) {
+// A stream's work is done and its owner destroys it: its pool's slabs join
+// the default stream's pool, so that no slab goes back upstream naming the
+// handle and allocations on the default stream reuse them, and slots freed
+// on it are reusable. Nothing here can fail; the upstream forgot the stream
+// already (do_stream_ending), so a slab given back below names the default
+// stream.
+void buckets_policy::impl::forget_stream(stream_t stream) noexcept {
+  const auto ended = std::find_if(pools_.begin(), pools_.end(), [&](const auto& p) { return p->stream == stream; });
+  if (ended != pools_.end()) {
+    stream_pool* old = ended->get();
+    stream_pool* to = last_pool_ = pools_.front().get();  // the default stream's, made first and never ended
+    for (const auto& s : slabs_) {
+      if (s->pool != old) continue;
+      const bool listed = s->listed;
+      if (listed) unlink(s.get());
+      s->pool = to;
+      if (!listed) continue;
+      // Empty slabs go last, as became_empty files them.
+      if (s->empty()) {
+        link_tail(s.get());
+      } else {
+        link_head(s.get());
+      }
+    }
+    pools_.erase(ended);
+    last_stream_ = nullptr;
+  }
   for (std::uint32_t i = 0; i < unfenced_.size(); ++i) {
     held_group& g = unfenced_[i];
     if (g.slots.empty() || clock_.stream_of(i) != stream) continue;
@@ -476,26 +498,6 @@ void buckets_policy::impl::forget_stream(stream_t stream) {
     g.slots.clear();
   }
   clock_.end_stream(stream);  // the fenced groups' stamps on it are complete now
-  const auto ended = std::find_if(pools_.begin(), pools_.end(), [&](const auto& p) { return p->stream == stream; });
-  if (ended == pools_.end()) return;
-  stream_pool* old = ended->get();
-  stream_pool* to = &find_or_add_pool(nullptr);
-  for (const auto& s : slabs_) {
-    if (s->pool != old) continue;
-    const bool listed = s->listed;
-    if (listed) unlink(s.get());
-    s->pool = to;
-    if (!listed) continue;
-    // Empty slabs go last, as became_empty files them.
-    if (s->empty()) {
-      link_tail(s.get());
-    } else {
-      link_head(s.get());
-    }
-  }
-  pools_.erase(ended);
-  last_stream_ = nullptr;
-  last_pool_ = to;
 }
 
 // --- State and release ------------------------------------------------------
@@ -556,8 +558,8 @@ std::size_t buckets_policy::do_allocation_size(std::size_t bytes) const noexcept
 pool_state buckets_policy::do_state() const { return impl_->do_state(); }
 void buckets_policy::do_release_cached() { impl_->do_release_cached(); }
 void buckets_policy::do_stream_ending(stream_t stream) {
+  forget_stream(*impl_->upstream_, stream);  // first: it is the part that may fail
   impl_->forget_stream(stream);
-  forget_stream(*impl_->upstream_, stream);
 }
 void buckets_policy::do_enable_peer_access(int peer) { impl_->upstream_->enable_peer_access(peer); }
 shared_memory buckets_policy::do_share(void* ptr, std::size_t bytes) const {

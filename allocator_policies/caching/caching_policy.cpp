@@ -389,24 +389,35 @@ void caching_policy::impl::process_pending(bool wait) {
 // A stream's work is done and its owner destroys it: its frees are complete,
 // and its segments become the default stream's, so that no later free,
 // release or destruction names the handle. Their free blocks move to the
-// default stream's run of the pools, where allocations on it find them.
+// default stream's run of the pools, where allocations on it find them: the
+// one step that needs memory (the pools' new entries) comes first, all or
+// nothing, so that a failure leaves the policy as it was.
 void caching_policy::impl::forget_stream(stream_t stream) {
-  clock_.end_stream(stream);
   const auto key = reinterpret_cast<std::uintptr_t>(stream);
+  std::vector<std::pair<free_set*, block*>> moved;
   for (free_set* pool : {&small_free_, &large_free_}) {
-    std::vector<block*> moved;
     for (auto it = pool->lower_bound(free_entry{key, 0, 0, nullptr}); it != pool->end() && it->stream == key; ++it) {
-      moved.push_back(it->node);
-    }
-    // Each block's entry and stream change together: a failed insert leaves
-    // every block filed under the stream it names.
-    for (block* b : moved) {
-      const free_entry old = entry_of(b);
-      pool->insert(free_entry{0, b->size, old.addr, b});
-      pool->erase(old);
-      b->stream = nullptr;
+      moved.emplace_back(pool, it->node);
     }
   }
+  const auto refiled = [](const block* b) {
+    return free_entry{0, b->size, reinterpret_cast<std::uintptr_t>(b->ptr), const_cast<block*>(b)};
+  };
+  std::size_t inserted = 0;
+  try {
+    for (const auto& [pool, b] : moved) {
+      pool->insert(refiled(b));
+      ++inserted;
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < inserted; ++i) moved[i].first->erase(refiled(moved[i].second));
+    throw;
+  }
+  for (const auto& [pool, b] : moved) {
+    pool->erase(entry_of(b));
+    b->stream = nullptr;
+  }
+  clock_.end_stream(stream);
   for (auto& [ptr, b] : live_) {
     if (b->stream == stream) b->stream = nullptr;
   }

@@ -27,15 +27,16 @@ graph_pool_policy::~graph_pool_policy() { return_kept(); }
 
 void graph_pool_policy::do_stream_ending(stream_t stream) {
   // Its blocks' frees, and the kept blocks' return to the upstream, name
-  // the block's stream: the default stream's from now on (the upstream's
-  // blocks of the stream become the default stream's too, below).
+  // the block's stream: the default stream's from now on, as the
+  // upstream's blocks of the stream become. The upstream first: it may
+  // fail, this cannot.
+  forget_stream(*upstream_, stream);
   for (auto& [ptr, block] : live_) {
     if (block.stream == stream) block.stream = nullptr;
   }
   for (auto& [bytes, kept] : kept_) {
     if (kept.stream == stream) kept.stream = nullptr;
   }
-  forget_stream(*upstream_, stream);
 }
 
 std::optional<block_record> graph_pool_policy::claim(void* ptr) {

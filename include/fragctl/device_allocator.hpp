@@ -197,8 +197,11 @@ class device_allocator {
   /// stream. Call it before destroying a stream the allocator met; the
   /// preload library does it in cudaStreamDestroy and hipStreamDestroy, the
   /// C API is fragctl_stream_ending. Nothing for the default stream, which
-  /// is never destroyed. Throws backend_error when the wait fails (nothing
-  /// forgotten then). docs/stream-order.md, "A stream that ends".
+  /// is never destroyed. Throws backend_error when the wait fails,
+  /// std::bad_alloc when host memory runs out; nothing is forgotten then
+  /// (each part passes it on before it forgets, and only the parts that
+  /// need memory, first, may fail). docs/stream-order.md, "A stream that
+  /// ends".
   void stream_ending(stream_t stream);
 
   /// The size a request of `bytes` occupies after the policy's rounding.
@@ -324,7 +327,9 @@ class device_allocator {
 
   // Optional: the default remembers no stream (nothing to forget). Called
   // once the stream's work is done; forwards to any upstream through
-  // forget_stream, never through stream_ending (which would wait again).
+  // forget_stream, never through stream_ending (which would wait again),
+  // before it forgets anything itself, and may throw only before it
+  // changed anything: a failure leaves every part as it was.
   virtual void do_stream_ending(stream_t /*stream*/) {}
 
   // The cold halves of allocate and deallocate (inline above, as every

@@ -41,11 +41,11 @@ std::optional<block_record> block_table_adaptor::do_block_info(void* ptr) const 
 
 void block_table_adaptor::do_stream_ending(stream_t stream) {
   // A free that names a block's stream from the table must not name the
-  // ended handle.
+  // ended handle. The upstream first: it may fail, this cannot.
+  forget_stream(upstream(), stream);
   for (auto& [ptr, record] : table_->live) {
     if (record.stream == stream) record.stream = nullptr;
   }
-  forget_stream(upstream(), stream);
 }
 
 }  // namespace fragctl

@@ -172,6 +172,8 @@ void stream_use_adaptor::do_stream_ending(stream_t stream) {
   // The stream's work is done (stream_ending waited for it): its stamps are
   // complete, a use recorded on it holds nothing back, and a waiting free
   // that named it goes upstream on the default stream, never on the handle.
+  // The upstream first: it may fail (out of host memory), nothing here can.
+  forget_stream(upstream(), stream);
   impl& s = *impl_;
   s.clock.end_stream(stream);
   for (auto it = s.uses.begin(); it != s.uses.end();) {
@@ -186,7 +188,6 @@ void stream_use_adaptor::do_stream_ending(stream_t stream) {
   for (impl::deferred_free& d : s.deferred) {
     if (d.stream == stream) d.stream = nullptr;
   }
-  forget_stream(upstream(), stream);
 }
 
 void stream_use_adaptor::do_release_cached() {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <new>
 #include <cstdint>
 #include <exception>
 #include <utility>
@@ -212,6 +213,7 @@ int interposer::refuse_held(const char* call, void* ptr) noexcept {
 }
 
 int interposer::free(void* ptr) noexcept {
+  const absl::ReaderMutexLock ending(&ending_);  // the block's stream stays known until it is freed
   std::optional<owned_block> block;
   try {
     if (ptr != nullptr) block = take(ptr);
@@ -231,6 +233,7 @@ int interposer::free(void* ptr) noexcept {
 }
 
 int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
+  const absl::ReaderMutexLock ending(&ending_);  // as in free()
   std::optional<owned_block> block;
   try {
     if (ptr != nullptr) block = take(ptr);
@@ -262,27 +265,49 @@ int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
 int interposer::stream_destroy(void* stream) noexcept {
   const auto real = real_.get_as<stream_destroy_fn>(real_function::stream_destroy);
   if (stream != nullptr && stream != legacy_stream && stream != per_thread_stream) {
-    try {
-      const absl::MutexLock lock(&mutex_);
-      for (auto& [ptr, block] : owned_) {
-        if (block.stream == stream) block.stream = nullptr;
-      }
-    } catch (...) {
-      // absl::Mutex does not throw; nothing else here allocates.
-    }
-    for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0; devices &= devices - 1) {
-      const int device = std::countr_zero(devices);
-      try {
-        if (device_allocator* allocator = allocators_(device, false); allocator != nullptr) {
-          allocator->stream_ending(stream);
+    // Whether every allocator did `body`; a failure is logged.
+    const auto for_each_allocator = [&](const char* what, auto&& body) {
+      bool all = true;
+      for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0;
+           devices &= devices - 1) {
+        const int device = std::countr_zero(devices);
+        try {
+          if (device_allocator* allocator = allocators_(device, false); allocator != nullptr) body(*allocator);
+        } catch (const std::exception& e) {
+          all = false;
+          logger().warn("{}: stream_destroy({}): device {}'s allocator could not {} the stream: {}",
+                        real_.api().name, stream, device, what, e.what());
+        } catch (...) {
+          all = false;
+          logger().warn("{}: stream_destroy({}): device {}'s allocator could not {} the stream", real_.api().name,
+                        stream, device, what);
         }
-      } catch (const std::exception& e) {
-        logger().warn("{}: stream_destroy({}): device {}'s allocator could not wait for the stream: {}",
-                      real_.api().name, stream, device, e.what());
-      } catch (...) {
-        logger().warn("{}: stream_destroy({}): device {}'s allocator could not wait for the stream",
-                      real_.api().name, stream, device);
       }
+      return all;
+    };
+    // The wait, with no lock held: it may be long, and frees go on meanwhile.
+    // A failed wait (a sticky error) is the runtime's to report too.
+    (void)for_each_allocator("wait for", [&](device_allocator& a) { a.backend().synchronize_stream(stream); });
+    const absl::WriterMutexLock ending(&ending_);  // no free between its record and its free
+    bool bad_alloc = false;
+    const bool forgotten = for_each_allocator("forget", [&](device_allocator& a) {  // the wait is done
+      try {
+        a.stream_ending(stream);
+      } catch (const std::bad_alloc&) {
+        bad_alloc = true;
+        throw;
+      }
+    });
+    if (!forgotten && bad_alloc) {
+      // Out of host memory: an allocator still names the stream (it forgot
+      // nothing), so the stream stays alive, as a leak, rather than die
+      // under it.
+      logger().error("{}: stream_destroy({}): not destroyed: out of host memory", real_.api().name, stream);
+      return error_out_of_memory;
+    }
+    const absl::MutexLock lock(&mutex_);
+    for (auto& [ptr, block] : owned_) {
+      if (block.stream == stream) block.stream = nullptr;
     }
   }
   if (real == nullptr) return error_not_initialized;

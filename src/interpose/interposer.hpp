@@ -126,9 +126,14 @@ class interposer {
   /// forgets it (device_allocator::stream_ending), and the layer's records
   /// of blocks allocated on it name the default stream: a later free, trim
   /// or wait would otherwise hand the runtime the destroyed handle, which
-  /// may end the process. The real function's code is returned; a failed
-  /// wait is logged (the runtime reports the error too). The default
-  /// streams go to the real function unchanged.
+  /// may end the process. The wait comes first, with no lock held; the
+  /// forgetting waits for frees in flight (a cudaFree between its record
+  /// and its free). Unlike the real function, it returns once the stream's
+  /// work is done (once any device was allocated on). The real function's
+  /// code is returned; a failed wait is logged (the runtime reports it
+  /// too). Out of host memory while an allocator forgets (it then forgot
+  /// nothing), the stream is not destroyed: cudaErrorMemoryAllocation and
+  /// a log line. The default streams go to the real function unchanged.
   int stream_destroy(void* stream) noexcept;
   /// cudaMemGetInfo: the real figures, fragctl's cache of the current device
   /// counted as free (never above total).
@@ -212,6 +217,11 @@ class interposer {
   std::atomic<bool> build_failure_logged_{false};  ///< the once-only error line of a failed build
   std::atomic<std::uint64_t> devices_used_{0};      ///< bit d: the layer allocated on device d (d < 64)
   stack_source stacks_;
+  /// Frees hold it shared from taking a block's record to handing the block
+  /// to its allocator, stream_destroy exclusively while the allocators
+  /// forget a stream: a free never names a stream the allocator forgot (its
+  /// record read before, its free after).
+  absl::Mutex ending_;
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<const void*, int> default_pools_ ABSL_GUARDED_BY(mutex_);

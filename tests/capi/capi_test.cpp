@@ -74,8 +74,9 @@ TEST(CApi, MallocAndFreeAreCountedInTheStatistics) {
 }
 
 // fragctl_stream_ending before the program destroys a stream it freed on:
-// the allocator never uses the handle again (the sim backend refuses a
-// destroyed one, which the log would show).
+// the allocator forgets the handle, and what it cached for that stream
+// serves the default stream (caching files a segment under its stream: the
+// same block comes back on NULL only once the stream is forgotten).
 TEST(CApi, StreamEndingBeforeTheStreamIsDestroyed) {
   EXPECT_EQ(fragctl_stream_ending(nullptr, stream_a), FRAGCTL_ERROR_INVALID_ARGUMENT);
   for (const char* policy : {"caching", "arena"}) {
@@ -86,6 +87,10 @@ TEST(CApi, StreamEndingBeforeTheStreamIsDestroyed) {
     ASSERT_EQ(fragctl_malloc(a, &p, 3 << 20, stream_a), FRAGCTL_OK);
     ASSERT_EQ(fragctl_free(a, p, 3 << 20, stream_a), FRAGCTL_OK);
     EXPECT_EQ(fragctl_stream_ending(a, stream_a), FRAGCTL_OK) << fragctl_last_error();
+    void* q = nullptr;
+    ASSERT_EQ(fragctl_malloc(a, &q, 3 << 20, nullptr), FRAGCTL_OK);
+    EXPECT_EQ(q, p) << "the ended stream's block serves the default stream";
+    ASSERT_EQ(fragctl_free(a, q, 3 << 20, nullptr), FRAGCTL_OK);
     EXPECT_EQ(fragctl_stream_ending(a, reinterpret_cast<void*>(0x3000)), FRAGCTL_OK);  // a stream never met
     EXPECT_EQ(fragctl_release_cached(a), FRAGCTL_OK) << fragctl_last_error();
     EXPECT_EQ(stats_of(a).requested.current, 0u);

@@ -266,6 +266,25 @@ void end_a_recorded_stream(const std::string& policy, bool announce) {
   f.sim = nullptr;
 }
 
+// A live block used on a stream that then ends: the use is dropped with the
+// stream, so the block's later free neither waits nor names the stream.
+TEST_P(stream_use, a_use_recorded_on_a_stream_that_ended_is_dropped) {
+  fixture f(GetParam());
+  stream_t main = f.sim->create_stream();
+  stream_t side = f.sim->create_stream();
+  void* p = f.allocator().allocate(block_bytes, main);
+  f.allocator().record_stream(p, side);
+  f.sim->submit(side);
+  f.allocator().stream_ending(side);
+  f.sim->destroy_stream(side);
+  f.allocator().deallocate(p, block_bytes, main);
+  EXPECT_EQ(f.stack->stats().pool.allocated, 0u) << "the free went to the policy at once";
+  void* q = f.allocator().allocate(block_bytes, main);
+  f.allocator().deallocate(q, block_bytes, main);
+  f.allocator().release_cached();
+  EXPECT_EQ(f.sim->destroyed_stream_calls(), 0u);
+}
+
 TEST_P(stream_use, a_stream_known_from_record_stream_is_waited_for_and_forgotten_when_it_ends) {
   end_a_recorded_stream(GetParam(), /*announce=*/true);
   end_a_recorded_stream(GetParam(), /*announce=*/false);

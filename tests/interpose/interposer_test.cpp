@@ -8,14 +8,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "fragctl/adaptors.hpp"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
@@ -46,6 +51,7 @@ struct fake_runtime {
   int peer_access_result = success;               // what the real cudaDeviceEnablePeerAccess returns
   int devices = 2;                                // default pools exist for devices [0, devices)
   std::vector<void*> destroyed_streams;           // what the real cudaStreamDestroy got
+  std::function<void(void*)> on_stream_destroy;   // what the real cudaStreamDestroy does (a sim stream's end)
 };
 fake_runtime* fake = nullptr;
 
@@ -139,6 +145,7 @@ int fake_enable_peer_access(int peer, unsigned flags) {
 int fake_stream_destroy(void* s) {
   fake->calls.push_back("stream_destroy");
   fake->destroyed_streams.push_back(s);
+  if (fake->on_stream_destroy) fake->on_stream_destroy(s);
   return success;
 }
 int fake_get_device_count(int* count) {
@@ -447,31 +454,126 @@ TEST_F(InterposerTest, ASecondFreeOfAFragctlBlockNeverReachesTheRealFunction) {
   }
 }
 
-// cudaStreamDestroy: the allocator forgets the stream (stream_ending: a free
-// on it whose event was not recorded yet is recorded now, while the handle
-// lives), then the real function destroys it; a stream fragctl never met,
-// and one destroyed before any allocation, go straight through.
+// cudaStreamDestroy: the allocator waits for the stream and forgets it
+// (stream_ending), the layer's records of its live blocks name the default
+// stream, then the real function destroys it (here: the sim stream). After,
+// nothing fragctl does names the destroyed stream: the free of a block
+// allocated on it, reuse on another stream, the trim. A stream fragctl
+// never met goes straight through.
 TEST_F(InterposerTest, StreamDestroyTellsTheAllocatorFirstThenTheRuntime) {
-  interposer layer(cuda_runtime, &resolve_fake, false, source("arena"));
-  EXPECT_EQ(layer.stream_destroy(stream_b), success);  // nothing allocated yet
+  for (const char* policy : {"arena", "caching", "buckets:caching"}) {
+    SCOPED_TRACE(policy);
+    stacks_ = {};
+    runtime_.destroyed_streams.clear();
+    interposer layer(cuda_runtime, &resolve_fake, false, source(policy));
+    EXPECT_EQ(layer.stream_destroy(stream_b), success);  // nothing allocated yet
+    void* warm = nullptr;
+    ASSERT_EQ(layer.malloc(&warm, 4096), success);  // builds device 0's allocator
+    auto& device = const_cast<sim_backend&>(sim_of(0));
+    const stream_t s = device.create_stream();
+    runtime_.on_stream_destroy = [&](void* gone) { device.destroy_stream(gone); };
+    void* p = nullptr;
+    ASSERT_EQ(layer.malloc_async(&p, 1 << 20, s, stream_mode::legacy), success);
+    ASSERT_EQ(layer.free_async(p, s, stream_mode::legacy), success);
+    void* of_default = nullptr;
+    ASSERT_EQ(layer.malloc(&of_default, 1 << 20), success);
+    ASSERT_EQ(layer.free_async(of_default, s, stream_mode::legacy), success);
+    void* live = nullptr;
+    ASSERT_EQ(layer.malloc_async(&live, 4096, s, stream_mode::legacy), success);
+    testing::log_capture log;
+    EXPECT_EQ(layer.stream_destroy(s), success);
+    runtime_.on_stream_destroy = nullptr;
+    EXPECT_EQ(runtime_.destroyed_streams, (std::vector<void*>{stream_b, s}));
+    // A live block of the ended stream: cudaFree frees it on the default stream.
+    ASSERT_TRUE(layer.find(live).has_value());
+    EXPECT_EQ(layer.find(live)->stream, nullptr);
+    EXPECT_EQ(layer.free(live), success);
+    void* q = nullptr;
+    ASSERT_EQ(layer.malloc_async(&q, 1 << 20, stream_b, stream_mode::legacy), success);
+    ASSERT_EQ(layer.free_async(q, stream_b, stream_mode::legacy), success);
+    ASSERT_EQ(layer.free(warm), success);
+    EXPECT_NO_THROW(stacks_[0]->allocator().release_cached());
+    EXPECT_EQ(stats(0).requested.current, 0u);
+    EXPECT_EQ(device.destroyed_stream_calls(), 0u) << "fragctl named the stream after cudaStreamDestroy";
+    EXPECT_EQ(log.text().find("could not"), std::string::npos) << log.text();
+  }
+}
+
+// A cudaFree on one thread takes its block's record (stream s), then waits
+// for the device; meanwhile another thread destroys s. The destroy waits for
+// the free: the free must not reach the allocator naming s after the
+// allocator forgot it (it would record an event on the destroyed stream).
+TEST_F(InterposerTest, AFreeInFlightWhileItsStreamIsDestroyedNeverNamesTheStream) {
+  for (const char* policy : {"caching", "arena"}) {
+    SCOPED_TRACE(policy);
+    stacks_ = {};
+    interposer layer(cuda_runtime, &resolve_fake, false, source(policy));
+    void* warm = nullptr;
+    ASSERT_EQ(layer.malloc(&warm, 4096), success);
+    auto& device = const_cast<sim_backend&>(sim_of(0));
+    const stream_t s = device.create_stream();
+    runtime_.on_stream_destroy = [&](void* gone) { device.destroy_stream(gone); };
+    void* p = nullptr;
+    ASSERT_EQ(layer.malloc_async(&p, 1 << 20, s, stream_mode::legacy), success);
+    std::thread destroyer;
+    std::atomic<bool> destroyed{false};
+    runtime_.on_synchronize = [&] {
+      if (destroyer.joinable()) return;
+      destroyer = std::thread([&] {
+        EXPECT_EQ(layer.stream_destroy(s), success);
+        destroyed = true;
+      });
+      // Time for the destroy to run to its end, had the free not held it off.
+      for (int i = 0; i < 50 && !destroyed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    };
+    EXPECT_EQ(layer.free(p), success);
+    destroyer.join();
+    runtime_.on_synchronize = nullptr;
+    runtime_.on_stream_destroy = nullptr;
+    ASSERT_EQ(layer.free(warm), success);
+    EXPECT_NO_THROW(stacks_[0]->allocator().release_cached());
+    EXPECT_EQ(device.destroyed_stream_calls(), 0u) << "the free named the stream the allocator had forgotten";
+  }
+}
+
+// An allocator whose forgetting runs out of host memory (caching re-files
+// its free blocks in new entries): it forgot nothing, so the stream must
+// live on. cudaStreamDestroy leaves it undestroyed and answers
+// cudaErrorMemoryAllocation with a log line; the program's next call on
+// the stream stays valid. (Destroyed, the stream would die under the
+// allocator that still names it.)
+class forgetting_fails final : public forwarding_adaptor {
+ public:
+  explicit forgetting_fails(std::unique_ptr<device_allocator> upstream)
+      : forwarding_adaptor(std::move(upstream), "forgetting_fails") {}
+  bool fail = true;
+
+ private:
+  void do_stream_ending(stream_t stream) override {
+    if (fail) throw std::bad_alloc();
+    forget_stream(upstream(), stream);
+  }
+};
+
+TEST_F(InterposerTest, AStreamTheAllocatorCouldNotForgetIsNotDestroyed) {
+  auto backend = std::make_unique<sim_backend>();
+  sim_backend& device = *backend;
+  auto allocator = std::make_unique<forgetting_fails>(make_policy("caching", config{}, device));
+  allocator_source source = [&](int d, bool) -> device_allocator* { return d == 0 ? allocator.get() : nullptr; };
+  interposer layer(cuda_runtime, &resolve_fake, false, source);
+  const stream_t s = device.create_stream();
   void* p = nullptr;
-  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, stream_a, stream_mode::legacy), success);
-  ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);
-  void* live = nullptr;
-  ASSERT_EQ(layer.malloc_async(&live, 4096, stream_a, stream_mode::legacy), success);
+  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, s, stream_mode::legacy), success);
+  ASSERT_EQ(layer.free_async(p, s, stream_mode::legacy), success);
   testing::log_capture log;
-  EXPECT_EQ(layer.stream_destroy(stream_a), success);
-  EXPECT_EQ(runtime_.destroyed_streams, (std::vector<void*>{stream_b, stream_a}));
-  // A live block of the ended stream: cudaFree frees it on the default stream.
-  ASSERT_TRUE(layer.find(live).has_value());
-  EXPECT_EQ(layer.find(live)->stream, nullptr);
-  EXPECT_EQ(layer.free(live), success);
-  // Memory of the ended stream serves another stream at once (its work was waited for).
-  void* q = nullptr;
-  ASSERT_EQ(layer.malloc_async(&q, 1 << 20, stream_b, stream_mode::legacy), success);
-  ASSERT_EQ(layer.free_async(q, stream_b, stream_mode::legacy), success);
-  EXPECT_EQ(stats(0).requested.current, 0u);
-  EXPECT_EQ(log.text().find("could not wait"), std::string::npos) << log.text();
+  EXPECT_EQ(layer.stream_destroy(s), error_out_of_memory);
+  EXPECT_TRUE(runtime_.destroyed_streams.empty()) << "the stream was destroyed under the allocator";
+  EXPECT_NE(log.text().find("not destroyed: out of host memory"), std::string::npos) << log.text();
+  allocator->fail = false;
+  EXPECT_EQ(layer.stream_destroy(s), success);
+  EXPECT_EQ(runtime_.destroyed_streams, std::vector<void*>{s});
+  allocator.reset();
+  device.destroy_stream(s);
 }
 
 TEST_F(InterposerTest, AsyncCallsAreStreamOrderedOnTheGivenStream) {
