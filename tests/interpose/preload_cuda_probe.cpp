@@ -7,17 +7,19 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
-int failures = 0;
+std::atomic<int> failures{0};
 
 void check(bool ok, const char* what) {
   if (!ok) {
@@ -165,6 +167,19 @@ int main(int argc, char** argv) {
   }
   for (void* k : outliving) CHECK(cudaFree(k) == cudaSuccess);
   CHECK(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
+  // A cudaFree of a block while another thread destroys the block's stream:
+  // the shim holds the stream's end off until the free is done.
+  for (int round = 0; round < 64; ++round) {
+    cudaStream_t s = nullptr;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    void* b = nullptr;
+    CHECK(cudaMallocAsync(&b, std::size_t{1} << 20, s) == cudaSuccess);
+    CHECK(cudaMemsetAsync(b, 0x42, std::size_t{1} << 20, s) == cudaSuccess);
+    std::thread destroyer([s] { CHECK(cudaStreamDestroy(s) == cudaSuccess); });
+    CHECK(cudaFree(b) == cudaSuccess);
+    destroyer.join();
+  }
+  CHECK(cudaMemPoolTrimTo(pool, 0) == cudaSuccess);
   CHECK(cudaMalloc(&whole, bytes) == cudaSuccess);
   CHECK(cudaMemset(whole, 0x77, bytes) == cudaSuccess);
   CHECK(cudaMemcpy(host.data(), whole, host.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -173,6 +188,6 @@ int main(int argc, char** argv) {
   CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used_now) == cudaSuccess);
   CHECK(used_now == 0);
   CHECK(cudaGetLastError() == cudaSuccess);
-  std::printf("preload_cuda_probe: %d failures\n", failures);
+  std::printf("preload_cuda_probe: %d failures\n", failures.load());
   return failures == 0 ? 0 : 1;
 }
