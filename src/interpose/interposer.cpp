@@ -213,42 +213,55 @@ int interposer::refuse_held(const char* call, void* ptr) noexcept {
 }
 
 int interposer::free(void* ptr) noexcept {
-  const absl::ReaderMutexLock ending(&ending_);  // the block's stream stays known until it is freed
-  std::optional<owned_block> block;
+  std::optional<owned_block> seen;
   try {
-    if (ptr != nullptr) block = take(ptr);
+    if (ptr != nullptr) seen = find(ptr);
   } catch (...) {
     return error_unknown;
   }
-  if (!block) return ptr != nullptr && held_by_fragctl(ptr) ? refuse_held("free", ptr) : real_free(ptr);
-  const int rc = synchronize_device(block->device);
+  if (!seen) return ptr != nullptr && held_by_fragctl(ptr) ? refuse_held("free", ptr) : real_free(ptr);
+  // The device wait with no lock held: under ending_ it would hold every
+  // free and free_async behind it while a stream_destroy waits as writer.
+  const int rc = synchronize_device(seen->device);
   if (rc != success && rc != error_not_initialized) {
-    // A sticky error from earlier work: the device may still be running it.
-    // Free anyway (as the real cudaFree does) and report the error.
-    logger().warn("{}: free({}): synchronizing device {} failed with code {}", real_.api().name, ptr, block->device,
+    logger().warn("{}: free({}): synchronizing device {} failed with code {}", real_.api().name, ptr, seen->device,
                   rc);
   }
-  release(ptr, *block);
+  {
+    const absl::ReaderMutexLock ending(&ending_);  // the record's stream stays known until the block is freed
+    std::optional<owned_block> block;
+    try {
+      block = take(ptr);
+    } catch (...) {
+      return error_unknown;
+    }
+    if (!block) return refuse_held("free", ptr);  // another thread freed it meanwhile: a second free
+    release(ptr, *block);
+  }
   return rc == error_not_initialized ? success : rc;
 }
 
 int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
-  const absl::ReaderMutexLock ending(&ending_);  // as in free()
-  std::optional<owned_block> block;
-  try {
-    if (ptr != nullptr) block = take(ptr);
-  } catch (...) {
-    return error_unknown;
+  {
+    const absl::ReaderMutexLock ending(&ending_);  // as in free(), from the record to the free
+    std::optional<owned_block> block;
+    try {
+      if (ptr != nullptr) block = take(ptr);
+    } catch (...) {
+      return error_unknown;
+    }
+    if (block) return release_async(ptr, *block, stream, mode);
   }
-  if (!block) {
-    return ptr != nullptr && held_by_fragctl(ptr) ? refuse_held("free_async", ptr) : real_free_async(ptr, stream, mode);
-  }
+  return ptr != nullptr && held_by_fragctl(ptr) ? refuse_held("free_async", ptr) : real_free_async(ptr, stream, mode);
+}
+
+int interposer::release_async(void* ptr, owned_block block, void* stream, stream_mode mode) noexcept {
   if (capturing(stream, mode)) {
     // The graph's replays may still use the block, and fragctl cannot know
     // when the graph goes: refusing keeps the block live rather than reused.
     try {
       const absl::MutexLock lock(&mutex_);
-      owned_.insert_or_assign(ptr, *block);
+      owned_.insert_or_assign(ptr, block);
     } catch (...) {
       return error_unknown;
     }
@@ -257,8 +270,8 @@ int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
                    real_.api().name, ptr);
     return error_stream_capture_unsupported;
   }
-  block->stream = canonical_stream(stream, mode);
-  release(ptr, *block);
+  block.stream = canonical_stream(stream, mode);
+  release(ptr, block);
   return success;
 }
 

@@ -208,6 +208,8 @@ class interposer {
   /// Whether `stream` is capturing a graph (false when the runtime cannot say).
   bool capturing(void* stream, stream_mode mode) noexcept;
   std::optional<owned_block> take(void* ptr);
+  /// free_async's half for a block the layer handed out (its record taken).
+  int release_async(void* ptr, owned_block block, void* stream, stream_mode mode) noexcept;
   void release(void* ptr, const owned_block& block) noexcept;
   /// The device whose default pool `pool` is, if it is one and stacks_ is set.
   std::optional<int> default_pool_device(const void* pool) const;
@@ -218,9 +220,10 @@ class interposer {
   std::atomic<std::uint64_t> devices_used_{0};      ///< bit d: the layer allocated on device d (d < 64)
   stack_source stacks_;
   /// Frees hold it shared from taking a block's record to handing the block
-  /// to its allocator, stream_destroy exclusively while the allocators
-  /// forget a stream: a free never names a stream the allocator forgot (its
-  /// record read before, its free after).
+  /// to its allocator (never across a device wait or a real runtime free),
+  /// stream_destroy exclusively while the allocators forget a stream: a
+  /// free never names a stream the allocator forgot (its record read
+  /// before, its free after).
   absl::Mutex ending_;
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);

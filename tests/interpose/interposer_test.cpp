@@ -18,6 +18,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fragctl/adaptors.hpp"
@@ -499,10 +500,12 @@ TEST_F(InterposerTest, StreamDestroyTellsTheAllocatorFirstThenTheRuntime) {
   }
 }
 
-// A cudaFree on one thread takes its block's record (stream s), then waits
-// for the device; meanwhile another thread destroys s. The destroy waits for
-// the free: the free must not reach the allocator naming s after the
-// allocator forgot it (it would record an event on the destroyed stream).
+// A cudaFree on one thread waits for the device; meanwhile another thread
+// destroys the block's stream s (the wait holds no lock, so the destroy
+// runs to its end). The free then takes the block's record, which names
+// the default stream by now: it must not reach the allocator naming s,
+// which the allocator forgot (it would record an event on the destroyed
+// stream).
 TEST_F(InterposerTest, AFreeInFlightWhileItsStreamIsDestroyedNeverNamesTheStream) {
   for (const char* policy : {"caching", "arena"}) {
     SCOPED_TRACE(policy);
@@ -534,6 +537,92 @@ TEST_F(InterposerTest, AFreeInFlightWhileItsStreamIsDestroyedNeverNamesTheStream
     EXPECT_NO_THROW(stacks_[0]->allocator().release_cached());
     EXPECT_EQ(device.destroyed_stream_calls(), 0u) << "the free named the stream the allocator had forgotten";
   }
+}
+
+// A cudaFree waiting for the device while another thread destroys a stream:
+// the wait holds no lock, so a third thread's cudaFreeAsync goes through at
+// once, whatever the device is waiting for (here, for that third thread;
+// had the first free held the stream's end off across its wait, the
+// destroy would wait for it and the third thread's free behind the
+// destroy: a deadlock, cut here by a 2 s cap).
+TEST_F(InterposerTest, AFreeWaitingForTheDeviceHoldsNoOtherFreeBehindAStreamDestroy) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("caching"));
+  void* warm = nullptr;
+  ASSERT_EQ(layer.malloc(&warm, 4096), success);
+  auto& device = const_cast<sim_backend&>(sim_of(0));
+  const stream_t s = device.create_stream();
+  runtime_.on_stream_destroy = [&](void* gone) { device.destroy_stream(gone); };
+  void* p = nullptr;
+  void* q = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, s, stream_mode::legacy), success);
+  ASSERT_EQ(layer.malloc_async(&q, 4096, nullptr, stream_mode::legacy), success);
+  std::atomic<bool> waiting{false};
+  std::atomic<bool> freed{false};
+  std::atomic<bool> capped{false};
+  runtime_.on_synchronize = [&] {
+    waiting = true;
+    const auto cap = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!freed && std::chrono::steady_clock::now() < cap) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    capped = !freed;
+  };
+  std::thread first([&] { EXPECT_EQ(layer.free(p), success); });
+  while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread destroyer([&] { EXPECT_EQ(layer.stream_destroy(s), success); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the destroy reaches its lock
+  EXPECT_EQ(layer.free_async(q, nullptr, stream_mode::legacy), success);
+  freed = true;
+  first.join();
+  destroyer.join();
+  runtime_.on_synchronize = nullptr;
+  runtime_.on_stream_destroy = nullptr;
+  EXPECT_FALSE(capped) << "the free waited for the device's wait, behind the stream's destroy";
+  ASSERT_EQ(layer.free(warm), success);
+  EXPECT_EQ(device.destroyed_stream_calls(), 0u);
+}
+
+// The same race where the window is narrowest: between the free taking the
+// block's record and the allocator freeing it (here: the allocator's free
+// starts the destroy on another thread and gives it time before it goes
+// on). The destroy must wait for the free to finish; had it forgotten the
+// stream meanwhile, the free would reach the policy naming it.
+class destroy_during_free final : public forwarding_adaptor {
+ public:
+  explicit destroy_during_free(std::unique_ptr<device_allocator> upstream)
+      : forwarding_adaptor(std::move(upstream), "destroy_during_free") {}
+  std::function<void()> during;
+
+ private:
+  free_result do_deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept override {
+    if (during) std::exchange(during, nullptr)();
+    return upstream().try_deallocate(ptr, bytes, stream);
+  }
+};
+
+TEST_F(InterposerTest, AStreamDestroyWaitsForAFreeBetweenItsRecordAndItsFree) {
+  auto backend = std::make_unique<sim_backend>();
+  sim_backend& device = *backend;
+  auto allocator = std::make_unique<destroy_during_free>(make_policy("caching", config{}, device));
+  allocator_source source = [&](int d, bool) -> device_allocator* { return d == 0 ? allocator.get() : nullptr; };
+  interposer layer(cuda_runtime, &resolve_fake, false, source);
+  const stream_t s = device.create_stream();
+  runtime_.on_stream_destroy = [&](void* gone) { device.destroy_stream(gone); };
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc_async(&p, 1 << 20, s, stream_mode::legacy), success);
+  std::thread destroyer;
+  std::atomic<bool> destroyed{false};
+  allocator->during = [&] {
+    destroyer = std::thread([&] {
+      EXPECT_EQ(layer.stream_destroy(s), success);
+      destroyed = true;
+    });
+    for (int i = 0; i < 50 && !destroyed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  EXPECT_EQ(layer.free_async(p, s, stream_mode::legacy), success);
+  destroyer.join();
+  runtime_.on_stream_destroy = nullptr;
+  allocator->release_cached();
+  EXPECT_EQ(device.destroyed_stream_calls(), 0u) << "the free reached the policy naming a stream it had forgotten";
+  allocator.reset();
 }
 
 // An allocator whose forgetting runs out of host memory (caching re-files

@@ -70,6 +70,14 @@ bool end_with_a_failure_at(const std::string& policy, long n) {
     const pool_state after = a.state();
     EXPECT_EQ(after.reserved, before.reserved);
     EXPECT_EQ(after.allocated, before.allocated);
+    // Nothing forgotten: the live block still names s, and no block cached
+    // for s serves the default stream.
+    EXPECT_EQ(a.block_info(live)->stream, s) << "failure at " << n;
+    for (const auto& [p, bytes] : cached) {
+      void* d = a.allocate(bytes, nullptr);
+      EXPECT_NE(d, p) << "a block cached for s served the default stream after a failure at " << n;
+      a.deallocate(d, bytes, nullptr);
+    }
     // The stream is alive: the allocator goes on with it, then ends it.
     void* again = a.allocate(4096, s);
     a.deallocate(again, 4096, s);
