@@ -224,6 +224,8 @@ int interposer::free(void* ptr) noexcept {
   // free and free_async behind it while a stream_destroy waits as writer.
   const int rc = synchronize_device(seen->device);
   if (rc != success && rc != error_not_initialized) {
+    // A sticky error from earlier work: the device may still be running it.
+    // Free anyway (as the real cudaFree does) and report the error.
     logger().warn("{}: free({}): synchronizing device {} failed with code {}", real_.api().name, ptr, seen->device,
                   rc);
   }
@@ -302,16 +304,16 @@ int interposer::stream_destroy(void* stream) noexcept {
     // A failed wait (a sticky error) is the runtime's to report too.
     (void)for_each_allocator("wait for", [&](device_allocator& a) { a.backend().synchronize_stream(stream); });
     const absl::WriterMutexLock ending(&ending_);  // no free between its record and its free
-    bool bad_alloc = false;
+    bool out_of_host_memory = false;
     const bool forgotten = for_each_allocator("forget", [&](device_allocator& a) {  // the wait is done
       try {
         a.stream_ending(stream);
       } catch (const std::bad_alloc&) {
-        bad_alloc = true;
+        out_of_host_memory = true;
         throw;
       }
     });
-    if (!forgotten && bad_alloc) {
+    if (!forgotten && out_of_host_memory) {
       // Out of host memory: an allocator still names the stream (it forgot
       // nothing), so the stream stays alive, as a leak, rather than die
       // under it.
