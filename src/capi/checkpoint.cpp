@@ -92,6 +92,14 @@ fragctl_status fragctl_checkpoint_reset(fragctl_checkpoint_store* store) {
   });
 }
 
+fragctl_status fragctl_checkpoint_stream_ending(fragctl_checkpoint_store* store, void* stream) {
+  FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_stream_ending: store is NULL");
+  return guarded([&] {
+    store->store->stream_ending(stream);
+    return FRAGCTL_OK;
+  });
+}
+
 fragctl_status fragctl_checkpoint_synchronize(fragctl_checkpoint_store* store) {
   FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_synchronize: store is NULL");
   return guarded([&] {

@@ -73,6 +73,7 @@ class store::state {
   void drop(int layer);
   void reset();
   void synchronize();
+  void stream_ending(stream_t stream);
   [[nodiscard]] residence where(int layer) const;
   [[nodiscard]] store_stats stats() const;
 
@@ -393,6 +394,15 @@ void store::state::reset() {
   ++stats_.iterations;
 }
 
+void store::state::stream_ending(stream_t stream) {
+  if (stream == nullptr) return;
+  backend_.synchronize_stream(stream);
+  seal();  // the writes on it are done: their markers are complete at once
+  for (auto& [layer, e] : entries_) {
+    if (e.stream == stream) e.stream = nullptr;
+  }
+}
+
 void store::state::synchronize() {
   backend_.synchronize_stream(copy_);
   poll();
@@ -430,6 +440,7 @@ void store::drop(int layer) noexcept {
 void store::reset() { state_->reset(); }
 
 void store::synchronize() { state_->synchronize(); }
+void store::stream_ending(stream_t stream) { state_->stream_ending(stream); }
 
 residence store::where(int layer) const { return state_->where(layer); }
 

@@ -72,6 +72,8 @@ TEST(CApiCheckpoint, DataRoundTripsThroughTheHostTierWithinTheBudget) {
     ASSERT_EQ(fragctl_checkpoint_reset(f.store), FRAGCTL_OK);
   }
   ASSERT_EQ(fragctl_checkpoint_synchronize(f.store), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_checkpoint_stream_ending(nullptr, nullptr), FRAGCTL_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fragctl_checkpoint_stream_ending(f.store, nullptr), FRAGCTL_OK);  // the default stream: nothing
   const nlohmann::json s = stats_of(f.store);
   EXPECT_EQ(s["device_budget"], 2 * MiB);
   EXPECT_LE(s["device_bytes"]["peak"].get<std::size_t>(), 2 * MiB);

@@ -344,6 +344,47 @@ TEST(checkpoint_store, copies_and_reused_ranges_wait_for_their_streams) {
   d.sim.destroy_stream(backward);
 }
 
+// A stream checkpoints were put or taken on, ended and destroyed by its
+// owner: the store records on a checkpoint's last stream when it seals,
+// hands out and drops it, so it must be told (stream_ending), as the
+// allocator is; after that nothing names the destroyed stream. The control
+// runs the same program without the store's call.
+void end_a_store_stream(bool announce) {
+  SCOPED_TRACE(announce ? "stream_ending" : "control: the allocator told, the store not");
+  device d;
+  const stream_t producer = d.sim.create_stream();
+  const stream_t backward = d.sim.create_stream();
+  {
+    store s(*d.allocator, opts(1 * MiB));
+    fill(s.put(0, 64 * KiB, producer), 64 * KiB, 0, 0);  // sealed at the next call
+    fill(s.put(1, 64 * KiB, nullptr), 64 * KiB, 1, 0);
+    (void)s.get(1, backward);  // in use on backward until dropped
+    for (const stream_t ending : {producer, backward}) {
+      if (announce) s.stream_ending(ending);
+      d.allocator->stream_ending(ending);
+      d.sim.destroy_stream(ending);
+    }
+    try {
+      EXPECT_TRUE(holds(s.get(0, nullptr), 64 * KiB, 0, 0));
+      s.drop(1);
+      s.drop(0);
+      s.reset();
+    } catch (const backend_error& e) {
+      EXPECT_FALSE(announce) << e.what();
+    }
+  }
+  if (announce) {
+    EXPECT_EQ(d.sim.destroyed_stream_calls(), 0u) << "the store named a stream after stream_ending";
+  } else {
+    EXPECT_GT(d.sim.destroyed_stream_calls(), 0u) << "the control names the destroyed streams";
+  }
+}
+
+TEST(checkpoint_store, a_stream_that_ends_is_never_named_again) {
+  end_a_store_stream(/*announce=*/true);
+  end_a_store_stream(/*announce=*/false);
+}
+
 TEST(checkpoint_store, statistics_as_json) {
   device d;
   const std::size_t size = 64 * KiB;

@@ -81,6 +81,12 @@ FRAGCTL_API fragctl_status fragctl_checkpoint_reset(fragctl_checkpoint_store* st
 /** Blocks until every copy queued so far has completed. */
 FRAGCTL_API fragctl_status fragctl_checkpoint_synchronize(fragctl_checkpoint_store* store);
 
+/** Call before destroying `stream` (cudaStreamDestroy) when checkpoints were
+ * put or taken on it: waits for its work, and the store never records on it
+ * again (it records on a checkpoint's last stream when it seals, hands out
+ * or drops it). NULL does nothing. BACKEND when the wait fails. */
+FRAGCTL_API fragctl_status fragctl_checkpoint_stream_ending(fragctl_checkpoint_store* store, void* stream);
+
 /** *where: a fragctl_checkpoint_residence value for `layer`. */
 FRAGCTL_API fragctl_status fragctl_checkpoint_where(fragctl_checkpoint_store* store, int layer, int* where);
 

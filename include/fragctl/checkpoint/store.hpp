@@ -173,6 +173,15 @@ class store {
   void reset();
   /// Blocks until every copy queued so far has completed (exact statistics).
   void synchronize();
+  /// Says that `stream`, which checkpoints were put or taken on, is about
+  /// to be destroyed by its owner: the store waits for the work queued on
+  /// it, seals the checkpoints written there, and never records on it
+  /// again (what would mark a later point on it marks one on the default
+  /// stream, after it in every case once its work is done). Until then the
+  /// store records on the stream a checkpoint was last put or taken on when
+  /// it seals, hands out or drops it. Nothing for the default stream.
+  /// Throws backend_error when the wait fails (nothing changed then).
+  void stream_ending(stream_t stream);
 
   [[nodiscard]] residence where(int layer) const;
   [[nodiscard]] store_stats stats() const;
