@@ -102,6 +102,7 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
     try {
       const absl::MutexLock lock(&mutex_);
       owned_.insert_or_assign(p, owned_block{bytes, device, stream});
+      if (stream != nullptr) streams_met_.insert(stream);
     } catch (...) {
       allocator->deallocate(p, bytes, stream);
       throw;
@@ -144,12 +145,13 @@ int interposer::malloc_async(void** ptr, std::size_t bytes, void* stream, stream
   return allocate(ptr, bytes, canonical_stream(stream, mode));
 }
 
-std::optional<owned_block> interposer::take(void* ptr) {
+std::optional<owned_block> interposer::take(void* ptr, void* freeing_stream) {
   const absl::MutexLock lock(&mutex_);
   const auto it = owned_.find(ptr);
   if (it == owned_.end()) return std::nullopt;
   const owned_block block = it->second;
   owned_.erase(it);
+  if (freeing_stream != nullptr) streams_met_.insert(freeing_stream);
   return block;
 }
 
@@ -248,7 +250,7 @@ int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
     const absl::ReaderMutexLock ending(&ending_);  // as in free(), from the record to the free
     std::optional<owned_block> block;
     try {
-      if (ptr != nullptr) block = take(ptr);
+      if (ptr != nullptr) block = take(ptr, canonical_stream(stream, mode));
     } catch (...) {
       return error_unknown;
     }
@@ -279,7 +281,15 @@ int interposer::release_async(void* ptr, owned_block block, void* stream, stream
 
 int interposer::stream_destroy(void* stream) noexcept {
   const auto real = real_.get_as<stream_destroy_fn>(real_function::stream_destroy);
+  bool met = false;
   if (stream != nullptr && stream != legacy_stream && stream != per_thread_stream) {
+    const absl::MutexLock lock(&mutex_);
+    met = streams_met_.erase(stream) > 0;
+  }
+  // A stream the layer never handed to fragctl (a library's own: NCCL's,
+  // cuBLAS's) goes straight to the runtime, without a wait: it may hold
+  // work that never ends (a collective ncclCommAbort gives up on).
+  if (met) {
     // Whether every allocator did `body`; a failure is logged.
     const auto for_each_allocator = [&](const char* what, auto&& body) {
       bool all = true;

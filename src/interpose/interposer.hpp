@@ -67,6 +67,7 @@
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/device_allocator.hpp"
@@ -121,15 +122,18 @@ class interposer {
   /// nullptr go to the real function (the _ptsz one in per_thread mode);
   /// fragctl's memory that is no live block as free().
   int free_async(void* ptr, void* stream, stream_mode mode) noexcept;
-  /// cudaStreamDestroy: before the real function destroys `stream`, the
+  /// cudaStreamDestroy: for a stream the layer named to fragctl (an
+  /// allocation or a free on it), before the real function destroys it, the
   /// allocator of each device the layer allocated on waits for its work and
   /// forgets it (device_allocator::stream_ending), and the layer's records
   /// of blocks allocated on it name the default stream: a later free, trim
   /// or wait would otherwise hand the runtime the destroyed handle, which
   /// may end the process. The wait comes first, with no lock held; the
   /// forgetting waits for frees in flight (a cudaFree between its record
-  /// and its free). Unlike the real function, it returns once the stream's
-  /// work is done (once any device was allocated on). The real function's
+  /// and its free). Unlike the real function, it returns once such a
+  /// stream's work is done; any other stream goes to the real function at
+  /// once (a library's stream may hold work that never ends: a collective
+  /// ncclCommAbort gives up on). The real function's
   /// code is returned; a failed wait is logged (the runtime reports it
   /// too). Out of host memory while an allocator forgets (it then forgot
   /// nothing), the stream is not destroyed: cudaErrorMemoryAllocation and
@@ -207,7 +211,9 @@ class interposer {
   int refuse_held(const char* call, void* ptr) noexcept;
   /// Whether `stream` is capturing a graph (false when the runtime cannot say).
   bool capturing(void* stream, stream_mode mode) noexcept;
-  std::optional<owned_block> take(void* ptr);
+  /// Takes `ptr`'s record out of owned_ (nullopt when it has none); notes
+  /// `freeing_stream`, which the free will name, as a stream met.
+  std::optional<owned_block> take(void* ptr, void* freeing_stream = nullptr);
   /// free_async's half for a block the layer handed out (its record taken).
   int release_async(void* ptr, owned_block block, void* stream, stream_mode mode) noexcept;
   void release(void* ptr, const owned_block& block) noexcept;
@@ -227,6 +233,10 @@ class interposer {
   absl::Mutex ending_;
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);
+  /// Streams (not the default ones) the layer named to an allocator, in an
+  /// allocation or a free, since they were last destroyed: the only ones
+  /// stream_destroy waits for and has the allocators forget.
+  absl::flat_hash_set<const void*> streams_met_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<const void*, int> default_pools_ ABSL_GUARDED_BY(mutex_);
 };
 

@@ -539,6 +539,31 @@ TEST_F(InterposerTest, AFreeInFlightWhileItsStreamIsDestroyedNeverNamesTheStream
   }
 }
 
+// Only a stream the layer named to fragctl is waited for: a library's own
+// stream (NCCL's, whose work ncclCommAbort may leave never ending) goes to
+// the runtime at once, as without fragctl. A stream a block was allocated
+// or freed on is waited for once, then is a stranger again.
+TEST_F(InterposerTest, AStreamFragctlNeverMetIsDestroyedWithoutAWait) {
+  interposer layer(cuda_runtime, &resolve_fake, false, source("arena"));
+  void* warm = nullptr;
+  ASSERT_EQ(layer.malloc(&warm, 4096), success);
+  const sim_backend& device = sim_of(0);
+  const auto waits = [&] { return device.counters().of(backend_call::synchronize_stream); };
+  const std::uint64_t before = waits();
+  EXPECT_EQ(layer.stream_destroy(stream_b), success);
+  EXPECT_EQ(waits(), before) << "a stream fragctl never met was waited for";
+  void* p = nullptr;
+  ASSERT_EQ(layer.malloc(&p, 4096), success);
+  ASSERT_EQ(layer.free_async(p, stream_a, stream_mode::legacy), success);  // freed on it: met
+  EXPECT_EQ(layer.stream_destroy(stream_a), success);
+  const std::uint64_t after_met = waits();
+  EXPECT_GT(after_met, before) << "the stream a block was freed on was not waited for";
+  EXPECT_EQ(layer.stream_destroy(stream_a), success);  // the handle again: a new stream, never met
+  EXPECT_EQ(waits(), after_met);
+  EXPECT_EQ(runtime_.destroyed_streams, (std::vector<void*>{stream_b, stream_a, stream_a}));
+  ASSERT_EQ(layer.free(warm), success);
+}
+
 // A cudaFree waiting for the device while another thread destroys a stream:
 // the wait holds no lock, so a third thread's cudaFreeAsync goes through at
 // once, whatever the device is waiting for (here, for that third thread;
