@@ -101,8 +101,8 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
     void* p = allocator->allocate(bytes, stream);
     try {
       const absl::MutexLock lock(&mutex_);
+      if (stream != nullptr) streams_met_.insert(stream);  // first: the allocator met it already
       owned_.insert_or_assign(p, owned_block{bytes, device, stream});
-      if (stream != nullptr) streams_met_.insert(stream);
     } catch (...) {
       allocator->deallocate(p, bytes, stream);
       throw;
@@ -149,9 +149,9 @@ std::optional<owned_block> interposer::take(void* ptr, void* freeing_stream) {
   const absl::MutexLock lock(&mutex_);
   const auto it = owned_.find(ptr);
   if (it == owned_.end()) return std::nullopt;
+  if (freeing_stream != nullptr) streams_met_.insert(freeing_stream);  // may throw: the record stays
   const owned_block block = it->second;
   owned_.erase(it);
-  if (freeing_stream != nullptr) streams_met_.insert(freeing_stream);
   return block;
 }
 
@@ -284,7 +284,7 @@ int interposer::stream_destroy(void* stream) noexcept {
   bool met = false;
   if (stream != nullptr && stream != legacy_stream && stream != per_thread_stream) {
     const absl::MutexLock lock(&mutex_);
-    met = streams_met_.erase(stream) > 0;
+    met = streams_met_.contains(stream);  // forgotten below, once the allocators forgot it
   }
   // A stream the layer never handed to fragctl (a library's own: NCCL's,
   // cuBLAS's) goes straight to the runtime, without a wait: it may hold
@@ -334,6 +334,7 @@ int interposer::stream_destroy(void* stream) noexcept {
     for (auto& [ptr, block] : owned_) {
       if (block.stream == stream) block.stream = nullptr;
     }
+    streams_met_.erase(stream);
   }
   if (real == nullptr) return error_not_initialized;
   return real(stream);

@@ -666,7 +666,11 @@ class forgetting_fails final : public forwarding_adaptor {
   void do_stream_ending(stream_t stream) override {
     if (fail) throw std::bad_alloc();
     forget_stream(upstream(), stream);
+    ++forgotten;
   }
+
+ public:
+  int forgotten = 0;
 };
 
 TEST_F(InterposerTest, AStreamTheAllocatorCouldNotForgetIsNotDestroyed) {
@@ -685,6 +689,7 @@ TEST_F(InterposerTest, AStreamTheAllocatorCouldNotForgetIsNotDestroyed) {
   EXPECT_NE(log.text().find("not destroyed: out of host memory"), std::string::npos) << log.text();
   allocator->fail = false;
   EXPECT_EQ(layer.stream_destroy(s), success);
+  EXPECT_EQ(allocator->forgotten, 1) << "the retry went to the runtime without the allocator forgetting the stream";
   EXPECT_EQ(runtime_.destroyed_streams, std::vector<void*>{s});
   allocator.reset();
   device.destroy_stream(s);
