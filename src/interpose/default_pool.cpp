@@ -23,7 +23,7 @@ bool is_statistic(int attribute) noexcept {
 
 std::optional<int> interposer::default_pool_device(const void* pool) const {
   if (!stacks_ || pool == nullptr) return std::nullopt;
-  const absl::MutexLock lock(&mutex_);
+  const std::lock_guard lock(mutex_);
   const auto it = default_pools_.find(pool);
   if (it == default_pools_.end()) return std::nullopt;
   return it->second;
@@ -35,7 +35,7 @@ int interposer::device_get_default_mem_pool(void** pool, int device) noexcept {
   const int rc = fn(pool, device);
   if (rc != success || pool == nullptr || *pool == nullptr || !stacks_) return rc;
   try {
-    const absl::MutexLock lock(&mutex_);
+    const std::lock_guard lock(mutex_);
     default_pools_.insert_or_assign(*pool, device);
   } catch (...) {
     return error_out_of_memory;

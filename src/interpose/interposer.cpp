@@ -100,7 +100,7 @@ int interposer::allocate(void** ptr, std::size_t bytes, void* stream) noexcept {
   try {
     void* p = allocator->allocate(bytes, stream);
     try {
-      const absl::MutexLock lock(&mutex_);
+      const std::lock_guard lock(mutex_);
       if (stream != nullptr) streams_met_.insert(stream);  // first: the allocator met it already
       owned_.insert_or_assign(p, owned_block{bytes, device, stream});
     } catch (...) {
@@ -146,7 +146,7 @@ int interposer::malloc_async(void** ptr, std::size_t bytes, void* stream, stream
 }
 
 std::optional<owned_block> interposer::take(void* ptr, void* freeing_stream) {
-  const absl::MutexLock lock(&mutex_);
+  const std::lock_guard lock(mutex_);
   const auto it = owned_.find(ptr);
   if (it == owned_.end()) return std::nullopt;
   if (freeing_stream != nullptr) streams_met_.insert(freeing_stream);  // may throw: the record stays
@@ -232,7 +232,7 @@ int interposer::free(void* ptr) noexcept {
                   rc);
   }
   {
-    const absl::ReaderMutexLock ending(&ending_);  // the record's stream stays known until the block is freed
+    const std::shared_lock ending(ending_);  // the record's stream stays known until the block is freed
     std::optional<owned_block> block;
     try {
       block = take(ptr);
@@ -247,7 +247,7 @@ int interposer::free(void* ptr) noexcept {
 
 int interposer::free_async(void* ptr, void* stream, stream_mode mode) noexcept {
   {
-    const absl::ReaderMutexLock ending(&ending_);  // as in free(), from the record to the free
+    const std::shared_lock ending(ending_);  // as in free(), from the record to the free
     std::optional<owned_block> block;
     try {
       if (ptr != nullptr) block = take(ptr, canonical_stream(stream, mode));
@@ -264,7 +264,7 @@ int interposer::release_async(void* ptr, owned_block block, void* stream, stream
     // The graph's replays may still use the block, and fragctl cannot know
     // when the graph goes: refusing keeps the block live rather than reused.
     try {
-      const absl::MutexLock lock(&mutex_);
+      const std::lock_guard lock(mutex_);
       owned_.insert_or_assign(ptr, block);
     } catch (...) {
       return error_unknown;
@@ -283,7 +283,7 @@ int interposer::stream_destroy(void* stream) noexcept {
   const auto real = real_.get_as<stream_destroy_fn>(real_function::stream_destroy);
   bool met = false;
   if (stream != nullptr && stream != legacy_stream && stream != per_thread_stream) {
-    const absl::MutexLock lock(&mutex_);
+    const std::lock_guard lock(mutex_);
     met = streams_met_.contains(stream);  // forgotten below, once the allocators forgot it
   }
   // A stream the layer never handed to fragctl (a library's own: NCCL's,
@@ -313,7 +313,7 @@ int interposer::stream_destroy(void* stream) noexcept {
     // The wait, with no lock held: it may be long, and frees go on meanwhile.
     // A failed wait (a sticky error) is the runtime's to report too.
     (void)for_each_allocator("wait for", [&](device_allocator& a) { a.backend().synchronize_stream(stream); });
-    const absl::WriterMutexLock ending(&ending_);  // no free between its record and its free
+    const std::unique_lock ending(ending_);  // no free between its record and its free
     bool out_of_host_memory = false;
     const bool forgotten = for_each_allocator("forget", [&](device_allocator& a) {  // the wait is done
       try {
@@ -330,7 +330,7 @@ int interposer::stream_destroy(void* stream) noexcept {
       logger().error("{}: stream_destroy({}): not destroyed: out of host memory", real_.api().name, stream);
       return error_out_of_memory;
     }
-    const absl::MutexLock lock(&mutex_);
+    const std::lock_guard lock(mutex_);
     for (auto& [ptr, block] : owned_) {
       if (block.stream == stream) block.stream = nullptr;
     }
@@ -468,14 +468,14 @@ int interposer::mem_pool_set_access(void* pool, const mem_access_desc* descs, st
 }
 
 std::optional<owned_block> interposer::find(const void* ptr) const {
-  const absl::MutexLock lock(&mutex_);
+  const std::lock_guard lock(mutex_);
   const auto it = owned_.find(ptr);
   if (it == owned_.end()) return std::nullopt;
   return it->second;
 }
 
 std::size_t interposer::owned_count() const {
-  const absl::MutexLock lock(&mutex_);
+  const std::lock_guard lock(mutex_);
   return owned_.size();
 }
 

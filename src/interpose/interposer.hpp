@@ -63,12 +63,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/device_allocator.hpp"
 #include "fragctl/policy.hpp"
@@ -230,8 +232,10 @@ class interposer {
   /// stream_destroy exclusively while the allocators forget a stream: a
   /// free never names a stream the allocator forgot (its record read
   /// before, its free after).
-  absl::Mutex ending_;
-  mutable absl::Mutex mutex_;
+  // std::shared_mutex and std::mutex, not absl::Mutex: ThreadSanitizer
+  // cannot see Debian's uninstrumented absl::Mutex (tools/sanitize.sh).
+  std::shared_mutex ending_;
+  mutable std::mutex mutex_;
   absl::flat_hash_map<const void*, owned_block> owned_ ABSL_GUARDED_BY(mutex_);
   /// Streams (not the default ones) the layer named to an allocator, in an
   /// allocation or a free, since they were last destroyed: the only ones

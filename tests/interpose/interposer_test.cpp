@@ -565,11 +565,12 @@ TEST_F(InterposerTest, AStreamFragctlNeverMetIsDestroyedWithoutAWait) {
 }
 
 // A cudaFree waiting for the device while another thread destroys a stream:
-// the wait holds no lock, so a third thread's cudaFreeAsync goes through at
-// once, whatever the device is waiting for (here, for that third thread;
-// had the first free held the stream's end off across its wait, the
-// destroy would wait for it and the third thread's free behind the
-// destroy: a deadlock, cut here by a 2 s cap).
+// the wait holds no lock, so the destroy runs to its end meanwhile, and a
+// third thread's cudaFreeAsync goes through. Had the free held the
+// stream's end off across its wait, the destroy would wait for the device
+// (whatever it waits for: a deadlock where that is the destroying thread),
+// and with a lock that lets writers go first, every later free behind it.
+// The device's wait here ends when the destroy has, or after 2 s.
 TEST_F(InterposerTest, AFreeWaitingForTheDeviceHoldsNoOtherFreeBehindAStreamDestroy) {
   interposer layer(cuda_runtime, &resolve_fake, false, source("caching"));
   void* warm = nullptr;
@@ -582,25 +583,28 @@ TEST_F(InterposerTest, AFreeWaitingForTheDeviceHoldsNoOtherFreeBehindAStreamDest
   ASSERT_EQ(layer.malloc_async(&p, 1 << 20, s, stream_mode::legacy), success);
   ASSERT_EQ(layer.malloc_async(&q, 4096, nullptr, stream_mode::legacy), success);
   std::atomic<bool> waiting{false};
-  std::atomic<bool> freed{false};
+  std::atomic<bool> destroyed{false};
   std::atomic<bool> capped{false};
   runtime_.on_synchronize = [&] {
     waiting = true;
     const auto cap = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (!freed && std::chrono::steady_clock::now() < cap) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    capped = !freed;
+    while (!destroyed && std::chrono::steady_clock::now() < cap) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    capped = !destroyed;
   };
   std::thread first([&] { EXPECT_EQ(layer.free(p), success); });
   while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::thread destroyer([&] { EXPECT_EQ(layer.stream_destroy(s), success); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the destroy reaches its lock
+  std::thread destroyer([&] {
+    EXPECT_EQ(layer.stream_destroy(s), success);
+    destroyed = true;
+  });
   EXPECT_EQ(layer.free_async(q, nullptr, stream_mode::legacy), success);
-  freed = true;
   first.join();
   destroyer.join();
   runtime_.on_synchronize = nullptr;
   runtime_.on_stream_destroy = nullptr;
-  EXPECT_FALSE(capped) << "the free waited for the device's wait, behind the stream's destroy";
+  EXPECT_FALSE(capped) << "the stream's destroy waited for a free's device wait";
   ASSERT_EQ(layer.free(warm), success);
   EXPECT_EQ(device.destroyed_stream_calls(), 0u);
 }
