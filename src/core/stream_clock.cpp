@@ -21,8 +21,7 @@ stream_clock::~stream_clock() {
 }
 
 std::uint32_t stream_clock::lookup(stream_t stream) {
-  auto it = std::find_if(streams_.begin(), streams_.end(),
-                         [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
+  auto it = find(stream);
   if (it == streams_.end()) {
     // An ended stream's index first: its tick runs on, so stamps it gave
     // stay complete (its completed tick covers them).
@@ -98,8 +97,7 @@ void stream_clock::synchronize(free_stamp stamp) {
 }
 
 void stream_clock::end_stream(stream_t stream) noexcept {
-  const auto it = std::find_if(streams_.begin(), streams_.end(),
-                               [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
+  const auto it = find(stream);
   if (it == streams_.end()) return;
   stream_state& s = *it;
   for (const pending_event& p : s.pending) events_.give_back(p.event);

@@ -48,6 +48,7 @@
 // (CUDA). Not thread-safe (its owner is used under its caller's lock).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -170,6 +171,11 @@ class stream_clock {
   };
 
   std::uint32_t lookup(stream_t stream);
+  /// The state of `stream` while it has not ended, else streams_.end().
+  [[nodiscard]] std::vector<stream_state>::iterator find(stream_t stream) noexcept {
+    return std::find_if(streams_.begin(), streams_.end(),
+                        [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
+  }
   void record(stream_state& s);
   [[nodiscard]] bool idle(const stream_state& s) const noexcept { return !s.dirty && s.pending.empty(); }
 

@@ -176,15 +176,8 @@ void stream_use_adaptor::do_stream_ending(stream_t stream) {
   forget_stream(upstream(), stream);
   impl& s = *impl_;
   s.clock.end_stream(stream);
-  for (auto it = s.uses.begin(); it != s.uses.end();) {
-    auto& streams = it->second;
-    streams.erase(std::remove(streams.begin(), streams.end(), stream), streams.end());
-    if (streams.empty()) {
-      s.uses.erase(it++);
-    } else {
-      ++it;
-    }
-  }
+  for (auto& [ptr, streams] : s.uses) streams.erase(std::remove(streams.begin(), streams.end(), stream), streams.end());
+  absl::erase_if(s.uses, [](const auto& entry) { return entry.second.empty(); });
   for (impl::deferred_free& d : s.deferred) {
     if (d.stream == stream) d.stream = nullptr;
   }

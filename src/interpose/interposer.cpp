@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <new>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <utility>
 
 #include "fragctl/backend.hpp"
@@ -188,19 +188,30 @@ int interposer::real_free_async(void* ptr, void* stream, stream_mode mode) noexc
   return error_invalid_value;
 }
 
+template <class Body>
+void interposer::for_each_used_allocator(Body&& body) {
+  for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0; devices &= devices - 1) {
+    const int device = std::countr_zero(devices);
+    device_allocator* allocator = nullptr;
+    try {
+      allocator = allocators_(device, false);
+    } catch (...) {
+    }
+    if (allocator != nullptr) body(device, *allocator);
+  }
+}
+
 bool interposer::held_by_fragctl(const void* ptr) noexcept {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
   bool held = false;
   try {
-    for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0 && !held;
-         devices &= devices - 1) {
-      const device_allocator* allocator = allocators_(std::countr_zero(devices), false);
-      if (allocator == nullptr) continue;
-      allocator->backend().for_each_span([&](void* base, std::size_t bytes) {
+    for_each_used_allocator([&](int /*device*/, const device_allocator& allocator) {
+      if (held) return;
+      allocator.backend().for_each_span([&](void* base, std::size_t bytes) {
         const auto b = reinterpret_cast<std::uintptr_t>(base);
         held = held || (p - b < bytes);  // unsigned: false below base
       });
-    }
+    });
   } catch (...) {
     // No answer (out of host memory): the pointer goes on as before.
   }
@@ -293,11 +304,9 @@ int interposer::stream_destroy(void* stream) noexcept {
     // Whether every allocator did `body`; a failure is logged.
     const auto for_each_allocator = [&](const char* what, auto&& body) {
       bool all = true;
-      for (std::uint64_t devices = devices_used_.load(std::memory_order_relaxed); devices != 0;
-           devices &= devices - 1) {
-        const int device = std::countr_zero(devices);
+      for_each_used_allocator([&](int device, device_allocator& allocator) {
         try {
-          if (device_allocator* allocator = allocators_(device, false); allocator != nullptr) body(*allocator);
+          body(allocator);
         } catch (const std::exception& e) {
           all = false;
           logger().warn("{}: stream_destroy({}): device {}'s allocator could not {} the stream: {}",
@@ -307,7 +316,7 @@ int interposer::stream_destroy(void* stream) noexcept {
           logger().warn("{}: stream_destroy({}): device {}'s allocator could not {} the stream", real_.api().name,
                         stream, device, what);
         }
-      }
+      });
       return all;
     };
     // The wait, with no lock held: it may be long, and frees go on meanwhile.

@@ -208,6 +208,10 @@ class interposer {
   /// fragctl's memory under it. O(spans held); only frees of pointers the
   /// layer did not hand out ask.
   bool held_by_fragctl(const void* ptr) noexcept;
+  /// Calls body(device, allocator) for each device the layer allocated on
+  /// whose allocator exists (one that cannot be looked up is skipped).
+  template <class Body>
+  void for_each_used_allocator(Body&& body);
   /// free()'s and free_async()'s answer to a pointer into fragctl's memory
   /// that is no live block of the layer's.
   int refuse_held(const char* call, void* ptr) noexcept;
