@@ -15,7 +15,9 @@
 //
 // replay prints one JSON array in the shape of `fragctl replay --json`; stress
 // prints {"largest": [...], "smallest": [...]} in the shape of bench_stress.
-// Every malloc and free is timed alone with steady_clock; peaks come from
+// Every malloc and free is timed alone with fragctl's replay clock
+// (src/util/op_clock.hpp: the CPU's time-stamp counter where it is invariant,
+// else steady_clock); peaks come from
 // the allocator's own statistics (reserved_bytes, requested_bytes).
 //
 // Built by tools/gpu/bench.sh against the installed torch (its own CMake
@@ -41,6 +43,7 @@
 #include "../stress/stress_result.hpp"
 #include "../stress/workload_generators.hpp"
 #include "trace_csv.hpp"
+#include "../../src/util/op_clock.hpp"
 
 namespace torch_replay {
 
@@ -115,15 +118,6 @@ void reset_allocator(std::size_t total, std::size_t cap) {
   alloc::setMemoryFraction(fraction, device);
 }
 
-double clock_overhead_ns() {
-  std::vector<std::int64_t> d(1001);
-  for (auto& v : d) {
-    const auto a = clock_type::now();
-    v = elapsed_ns(a, clock_type::now());
-  }
-  return fragctl::bench::median_of(d);
-}
-
 // --- replay -----------------------------------------------------------------------
 
 std::string replay_json(const trace& t, const std::string& label, std::size_t total, std::size_t cap) {
@@ -138,13 +132,14 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
     if (e.stream != 0 && !streams.contains(e.stream))
       streams.emplace(e.stream, c10::cuda::getStreamFromPool(false, device).stream());
   }
+  const fragctl::util::op_clock clock;  // as fragctl's replay times its operations
   std::vector<std::int64_t> samples;
   samples.reserve(t.events.size());
   std::uint64_t ooms = 0, unknown = 0, skipped = 0, lost = 0;
   const auto timed_free = [&](void* p) {
-    const auto t0 = clock_type::now();
+    const fragctl::util::op_clock::ticks t0 = clock.start();
     alloc::raw_delete(p);
-    samples.push_back(elapsed_ns(t0, clock_type::now()));
+    samples.push_back(clock.stop() - t0);
   };
   for (const event& e : t.events) {
     if (e.alloc) {
@@ -154,7 +149,7 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
         live.erase(old);
       }
       const cudaStream_t stream = e.stream == 0 ? nullptr : streams.at(e.stream);
-      const auto t0 = clock_type::now();
+      const fragctl::util::op_clock::ticks t0 = clock.start();
       void* p = nullptr;
       try {
         p = alloc::raw_alloc_with_stream(e.size, stream);
@@ -163,7 +158,7 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
         live.emplace(e.addr, live_block{nullptr, true});
         continue;
       }
-      samples.push_back(elapsed_ns(t0, clock_type::now()));
+      samples.push_back(clock.stop() - t0);
       live.emplace(e.addr, live_block{p, false});
     } else {
       const auto it = live.find(e.addr);
@@ -188,10 +183,10 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
   }
   const std::uint64_t operations = samples.size();
   std::vector<std::int64_t> copy = samples;
-  const double median = fragctl::bench::median_of(samples);
-  const double p99 = fragctl::bench::percentile_of(copy, 0.99);
-  std::int64_t total_ns = 0;
-  for (const std::int64_t ns : samples) total_ns += ns;
+  const double median = clock.to_ns(fragctl::bench::median_of(samples));
+  const double p99 = clock.to_ns(fragctl::bench::percentile_of(copy, 0.99));
+  std::int64_t timed = 0;
+  for (const std::int64_t ticks : samples) timed += ticks;
   const double ratio = requested == 0 ? 0.0 : static_cast<double>(reserved) / static_cast<double>(requested);
   return json{
       {"trace", t.name},
@@ -209,8 +204,9 @@ std::string replay_json(const trace& t, const std::string& label, std::size_t to
       {"operations", operations},
       {"median_ns", json_number(median)},
       {"p99_ns", json_number(p99)},
-      {"total_ms", json_number(static_cast<double>(total_ns) / 1e6)},
-      {"clock_overhead_ns", json_number(clock_overhead_ns())},
+      {"total_ms", json_number(clock.to_ns(static_cast<double>(timed)) / 1e6)},
+      {"clock_overhead_ns", json_number(clock.overhead_ns())},
+      {"clock", clock.source()},
       {"cap", cap},
       {"torch_stats", {{"num_alloc_retries", s.num_alloc_retries}, {"num_ooms", s.num_ooms}}},
   }.dump();

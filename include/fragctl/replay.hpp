@@ -91,13 +91,15 @@ struct replay_result {
   double total_ms = 0;              ///< all timed operations together: the time spent in the allocator
   double clock_overhead_ns = 0;     ///< median cost of one clock read pair (not subtracted)
   allocator_stats stats;            ///< the stack's statistics after the last trace event
+  std::string clock;                ///< what timed the operations: "tsc" (the CPU's counter) or "steady_clock"
 };
 
 /// Replays `t` through a fresh allocator stack built from options.cfg with
 /// cfg.policy = options.policy. Trace stream 0 is the default stream
 /// (nullptr); every other distinct stream id gets a stream of its own from
 /// backend.create_stream(), destroyed at the end. Each allocate and
-/// deallocate is timed on its own with std::chrono::steady_clock; an alloc
+/// deallocate is timed on its own (the CPU's invariant time-stamp counter,
+/// fenced, where it has one, else std::chrono::steady_clock); an alloc
 /// that runs out of memory counts an OOM and is not timed; one refused with
 /// invalid_argument (a size over 2^62 bytes) counts in `refused` and the
 /// replay goes on. Blocks still live

@@ -21,30 +21,11 @@
 #include "fragctl/policy.hpp"
 #include "nlohmann/json.hpp"
 #include "trace/gpu_lag.hpp"
+#include "util/op_clock.hpp"
 
 namespace fragctl {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-std::int64_t elapsed_ns(clock_type::time_point from, clock_type::time_point to) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count();
-}
-
-// Median of back-to-back clock reads: what one timed sample costs on top of
-// the operation itself.
-double clock_overhead_ns() {
-  constexpr std::size_t samples = 1001;
-  std::vector<std::int64_t> d(samples);
-  for (auto& v : d) {
-    const auto a = clock_type::now();
-    const auto b = clock_type::now();
-    v = elapsed_ns(a, b);
-  }
-  std::nth_element(d.begin(), d.begin() + samples / 2, d.end());
-  return static_cast<double>(d[samples / 2]);
-}
 
 // Value of rank `q` (0..1) by the nearest-rank method; reorders `v`.
 double percentile(std::vector<std::int64_t>& v, double q) {
@@ -106,7 +87,9 @@ replay_result replay(const trace& t, const replay_options& options) {
   r.completeness = t.completeness;
   r.backend = std::string(backend.name());
   r.policy = options.policy.empty() ? default_policy(backend) : options.policy;
-  r.clock_overhead_ns = clock_overhead_ns();
+  const util::op_clock clock;
+  r.clock = clock.source();
+  r.clock_overhead_ns = clock.overhead_ns();
 
   const stream_table streams(t, *stack);
   replay_detail::gpu_lag lag(options.lag, backend);
@@ -117,10 +100,9 @@ replay_result replay(const trace& t, const replay_options& options) {
   free_samples.reserve(t.events.size());
 
   const auto timed_free = [&](const live_block& b, stream_t stream) {
-    const auto t0 = clock_type::now();
+    const util::op_clock::ticks t0 = clock.start();
     alloc.deallocate(b.ptr, b.size, stream);
-    const auto t1 = clock_type::now();
-    free_samples.push_back(elapsed_ns(t0, t1));
+    free_samples.push_back(clock.stop() - t0);
   };
 
   // Bytes live in the allocator, for the timeline (failed allocs hold none).
@@ -147,7 +129,7 @@ replay_result replay(const trace& t, const replay_options& options) {
         live.erase(old);
       }
       void* ptr = nullptr;
-      const auto t0 = clock_type::now();
+      const util::op_clock::ticks t0 = clock.start();
       try {
         ptr = alloc.allocate(e.size, stream);
       } catch (const out_of_memory&) {
@@ -161,8 +143,7 @@ replay_result replay(const trace& t, const replay_options& options) {
         sample(i, e, false);
         continue;
       }
-      const auto t1 = clock_type::now();
-      alloc_samples.push_back(elapsed_ns(t0, t1));
+      alloc_samples.push_back(clock.stop() - t0);
       live.emplace(e.addr, live_block{ptr, e.size, stream, false});
       live_bytes += e.size;
     } else {
@@ -195,16 +176,16 @@ replay_result replay(const trace& t, const replay_options& options) {
   samples.insert(samples.end(), alloc_samples.begin(), alloc_samples.end());
   samples.insert(samples.end(), free_samples.begin(), free_samples.end());
   r.operations = samples.size();
-  r.median_ns = median(samples);
-  r.p99_ns = percentile(samples, 0.99);
-  r.p90_ns = percentile(samples, 0.90);
-  r.median_alloc_ns = median(alloc_samples);
-  r.p90_alloc_ns = percentile(alloc_samples, 0.90);
-  r.median_free_ns = median(free_samples);
-  r.p90_free_ns = percentile(free_samples, 0.90);
-  std::int64_t total_ns = 0;
-  for (const std::int64_t ns : samples) total_ns += ns;
-  r.total_ms = static_cast<double>(total_ns) / 1e6;
+  r.median_ns = clock.to_ns(median(samples));
+  r.p99_ns = clock.to_ns(percentile(samples, 0.99));
+  r.p90_ns = clock.to_ns(percentile(samples, 0.90));
+  r.median_alloc_ns = clock.to_ns(median(alloc_samples));
+  r.p90_alloc_ns = clock.to_ns(percentile(alloc_samples, 0.90));
+  r.median_free_ns = clock.to_ns(median(free_samples));
+  r.p90_free_ns = clock.to_ns(percentile(free_samples, 0.90));
+  std::int64_t timed = 0;
+  for (const std::int64_t ticks : samples) timed += ticks;
+  r.total_ms = clock.to_ns(static_cast<double>(timed)) / 1e6;
 
   for (const auto& [addr, b] : live) {
     if (!b.failed) alloc.deallocate(b.ptr, b.size, b.stream);
@@ -247,6 +228,7 @@ nlohmann::ordered_json result_json(const replay_result& r) {
   j["p90_free_ns"] = r.p90_free_ns;
   j["total_ms"] = r.total_ms;
   j["clock_overhead_ns"] = r.clock_overhead_ns;
+  j["clock"] = r.clock;
   j["stats"] = nlohmann::ordered_json::parse(to_json(r.stats));
   return j;
 }
