@@ -40,7 +40,11 @@ namespace fragctl {
 /// block's size. `wait_before_growing` (default true): before creating
 /// physical memory above the most it has held while a cached span waits on
 /// frees still in flight, wait for them and re-stitch the span (a host wait
-/// instead of growth); below that mark it creates.
+/// instead of growth); below that mark it creates. `lifetime_placement`
+/// (default true): a block whose size's last block lived at least 8,000
+/// calls goes next to a long-lived block where that is mapped, rather than
+/// into a hole short-lived blocks left (arena_policy.cpp, "Blocks that
+/// outlive a step").
 ///
 /// Stream order: as device_allocator says. Same-stream reuse is immediate;
 /// another stream gets a freed block once an event recorded on the freeing

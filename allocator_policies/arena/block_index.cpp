@@ -2,6 +2,10 @@
 
 namespace fragctl::arena_detail {
 
+// The owner's birth fields sit in the node's padding: a node of 80 bytes,
+// as before them (the nodes are the hot path's memory traffic).
+static_assert(sizeof(block_index::block) == 80);
+
 void block_index::reset(std::uintptr_t base, std::size_t bytes) {
   nodes_.clear();
   live_.clear();
@@ -19,9 +23,10 @@ void block_index::reset(std::uintptr_t base, std::size_t bytes) {
   link_free(0);
 }
 
-std::uintptr_t block_index::allocate_at(std::uint32_t id, std::uintptr_t at, std::size_t bytes, std::size_t requested) {
-  if (at == nodes_[id].addr) return allocate({id, side::front}, bytes, requested);
-  if (at + bytes == nodes_[id].addr + nodes_[id].size) return allocate({id, side::back}, bytes, requested);
+std::uintptr_t block_index::allocate_at(std::uint32_t id, std::uintptr_t at, std::size_t bytes, std::size_t requested,
+                                        birth n) {
+  if (at == nodes_[id].addr) return allocate({id, side::front}, bytes, requested, n);
+  if (at + bytes == nodes_[id].addr + nodes_[id].size) return allocate({id, side::back}, bytes, requested, n);
   unlink_free(id);  // prepare() left two spare nodes: one for this split, one for allocate()
   const std::uint32_t upper = take_spare();
   block& lo = nodes_[id];
@@ -38,7 +43,7 @@ std::uintptr_t block_index::allocate_at(std::uint32_t id, std::uintptr_t at, std
   clip(up);
   link_free(id);
   link_free(upper);
-  return allocate({upper, side::front}, bytes, requested);
+  return allocate({upper, side::front}, bytes, requested, n);
 }
 
 void address_table::reserve(std::size_t n) {

@@ -126,6 +126,15 @@ class address_table {
   std::size_t size_ = 0;
 };
 
+/// What a live block's node keeps for its owner: the arena's lifetime
+/// placement (arena_policy.cpp) writes when the block was allocated (its
+/// count of calls, modulo 2^32) and whether it was expected to live long.
+/// Both sit in what was the node's padding.
+struct block_birth {
+  std::uint32_t born = 0;
+  bool long_lived = false;
+};
+
 class block_index {
  public:
   /// Granularity of every block's address and size.
@@ -140,7 +149,12 @@ class block_index {
     std::uint32_t prev = nil, next = nil;            // address neighbours
     std::uint32_t prev_free = nil, next_free = nil;  // class list, while free
     bool is_free = false;
+    // The owner's, while live (block_index only writes them): what
+    // allocate() and allocate_at() were given (birth).
+    bool long_lived = false;
+    std::uint32_t born = 0;
   };
+  using birth = block_birth;
 
   /// Where a found block is cut: its first or its last bytes.
   enum class side : std::uint8_t { front, back };
@@ -181,11 +195,12 @@ class block_index {
   /// Makes [at, at + bytes) of free block `id` live, leaving what is below
   /// and above it free. `at` is a multiple of unit inside the block, and the
   /// whole block must be usable on the caller's stream. Call prepare() first.
-  std::uintptr_t allocate_at(std::uint32_t id, std::uintptr_t at, std::size_t bytes, std::size_t requested);
+  std::uintptr_t allocate_at(std::uint32_t id, std::uintptr_t at, std::size_t bytes, std::size_t requested,
+                             birth b = {});
 
   /// Makes `bytes` of the found block live (at its front or back), leaving
   /// the rest free. Call prepare() first. Returns the address.
-  std::uintptr_t allocate(fit where, std::size_t bytes, std::size_t requested) noexcept;
+  std::uintptr_t allocate(fit where, std::size_t bytes, std::size_t requested, birth b = {}) noexcept;
 
   /// Where allocate(where, bytes, ...) will place the block.
   [[nodiscard]] std::uintptr_t address_of(fit where, std::size_t bytes) const noexcept {
@@ -232,6 +247,22 @@ class block_index {
   void for_each_free(F&& f) const {
     for (const block& b : nodes_) {
       if (b.is_free) f(b);
+    }
+  }
+  /// Calls f(id, block) for free blocks of at least `bytes`, about smallest
+  /// first: the request's own size class (whose blocks may be smaller; those
+  /// are skipped), then each non-empty class above it; at most `limit` blocks
+  /// looked at in all.
+  template <class F>
+  void for_each_fitting(std::size_t bytes, int limit, F&& f) const {
+    const size_class own = class_of(bytes);
+    for (std::uint32_t id = heads_[own.group][own.sl]; id != nil && limit > 0; id = nodes_[id].next_free, --limit) {
+      if (nodes_[id].size >= bytes) f(id, nodes_[id]);
+    }
+    for (std::optional<size_class> c = next_class(own); c && limit > 0; c = next_class(*c)) {
+      for (std::uint32_t id = heads_[c->group][c->sl]; id != nil && limit > 0; id = nodes_[id].next_free, --limit) {
+        f(id, nodes_[id]);
+      }
     }
   }
   /// Calls f(id, block) for every free block, in no particular order.
@@ -356,7 +387,7 @@ inline block_index::fit block_index::find_fit(std::size_t bytes, std::uint32_t s
   return {nil, side::front, blocked};
 }
 
-inline std::uintptr_t block_index::allocate(fit where, std::size_t bytes, std::size_t requested) noexcept {
+inline std::uintptr_t block_index::allocate(fit where, std::size_t bytes, std::size_t requested, birth n) noexcept {
   std::uint32_t id = where.id;
   unlink_free(id);
   if (nodes_[id].size > bytes) {
@@ -391,6 +422,8 @@ inline std::uintptr_t block_index::allocate(fit where, std::size_t bytes, std::s
   b.is_free = false;
   b.requested = requested;
   b.stamp = free_stamp{};
+  b.born = n.born;
+  b.long_lived = n.long_lived;
   live_.insert(b.addr, id, units_tag(b.size));
   return b.addr;
 }

@@ -13,7 +13,8 @@ fragctl.torch.enable with caching, arena, buckets:arena and warmup:arena
 the arena with wait_before_growing:false (arena-nowait) and the arena
 without its steady-state plan, step_plan:false (arena-noplan), the arena
 with spans of 16 MiB, map_chunk:16MiB (arena-16, the default since 2026-11-27)
-and of 32 MiB, the default before (arena-32), none in the default list;
+and of 32 MiB, the default before (arena-32), the arena without lifetime
+placement, lifetime_placement:false (arena-nolifetime), none in the default list;
 LD_PRELOAD=libfragctl_preload.so with
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; native runs three times
 (first, in the middle and last): step times are compared with the median of
@@ -66,6 +67,8 @@ def runs_for(model, out_dir, preload):
         # the arena with spans of 16 MiB (map_chunk; the default since 2026-11-27) and of 32 MiB (before)
         "arena-16": fragctl_run("arena", "map_chunk:16MiB"),
         "arena-32": fragctl_run("arena", "map_chunk:32MiB"),
+        # the arena without lifetime placement (2026-11-28): best fit for blocks of sizes that lived long too
+        "arena-nolifetime": fragctl_run("arena", "lifetime_placement:false"),
         "buckets:arena": fragctl_run("buckets:arena"),
         "warmup:arena": fragctl_run("warmup:arena"),
         "preload": ("LD_PRELOAD arena", "preload", "arena", [], preload_env),

@@ -62,6 +62,7 @@ struct config {
   std::size_t map_chunk = 16 * MiB;           ///< largest physical handle (span) the arena maps
   bool wait_before_growing = true;            ///< above the high-water mark, wait for pending frees before creating
   bool step_plan = true;                      ///< learn a repeating step and serve it from a planned layout
+  bool lifetime_placement = true;             ///< blocks of sizes that lived long go next to long-lived blocks
   std::size_t fallback_size = 0;              ///< pre-reserved block without VM; 0 = 90% of free
 
   // buckets policy.

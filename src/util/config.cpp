@@ -177,6 +177,10 @@ const std::vector<option_row>& rows() {
       bool_row("step_plan", &config::step_plan,
                "arena: learn a step that repeats itself and serve it from one planned range mapped once, with "
                "no driver call (false: every block placed by best fit)"),
+      bool_row("lifetime_placement", &config::lifetime_placement,
+               "arena: a block whose size's last block lived at least 8,000 calls goes next to a long-lived block "
+               "where that is mapped, so that long-lived blocks pack together and the holes short-lived ones leave "
+               "stay whole (false: best fit for every block)"),
       size_row("fallback_size", &config::fallback_size, "arena without virtual memory: size of the pre-reserved block",
                "90% of free"),
       size_row("buckets_limit", &config::buckets_limit, "buckets: largest request served from size classes"),

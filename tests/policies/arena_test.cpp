@@ -494,6 +494,63 @@ TEST(arena_test, untouched_granules_of_a_live_span_cannot_move) {
   EXPECT_EQ(held(spans()), (32 + 2 + 40) * MiB);
 }
 
+// Lifetime placement (arena_policy.cpp, "Blocks that outlive a step"). The
+// layout of a gradient-accumulation job in small: a long-lived block P (a
+// parameter), a 40 MiB hole above it, a short-lived A, a 30 MiB hole a
+// temporary left, a short-lived B. A 23 MiB block (a weight gradient) goes
+// where the last block of its size went: best fit takes the 30 MiB hole
+// between A and B, whose 7 MiB rest then stays mapped in spans the gradient
+// pins; expected to live long, it packs against P instead. Returns the new
+// block's offset from P, and the temporary's.
+struct lifetime_layout {
+  std::uintptr_t gradient = 0;
+  std::uintptr_t temporary = 0;
+};
+lifetime_layout place_gradient(std::size_t previous_gradient_life, bool lifetime_placement = true) {
+  sim_backend sim(options(4 * GiB));
+  config cfg;
+  cfg.step_plan = false;  // no plan: best fit and its rules alone
+  cfg.lifetime_placement = lifetime_placement;
+  arena_policy arena(cfg, sim);
+  const auto churn = [&](int pairs) {
+    for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB), MiB);
+  };
+  // The last 23 MiB block lived `previous_gradient_life` calls.
+  void* g1 = arena.allocate(23 * MiB);
+  churn(static_cast<int>(previous_gradient_life / 2));
+  arena.deallocate(g1, 23 * MiB);
+  void* p = arena.allocate(8 * MiB);
+  churn(5000);  // P is 10,000 calls old: long-lived
+  void* f = arena.allocate(40 * MiB);
+  void* a = arena.allocate(4 * MiB);
+  void* t = arena.allocate(30 * MiB);
+  void* b = arena.allocate(4 * MiB);
+  arena.deallocate(f, 40 * MiB);
+  arena.deallocate(t, 30 * MiB);
+  void* g2 = arena.allocate(23 * MiB);
+  const lifetime_layout l{addr(g2) - addr(p), addr(t) - addr(p)};
+  for (auto [q, n] : {std::pair{g2, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) arena.deallocate(q, n);
+  return l;
+}
+
+TEST(arena_test, a_block_of_a_size_that_lived_long_packs_against_a_long_lived_block) {
+  const lifetime_layout l = place_gradient(/*previous_gradient_life=*/10000);
+  EXPECT_EQ(l.gradient, 8 * MiB) << "right above P, not in the temporary's hole at " << l.temporary;
+}
+
+// The control: the same sequence where the last 23 MiB block lived briefly
+// goes to best fit, the temporary's hole.
+TEST(arena_test, a_block_of_a_size_that_lived_briefly_goes_to_best_fit) {
+  const lifetime_layout l = place_gradient(/*previous_gradient_life=*/1000);
+  EXPECT_EQ(l.temporary, 52 * MiB);
+  EXPECT_EQ(l.gradient, l.temporary);
+}
+
+TEST(arena_test, without_lifetime_placement_a_long_lived_size_goes_to_best_fit) {
+  const lifetime_layout l = place_gradient(/*previous_gradient_life=*/10000, /*lifetime_placement=*/false);
+  EXPECT_EQ(l.gradient, l.temporary);
+}
+
 TEST(arena_test, destruction_returns_everything) {
   sim_backend sim(options(GiB, 64 * KiB, /*backed=*/true, /*manual=*/true));
   stream_t s = sim.create_stream();

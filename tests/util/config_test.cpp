@@ -17,13 +17,13 @@ std::string describe(const config& c) {
       "policy={} backend={} device={} sim_capacity={} sim_granularity={} sim_backed={} sim_vm={} "
       "small_size={} small_segment={} large_segment={} large_segment_limit={} segment_round={} "
       "max_split_size={} release_on_oom={} arena_size={} release_threshold={} release_delay={} map_chunk={} "
-      "wait_before_growing={} fallback_size={} buckets_limit={} slab_size={} slab_reserve={} warmup_bytes={} "
+      "wait_before_growing={} step_plan={} lifetime_placement={} fallback_size={} buckets_limit={} slab_size={} slab_reserve={} warmup_bytes={} "
       "warmup_profile={} warmup_on_exhausted={} limit={} thread_safe={} report={} prometheus={} report_interval={} "
       "report_map={} trace={} log_level={}",
       c.policy, static_cast<int>(c.backend), c.device, c.sim_capacity, c.sim_granularity, c.sim_backed,
       c.sim_virtual_memory, c.small_size, c.small_segment, c.large_segment, c.large_segment_limit, c.segment_round,
       c.max_split_size, c.release_on_oom, c.arena_size, c.release_threshold, c.release_delay, c.map_chunk,
-      c.wait_before_growing, c.fallback_size, c.buckets_limit, c.slab_size, c.slab_reserve, c.warmup_bytes,
+      c.wait_before_growing, c.step_plan, c.lifetime_placement, c.fallback_size, c.buckets_limit, c.slab_size, c.slab_reserve, c.warmup_bytes,
       c.warmup_profile, static_cast<int>(c.warmup_on_exhausted), c.limit, c.thread_safe, c.report_path,
       c.prometheus_path, c.report_interval_ms, c.report_map, c.trace_path, c.log_level);
 }
