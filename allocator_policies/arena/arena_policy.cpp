@@ -60,7 +60,12 @@
 // old), in the smallest free block that has such a neighbour and is mapped
 // where the block would sit. Long-lived blocks then pack together and the
 // temporaries' holes stay whole for temporaries. A block with no such place
-// goes to best fit; blocks of sizes that live briefly are never moved.
+// goes to best fit; blocks of sizes that live briefly are never moved. The
+// plan's ranges count as long-lived from the start; a block the plan hands
+// over counts its age from the hand-over, and planned blocks teach the table
+// nothing (the plan places them itself). Calls are counted modulo 2^32 here:
+// a lifetime or age of 2^32 calls or more (hours) reads short, which costs
+// at most a guess.
 //
 // The steady-state plan (step_plan.hpp). Once the job repeats a step
 // (found from the shape of its allocations and frees, not their sizes; no
@@ -211,7 +216,10 @@ struct arena_policy::impl {
   [[nodiscard]] bool live_over(std::uintptr_t addr, std::size_t bytes) const;
   /// Best fit, moved closer to mapped memory when large, mapped: the
   /// arena's own placement of a block of `size` (rounded) on stream `si`.
-  [[nodiscard]] std::uintptr_t place(std::size_t size, std::uint32_t si, std::size_t requested);
+  /// A plan's new range (`plan_range`) stays where best fit puts it and is
+  /// a long-lived neighbour from the start.
+  [[nodiscard]] std::uintptr_t place(std::size_t size, std::uint32_t si, std::size_t requested,
+                                     bool plan_range = false);
   /// Maps the plan's region and starts the plan; false when it cannot be had.
   bool start_plan();
   /// Gives the region of a plan left behind back to the arena.
@@ -326,6 +334,7 @@ arena_policy::impl::~impl() {
 }
 
 bool arena_policy::impl::mapped_fit(std::size_t size, std::uint32_t stream) const noexcept {
+  if (granules && expected_long(size) && next_to_long_lived(size, stream).id != nil) return true;  // as place()
   const block_index::fit where = blocks.find_fit(size, stream, clock);
   return where && (!granules || granules->covered(blocks.address_of(where, size), size));
 }
@@ -455,10 +464,11 @@ arena_policy::impl::spot arena_policy::impl::next_to_long_lived(std::size_t size
   return best;
 }
 
-std::uintptr_t arena_policy::impl::place(std::size_t size, std::uint32_t si, std::size_t requested) {
+std::uintptr_t arena_policy::impl::place(std::size_t size, std::uint32_t si, std::size_t requested,
+                                         bool plan_range) {
   blocks.prepare();
-  const block_index::birth birth{static_cast<std::uint32_t>(calls), expected_long(size)};
-  if (birth.long_lived && granules) {
+  const block_index::birth birth{static_cast<std::uint32_t>(calls), plan_range || expected_long(size)};
+  if (birth.long_lived && !plan_range && granules) {
     if (const spot p = next_to_long_lived(size, si); p.id != nil) {
       const std::uintptr_t addr = blocks.allocate_at(p.id, p.at, size, requested, birth);
       granules->on_allocate(addr, size);
@@ -570,7 +580,7 @@ bool arena_policy::impl::start_plan() {
     }
     std::uintptr_t base = 0;
     if (extra != 0) {
-      base = place(extra, si, extra);
+      base = place(extra, si, extra, /*plan_range=*/true);
       plan_blocks.push_back(base);
     }
     std::sort(plan_blocks.begin(), plan_blocks.end());

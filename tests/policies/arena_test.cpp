@@ -551,6 +551,103 @@ TEST(arena_test, without_lifetime_placement_a_long_lived_size_goes_to_best_fit) 
   EXPECT_EQ(l.gradient, l.temporary);
 }
 
+// Lifetime placement respects stream order and mapping as best fit does. The
+// hole above the long-lived P is freed on stream S with S's work in flight;
+// a gradient-sized block on T must not go there.
+TEST(arena_test, lifetime_placement_does_not_take_a_hole_pending_on_another_stream) {
+  sim_backend sim(options(4 * GiB, 2 * MiB, false, /*manual=*/true));
+  stream_t s = sim.create_stream();
+  stream_t t = sim.create_stream();
+  {
+    config cfg;
+    cfg.step_plan = false;
+    arena_policy arena(cfg, sim);
+    const auto churn = [&](int pairs) {
+      for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB, t), MiB, t);
+    };
+    void* g1 = arena.allocate(23 * MiB, t);
+    churn(5000);
+    arena.deallocate(g1, 23 * MiB, t);  // 23 MiB blocks live long
+    void* p = arena.allocate(8 * MiB, t);
+    churn(5000);  // P is long-lived by age
+    void* f = arena.allocate(40 * MiB, t);
+    void* a = arena.allocate(4 * MiB, t);
+    void* tmp = arena.allocate(30 * MiB, t);
+    void* b = arena.allocate(4 * MiB, t);
+    ASSERT_EQ(addr(f), addr(p) + 8 * MiB);
+    sim.submit(s);                      // work on S still uses f...
+    arena.deallocate(f, 40 * MiB, s);   // ...when f is freed on S
+    arena.deallocate(tmp, 30 * MiB, t);
+    void* g2 = arena.allocate(23 * MiB, t);
+    EXPECT_FALSE(addr(g2) < addr(f) + 40 * MiB && addr(f) < addr(g2) + 23 * MiB)
+        << "handed to T inside a block whose free on S is still in flight";
+    for (auto [q, n] : {std::pair{g2, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) arena.deallocate(q, n, t);
+    sim.complete(s);
+    sim.complete(t);
+  }
+  sim.destroy_stream(s);
+  sim.destroy_stream(t);
+}
+
+// The free block above P is no longer mapped (release_cached): lifetime
+// placement must not hand it out without mapping it.
+TEST(arena_test, lifetime_placement_hands_out_only_mapped_memory) {
+  sim_backend sim(options(4 * GiB));
+  config cfg = stitched();
+  cfg.step_plan = false;
+  arena_policy arena(cfg, sim);
+  const auto churn = [&](int pairs) {
+    for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB), MiB);
+  };
+  void* g1 = arena.allocate(23 * MiB);
+  churn(5000);
+  arena.deallocate(g1, 23 * MiB);
+  void* p = arena.allocate(8 * MiB);
+  churn(5000);
+  void* f = arena.allocate(40 * MiB);
+  void* a = arena.allocate(4 * MiB);
+  void* tmp = arena.allocate(30 * MiB);
+  void* b = arena.allocate(4 * MiB);
+  arena.deallocate(f, 40 * MiB);
+  arena.deallocate(tmp, 30 * MiB);
+  arena.release_cached();  // both holes' granules are unmapped
+  EXPECT_FALSE(sim.accessible(f, 40 * MiB));
+  void* g2 = arena.allocate(23 * MiB);
+  EXPECT_TRUE(sim.accessible(g2, 23 * MiB)) << "offset from P: " << addr(g2) - addr(p);
+  for (auto [q, n] : {std::pair{g2, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) arena.deallocate(q, n);
+}
+
+// A young block that was expected to live long is a long-lived neighbour too
+// (its birth's flag, not its age): the second gradient packs against the
+// first rather than into best fit's 25 MiB hole.
+TEST(arena_test, a_block_expected_to_live_long_is_a_long_lived_neighbour_while_young) {
+  sim_backend sim(options(4 * GiB));
+  config cfg;
+  cfg.step_plan = false;
+  arena_policy arena(cfg, sim);
+  const auto churn = [&](int pairs) {
+    for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB), MiB);
+  };
+  void* g1 = arena.allocate(23 * MiB);
+  churn(5000);
+  arena.deallocate(g1, 23 * MiB);
+  void* p = arena.allocate(8 * MiB);
+  churn(5000);
+  void* f = arena.allocate(50 * MiB);
+  void* a = arena.allocate(4 * MiB);
+  void* t = arena.allocate(25 * MiB);
+  void* b = arena.allocate(4 * MiB);
+  arena.deallocate(f, 50 * MiB);
+  arena.deallocate(t, 25 * MiB);
+  void* g2 = arena.allocate(23 * MiB);
+  void* g3 = arena.allocate(23 * MiB);
+  EXPECT_EQ(addr(g2) - addr(p), 8 * MiB);
+  EXPECT_EQ(addr(g3) - addr(p), 31 * MiB) << "best fit's hole is at " << addr(t) - addr(p);
+  for (auto [q, n] : {std::pair{g2, 23 * MiB}, {g3, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) {
+    arena.deallocate(q, n);
+  }
+}
+
 TEST(arena_test, destruction_returns_everything) {
   sim_backend sim(options(GiB, 64 * KiB, /*backed=*/true, /*manual=*/true));
   stream_t s = sim.create_stream();
