@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "allocator_policies/arena/block_index.hpp"
@@ -495,93 +496,119 @@ TEST(arena_test, untouched_granules_of_a_live_span_cannot_move) {
 }
 
 // Lifetime placement (arena_policy.cpp, "Blocks that outlive a step"). The
-// layout of a gradient-accumulation job in small: a long-lived block P (a
-// parameter), a 40 MiB hole above it, a short-lived A, a 30 MiB hole a
-// temporary left, a short-lived B. A 23 MiB block (a weight gradient) goes
-// where the last block of its size went: best fit takes the 30 MiB hole
-// between A and B, whose 7 MiB rest then stays mapped in spans the gradient
-// pins; expected to live long, it packs against P instead. Returns the new
-// block's offset from P, and the temporary's.
-struct lifetime_layout {
-  std::uintptr_t gradient = 0;
-  std::uintptr_t temporary = 0;
+// layout of a gradient-accumulation job in small, on one stream: a
+// long-lived block P (a parameter, 10,000 calls old), a free block F above
+// it, a short-lived A, the hole T a temporary left, a short-lived B. A 23
+// MiB block (a weight gradient) goes where the last block of its size went:
+// best fit takes T, the smaller hole, whose rest then stays mapped in spans
+// the gradient pins; expected to live long, it packs against P instead.
+class lifetime_job {
+ public:
+  lifetime_job(sim_backend& sim, config cfg, stream_t stream = nullptr) : arena_(no_plan(cfg), sim), s_(stream) {}
+  ~lifetime_job() {
+    for (const auto& [q, n] : live_) arena_.deallocate(q, n, s_);
+  }
+  lifetime_job(const lifetime_job&) = delete;
+  lifetime_job& operator=(const lifetime_job&) = delete;
+
+  arena_policy& arena() { return arena_; }
+  /// The last 23 MiB block lived `calls` calls.
+  void learn_gradient_life(std::size_t calls) {
+    void* g = arena_.allocate(23 * MiB, s_);
+    churn(calls / 2);
+    arena_.deallocate(g, 23 * MiB, s_);
+  }
+  /// P, F of `above` bytes, A, T of `hole` bytes, B, all live.
+  void lay_out(std::size_t above, std::size_t hole) {
+    p = take(8 * MiB);
+    churn(5000);  // P is 10,000 calls old: long-lived
+    f = take(above);
+    take(4 * MiB);  // A
+    t = take(hole);
+    take(4 * MiB);  // B
+  }
+  void* take(std::size_t bytes) {
+    void* q = arena_.allocate(bytes, s_);
+    live_.emplace_back(q, bytes);
+    return q;
+  }
+  void give(void* q, stream_t on) {
+    const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& e) { return e.first == q; });
+    arena_.deallocate(q, it->second, on);
+    live_.erase(it);
+  }
+  void give(void* q) { give(q, s_); }
+  /// Offset from P.
+  std::uintptr_t at(const void* q) const { return addr(q) - addr(p); }
+
+  void* p = nullptr;
+  void* f = nullptr;
+  void* t = nullptr;
+
+ private:
+  static config no_plan(config cfg) {
+    cfg.step_plan = false;  // no plan: best fit and its rules alone
+    return cfg;
+  }
+  void churn(std::size_t pairs) {
+    for (std::size_t i = 0; i < pairs; ++i) arena_.deallocate(arena_.allocate(MiB, s_), MiB, s_);
+  }
+  arena_policy arena_;
+  stream_t s_;
+  std::vector<std::pair<void*, std::size_t>> live_;
 };
-lifetime_layout place_gradient(std::size_t previous_gradient_life, bool lifetime_placement = true) {
+
+// Where a 23 MiB block goes beside F of 40 MiB and T of 30 MiB, freed, after
+// the last 23 MiB block lived `gradient_life` calls: its offset from P, and T's.
+std::pair<std::uintptr_t, std::uintptr_t> place_gradient(std::size_t gradient_life, config cfg = {}) {
   sim_backend sim(options(4 * GiB));
-  config cfg;
-  cfg.step_plan = false;  // no plan: best fit and its rules alone
-  cfg.lifetime_placement = lifetime_placement;
-  arena_policy arena(cfg, sim);
-  const auto churn = [&](int pairs) {
-    for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB), MiB);
-  };
-  // The last 23 MiB block lived `previous_gradient_life` calls.
-  void* g1 = arena.allocate(23 * MiB);
-  churn(static_cast<int>(previous_gradient_life / 2));
-  arena.deallocate(g1, 23 * MiB);
-  void* p = arena.allocate(8 * MiB);
-  churn(5000);  // P is 10,000 calls old: long-lived
-  void* f = arena.allocate(40 * MiB);
-  void* a = arena.allocate(4 * MiB);
-  void* t = arena.allocate(30 * MiB);
-  void* b = arena.allocate(4 * MiB);
-  arena.deallocate(f, 40 * MiB);
-  arena.deallocate(t, 30 * MiB);
-  void* g2 = arena.allocate(23 * MiB);
-  const lifetime_layout l{addr(g2) - addr(p), addr(t) - addr(p)};
-  for (auto [q, n] : {std::pair{g2, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) arena.deallocate(q, n);
-  return l;
+  lifetime_job job(sim, cfg);
+  job.learn_gradient_life(gradient_life);
+  job.lay_out(40 * MiB, 30 * MiB);
+  job.give(job.f);
+  job.give(job.t);
+  return {job.at(job.take(23 * MiB)), job.at(job.t)};
 }
 
 TEST(arena_test, a_block_of_a_size_that_lived_long_packs_against_a_long_lived_block) {
-  const lifetime_layout l = place_gradient(/*previous_gradient_life=*/10000);
-  EXPECT_EQ(l.gradient, 8 * MiB) << "right above P, not in the temporary's hole at " << l.temporary;
+  const auto [gradient, temporary] = place_gradient(/*gradient_life=*/10000);
+  EXPECT_EQ(gradient, 8 * MiB) << "right above P, not in the temporary's hole at " << temporary;
 }
 
 // The control: the same sequence where the last 23 MiB block lived briefly
 // goes to best fit, the temporary's hole.
 TEST(arena_test, a_block_of_a_size_that_lived_briefly_goes_to_best_fit) {
-  const lifetime_layout l = place_gradient(/*previous_gradient_life=*/1000);
-  EXPECT_EQ(l.temporary, 52 * MiB);
-  EXPECT_EQ(l.gradient, l.temporary);
+  const auto [gradient, temporary] = place_gradient(/*gradient_life=*/1000);
+  EXPECT_EQ(temporary, 52 * MiB);
+  EXPECT_EQ(gradient, temporary);
 }
 
 TEST(arena_test, without_lifetime_placement_a_long_lived_size_goes_to_best_fit) {
-  const lifetime_layout l = place_gradient(/*previous_gradient_life=*/10000, /*lifetime_placement=*/false);
-  EXPECT_EQ(l.gradient, l.temporary);
+  config cfg;
+  cfg.lifetime_placement = false;
+  const auto [gradient, temporary] = place_gradient(/*gradient_life=*/10000, cfg);
+  EXPECT_EQ(gradient, temporary);
 }
 
-// Lifetime placement respects stream order and mapping as best fit does. The
-// hole above the long-lived P is freed on stream S with S's work in flight;
-// a gradient-sized block on T must not go there.
+// Lifetime placement respects stream order and mapping as best fit does. F,
+// right above the long-lived P, is freed on stream S with S's work in
+// flight; a gradient-sized block on T must not go there.
 TEST(arena_test, lifetime_placement_does_not_take_a_hole_pending_on_another_stream) {
   sim_backend sim(options(4 * GiB, 2 * MiB, false, /*manual=*/true));
   stream_t s = sim.create_stream();
   stream_t t = sim.create_stream();
   {
-    config cfg;
-    cfg.step_plan = false;
-    arena_policy arena(cfg, sim);
-    const auto churn = [&](int pairs) {
-      for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB, t), MiB, t);
-    };
-    void* g1 = arena.allocate(23 * MiB, t);
-    churn(5000);
-    arena.deallocate(g1, 23 * MiB, t);  // 23 MiB blocks live long
-    void* p = arena.allocate(8 * MiB, t);
-    churn(5000);  // P is long-lived by age
-    void* f = arena.allocate(40 * MiB, t);
-    void* a = arena.allocate(4 * MiB, t);
-    void* tmp = arena.allocate(30 * MiB, t);
-    void* b = arena.allocate(4 * MiB, t);
-    ASSERT_EQ(addr(f), addr(p) + 8 * MiB);
-    sim.submit(s);                      // work on S still uses f...
-    arena.deallocate(f, 40 * MiB, s);   // ...when f is freed on S
-    arena.deallocate(tmp, 30 * MiB, t);
-    void* g2 = arena.allocate(23 * MiB, t);
-    EXPECT_FALSE(addr(g2) < addr(f) + 40 * MiB && addr(f) < addr(g2) + 23 * MiB)
+    lifetime_job job(sim, config{}, t);
+    job.learn_gradient_life(10000);
+    job.lay_out(40 * MiB, 30 * MiB);
+    ASSERT_EQ(job.at(job.f), 8 * MiB);
+    const void* f = job.f;
+    sim.submit(s);       // work on S still uses F...
+    job.give(job.f, s);  // ...when F is freed on S
+    job.give(job.t);
+    const void* g = job.take(23 * MiB);
+    EXPECT_FALSE(addr(g) < addr(f) + 40 * MiB && addr(f) < addr(g) + 23 * MiB)
         << "handed to T inside a block whose free on S is still in flight";
-    for (auto [q, n] : {std::pair{g2, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) arena.deallocate(q, n, t);
     sim.complete(s);
     sim.complete(t);
   }
@@ -593,28 +620,16 @@ TEST(arena_test, lifetime_placement_does_not_take_a_hole_pending_on_another_stre
 // placement must not hand it out without mapping it.
 TEST(arena_test, lifetime_placement_hands_out_only_mapped_memory) {
   sim_backend sim(options(4 * GiB));
-  config cfg = stitched();
-  cfg.step_plan = false;
-  arena_policy arena(cfg, sim);
-  const auto churn = [&](int pairs) {
-    for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB), MiB);
-  };
-  void* g1 = arena.allocate(23 * MiB);
-  churn(5000);
-  arena.deallocate(g1, 23 * MiB);
-  void* p = arena.allocate(8 * MiB);
-  churn(5000);
-  void* f = arena.allocate(40 * MiB);
-  void* a = arena.allocate(4 * MiB);
-  void* tmp = arena.allocate(30 * MiB);
-  void* b = arena.allocate(4 * MiB);
-  arena.deallocate(f, 40 * MiB);
-  arena.deallocate(tmp, 30 * MiB);
-  arena.release_cached();  // both holes' granules are unmapped
+  lifetime_job job(sim, stitched());
+  job.learn_gradient_life(10000);
+  job.lay_out(40 * MiB, 30 * MiB);
+  const void* f = job.f;
+  job.give(job.f);
+  job.give(job.t);
+  job.arena().release_cached();  // both holes' granules are unmapped
   EXPECT_FALSE(sim.accessible(f, 40 * MiB));
-  void* g2 = arena.allocate(23 * MiB);
-  EXPECT_TRUE(sim.accessible(g2, 23 * MiB)) << "offset from P: " << addr(g2) - addr(p);
-  for (auto [q, n] : {std::pair{g2, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) arena.deallocate(q, n);
+  const void* g = job.take(23 * MiB);
+  EXPECT_TRUE(sim.accessible(g, 23 * MiB)) << "offset from P: " << job.at(g);
 }
 
 // A young block that was expected to live long is a long-lived neighbour too
@@ -622,30 +637,15 @@ TEST(arena_test, lifetime_placement_hands_out_only_mapped_memory) {
 // first rather than into best fit's 25 MiB hole.
 TEST(arena_test, a_block_expected_to_live_long_is_a_long_lived_neighbour_while_young) {
   sim_backend sim(options(4 * GiB));
-  config cfg;
-  cfg.step_plan = false;
-  arena_policy arena(cfg, sim);
-  const auto churn = [&](int pairs) {
-    for (int i = 0; i < pairs; ++i) arena.deallocate(arena.allocate(MiB), MiB);
-  };
-  void* g1 = arena.allocate(23 * MiB);
-  churn(5000);
-  arena.deallocate(g1, 23 * MiB);
-  void* p = arena.allocate(8 * MiB);
-  churn(5000);
-  void* f = arena.allocate(50 * MiB);
-  void* a = arena.allocate(4 * MiB);
-  void* t = arena.allocate(25 * MiB);
-  void* b = arena.allocate(4 * MiB);
-  arena.deallocate(f, 50 * MiB);
-  arena.deallocate(t, 25 * MiB);
-  void* g2 = arena.allocate(23 * MiB);
-  void* g3 = arena.allocate(23 * MiB);
-  EXPECT_EQ(addr(g2) - addr(p), 8 * MiB);
-  EXPECT_EQ(addr(g3) - addr(p), 31 * MiB) << "best fit's hole is at " << addr(t) - addr(p);
-  for (auto [q, n] : {std::pair{g2, 23 * MiB}, {g3, 23 * MiB}, {a, 4 * MiB}, {b, 4 * MiB}, {p, 8 * MiB}}) {
-    arena.deallocate(q, n);
-  }
+  lifetime_job job(sim, config{});
+  job.learn_gradient_life(10000);
+  job.lay_out(50 * MiB, 25 * MiB);
+  job.give(job.f);
+  job.give(job.t);
+  const void* g2 = job.take(23 * MiB);
+  const void* g3 = job.take(23 * MiB);
+  EXPECT_EQ(job.at(g2), 8 * MiB);
+  EXPECT_EQ(job.at(g3), 31 * MiB) << "best fit's hole is at " << job.at(job.t);
 }
 
 TEST(arena_test, destruction_returns_everything) {
