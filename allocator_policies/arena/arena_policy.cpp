@@ -197,7 +197,8 @@ struct arena_policy::impl {
   /// Whether block `id` (nil for none) is live and long-lived: expected so
   /// when allocated, or lifetime_horizon calls old.
   [[nodiscard]] bool long_lived(std::uint32_t id) const noexcept;
-  /// The smallest free block (of the first lifetime_scan that fit) usable on
+  /// The smallest free block (of the first lifetime_scan looked at, about
+  /// smallest first: block_index::for_each_fitting) wholly usable on
   /// `stream` with a long-lived neighbour, where `size` bytes against that
   /// neighbour are mapped, and that place; none if there is none.
   [[nodiscard]] spot next_to_long_lived(std::size_t size, std::uint32_t stream) const noexcept;
