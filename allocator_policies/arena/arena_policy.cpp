@@ -190,6 +190,10 @@ struct arena_policy::impl {
   [[nodiscard]] static std::size_t lifetime_slot(std::size_t units) noexcept {
     return static_cast<std::size_t>((units * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - lifetime_slots_log2));
   }
+  /// The call count as a block's birth keeps it (modulo 2^32), and a live
+  /// block's age since then (the subtraction wraps as the count does).
+  [[nodiscard]] std::uint32_t birth_now() const noexcept { return static_cast<std::uint32_t>(calls); }
+  [[nodiscard]] std::uint32_t age(const block_index::block& b) const noexcept { return birth_now() - b.born; }
   /// Whether the last block of `size` bytes freed lived at least lifetime_horizon calls.
   [[nodiscard]] bool expected_long(std::size_t size) const noexcept;
   /// Remembers how long live block `b`, being freed, lived.
@@ -439,13 +443,13 @@ bool arena_policy::impl::expected_long(std::size_t size) const noexcept {
 void arena_policy::impl::learn_lifetime(const block_index::block& b) noexcept {
   const std::size_t units = b.size / block_index::unit;
   if (!lifetime_placement || units > UINT32_MAX) return;
-  lifetimes[lifetime_slot(units)] = {static_cast<std::uint32_t>(units), static_cast<std::uint32_t>(calls) - b.born};
+  lifetimes[lifetime_slot(units)] = {static_cast<std::uint32_t>(units), age(b)};
 }
 
 bool arena_policy::impl::long_lived(std::uint32_t id) const noexcept {
   if (id == nil) return false;
   const block_index::block& b = blocks.at(id);
-  return !b.is_free && (b.long_lived || static_cast<std::uint32_t>(calls) - b.born >= lifetime_horizon);
+  return !b.is_free && (b.long_lived || age(b) >= lifetime_horizon);
 }
 
 arena_policy::impl::spot arena_policy::impl::next_to_long_lived(std::size_t size, std::uint32_t stream) const noexcept {
@@ -468,7 +472,7 @@ arena_policy::impl::spot arena_policy::impl::next_to_long_lived(std::size_t size
 std::uintptr_t arena_policy::impl::place(std::size_t size, std::uint32_t si, std::size_t requested,
                                          bool plan_range) {
   blocks.prepare();
-  const block_index::birth birth{static_cast<std::uint32_t>(calls), plan_range || expected_long(size)};
+  const block_index::birth birth{birth_now(), plan_range || expected_long(size)};
   if (birth.long_lived && !plan_range && granules) {
     if (const spot p = next_to_long_lived(size, si); p.id != nil) {
       const std::uintptr_t addr = blocks.allocate_at(p.id, p.at, size, requested, birth);
@@ -635,7 +639,7 @@ void arena_policy::impl::hand_over() {
     });
     if (id == nil) continue;  // cannot happen: the ranges held every planned block
     // Its age counts from here: the plan kept no birth of its blocks.
-    (void)blocks.allocate_at(id, h.addr, h.bytes, h.requested, {static_cast<std::uint32_t>(calls), false});
+    (void)blocks.allocate_at(id, h.addr, h.bytes, h.requested, {birth_now(), false});
     granules->on_allocate(h.addr, h.bytes);
   }
 }
