@@ -135,8 +135,8 @@ def _record_line(arcname, data):
     return "%s,sha256=%s,%d" % (arcname, digest, len(data))
 
 
-def _run_text(command):
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _run_text(command, env=None):
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError("fragctl_build: %s failed (exit %d):\n%s"
                            % (" ".join(command), done.returncode, done.stdout[-8000:]))
@@ -291,8 +291,21 @@ def _build_dir(config_settings):
     return os.path.normpath(os.path.join(_ROOT, chosen or "build-wheel"))
 
 
-def _run(command):
-    _run_text(command)
+def _run(command, env=None):
+    _run_text(command, env)
+
+
+def _build_tool_environment():
+    """The environment CMake, and what it starts, run in: this process's,
+    without PYTHONPATH. pip builds a package in an isolated environment by
+    putting a sitecustomize on PYTHONPATH that takes site-packages off
+    sys.path in every Python started below it; cmake and ninja installed
+    with pip into the user's venv (common beside torch) are Python scripts
+    that import themselves from there, so under it they die with "No module
+    named 'cmake'". fragctl's build runs no Python module of its own."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
 
 
 def _cmake_cache(build_dir):
@@ -305,7 +318,8 @@ def _cmake_cache(build_dir):
 
 def _cmake_install(build_dir, prefix):
     """Configures (once), builds and installs fragctl into prefix."""
-    cmake = shutil.which("cmake")
+    env = _build_tool_environment()
+    cmake = shutil.which("cmake", path=env.get("PATH"))
     if cmake is None:
         raise RuntimeError("fragctl_build: cmake not found; the wheel carries libfragctl.so, built with CMake "
                            "(tools/install-deps.sh installs cmake and fragctl's libraries)")
@@ -315,16 +329,16 @@ def _cmake_install(build_dir, prefix):
                      "-DFRAGCTL_SELF_CONTAINED=ON", "-DCMAKE_INSTALL_LIBDIR=lib",
                      "-DFRAGCTL_BUILD_TESTS=OFF", "-DFRAGCTL_BUILD_BENCHMARKS=OFF"]
         configure += shlex.split(os.environ.get("FRAGCTL_WHEEL_CMAKE_ARGS", ""))
-        if shutil.which("ninja"):
+        if shutil.which("ninja", path=env.get("PATH")):
             configure += ["-G", "Ninja"]
-        _run(configure)
+        _run(configure, env)
     elif not re.search(r"^FRAGCTL_SELF_CONTAINED:BOOL=(ON|TRUE|1)$", cache, re.M):
         raise RuntimeError("fragctl_build: %s was configured without FRAGCTL_SELF_CONTAINED=ON, so its "
                            "libraries need Abseil, spdlog and fmt from the system; name another build "
                            "directory (--config-settings build-dir=PATH), or reconfigure this one with "
                            "-DFRAGCTL_SELF_CONTAINED=ON" % build_dir)
-    _run([cmake, "--build", build_dir, "--parallel", str(os.cpu_count() or 1)])
-    _run([cmake, "--install", build_dir, "--prefix", prefix])
+    _run([cmake, "--build", build_dir, "--parallel", str(os.cpu_count() or 1)], env)
+    _run([cmake, "--install", build_dir, "--prefix", prefix], env)
 
 
 def _version_module(version):

@@ -9,6 +9,7 @@ path relative to the checkout, as the docs write it (pip 23.0, Debian's,
 has no -C)."""
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,89 @@ class PipInstallTest(unittest.TestCase):
         self.assertIn("arena", done.stdout)
         done = self.run_in_venv(self.python, "-m", "fragctl", "no-such-command")
         self.assertEqual(done.returncode, 2, done.stdout + done.stderr)
+
+
+# A cmake installed with pip into the user's venv, as beside many torch
+# installs: a Python script that imports its package from the venv's
+# site-packages and runs the real cmake (here the one the suite found).
+FAKE_CMAKE_PACKAGE = """import os, sys
+def main():
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pip_cmake_calls.log"), "a") as log:
+        log.write(" ".join(sys.argv[1:]) + "\\n")
+    os.execv(%r, [%r] + sys.argv[1:])
+"""
+FAKE_CMAKE_SCRIPT = """#!%s
+import sys
+from pip_cmake import main
+sys.exit(main())
+"""
+
+
+@unittest.skipUnless(BUILD, "no wheel build directory (FRAGCTL_TEST_WHEEL_BUILD_DIR): tools/test.sh makes one")
+class PipInstallIsolatedTest(unittest.TestCase):
+    """`pip install ./python` as pip runs it by default, in an isolated build
+    environment, with the venv's first cmake one installed by pip: pip's
+    isolation takes site-packages away from every Python it starts, so that
+    cmake cannot import itself unless the backend runs it without pip's
+    PYTHONPATH (it failed so on the GPU machine's torch venv)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.venv = os.path.join(cls.tmp.name, "venv")
+        try:
+            venv.create(cls.venv, with_pip=True)
+        except Exception as e:  # Debian's python3 without python3-venv
+            raise unittest.SkipTest("cannot create a venv with pip (install python3-venv): %s" % e)
+        real_cmake = shutil.which("cmake")
+        if real_cmake is None:
+            raise unittest.SkipTest("no cmake on the PATH")
+        cls.python = os.path.join(cls.venv, "bin", "python")
+        site_packages = glob.glob(os.path.join(cls.venv, "lib", "python*", "site-packages"))[0]
+        with open(os.path.join(site_packages, "pip_cmake.py"), "w", encoding="utf-8") as f:
+            f.write(FAKE_CMAKE_PACKAGE % (real_cmake, real_cmake))
+        script = os.path.join(cls.venv, "bin", "cmake")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(FAKE_CMAKE_SCRIPT % cls.python)
+        os.chmod(script, 0o755)
+        cls.calls = os.path.join(site_packages, "pip_cmake_calls.log")
+        env = {k: v for k, v in os.environ.items() if k not in ("FRAGCTL_LIBRARY", "PYTHONPATH")}
+        env["PATH"] = os.path.join(cls.venv, "bin") + os.pathsep + env.get("PATH", "")
+        cls.install = subprocess.run(
+            [cls.python, "-m", "pip", "install", "--no-index", "--no-cache-dir", "--disable-pip-version-check",
+             "--quiet", "--config-settings", "build-dir=" + os.path.relpath(BUILD, REPO),
+             os.path.join(REPO, "python")],
+            env=env, capture_output=True, text=True, timeout=600)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_installs_with_the_venvs_pip_cmake(self):
+        self.assertEqual(self.install.returncode, 0, self.install.stdout + self.install.stderr)
+        # The venv's cmake built it (the build and the install, at least).
+        with open(self.calls, encoding="utf-8") as f:
+            calls = f.read().splitlines()
+        self.assertTrue(any(c.startswith("--build ") for c in calls), calls)
+        self.assertTrue(any(c.startswith("--install ") for c in calls), calls)
+        done = subprocess.run([self.python, "-c", "import fragctl; print(fragctl.library_path())"],
+                              cwd=self.tmp.name, capture_output=True, text=True, timeout=120,
+                              env={k: v for k, v in os.environ.items() if k not in ("FRAGCTL_LIBRARY", "PYTHONPATH")})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertTrue(done.stdout.strip().startswith(os.path.realpath(self.venv)), done.stdout)
+
+    def test_the_venvs_cmake_cannot_import_itself_under_pips_isolation(self):
+        # The positive control: the fake cmake fails as pip's does when a
+        # sitecustomize like pip's takes site-packages off sys.path.
+        hide = os.path.join(self.tmp.name, "hide")
+        os.makedirs(hide, exist_ok=True)
+        with open(os.path.join(hide, "sitecustomize.py"), "w", encoding="utf-8") as f:
+            f.write("import sys\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]\n")
+        env = dict(os.environ, PYTHONPATH=hide)
+        done = subprocess.run([os.path.join(self.venv, "bin", "cmake"), "--version"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(done.returncode, 0, done.stdout)
+        self.assertIn("No module named 'pip_cmake'", done.stderr)
 
 
 if __name__ == "__main__":
