@@ -520,13 +520,17 @@ bool arena_policy::impl::start_plan() {
     // job whose steps best fit already serves from mapped memory gains
     // nothing from it; and it must not raise the memory held above its
     // high-water mark (the range takes the cached spans and pooled handles
-    // first). A plan laid out again for a larger step (regrow) may raise it
-    // by as much as the step's planned live bytes grow and 1/16 of that for
-    // the packing (refused, the step goes to best fit, which raises the
-    // memory held by more: 5,437 driver calls and 57 MB more on the 40-step
-    // declm model's last step), no more.
+    // first). A plan laid out again for a larger step (regrow), with sizes
+    // its history bears out, may raise it by as much as the step's planned
+    // live bytes grow and 1/16 of that for the packing (refused, the step
+    // goes to best fit, which raises the memory held by more: 5,437 driver
+    // calls and 57 MB more on the 40-step declm model's last step), no more.
     const std::uint64_t peak = plan.live_peak();
     std::size_t grown = plan.regrowing() && peak > plan.previous_layout_live() ? peak - plan.previous_layout_live() : 0;
+    // Only for sizes the plan's history bears out: a layout of sizes it
+    // contradicts is a guess, and memory mapped for a guess stays the
+    // job's high-water mark (step_plan::resize_for).
+    if (!plan.regrow_borne_out()) grown = 0;
     grown += grown / 16;
     const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
     const auto refused = [&](std::size_t new_range) {

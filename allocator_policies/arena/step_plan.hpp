@@ -55,7 +55,11 @@
 // allocation is larger than its slot is laid out again before anything of
 // it is live (resize_for: each slot's size following the first
 // allocation's as a power fitted on the two largest steps), and may raise
-// the memory held by as much as its planned live bytes grow. Anything else
+// the memory held by as much as its planned live bytes grow, if the same
+// powers predict the third largest step's sizes to within 1/8 (a step
+// whose first allocation varies on its own, as a generation request's
+// prompt embedding does beside its batch and cache, is not predicted by
+// it: laid out again, it may not raise the memory held). Anything else
 // that differs (a larger block later in the step, a free later or earlier
 // than planned, another stream) takes the step off the plan.
 //
@@ -178,6 +182,11 @@ class step_plan {
   /// the new ones), and the old layout's bytes and live peak, to hold the
   /// new one to the same packing.
   [[nodiscard]] bool regrowing() const noexcept { return regrowing_; }
+  /// Whether the sizes the plan was last laid out again with are borne out
+  /// by its history: the fit of the two largest repeats (resize_for)
+  /// predicts the third largest's sizes to within 1/8. Only then may a
+  /// regrow raise the memory held above its high-water mark.
+  [[nodiscard]] bool regrow_borne_out() const noexcept { return regrow_borne_out_; }
   [[nodiscard]] std::uint64_t layout_bytes() const noexcept { return layout_bytes_; }
   [[nodiscard]] std::uint64_t layout_live() const noexcept { return layout_live_; }
   [[nodiscard]] std::uint64_t previous_layout_bytes() const noexcept { return prev_layout_bytes_; }
@@ -251,6 +260,7 @@ class step_plan {
     std::uint64_t offset;  // in its bin (lay_out), then its address (start); planned only
     std::uint32_t bin;     // planned only
     std::uint32_t due;     // gap (allocation index) its free is due before; planned only
+    std::uint32_t third;   // its size in the repeat of the third largest first allocation (0: none)
     bool planned;
   };
   struct live_slot {
@@ -342,7 +352,9 @@ class step_plan {
   std::vector<item> items_;  // the planned blocks, for lay_out
   std::uint64_t plan_extent_ = 0;
   std::uint32_t x_hi_ = 0, x_lo_ = 0;  // the largest and next largest first allocation of a repeat (units)
+  std::uint32_t x_third_ = 0;          // the third largest (0: none)
   bool regrowing_ = false;
+  bool regrow_borne_out_ = false;      // the last resize_for's fit predicted the third largest repeat
   std::uint64_t layout_bytes_ = 0, layout_live_ = 0;            // of the last lay_out
   std::uint64_t prev_layout_bytes_ = 0, prev_layout_live_ = 0;  // of the layout before a regrow
   std::uint64_t plan_period_ = 0;

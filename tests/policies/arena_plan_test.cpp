@@ -324,6 +324,74 @@ TEST(arena_plan, a_larger_step_is_laid_out_again_at_its_start) {
   EXPECT_EQ(with.state.plan.dropped, 0u) << "the plan was left";
 }
 
+// Steps whose first allocation does not follow the rest of the step (the
+// live KV-cache generation job: a request's prompt embedding is batch x
+// prompt, its cache batch x (prompt + new tokens), its logits batch x
+// prompt x vocabulary): here the first layer's input is made `scale` times
+// its size. Returns the peak held over the peak live bytes, and the plan's
+// figures after the steps.
+std::pair<double, pool_state> run_two_dimensional(bool plan, const std::vector<std::pair<std::size_t, std::size_t>>& steps) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(plan), sim);
+  job j{a, {}};
+  j.make_parameters(varied_parameter);
+  for (const auto& [tokens, scale] : steps) j.step(tokens, 1, false, 0, scale);
+  EXPECT_EQ(j.overlaps, 0u) << "a block was served over a live one";
+  const double ratio = static_cast<double>(sim.counters().peak_held_bytes) / static_cast<double>(j.peak_live);
+  const pool_state state = a.state();
+  j.free_parameters();
+  return {ratio, state};
+}
+
+TEST(arena_plan, a_larger_first_allocation_that_does_not_predict_its_step_raises_no_memory) {
+  // Steps of one shape whose first allocation (the first layer's input,
+  // tokens x 8 KiB x scale) varies on its own: the two largest, 16 MiB at
+  // 2,048 tokens and 12 MiB at 384 tokens x 4, fit every other size as
+  // the cube of the first (the clamp), which the third largest, 10 MiB at
+  // 1,280 tokens, contradicts. Then a step whose first allocation is 20
+  // MiB (1,280 tokens x 2): laid out again by that fit, the plan would map
+  // about twice the 2,048-token step's live bytes for a step smaller than
+  // it (the live generation job held 1.416 of its live bytes so, from a
+  // request at step 42 of 64). A fit its own history contradicts raises
+  // no memory above the high-water mark: the step goes to best fit, and
+  // the job holds what best fit holds.
+  std::vector<std::pair<std::size_t, std::size_t>> steps;
+  for (int r = 0; r < 3; ++r) {
+    for (const auto& s : {std::pair<std::size_t, std::size_t>{2048, 1}, {384, 4}, {1280, 1}, {1024, 1}, {768, 1}}) {
+      steps.push_back(s);
+    }
+  }
+  const auto [planned_ratio, planned] = run_two_dimensional(true, steps);
+  ASSERT_GE(planned.plan.planned_steps, 5u) << "control: the plan serves the steps of every size";
+  steps.emplace_back(1280, 2);
+  for (int r = 0; r < 2; ++r) steps.emplace_back(1024, 1), steps.emplace_back(2048, 1);
+  const auto [with, state] = run_two_dimensional(true, steps);
+  const auto [without, unused] = run_two_dimensional(false, steps);
+  EXPECT_LE(with, without + 0.02) << "best fit holds " << without;
+  EXPECT_LT(with, 1.1);
+}
+
+TEST(arena_plan, a_first_allocation_far_beyond_the_repeats_raises_no_memory) {
+  // Two sizes of step only (1,536 and 2,048 tokens, first allocations 12
+  // and 16 MiB: no third repeat to check the fit on), then a step of 1,024
+  // tokens whose first allocation is 24 MiB, 1.5 times the largest, more
+  // than the two repeats lie apart (1.33): the powers of that pair (the
+  // inputs linear, the scores squared) would lay it out at about twice the
+  // 2,048-token step's live bytes. A guess that far out raises no memory
+  // above the high-water mark; the generation job's request at step 42 was
+  // 2.4 times its largest repeat, the two 2 apart.
+  std::vector<std::pair<std::size_t, std::size_t>> steps;
+  for (int r = 0; r < 6; ++r) steps.emplace_back(r % 2 == 0 ? 1536 : 2048, 1);
+  const auto [planned_ratio, planned] = run_two_dimensional(true, steps);
+  ASSERT_GE(planned.plan.planned_steps, 2u) << "control: the plan serves steps of both lengths";
+  steps.emplace_back(1024, 3);
+  for (int r = 0; r < 2; ++r) steps.emplace_back(1536, 1), steps.emplace_back(2048, 1);
+  const auto [with, state] = run_two_dimensional(true, steps);
+  const auto [without, unused] = run_two_dimensional(false, steps);
+  EXPECT_LE(with, without + 0.02) << "best fit holds " << without;
+  EXPECT_LT(with, 1.1);
+}
+
 TEST(arena_plan, a_step_the_plan_cannot_be_resized_for_is_never_served_beyond_its_layout) {
   // Planned steps of 1,024 and 2,048 tokens whose input batch (the step's
   // first allocation, which outlives it: not planned) follows the tokens.
