@@ -533,6 +533,19 @@ bool arena_policy::impl::start_plan() {
     if (!plan.regrow_borne_out()) grown = 0;
     grown += grown / 16;
     const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
+    // A plan refused waits for the next step start, except one laid out
+    // again for a larger step on sizes its history does not bear out: its
+    // slots hold the guess, which no later step start fits under the
+    // high-water mark (waiting, it served no step again; arena_plan_test's
+    // two-dimensional jobs), so it learns anew, from a history with this
+    // step in it.
+    const auto wait = [&] {
+      if (plan.regrowing() && !plan.regrow_borne_out()) {
+        plan.abandon();
+      } else {
+        plan.defer();
+      }
+    };
     const auto refused = [&](std::size_t new_range) {
       return plan.recent_step_calls() * granules->max_span_bytes() < new_range ||
              granules->held_bytes() + (new_range > spare ? new_range - spare : 0) > peak_held + grown;
@@ -549,7 +562,7 @@ bool arena_policy::impl::start_plan() {
     const std::size_t held_by_blocks = granules->mapped_bytes() - granules->cached_bytes();
     const std::size_t at_most_in_bins = held_by_blocks > allocated ? held_by_blocks - allocated : 0;
     if (refused(peak > at_most_in_bins ? peak - at_most_in_bins : 0)) {
-      plan.defer();
+      wait();
       return false;
     }
     // The bins: free memory in spans live blocks touch (holes no steal can
@@ -568,12 +581,12 @@ bool arena_policy::impl::start_plan() {
     std::size_t in_bins = 0;
     for (const step_plan::bin& b : bins) in_bins += b.bytes;
     if (refused(peak > in_bins ? peak - in_bins : 0)) {
-      plan.defer();
+      wait();
       return false;
     }
     const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
     if (refused(extra)) {
-      plan.defer();
+      wait();
       return false;
     }
     // Highest first: a split keeps the lower part in the node it cuts, so

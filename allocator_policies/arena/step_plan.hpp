@@ -55,11 +55,15 @@
 // allocation is larger than its slot is laid out again before anything of
 // it is live (resize_for: each slot's size following the first
 // allocation's as a power fitted on the two largest steps), and may raise
-// the memory held by as much as its planned live bytes grow, if the same
-// powers predict the third largest step's sizes to within 1/8 (a step
-// whose first allocation varies on its own, as a generation request's
-// prompt embedding does beside its batch and cache, is not predicted by
-// it: laid out again, it may not raise the memory held). Anything else
+// the memory held by as much as its planned live bytes grow, if its
+// history bears the fit out: the same powers give the third largest
+// step's sizes to within 1/8 where there is one, and the step's first
+// allocation is no further above the largest than the steps the fit holds
+// for lie apart, and a sixteenth (a step whose first allocation varies on
+// its own, as a generation request's prompt embedding does beside its
+// batch and cache, is not predicted by two steps). A layout not borne out
+// may not raise the memory held; refused, the plan learns anew with the
+// step in its history. Anything else
 // that differs (a larger block later in the step, a free later or earlier
 // than planned, another stream) takes the step off the plan.
 //
@@ -183,8 +187,10 @@ class step_plan {
   /// new one to the same packing.
   [[nodiscard]] bool regrowing() const noexcept { return regrowing_; }
   /// Whether the sizes the plan was last laid out again with are borne out
-  /// by its history: the fit of the two largest repeats (resize_for)
-  /// predicts the third largest's sizes to within 1/8. Only then may a
+  /// by its history (resize_for): the fit of the two largest repeats gives
+  /// the third largest's sizes to within 1/8 where there is a third, and
+  /// the step's first allocation is no further above the largest than the
+  /// repeats the fit holds for lie apart, and a sixteenth. Only then may a
   /// regrow raise the memory held above its high-water mark.
   [[nodiscard]] bool regrow_borne_out() const noexcept { return regrow_borne_out_; }
   [[nodiscard]] std::uint64_t layout_bytes() const noexcept { return layout_bytes_; }
@@ -260,7 +266,7 @@ class step_plan {
     std::uint64_t offset;  // in its bin (lay_out), then its address (start); planned only
     std::uint32_t bin;     // planned only
     std::uint32_t due;     // gap (allocation index) its free is due before; planned only
-    std::uint32_t third;   // its size in the repeat of the third largest first allocation (0: none)
+    std::uint32_t third;   // its size in the repeat of the third largest first allocation (while x_third_ != 0)
     bool planned;
   };
   struct live_slot {
