@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU: kvgen for 64 requests under the arena at 9bfadb1 (a regrown plan raises held memory only
+# One GPU: kvgen for 64 requests under the arena at 9bfadb1 (run at a2f8c77; rerun it at 6015220 or later)
+# (a regrown plan raises held memory only
 # for sizes its history bears out), one untraced run: the job held 1.416 of its live bytes at
 # a157691 (k34, k35, k36), its trace replays at 1.0017 with the change. Results on stdout.
 set -uo pipefail
