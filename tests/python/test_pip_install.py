@@ -23,16 +23,23 @@ if not os.path.exists(os.path.join(BUILD, "CMakeCache.txt")):
 TRACE = os.path.join(REPO, "benchmarks", "traces", "sample.trace.csv.gz")
 
 
+def fresh_venv():
+    """A temporary folder holding a venv with pip (skips the test without one): (folder, venv path)."""
+    tmp = tempfile.TemporaryDirectory()
+    path = os.path.join(tmp.name, "venv")
+    try:
+        venv.create(path, with_pip=True)
+    except Exception as e:  # Debian's python3 without python3-venv
+        tmp.cleanup()
+        raise unittest.SkipTest("cannot create a venv with pip (install python3-venv): %s" % e)
+    return tmp, path
+
+
 @unittest.skipUnless(BUILD, "no wheel build directory (FRAGCTL_TEST_WHEEL_BUILD_DIR): tools/test.sh makes one")
 class PipInstallTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.venv = os.path.join(cls.tmp.name, "venv")
-        try:
-            venv.create(cls.venv, with_pip=True)
-        except Exception as e:  # Debian's python3 without python3-venv
-            raise unittest.SkipTest("cannot create a venv with pip (install python3-venv): %s" % e)
+        cls.tmp, cls.venv = fresh_venv()
         cls.python = os.path.join(cls.venv, "bin", "python")
         cls.install = subprocess.run(
             [cls.python, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-cache-dir",
@@ -137,12 +144,7 @@ class PipInstallIsolatedTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.venv = os.path.join(cls.tmp.name, "venv")
-        try:
-            venv.create(cls.venv, with_pip=True)
-        except Exception as e:  # Debian's python3 without python3-venv
-            raise unittest.SkipTest("cannot create a venv with pip (install python3-venv): %s" % e)
+        cls.tmp, cls.venv = fresh_venv()
         real_cmake = shutil.which("cmake")
         if real_cmake is None:
             raise unittest.SkipTest("no cmake on the PATH")
