@@ -24,7 +24,10 @@ compare two set-ups in alternation. Every run is deterministic
 (train_one.py) and its loss after every step is compared bit for bit with the
 native run's. Writes DIR/trainers.json (every run) and DIR/trainers.md (the
 table and the verdict) and prints the table. Runs that do not fit in
---budget seconds are skipped and listed.
+--budget seconds are skipped and listed. Exit status 1 when a loss differs,
+a traced run handed out memory twice, or a run asked for did not finish;
+a model run without a native run asked for (--runs arena, to measure
+memory or driver calls alone) is listed as not compared, not failed.
 """
 import argparse
 import json
@@ -147,14 +150,18 @@ def same_math(run, native):
 
 def verdict(results):
     """Per model: bitwise loss equality with native, step time against native, memory."""
-    lines, ok_math, time_notes = [], True, []
+    lines, ok_math, time_notes, compared = [], True, [], 0
     for model in dict.fromkeys(r["model"] for r in results):
         runs = [r for r in results if r["model"] == model]
         native = next((r for r in runs if r["label"] == "native" and not r.get("error")), None)
         if native is None:
-            lines.append("- %s: no native run, nothing to compare" % model)
-            ok_math = False
+            if any(r["label"] == "native" for r in runs):
+                lines.append("- %s: no native run finished, nothing to compare" % model)
+                ok_math = False
+            else:  # none asked for (--runs arena, to measure memory or calls alone)
+                lines.append("- %s: no native run asked for: losses and step times not compared" % model)
             continue
+        compared += 1
         baseline, spread = native_baseline(runs)
         spread_text = "%.1f%%" % (100 * spread) if spread is not None else "not measured"
         lines.append("- %s: native step time %.1f ms (median of %d native runs; their spread %s)"
@@ -185,8 +192,13 @@ def verdict(results):
     skipped = [r for r in results if r.get("error")]
     for r in skipped:
         lines.append("- %s / %s: %s" % (r["model"], r["label"], r["error"]))
-    head = "**Verdict: %s**" % ("PASS: every run's loss after every step equals native's bit for bit"
-                                if ok_math and not skipped else "FAIL or incomplete")
+    if not ok_math or skipped:
+        outcome = "FAIL or incomplete"
+    elif compared == 0:
+        outcome = "not compared: no native run asked for"
+    else:
+        outcome = "PASS: every run's loss after every step equals native's bit for bit"
+    head = "**Verdict: %s**" % outcome
     head += "; step time %s" % ("within 2% of native everywhere" if not time_notes
                                 else "above native's by more than 2% somewhere")
     return [head, ""] + lines + time_notes, ok_math and not skipped

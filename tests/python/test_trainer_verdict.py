@@ -42,6 +42,23 @@ class TrainerVerdictTest(unittest.TestCase):
         self.assertIn("m / noisy: step time 2.9% above native (within native's own spread, 3.9%)", text)
         self.assertIn("m / slow: step time 17.6% above native (beyond", text)
 
+    def test_runs_without_a_native_one_asked_for_are_not_compared_and_do_not_fail(self):
+        lines, ok = run_trainers.verdict([result("arena", "fragctl", 100)])
+        self.assertTrue(ok, "\n".join(lines))
+        self.assertIn("not compared: no native run asked for", lines[0])
+        self.assertIn("- m: no native run asked for: losses and step times not compared", lines)
+        # A native run asked for that did not finish leaves the verdict incomplete.
+        lines, ok = run_trainers.verdict([result("native", "native", 100, error="skipped: out of time budget"),
+                                          result("arena", "fragctl", 100)])
+        self.assertFalse(ok)
+        self.assertIn("FAIL or incomplete", lines[0])
+        self.assertIn("- m: no native run finished, nothing to compare", lines)
+        # One model compared and one not: the compared one decides.
+        other = dict(result("arena", "fragctl", 100), model="n")
+        lines, ok = run_trainers.verdict([result("native", "native", 100), result("arena", "fragctl", 100), other])
+        self.assertTrue(ok)
+        self.assertIn("PASS", lines[0])
+
     def test_a_loss_that_differs_fails_the_math(self):
         runs = [result("native", "native", 100, losses=("0x1.0p+0", "0x1.8p+0")),
                 result("arena", "fragctl", 100, losses=("0x1.0p+0", "0x1.9p+0"))]
