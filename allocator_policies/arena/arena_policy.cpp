@@ -530,7 +530,8 @@ bool arena_policy::impl::start_plan() {
     // Only for sizes the plan's history bears out: a layout of sizes it
     // contradicts is a guess, and memory mapped for a guess stays the
     // job's high-water mark (step_plan::resize_for).
-    if (!plan.regrow_borne_out()) grown = 0;
+    const bool guess = plan.regrowing() && !plan.regrow_borne_out();
+    if (guess) grown = 0;
     grown += grown / 16;
     const std::size_t spare = granules->cached_bytes() + granules->pooled_bytes();
     // A plan refused waits for the next step start, except one laid out
@@ -540,7 +541,7 @@ bool arena_policy::impl::start_plan() {
     // two-dimensional jobs), so it learns anew, from a history with this
     // step in it.
     const auto wait = [&] {
-      if (plan.regrowing() && !plan.regrow_borne_out()) {
+      if (guess) {
         plan.abandon();
       } else {
         plan.defer();

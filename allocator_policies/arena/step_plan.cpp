@@ -510,25 +510,9 @@ void step_plan::step_boundary() noexcept {
   // The step's sizes, for resize_for(): kept when its first allocation is
   // the largest yet or the largest below it.
   const std::uint32_t x = seen_[0];
-  if (x > x_hi_) {
-    x_third_ = x_lo_;
-    x_lo_ = x_hi_;
-    x_hi_ = x;
-    for (std::size_t t = 0; t < slots_.size(); ++t) {
-      slots_[t].third = slots_[t].lo;
-      slots_[t].lo = slots_[t].hi;
-      slots_[t].hi = seen_[t];
-    }
-  } else if (x < x_hi_ && x > x_lo_) {
-    x_third_ = x_lo_;
-    x_lo_ = x;
-    for (std::size_t t = 0; t < slots_.size(); ++t) {
-      slots_[t].third = slots_[t].lo;
-      slots_[t].lo = seen_[t];
-    }
-  } else if (x < x_lo_ && x > x_third_) {
-    x_third_ = x;
-    for (std::size_t t = 0; t < slots_.size(); ++t) slots_[t].third = seen_[t];
+  if (const int rank = rank_among_largest(x); rank >= 0) {
+    move_in(rank, x_hi_, x_lo_, x_third_, x);
+    for (std::size_t t = 0; t < slots_.size(); ++t) move_in(rank, slots_[t].hi, slots_[t].lo, slots_[t].third, seen_[t]);
   }
   const std::uint64_t calls = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
   figures_.last_step_driver_calls = calls - step_start_calls_;
@@ -667,21 +651,9 @@ bool step_plan::detect() {
   x_hi_ = x_lo_ = x_third_ = 0;
   for (std::size_t k = m + period <= n ? m : first; k >= n - period - same; k -= period) {
     const std::uint32_t x = history_[at[k]].units;
-    if (x > x_hi_) {
-      x_third_ = x_lo_;
-      r_third = r_lo;
-      x_lo_ = x_hi_;
-      r_lo = r_hi;
-      x_hi_ = x;
-      r_hi = k;
-    } else if (x < x_hi_ && x > x_lo_) {
-      x_third_ = x_lo_;
-      r_third = r_lo;
-      x_lo_ = x;
-      r_lo = k;
-    } else if (x < x_lo_ && x > x_third_) {
-      x_third_ = x;
-      r_third = k;
+    if (const int rank = rank_among_largest(x); rank >= 0) {
+      move_in(rank, x_hi_, x_lo_, x_third_, x);
+      move_in(rank, r_hi, r_lo, r_third, k);
     }
     if (k < period) break;
   }

@@ -310,6 +310,23 @@ class step_plan {
   /// repeats; false when the history holds no second size to follow.
   bool resize_for(std::uint32_t units) noexcept;
   void step_boundary() noexcept;
+  /// Where a repeat whose first allocation is `x` units ranks among the
+  /// three largest kept (x_hi_, x_lo_, x_third_): 0, 1 or 2, or -1 when
+  /// it is none of them (as large as one, or smaller than the third).
+  [[nodiscard]] int rank_among_largest(std::uint32_t x) const noexcept {
+    if (x > x_hi_) return 0;
+    if (x < x_hi_ && x > x_lo_) return 1;
+    if (x < x_lo_ && x > x_third_) return 2;
+    return -1;
+  }
+  /// Puts `v` at `rank` (rank_among_largest) of the three largest's values
+  /// `hi`, `lo`, `third`, moving those below it down one.
+  template <class T>
+  static void move_in(int rank, T& hi, T& lo, T& third, T v) noexcept {
+    if (rank <= 1) third = lo;
+    if (rank == 0) lo = hi;
+    (rank == 0 ? hi : rank == 1 ? lo : third) = v;
+  }
 
   /// What detect() reads of the history, for each allocation: its key, its
   /// event, its free's event (never: not freed yet) and the live units

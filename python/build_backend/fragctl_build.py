@@ -319,7 +319,7 @@ def _cmake_cache(build_dir):
 def _cmake_install(build_dir, prefix):
     """Configures (once), builds and installs fragctl into prefix."""
     env = _build_tool_environment()
-    cmake = shutil.which("cmake", path=env.get("PATH"))
+    cmake = shutil.which("cmake")
     if cmake is None:
         raise RuntimeError("fragctl_build: cmake not found; the wheel carries libfragctl.so, built with CMake "
                            "(tools/install-deps.sh installs cmake and fragctl's libraries)")
@@ -329,7 +329,7 @@ def _cmake_install(build_dir, prefix):
                      "-DFRAGCTL_SELF_CONTAINED=ON", "-DCMAKE_INSTALL_LIBDIR=lib",
                      "-DFRAGCTL_BUILD_TESTS=OFF", "-DFRAGCTL_BUILD_BENCHMARKS=OFF"]
         configure += shlex.split(os.environ.get("FRAGCTL_WHEEL_CMAKE_ARGS", ""))
-        if shutil.which("ninja", path=env.get("PATH")):
+        if shutil.which("ninja"):
             configure += ["-G", "Ninja"]
         _run(configure, env)
     elif not re.search(r"^FRAGCTL_SELF_CONTAINED:BOOL=(ON|TRUE|1)$", cache, re.M):

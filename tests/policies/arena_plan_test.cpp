@@ -351,6 +351,15 @@ two_dimensional run_two_dimensional(bool plan, const std::vector<std::pair<std::
   return out;
 }
 
+// A job whose step `guess` the plan would lay out on a guess: held as best
+// fit holds it, and planned again after that step.
+void expect_the_guess_raised_no_memory(const two_dimensional& with, const two_dimensional& without,
+                                       std::size_t guess) {
+  EXPECT_LE(with.ratio, without.ratio + 0.02) << "best fit holds " << without.ratio;
+  EXPECT_LT(with.ratio, 1.1);
+  EXPECT_GE(with.planned.back(), with.planned[guess] + 2) << "no step after the guess is planned";
+}
+
 TEST(arena_plan, a_larger_first_allocation_that_does_not_predict_its_step_raises_no_memory) {
   // Steps of one shape whose first allocation (the first layer's input,
   // tokens x 8 KiB x scale) varies on its own: the two largest, 16 MiB at
@@ -376,9 +385,7 @@ TEST(arena_plan, a_larger_first_allocation_that_does_not_predict_its_step_raises
   const two_dimensional with = run_two_dimensional(true, steps);
   const two_dimensional without = run_two_dimensional(false, steps);
   ASSERT_GE(with.planned[guess - 1], 5u) << "control: the plan serves the steps of every size";
-  EXPECT_LE(with.ratio, without.ratio + 0.02) << "best fit holds " << without.ratio;
-  EXPECT_LT(with.ratio, 1.1);
-  EXPECT_GE(with.planned.back(), with.planned[guess] + 2) << "no step after the guess is planned";
+  expect_the_guess_raised_no_memory(with, without, guess);
 }
 
 TEST(arena_plan, a_first_allocation_far_beyond_the_repeats_raises_no_memory) {
@@ -400,9 +407,7 @@ TEST(arena_plan, a_first_allocation_far_beyond_the_repeats_raises_no_memory) {
   const two_dimensional with = run_two_dimensional(true, steps);
   const two_dimensional without = run_two_dimensional(false, steps);
   ASSERT_GE(with.planned[guess - 1], 2u) << "control: the plan serves steps of both lengths";
-  EXPECT_LE(with.ratio, without.ratio + 0.02) << "best fit holds " << without.ratio;
-  EXPECT_LT(with.ratio, 1.1);
-  EXPECT_GE(with.planned.back(), with.planned[guess] + 2) << "no step after the guess is planned";
+  expect_the_guess_raised_no_memory(with, without, guess);
 }
 
 TEST(arena_plan, a_step_the_plan_cannot_be_resized_for_is_never_served_beyond_its_layout) {
