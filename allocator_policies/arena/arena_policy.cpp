@@ -548,8 +548,19 @@ bool arena_policy::impl::start_plan() {
       }
     };
     const auto refused = [&](std::size_t new_range) {
-      return plan.recent_step_calls() * granules->max_span_bytes() < new_range ||
-             granules->held_bytes() + (new_range > spare ? new_range - spare : 0) > peak_held + grown;
+      const bool costs_more = plan.recent_step_calls() * granules->max_span_bytes() < new_range;
+      const std::size_t held = granules->held_bytes() + (new_range > spare ? new_range - spare : 0);
+      const bool passes_mark = held > peak_held + grown;
+      if (costs_more || passes_mark) {
+        log_noexcept(spdlog::level::debug,
+                     "arena step plan: not started: a new range of {} bytes{}{} (best fit's calls in the step "
+                     "before {}; held then {}, high-water mark {}, growth allowed {})",
+                     new_range, costs_more ? " costs more calls than best fit made" : "",
+                     passes_mark ? " passes the high-water mark" : "", plan.recent_step_calls(), held, peak_held,
+                     grown);
+        return true;
+      }
+      return false;
     };
     // Both rules grow with the range, and the range is at least the step's
     // live peak less what the bins hold: a plan refused at that bound waits
@@ -608,6 +619,8 @@ bool arena_policy::impl::start_plan() {
     }
     std::sort(plan_blocks.begin(), plan_blocks.end());
     plan.start(bins, base);
+    log_noexcept(spdlog::level::debug, "arena step plan: started, {} bytes in holes of mapped spans and {} new",
+                 plan.layout_bytes() > extra ? plan.layout_bytes() - extra : 0, extra);
     return true;
   } catch (const out_of_memory&) {
     free_plan_blocks();

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "fragctl/log.hpp"
+
 namespace fragctl::arena_detail {
 
 namespace {
@@ -46,6 +48,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       t_ = 0;
       freed_in_gap_ = 0;
       step_start_calls_ = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
+      log_noexcept(spdlog::level::debug, "arena step plan: back on its layout at allocation {}", allocs_);
       break;
     case mode::pending:
       // The plan starts at a step's start: the first allocation on its
@@ -120,6 +123,8 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       return next::need_region;
     }
     if (s.planned) {
+      log_noexcept(spdlog::level::debug, "arena step plan: allocation {} of the step, {} units, outgrows its slot of {}",
+                   t_, units, s.units);
       // Many times its slot (2,000 times on the live declm trace): a step
       // of another shape whose allocations came out of line with the
       // plan's, not a larger block of the family.
@@ -147,6 +152,9 @@ step_plan::next step_plan::in_ranges(std::uint32_t units, std::uint32_t stream) 
   if (in_gap(units, stream) == next::serve) return next::serve;
   // No gap holds it: the plan is left as before (its live blocks become the
   // arena's and its ranges serve the step), not new memory beside them.
+  log_noexcept(spdlog::level::debug,
+               "arena step plan: left while waiting, at allocation {}: no gap of its ranges holds {} units", allocs_,
+               units);
   mode_ = mode::draining;
   departures_ = 0;
   return next::place;
@@ -394,6 +402,11 @@ bool step_plan::resize_for(std::uint32_t units) noexcept {
     range = static_cast<double>(x_hi_) / x_third_;
   }
   regrow_borne_out_ = fits && ratio <= range * (1.0 + 1.0 / 16);
+  log_noexcept(spdlog::level::debug,
+               "arena step plan: a larger step at allocation {}: its first allocation {:.3f} times the largest "
+               "repeat's ({} units), repeats {:.3f} apart, the third {}: {}",
+               allocs_, ratio, x_hi_, range, x_third_ == 0 ? "absent" : fits ? "borne out" : "missed",
+               regrow_borne_out_ ? "borne out" : "a guess");
   // All or nothing: an active plan that cannot be resized goes on with its
   // layout, so no slot may grow beyond the room it was laid out in (a slot
   // grown before a later one failed served a block over its neighbours:
@@ -411,6 +424,8 @@ bool step_plan::resize_for(std::uint32_t units) noexcept {
 }
 
 void step_plan::abandon() noexcept {
+  log_noexcept(spdlog::level::debug, "arena step plan: given up at allocation {}{}", allocs_,
+               regrowing_ ? " (a larger step's layout): planned again once this step is in the history" : "");
   if (regrowing_) {
     // The ranges of the plan laid out again are freed: plan once this step
     // is in the history, as off_plan does for a larger step.
@@ -428,6 +443,7 @@ void step_plan::abandon() noexcept {
 }
 
 void step_plan::defer() noexcept {
+  log_noexcept(spdlog::level::debug, "arena step plan: waits for the next step start (allocation {})", allocs_);
   // Kept for the next step's start, where it is judged again with the
   // driver calls best fit made in that step.
   if (regrowing_) {
@@ -453,6 +469,12 @@ void step_plan::leave() noexcept {
 
 void step_plan::off_plan(bool larger) noexcept {
   ++figures_.dropped;
+  log_noexcept(spdlog::level::debug,
+               "arena step plan: left at allocation {} of its step ({} of {}), after {} whole steps served: {}",
+               allocs_, t_, plan_period_, plan_steps_,
+               larger                                                     ? "a block larger than its slot"
+               : plan_steps_ != 0 && departures_ < max_departures ? "another shape, the ranges kept"
+                                                                          : "its ranges handed back");
   if (!larger && plan_steps_ != 0 && departures_ < max_departures) {
     // A step of another shape (a short sequence whose attention allocates
     // otherwise) after whole steps served: the layout is kept for the steps
@@ -516,6 +538,8 @@ void step_plan::step_boundary() noexcept {
   }
   const std::uint64_t calls = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
   figures_.last_step_driver_calls = calls - step_start_calls_;
+  log_noexcept(spdlog::level::trace, "arena step plan: served a step ending at allocation {}, {} driver calls in it",
+               allocs_, calls - step_start_calls_);
   figures_.planned_step_driver_calls += calls - step_start_calls_;
   step_start_calls_ = calls;
   t_ = 0;
@@ -696,6 +720,10 @@ bool step_plan::detect() {
   live_.reserve(items_.size());
   occupied_.reserve(items_.size());  // off_plan() fills it with the live planned blocks
   ++figures_.steps_detected;
+  log_noexcept(spdlog::level::debug,
+               "arena step plan: a step of {} allocations found at allocation {} ({} repeats' worth of history "
+               "alike), {} planned blocks, {} bytes allocated in it",
+               period, n, (period + same) / period, items_.size(), step_bytes);
   figures_.step_allocations = period;
   figures_.step_planned_bytes = step_bytes;
   return true;

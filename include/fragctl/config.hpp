@@ -87,7 +87,11 @@ struct config {
   std::uint64_t report_interval_ms = 0; ///< rewrite the report and Prometheus files this often; 0 = off
   bool report_map = true;               ///< put each allocator's memory map into the JSON report
   std::string trace_path;
-  std::string log_level = "warn";
+  /// The logger's level (FRAGCTL_LOG_LEVEL), applied when an allocator is
+  /// built; empty leaves it as it is (as FRAGCTL_LOG_LEVEL set it when the
+  /// library loaded, else warn). The logger is the process's: an allocator
+  /// made from options alone (fragctl_create, a replay) must not reset it.
+  std::string log_level;
 
   /// The FRAGCTL_CONF keys parse_config set, in order: an allocator stack
   /// warns about each that does not apply to the policy it builds.

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "spdlog/spdlog.h"
 
@@ -20,5 +21,17 @@ namespace fragctl {
 
 /// Sets the level by name; returns false (and changes nothing) for an unknown name.
 bool set_log_level(std::string_view level);
+
+/// Logs at `level` when the logger is that verbose, from a path that may not
+/// throw: a message that cannot be made (out of host memory) is dropped.
+template <class... Args>
+void log_noexcept(spdlog::level::level_enum level, spdlog::format_string_t<Args...> format,
+                  Args&&... args) noexcept {
+  try {
+    spdlog::logger& l = logger();
+    if (l.should_log(level)) l.log(level, format, std::forward<Args>(args)...);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a lost log line, nothing else
+  }
+}
 
 }  // namespace fragctl

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "allocator_policies/arena/arena_policy.hpp"
@@ -18,6 +19,7 @@
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
 #include "support/arena_world.hpp"
+#include "support/log_capture.hpp"
 
 namespace fragctl {
 namespace {
@@ -613,6 +615,32 @@ TEST(arena_plan, a_job_that_changes_shape_leaves_its_plan) {
   EXPECT_GE(with.state.plan.planned_steps, 1u);
   EXPECT_GE(with.state.plan.dropped, 1u);
   EXPECT_GT(with.state.plan.unplanned_bytes, 0u);
+}
+
+TEST(arena_plan, at_debug_level_the_plan_says_what_it_found_started_and_left) {
+  // FRAGCTL_LOG_LEVEL=debug: one line for each of the plan's rare events
+  // (docs/policies/arena.md, "Reading the plan's decisions"); none at the
+  // default level.
+  std::vector<std::size_t> tokens(8, 1024);
+  tokens.push_back(2048);
+  tokens.push_back(2048);
+  std::string quiet;
+  {
+    const testing::log_capture log(spdlog::level::warn);  // the default level
+    (void)run(tokens, true);
+    quiet = log.text();
+  }
+  EXPECT_EQ(quiet.find("step plan"), std::string::npos) << quiet;
+  const testing::log_capture log(spdlog::level::debug);
+  const outcome with = run(tokens, true);
+  ASSERT_GE(with.state.plan.planned_steps, 1u);
+  const std::string text = log.text();
+  EXPECT_NE(text.find("arena step plan: a step of "), std::string::npos) << text;
+  EXPECT_NE(text.find("arena step plan: started, "), std::string::npos) << text;
+  // The 2,048-token step: laid out again for it, or left.
+  EXPECT_TRUE(text.find("arena step plan: a larger step at allocation ") != std::string::npos ||
+              text.find("arena step plan: left at allocation ") != std::string::npos)
+      << text;
 }
 
 TEST(arena_plan, figures_reach_json_and_report) {

@@ -9,6 +9,7 @@
 #include "fmt/format.h"
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/error.hpp"
+#include "fragctl/log.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "gtest/gtest.h"
@@ -167,6 +168,23 @@ TEST(allocator_stack, rejects_bad_expressions_and_log_levels) {
   cfg = sim_config();
   cfg.log_level = "chatty";
   EXPECT_THROW((void)make_allocator(cfg), invalid_argument);
+}
+
+TEST(allocator_stack, an_allocator_made_from_options_alone_leaves_the_log_level_as_it_is) {
+  // The logger is the process's, its level FRAGCTL_LOG_LEVEL's (read when
+  // the library loads): an allocator made from options (fragctl_create, a
+  // replay) set it back to warn, and `FRAGCTL_LOG_LEVEL=debug fragctl
+  // replay` showed no debug line.
+  ASSERT_TRUE(set_log_level("debug"));
+  (void)make_allocator(sim_config());
+  EXPECT_EQ(logger().level(), spdlog::level::debug);
+  // A configuration that names a level (FRAGCTL_LOG_LEVEL read into it)
+  // still sets it.
+  config cfg = sim_config();
+  cfg.log_level = "error";
+  (void)make_allocator(cfg);
+  EXPECT_EQ(logger().level(), spdlog::level::err);
+  ASSERT_TRUE(set_log_level("warn"));
 }
 
 }  // namespace
