@@ -8,7 +8,9 @@ writes MODEL-arena.trace.csv.gz), RUN_JSON the run's JSON
 (MODEL-fragctl_arena.json), whose "shapes" name each step's input: a step
 starts at the first allocation of its input batch after the last step's
 start (tokens x 8 bytes of int64 ids for the language models; batch x 3 x
-side^2 x 4 bytes for vit's images). The trace is fed to
+side^2 x 4 bytes for vit's images): of those after it, the first within a
+quarter of the last step's length of where that length puts it, else the
+nearest (a block of that size within a step is not a start). The trace is fed to
 fragctl.Allocator(POLICY, backend="sim") with no GPU lag (fragctl replay
 --gpu-lag-us models it; its calls per step are not told apart), and the
 backend's driver memory calls are read at every step start. Printed: the
@@ -48,36 +50,71 @@ def live_calls_per_step(run):
     return [after[i] - (after[i - 1] if i else before) for i in range(len(after))]
 
 
-def replay(trace, run, policy="arena", capacity="141GiB", options=None, log=None):
-    """Replays TRACE; returns (stats, [(step, shape, first allocation, replay calls, live calls)])."""
-    shapes = run["shapes"]
-    wanted = [input_bytes(s, run.get("batch", 1)) for s in shapes]
-    live = live_calls_per_step(run)
-    a = fragctl.Allocator(policy, backend="sim", sim_capacity=capacity, **(options or {}))
-    calls = lambda: a.stats()["backend_counters"]["memory_calls"]  # noqa: E731
-    starts, at_start, blocks = [], [], {}
-    allocations = 0
+def rows_of(trace):
+    """The trace's allocation and free rows: (is_alloc, addr, size, stream)."""
     opener = gzip.open if trace.endswith(".gz") else open
     with opener(trace, "rt") as f:
         for line in f:
             fields = line.rstrip("\n").split(",")
-            if fields[0] == "alloc":
-                size, stream = int(fields[2]), int(fields[3])
-                step = len(starts)
-                if step < len(wanted) and size == wanted[step]:
-                    at_start.append(calls())
-                    starts.append(allocations)
-                    if log is not None:
-                        if step:
-                            print(f"-- step {step} made {at_start[-1] - at_start[-2]} calls", file=log, flush=True)
-                        print(f"-- step {step + 1} {shapes[step]} starts at allocation {allocations}", file=log,
-                              flush=True)
-                blocks[int(fields[1])] = (a.malloc(size, stream), size, stream)
-                allocations += 1
-            elif fields[0] == "free_requested":
-                block = blocks.pop(int(fields[1]), None)
-                if block is not None:
-                    a.free(*block)
+            if fields[0] in ("alloc", "free_requested"):
+                yield fields[0] == "alloc", int(fields[1]), int(fields[2]), int(fields[3])
+
+
+def step_starts(trace, wanted):
+    """Each step's first allocation (its index among the allocations): of the
+    allocations of the step's input size after the last step's start, the
+    first within a quarter of the last step's length of where that length
+    puts it, else the nearest (the first, for the first two steps): a block
+    of that size within a step is not a start."""
+    at = {size: [] for size in wanted}
+    allocations = 0
+    for is_alloc, _, size, _ in rows_of(trace):
+        if is_alloc:
+            if size in at:
+                at[size].append(allocations)
+            allocations += 1
+    starts = []
+    for k, size in enumerate(wanted):
+        after = [i for i in at[size] if not starts or i > starts[-1]]
+        if not after:
+            break
+        if k < 2:
+            starts.append(after[0])
+        else:
+            # The first within a quarter of the last step's length of where
+            # it puts the start (a step's inputs are several blocks of that
+            # size in a row), else the nearest.
+            last = starts[-1] - starts[-2]
+            expected = starts[-1] + last
+            near = [i for i in after if abs(i - expected) <= last // 4]
+            starts.append(near[0] if near else min(after, key=lambda i: (abs(i - expected), i)))
+    return starts
+
+
+def replay(trace, run, policy="arena", capacity="141GiB", options=None, log=None):
+    """Replays TRACE; returns (stats, [(step, shape, first allocation, replay calls, live calls)])."""
+    shapes = run["shapes"]
+    starts = step_starts(trace, [input_bytes(s, run.get("batch", 1)) for s in shapes])
+    live = live_calls_per_step(run)
+    a = fragctl.Allocator(policy, backend="sim", sim_capacity=capacity, **(options or {}))
+    calls = lambda: a.stats()["backend_counters"]["memory_calls"]  # noqa: E731
+    at_start, blocks = [], {}
+    allocations = 0
+    for is_alloc, addr, size, stream in rows_of(trace):
+        if not is_alloc:
+            block = blocks.pop(addr, None)
+            if block is not None:
+                a.free(*block)
+            continue
+        step = len(at_start)
+        if step < len(starts) and allocations == starts[step]:
+            at_start.append(calls())
+            if log is not None:
+                if step:
+                    print(f"-- step {step} made {at_start[-1] - at_start[-2]} calls", file=log, flush=True)
+                print(f"-- step {step + 1} {shapes[step]} starts at allocation {allocations}", file=log, flush=True)
+        blocks[addr] = (a.malloc(size, stream), size, stream)
+        allocations += 1
     stats = a.stats()
     at_start.append(stats["backend_counters"]["memory_calls"])
     rows = [(k + 1, shapes[k], starts[k], at_start[k + 1] - at_start[k], live[k] if k < len(live) else None)

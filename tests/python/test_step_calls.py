@@ -32,9 +32,12 @@ def write_trace(path, tokens):
         rows.append(f"free_requested,{block[0]},{block[1]},0,{t}")
 
     params = [alloc(8 * MiB) for _ in range(4)]
-    for n in tokens:
+    for i, n in enumerate(tokens):
         ids = alloc(n * 8)
-        acts = [alloc(n * 64 * 1024) for _ in range(6)]
+        # From the second step on, a block of the next step's input size early
+        # in the step (the first step's length is not known before it ends).
+        acts = [alloc(tokens[i + 1] * 8 if 0 < i < len(tokens) - 1 else 512)]
+        acts += [alloc(n * 64 * 1024) for _ in range(5)]
         for a in reversed(acts):
             free(a)
         free(ids)
@@ -65,7 +68,8 @@ class StepCallsTest(unittest.TestCase):
             log = io.StringIO()
             stats, rows = step_calls.replay(trace, run, capacity="8GiB", log=log)
         self.assertEqual([r[0] for r in rows], [1, 2, 3, 4, 5])
-        # Four parameters, then seven allocations a step.
+        # Four parameters, then seven allocations a step; the second block of
+        # steps 2-4 has the next step's input size and is not taken for its start.
         self.assertEqual([r[2] for r in rows], [4, 11, 18, 25, 32])
         self.assertEqual([r[4] for r in rows], [10, 0, 0, 10, 0])
         # The first step maps its memory; the step of 2,048 tokens, four
