@@ -547,17 +547,18 @@ bool arena_policy::impl::start_plan() {
         plan.defer();
       }
     };
-    const auto refused = [&](std::size_t new_range) {
+    // `at_least`: new_range is a lower bound (before the bins are known, or the layout made).
+    const auto refused = [&](std::size_t new_range, bool at_least) {
       const bool costs_more = plan.recent_step_calls() * granules->max_span_bytes() < new_range;
       const std::size_t held = granules->held_bytes() + (new_range > spare ? new_range - spare : 0);
       const bool passes_mark = held > peak_held + grown;
       if (costs_more || passes_mark) {
         log_noexcept(spdlog::level::debug,
-                     "arena step plan: not started: a new range of {} bytes{}{} (best fit's calls in the step "
-                     "before {}; held then {}, high-water mark {}, growth allowed {})",
-                     new_range, costs_more ? " costs more calls than best fit made" : "",
-                     passes_mark ? " passes the high-water mark" : "", plan.recent_step_calls(), held, peak_held,
-                     grown);
+                     "arena step plan: not started: a new range of {}{} bytes{}{}{} (best fit's calls in the step "
+                     "before: {}; the memory held with it {}, high-water mark {}, growth allowed {})",
+                     at_least ? "at least " : "", new_range, costs_more ? " costs more calls than best fit made" : "",
+                     costs_more && passes_mark ? " and" : "", passes_mark ? " passes the high-water mark" : "",
+                     plan.recent_step_calls(), held, peak_held, grown);
         return true;
       }
       return false;
@@ -573,7 +574,7 @@ bool arena_policy::impl::start_plan() {
     // memory of the spans live blocks touch (mapped less cached less live).
     const std::size_t held_by_blocks = granules->mapped_bytes() - granules->cached_bytes();
     const std::size_t at_most_in_bins = held_by_blocks > allocated ? held_by_blocks - allocated : 0;
-    if (refused(peak > at_most_in_bins ? peak - at_most_in_bins : 0)) {
+    if (refused(peak > at_most_in_bins ? peak - at_most_in_bins : 0, true)) {
       wait();
       return false;
     }
@@ -592,12 +593,12 @@ bool arena_policy::impl::start_plan() {
               [](const step_plan::bin& a, const step_plan::bin& b) { return a.base < b.base; });
     std::size_t in_bins = 0;
     for (const step_plan::bin& b : bins) in_bins += b.bytes;
-    if (refused(peak > in_bins ? peak - in_bins : 0)) {
+    if (refused(peak > in_bins ? peak - in_bins : 0, true)) {
       wait();
       return false;
     }
     const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
-    if (refused(extra)) {
+    if (refused(extra, false)) {
       wait();
       return false;
     }

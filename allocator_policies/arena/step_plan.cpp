@@ -108,7 +108,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
   if (mode_ != mode::active) return next::place;
   const slot& s = slots_[t_];
   if (s.stream != stream || freed_in_gap_ != due_in_gap_[t_]) {
-    off_plan();
+    off_plan(false, s.stream != stream ? "an allocation on another stream" : "a free due earlier not made yet");
     return in_ranges(units, stream);
   }
   if (units > s.units && (s.planned || t_ == 0)) {
@@ -123,12 +123,14 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       return next::need_region;
     }
     if (s.planned) {
-      log_noexcept(spdlog::level::debug, "arena step plan: allocation {} of the step, {} units, outgrows its slot of {}",
-                   t_, units, s.units);
+      log_noexcept(spdlog::level::debug,
+                   "arena step plan: allocation {} (the step's {}), {} units, outgrows its slot of {}", allocs_, t_,
+                   units, s.units);
       // Many times its slot (2,000 times on the live declm trace): a step
       // of another shape whose allocations came out of line with the
       // plan's, not a larger block of the family.
-      off_plan(/*larger=*/units / other_shape_growth <= s.units);
+      const bool larger = units / other_shape_growth <= s.units;
+      off_plan(larger, larger ? "a block larger than its slot" : "a block many times its slot");
       return in_ranges(units, stream);
     }
   }
@@ -222,7 +224,7 @@ step_plan::freed step_plan::free_planned(std::uintptr_t addr, std::uint32_t stre
     if (stream == stream_ && slots_[ls.t].due == t_) {
       ++freed_in_gap_;
     } else {
-      off_plan();
+      off_plan(false, stream != stream_ ? "a free on another stream" : "a free out of its planned place");
     }
   }
   return {ls.bytes, ls.requested};
@@ -405,7 +407,8 @@ bool step_plan::resize_for(std::uint32_t units) noexcept {
   log_noexcept(spdlog::level::debug,
                "arena step plan: a larger step at allocation {}: its first allocation {:.3f} times the largest "
                "repeat's ({} units), repeats {:.3f} apart, the third {}: {}",
-               allocs_, ratio, x_hi_, range, x_third_ == 0 ? "absent" : fits ? "borne out" : "missed",
+               allocs_, ratio, x_hi_, range,
+               x_third_ == 0 || x_third_ >= x_lo_ ? "absent" : fits ? "borne out" : "missed",
                regrow_borne_out_ ? "borne out" : "a guess");
   // All or nothing: an active plan that cannot be resized goes on with its
   // layout, so no slot may grow beyond the room it was laid out in (a slot
@@ -462,19 +465,20 @@ void step_plan::leave() noexcept {
   }
   if (mode_ == mode::active) {
     departures_ = max_departures;  // drained, not kept
-    off_plan();
+    off_plan(false, "left by the arena (out of memory, or its cache released)");
   }
   if (mode_ == mode::pending) abandon();
 }
 
-void step_plan::off_plan(bool larger) noexcept {
+void step_plan::off_plan(bool larger, const char* why) noexcept {
   ++figures_.dropped;
   log_noexcept(spdlog::level::debug,
-               "arena step plan: left at allocation {} of its step ({} of {}), after {} whole steps served: {}",
-               allocs_, t_, plan_period_, plan_steps_,
-               larger                                                     ? "a block larger than its slot"
-               : plan_steps_ != 0 && departures_ < max_departures ? "another shape, the ranges kept"
-                                                                          : "its ranges handed back");
+               "arena step plan: off its layout at allocation {} (the step's {} of {}), after {} whole steps "
+               "served: {}; {}",
+               allocs_, t_, plan_period_, plan_steps_, why,
+               !larger && plan_steps_ != 0 && departures_ < max_departures
+                   ? "taken for a step of another shape, its ranges kept (waiting)"
+                   : "left, its ranges handed back");
   if (!larger && plan_steps_ != 0 && departures_ < max_departures) {
     // A step of another shape (a short sequence whose attention allocates
     // otherwise) after whole steps served: the layout is kept for the steps
@@ -523,7 +527,7 @@ void step_plan::region_freed() noexcept {
 
 void step_plan::step_boundary() noexcept {
   if (freed_in_gap_ != due_in_gap_[plan_period_]) {
-    off_plan();
+    off_plan(false, "the step's last frees not as planned");
     return;
   }
   ++figures_.planned_steps;

@@ -303,7 +303,8 @@ class step_plan {
   bool detect();
   /// Leaves the plan. `larger`: the step asked for more than its slot (a
   /// larger member of the family), not for another shape.
-  void off_plan(bool larger = false) noexcept;
+  /// Off the layout within a step, for `why` (a fixed text, for the log).
+  void off_plan(bool larger, const char* why) noexcept;
   /// At the start of a step whose first allocation (`units`) is larger than
   /// any of its repeats so far: sizes every slot for it, from how each
   /// slot's size followed the first allocation's over the two largest

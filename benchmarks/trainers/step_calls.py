@@ -8,9 +8,9 @@ writes MODEL-arena.trace.csv.gz), RUN_JSON the run's JSON
 (MODEL-fragctl_arena.json), whose "shapes" name each step's input: a step
 starts at the first allocation of its input batch after the last step's
 start (tokens x 8 bytes of int64 ids for the language models; batch x 3 x
-side^2 x 4 bytes for vit's images): of those after it, the first within a
-quarter of the last step's length of where that length puts it, else the
-nearest (a block of that size within a step is not a start). The trace is fed to
+side^2 x 4 bytes for vit's images) nearest in time to where the step
+before ends by the time the run measured for it (its step_times_s; a block
+of that size within a step is not a start). The trace is fed to
 fragctl.Allocator(POLICY, backend="sim") with no GPU lag (fragctl replay
 --gpu-lag-us models it; its calls per step are not told apart), and the
 backend's driver memory calls are read at every step start. Printed: the
@@ -51,60 +51,70 @@ def live_calls_per_step(run):
 
 
 def rows_of(trace):
-    """The trace's allocation and free rows: (is_alloc, addr, size, stream)."""
+    """The trace's allocation and free rows: (is_alloc, addr, size, stream, time_us). A fragctl trace
+    CSV (FRAGCTL_TRACE; docs/traces.md), plain or gzip; a trace without an end row after its last
+    allocation or free (its writer was killed) is read as far as it goes, with a warning."""
     opener = gzip.open if trace.endswith(".gz") else open
+    ended = False
     with opener(trace, "rt") as f:
+        if f.readline().strip() != "action,addr,size,stream,time_us":
+            raise ValueError(f"{trace}: not a fragctl trace CSV (its first line is not the trace header)")
         for line in f:
             fields = line.rstrip("\n").split(",")
             if fields[0] in ("alloc", "free_requested"):
-                yield fields[0] == "alloc", int(fields[1]), int(fields[2]), int(fields[3])
+                ended = False
+                yield fields[0] == "alloc", int(fields[1]), int(fields[2]), int(fields[3]), int(fields[4])
+            elif fields[0] == "end":
+                ended = True
+    if not ended:
+        print(f"step_calls: {trace} has no end row after its last allocation or free: cut, read as far as "
+              "it goes", file=sys.stderr)
 
 
-def step_starts(trace, wanted):
+def step_starts(trace, wanted, step_times):
     """Each step's first allocation (its index among the allocations): of the
-    allocations of the step's input size after the last step's start, the
-    first within a quarter of the last step's length of where that length
-    puts it, else the nearest (the first, for the first two steps): a block
-    of that size within a step is not a start."""
+    allocations of the step's input size (wanted[k]) after the last step's
+    start, the one nearest in time to where the step before ends: its
+    start plus the time the run measured for it (step_times[k - 1], from
+    just before its input is made to its loss read; the next input comes
+    about a millisecond later). A block of that size within a step is not a
+    start, however many allocations the steps make."""
     at = {size: [] for size in wanted}
     allocations = 0
-    for is_alloc, _, size, _ in rows_of(trace):
+    for is_alloc, _, size, _, time_us in rows_of(trace):
         if is_alloc:
             if size in at:
-                at[size].append(allocations)
+                at[size].append((allocations, time_us))
             allocations += 1
-    starts = []
+    starts, start_time = [], 0
     for k, size in enumerate(wanted):
-        after = [i for i in at[size] if not starts or i > starts[-1]]
+        after = [c for c in at[size] if not starts or c[0] > starts[-1]]
         if not after:
             break
-        if k < 2:
-            starts.append(after[0])
+        if k == 0 or k > len(step_times):
+            index, start_time = after[0]
         else:
-            # The first within a quarter of the last step's length of where
-            # it puts the start (a step's inputs are several blocks of that
-            # size in a row), else the nearest.
-            last = starts[-1] - starts[-2]
-            expected = starts[-1] + last
-            near = [i for i in after if abs(i - expected) <= last // 4]
-            starts.append(near[0] if near else min(after, key=lambda i: (abs(i - expected), i)))
+            end = start_time + step_times[k - 1] * 1e6
+            index, start_time = min(after, key=lambda c: (abs(c[1] - end), c[0]))
+        starts.append(index)
     return starts
 
 
 def replay(trace, run, policy="arena", capacity="141GiB", options=None, log=None):
-    """Replays TRACE; returns (stats, [(step, shape, first allocation, replay calls, live calls)])."""
+    """Replays TRACE; returns (stats, [(step, shape, first allocation, replay calls, live calls)], the calls
+    made before the first step)."""
     shapes = run["shapes"]
-    starts = step_starts(trace, [input_bytes(s, run.get("batch", 1)) for s in shapes])
+    starts = step_starts(trace, [input_bytes(s, run.get("batch", 1)) for s in shapes], run.get("step_times_s", []))
     live = live_calls_per_step(run)
     a = fragctl.Allocator(policy, backend="sim", sim_capacity=capacity, **(options or {}))
     calls = lambda: a.stats()["backend_counters"]["memory_calls"]  # noqa: E731
     at_start, blocks = [], {}
     allocations = 0
-    for is_alloc, addr, size, stream in rows_of(trace):
+    for is_alloc, addr, size, stream, _ in rows_of(trace):
         if not is_alloc:
             block = blocks.pop(addr, None)
-            if block is not None:
-                a.free(*block)
+            if block is not None:  # on the stream the free names, as fragctl replay frees
+                a.free(block[0], block[1], stream)
             continue
         step = len(at_start)
         if step < len(starts) and allocations == starts[step]:
@@ -122,7 +132,7 @@ def replay(trace, run, policy="arena", capacity="141GiB", options=None, log=None
     for ptr, size, stream in blocks.values():
         a.free(ptr, size, stream)
     a.close()
-    return stats, rows
+    return stats, rows, at_start[0]
 
 
 def main(argv=None):
@@ -137,7 +147,7 @@ def main(argv=None):
     with open(args.run_json) as f:
         run = json.load(f)
     options = dict(kv.split("=", 1) for kv in args.conf)
-    stats, rows = replay(args.trace, run, args.policy, args.capacity, options, log=sys.stderr)
+    stats, rows, _ = replay(args.trace, run, args.policy, args.capacity, options, log=sys.stderr)
     print(f"replay: reserved/requested {stats['derived']['reserved_over_requested']:.4f}, "
           f"driver memory calls {stats['backend_counters']['memory_calls']}, steps found {len(rows)} "
           f"of {len(run['shapes'])}")

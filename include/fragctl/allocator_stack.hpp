@@ -25,7 +25,8 @@ struct stats_export_entry;  // fragctl/stats_export.hpp
 /// stream_use (record_stream) > limiting (cfg.limit, or none until
 /// set_limit) > policy.
 ///
-/// Construction applies cfg.log_level (set_log_level) and throws
+/// Construction applies cfg.log_level (set_log_level) when it names one
+/// (empty, as from options alone, leaves the process's level) and throws
 /// invalid_argument for an unknown level or a bad policy expression. With
 /// cfg.report_path or cfg.prometheus_path set, the stack joins the
 /// FRAGCTL_REPORT registry (fragctl/stats_export.hpp): its statistics (and, with

@@ -28,6 +28,10 @@ namespace fragctl {
 
 enum class warmup_exhausted : std::uint8_t { grow, fail };
 
+/// The logger's level until FRAGCTL_LOG_LEVEL or a configuration names one
+/// (config::log_level is empty by default: it then leaves the level as it is).
+inline constexpr std::string_view default_log_level = "warn";
+
 struct config {
   // Selection (FRAGCTL_POLICY, FRAGCTL_BACKEND).
   std::string policy;  ///< policy expression; empty means the default for the backend
@@ -89,8 +93,9 @@ struct config {
   std::string trace_path;
   /// The logger's level (FRAGCTL_LOG_LEVEL), applied when an allocator is
   /// built; empty leaves it as it is (as FRAGCTL_LOG_LEVEL set it when the
-  /// library loaded, else warn). The logger is the process's: an allocator
-  /// made from options alone (fragctl_create, a replay) must not reset it.
+  /// library loaded, else default_log_level). The logger is the process's:
+  /// an allocator made from options alone (fragctl_create, a replay) must
+  /// not reset it.
   std::string log_level;
 
   /// The FRAGCTL_CONF keys parse_config set, in order: an allocator stack

@@ -114,7 +114,7 @@ std::vector<environment_row> make_rows() {
          c.log_level = std::string(v);
          return absl::OkStatus();
        },
-       [](const config& c) { return c.log_level; }},
+       [](const config& c) { return c.log_level.empty() ? std::string(default_log_level) : c.log_level; }},
       read_elsewhere("FRAGCTL_NCCL_LIBRARY", "file path",
                      "zero3: the NCCL or RCCL library to dlopen instead of the default names", "zero3 NCCL loader"),
       read_elsewhere("FRAGCTL_NCCL_UNIQUE_ID", "hex",

@@ -66,7 +66,7 @@ std::shared_ptr<spdlog::logger> make_logger() {
   auto sink = std::shared_ptr<spdlog::sinks::sink>(console, [](spdlog::sinks::sink*) {});
   auto log = std::make_shared<spdlog::logger>("fragctl", std::move(sink));
   log->set_pattern("[fragctl] [%l] %v");
-  log->set_level(spdlog::level::warn);
+  log->set_level(*level_named(default_log_level));
   // Before any configuration is read; an unknown name keeps the default.
   if (const auto name = environment_value("FRAGCTL_LOG_LEVEL")) {
     if (const auto level = level_named(*name)) log->set_level(*level);

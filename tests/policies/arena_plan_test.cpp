@@ -639,7 +639,7 @@ TEST(arena_plan, at_debug_level_the_plan_says_what_it_found_started_and_left) {
   EXPECT_NE(text.find("arena step plan: started, "), std::string::npos) << text;
   // The 2,048-token step: laid out again for it, or left.
   EXPECT_TRUE(text.find("arena step plan: a larger step at allocation ") != std::string::npos ||
-              text.find("arena step plan: left at allocation ") != std::string::npos)
+              text.find("arena step plan: off its layout at allocation ") != std::string::npos)
       << text;
 }
 

@@ -34,15 +34,15 @@ def write_trace(path, tokens):
     params = [alloc(8 * MiB) for _ in range(4)]
     for i, n in enumerate(tokens):
         ids = alloc(n * 8)
-        # From the second step on, a block of the next step's input size early
-        # in the step (the first step's length is not known before it ends).
-        acts = [alloc(tokens[i + 1] * 8 if 0 < i < len(tokens) - 1 else 512)]
-        acts += [alloc(n * 64 * 1024) for _ in range(5)]
+        acts = [alloc(n * 64 * 1024) for _ in range(5)]
+        # A block of the next step's input size late in the step.
+        acts.append(alloc(tokens[i + 1] * 8 if i + 1 < len(tokens) else 512))
         for a in reversed(acts):
             free(a)
         free(ids)
     for p in params:
         free(p)
+    rows.append(f"end,0,{len(rows) - 1},0,{t + 1}")
     with gzip.open(path, "wt") as f:
         f.write("\n".join(rows) + "\n")
 
@@ -60,25 +60,27 @@ class StepCallsTest(unittest.TestCase):
 
     def test_each_step_is_found_and_its_calls_add_up_to_the_replay(self):
         tokens = [512, 256, 512, 2048, 256]
-        run = {"shapes": [{"tokens": n} for n in tokens], "batch": 1,
+        # A step's 14 rows take 14 us of trace time (one each).
+        run = {"shapes": [{"tokens": n} for n in tokens], "batch": 1, "step_times_s": [14e-6] * len(tokens),
                "fragctl": {"memory_calls_before_step": [0], "memory_calls_after_step": [10, 10, 10, 20, 20]}}
         with tempfile.TemporaryDirectory() as tmp:
             trace = os.path.join(tmp, "job.trace.csv.gz")
             write_trace(trace, tokens)
             log = io.StringIO()
-            stats, rows = step_calls.replay(trace, run, capacity="8GiB", log=log)
+            stats, rows, before = step_calls.replay(trace, run, capacity="8GiB", log=log)
         self.assertEqual([r[0] for r in rows], [1, 2, 3, 4, 5])
-        # Four parameters, then seven allocations a step; the second block of
-        # steps 2-4 has the next step's input size and is not taken for its start.
+        # Four parameters, then seven allocations a step; each step's last
+        # block has the next step's input size and is not taken for its start.
         self.assertEqual([r[2] for r in rows], [4, 11, 18, 25, 32])
         self.assertEqual([r[4] for r in rows], [10, 0, 0, 10, 0])
-        # The first step maps its memory; the step of 2,048 tokens, four
-        # times any before it, maps more; the calls of the steps and of the
-        # parameters before them are every call the replay made.
+        # The parameters and the first step map memory; the step of 2,048
+        # tokens, four times any before it, maps more; the calls before the
+        # first step and those of the steps are every call the replay made.
         calls = [r[3] for r in rows]
+        self.assertGreater(before, 0)
         self.assertGreater(calls[0], 0)
         self.assertGreater(calls[3], 0)
-        self.assertLessEqual(sum(calls), stats["backend_counters"]["memory_calls"])
+        self.assertEqual(before + sum(calls), stats["backend_counters"]["memory_calls"])
         self.assertIn("-- step 4 {'tokens': 2048} starts at allocation 25", log.getvalue())
         self.assertIn(f"-- step 4 made {calls[3]} calls", log.getvalue())
 

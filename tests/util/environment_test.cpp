@@ -125,6 +125,21 @@ TEST(environment, a_changed_default_shows_in_the_table) {
   EXPECT_THROW((void)option_value(c, "no_such_key"), invalid_argument);
 }
 
+TEST(environment, the_log_level_shows_its_default_though_a_config_leaves_it_unset) {
+  // config::log_level is empty unless FRAGCTL_LOG_LEVEL set it (an empty
+  // one leaves the process's level alone); the table, `fragctl config` and
+  // --help still show the level the logger starts at.
+  EXPECT_TRUE(config{}.log_level.empty());
+  bool seen = false;
+  for (const environment_variable& v : environment_variables()) {
+    if (v.name != "FRAGCTL_LOG_LEVEL") continue;
+    seen = true;
+    EXPECT_EQ(v.default_value, default_log_level);
+    EXPECT_EQ(v.default_value, "warn");
+  }
+  EXPECT_TRUE(seen);
+}
+
 TEST(environment, format_size_is_exact_and_short) {
   EXPECT_EQ(format_size(0), "0");
   EXPECT_EQ(format_size(512), "512");
