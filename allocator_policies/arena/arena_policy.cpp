@@ -553,6 +553,7 @@ bool arena_policy::impl::start_plan() {
       const std::size_t held = granules->held_bytes() + (new_range > spare ? new_range - spare : 0);
       const bool passes_mark = held > peak_held + grown;
       if (costs_more || passes_mark) {
+        plan.start_refused(costs_more, passes_mark);
         log_noexcept(spdlog::level::debug,
                      "arena step plan: not started: a new range of {}{} bytes{}{}{} (best fit's calls in the step "
                      "before: {}; the memory held with it {}, high-water mark {}, growth allowed {})",

@@ -237,6 +237,11 @@ class step_plan {
   /// (to within 256 allocations): what best fit costs a step, against what
   /// starting the plan would cost.
   [[nodiscard]] std::uint64_t recent_step_calls() const noexcept { return recent_calls_; }
+  /// A start refused (start_plan): counted by reason in the figures.
+  void start_refused(bool for_calls, bool for_memory) noexcept {
+    figures_.starts_refused_calls += for_calls ? 1 : 0;
+    figures_.starts_refused_memory += for_memory ? 1 : 0;
+  }
 
   [[nodiscard]] const figures& stats() const noexcept { return figures_; }
   [[nodiscard]] bool serving() const noexcept { return mode_ == mode::active; }

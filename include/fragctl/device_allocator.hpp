@@ -49,6 +49,12 @@ struct step_plan_state {
   std::uint64_t region_bytes = 0;        ///< memory the current plan holds for its blocks
   std::uint64_t last_step_driver_calls = 0;     ///< driver memory calls in the latest planned step
   std::uint64_t planned_step_driver_calls = 0;  ///< driver memory calls over all planned steps
+  /// Plan starts (at a step start) refused, by reason (one refusal may
+  /// count under both): mapping the plan's range would cost more driver
+  /// calls than best fit made in the step before; it would raise the
+  /// memory held past its high-water mark (and the growth allowed).
+  std::uint64_t starts_refused_calls = 0;
+  std::uint64_t starts_refused_memory = 0;
 };
 
 struct pool_state {

@@ -218,7 +218,9 @@ json stats_to_json_value(const allocator_stats& s) {
                         {"step_planned_bytes", p.step_planned_bytes},
                         {"region_bytes", p.region_bytes},
                         {"last_step_driver_calls", p.last_step_driver_calls},
-                        {"planned_step_driver_calls", p.planned_step_driver_calls}};
+                        {"planned_step_driver_calls", p.planned_step_driver_calls},
+                        {"starts_refused_calls", p.starts_refused_calls},
+                        {"starts_refused_memory", p.starts_refused_memory}};
   }
   if (s.pool.pause_detached_exports != 0) {  // absent until a pause released exported memory
     out["pause"] = {{"detached_exports", s.pool.pause_detached_exports},
@@ -294,6 +296,8 @@ absl::StatusOr<allocator_stats> stats_from_json_value(const json& j, std::string
     r.integer(*p, "region_bytes", q.region_bytes, "step_plan");
     r.integer(*p, "last_step_driver_calls", q.last_step_driver_calls, "step_plan");
     r.integer(*p, "planned_step_driver_calls", q.planned_step_driver_calls, "step_plan");
+    r.integer(*p, "starts_refused_calls", q.starts_refused_calls, "step_plan");  // absent before 2026-11-28
+    r.integer(*p, "starts_refused_memory", q.starts_refused_memory, "step_plan");
   }
   if (const json* p = r.object(j, "pause")) {  // absent without detached exports, and in earlier reports
     r.integer(*p, "detached_exports", s.pool.pause_detached_exports, "pause");

@@ -111,6 +111,12 @@ std::string to_prometheus(const allocator_stats& s) {
              p.last_step_driver_calls);
     e.metric("step_plan_driver_calls_total", "counter", "Driver memory calls over all planned steps.",
              p.planned_step_driver_calls);
+    e.metric("step_plan_starts_refused_calls_total", "counter",
+             "Plan starts refused: mapping its range would cost more calls than best fit made in the step before.",
+             p.starts_refused_calls);
+    e.metric("step_plan_starts_refused_memory_total", "counter",
+             "Plan starts refused: it would raise the memory held past its high-water mark.",
+             p.starts_refused_memory);
   }
   e.metric("reserved_over_requested_ratio", "gauge", "Peak reserved over peak requested bytes (1 is ideal).",
            s.reserved_over_requested());

@@ -649,6 +649,8 @@ TEST(arena_plan, figures_reach_json_and_report) {
   s.allocator = "arena";
   s.backend = "sim";
   s.pool = with.state;
+  s.pool.plan.starts_refused_calls = 7;
+  s.pool.plan.starts_refused_memory = 3;
   const std::string j = to_json(s);
   EXPECT_NE(j.find("\"step_plan\""), std::string::npos);
   EXPECT_NE(j.find("\"planned_steps\""), std::string::npos);
@@ -657,13 +659,24 @@ TEST(arena_plan, figures_reach_json_and_report) {
   EXPECT_EQ(back->pool.plan.planned_steps, with.state.plan.planned_steps);
   EXPECT_EQ(back->pool.plan.planned_bytes, with.state.plan.planned_bytes);
   EXPECT_EQ(back->pool.plan.last_step_driver_calls, with.state.plan.last_step_driver_calls);
+  EXPECT_EQ(back->pool.plan.starts_refused_calls, 7u);
+  EXPECT_EQ(back->pool.plan.starts_refused_memory, 3u);
   EXPECT_NE(to_prometheus(s).find("fragctl_step_plan_planned_steps_total"), std::string::npos);
+  const std::string prometheus = to_prometheus(s);
+  for (const auto& [name, value] : {std::pair<std::string, std::string>{"fragctl_step_plan_starts_refused_calls_total{", "} 7\n"},
+                                    {"fragctl_step_plan_starts_refused_memory_total{", "} 3\n"}}) {
+    const std::size_t at = prometheus.find(name);
+    ASSERT_NE(at, std::string::npos) << prometheus;
+    EXPECT_EQ(prometheus.find(value, at), prometheus.find('}', at)) << prometheus.substr(at, 200);
+  }
   run_report r;
   r.name = "plan";
   r.stats = s;
   const std::string text = render_text(r, {});
   EXPECT_NE(text.find("Steady-state plan"), std::string::npos);
   EXPECT_NE(text.find("driver calls"), std::string::npos);
+  EXPECT_NE(text.find("plan starts refused"), std::string::npos) << text;
+  EXPECT_NE(text.find("7 for their calls"), std::string::npos) << text;
   // Without a plan the section and the JSON object are absent.
   allocator_stats none;
   EXPECT_EQ(to_json(none).find("step_plan"), std::string::npos);
@@ -865,6 +878,7 @@ TEST(arena_plan, a_waiting_plan_does_not_fail_another_streams_allocation) {
 // is never reached again, and only a learning plan looks for periods.
 struct phase_change {
   std::uint64_t tail_calls = 0, detected_in_second_phase = 0;
+  step_plan_state plan{};  // at the end
 };
 phase_change after_phase_change(bool with_first_phase) {
   sim_backend sim(options());
@@ -884,7 +898,7 @@ phase_change after_phase_change(bool with_first_phase) {
     j.step(tokens[i]);
     if (i >= 12) tail += sim.counters().memory_calls() - before;
   }
-  const phase_change out{tail, a.state().plan.steps_detected - detected_before};
+  const phase_change out{tail, a.state().plan.steps_detected - detected_before, a.state().plan};
   j.free(persistent, 512 * MiB);
   j.free_parameters();
   return out;
@@ -898,6 +912,44 @@ TEST(arena_plan, a_plan_waiting_for_a_floor_never_reached_does_not_stop_learning
   EXPECT_GE(after.detected_in_second_phase, 1u)
       << "the short steps' plan, waiting for ever, stops learning: " << after.tail_calls
       << " driver calls in the last 8 long steps";
+}
+
+// A step of small blocks that best fit serves from the memory it mapped in
+// the first step: found (after two steps: the calls judged are then those
+// of the steps after the first), its plan never pays, and each step start
+// counts a start refused for its calls.
+step_plan_state small_blocks_job(std::uint64_t* calls_after_first) {
+  sim_backend sim(options());
+  arena_policy a(with_plan(true), sim);
+  std::uint64_t after_first = 0;
+  for (int step = 0; step < 16; ++step) {
+    std::vector<void*> kept;
+    for (int i = 0; i < 100; ++i) {
+      void* t = a.allocate(MiB + 512 * static_cast<std::size_t>(i), 0);
+      kept.push_back(a.allocate(256 * KiB, 0));
+      a.deallocate(t, MiB + 512 * static_cast<std::size_t>(i), 0);
+    }
+    for (void* p : kept) a.deallocate(p, 256 * KiB, 0);
+    if (step == 0) after_first = sim.counters().memory_calls();
+  }
+  *calls_after_first = sim.counters().memory_calls() - after_first;
+  return a.state().plan;
+}
+
+TEST(arena_plan, refused_plan_starts_are_counted_by_reason) {
+  std::uint64_t calls = 0;
+  const step_plan_state small = small_blocks_job(&calls);
+  ASSERT_EQ(calls, 0u) << "control: best fit serves the later steps with no driver call";
+  ASSERT_GE(small.steps_detected, 1u) << "control: the step is found";
+  EXPECT_EQ(small.planned_steps, 0u);
+  EXPECT_GE(small.starts_refused_calls, 8u);
+  EXPECT_EQ(small.starts_refused_memory, 0u);
+  // The short steps' plan, then long ones after a block kept past every
+  // step: the plans found there are refused for the memory too (the
+  // high-water mark), and some for their calls.
+  const phase_change after = after_phase_change(true);
+  EXPECT_GE(after.plan.starts_refused_memory, 1u);
+  EXPECT_GE(after.plan.starts_refused_calls, 1u);
 }
 
 
