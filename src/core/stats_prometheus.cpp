@@ -115,7 +115,7 @@ std::string to_prometheus(const allocator_stats& s) {
              "Plan starts refused: mapping its range would cost more calls than best fit made in the step before.",
              p.starts_refused_calls);
     e.metric("step_plan_starts_refused_memory_total", "counter",
-             "Plan starts refused: it would raise the memory held past its high-water mark.",
+             "Plan starts refused: it would raise the memory held past its high-water mark and the growth allowed.",
              p.starts_refused_memory);
   }
   e.metric("reserved_over_requested_ratio", "gauge", "Peak reserved over peak requested bytes (1 is ideal).",

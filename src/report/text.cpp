@@ -159,7 +159,7 @@ void step_plan_section(std::string& out, const allocator_stats& s) {
                            : 0.0;
   out += fmt::format("  {:<24} {:>14.1f}   per planned step (latest {})\n", "driver calls", per_step,
                      p.last_step_driver_calls);
-  if (p.starts_refused_calls + p.starts_refused_memory != 0) {
+  if (p.starts_refused_calls != 0 || p.starts_refused_memory != 0) {
     out += fmt::format("  {:<24} {:>14}   {} for their calls (best fit made fewer in the step before), {} for the "
                        "memory (past the high-water mark)\n",
                        "plan starts refused", "", p.starts_refused_calls, p.starts_refused_memory);

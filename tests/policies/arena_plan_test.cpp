@@ -677,6 +677,7 @@ TEST(arena_plan, figures_reach_json_and_report) {
   EXPECT_NE(text.find("driver calls"), std::string::npos);
   EXPECT_NE(text.find("plan starts refused"), std::string::npos) << text;
   EXPECT_NE(text.find("7 for their calls"), std::string::npos) << text;
+  EXPECT_NE(text.find("3 for the memory"), std::string::npos) << text;
   // Without a plan the section and the JSON object are absent.
   allocator_stats none;
   EXPECT_EQ(to_json(none).find("step_plan"), std::string::npos);
@@ -942,7 +943,10 @@ TEST(arena_plan, refused_plan_starts_are_counted_by_reason) {
   ASSERT_EQ(calls, 0u) << "control: best fit serves the later steps with no driver call";
   ASSERT_GE(small.steps_detected, 1u) << "control: the step is found";
   EXPECT_EQ(small.planned_steps, 0u);
+  // Once per step start judged: at least the steps after the plan was
+  // found, at most every step.
   EXPECT_GE(small.starts_refused_calls, 8u);
+  EXPECT_LE(small.starts_refused_calls, 16u);
   EXPECT_EQ(small.starts_refused_memory, 0u);
   // The short steps' plan, then long ones after a block kept past every
   // step: the plans found there are refused for the memory too (the

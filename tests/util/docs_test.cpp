@@ -1,6 +1,7 @@
 // The documentation stays in step with the code: every FRAGCTL_CONF option
 // and every environment variable has its row in docs/configuration.md, and
 // every statistics key and metric is named in docs/statistics.md.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -83,12 +84,19 @@ void collect_keys(const nlohmann::json& j, std::vector<std::string>& keys) {
 TEST(docs, statistics_names_every_json_key_and_metric) {
   const std::string doc = read_doc("statistics.md");
   ASSERT_FALSE(doc.empty());
+  // With the objects present only once they have something to say (the
+  // plan's, a pause's), so that their keys and metrics are checked too.
+  allocator_stats s;
+  s.pool.plan.steps_detected = 1;
+  s.pool.pause_detached_exports = 1;
   std::vector<std::string> keys;
-  collect_keys(nlohmann::json::parse(to_json(allocator_stats{})), keys);
+  collect_keys(nlohmann::json::parse(to_json(s)), keys);
+  ASSERT_NE(std::find(keys.begin(), keys.end(), "starts_refused_memory"), keys.end()) << "control: the plan's keys";
   for (const std::string& key : keys) {
     EXPECT_NE(doc.find(fmt::format("`{}`", key)), std::string::npos) << "JSON key " << key;
   }
-  const std::string text = to_prometheus(allocator_stats{});
+  const std::string text = to_prometheus(s);
+  ASSERT_NE(text.find("fragctl_pause_detached_exports_total"), std::string::npos) << "control: a pause's metrics";
   for (const std::string_view line : util::split(text, '\n')) {
     if (!line.starts_with("# TYPE ")) continue;
     const std::string_view rest = line.substr(7);
