@@ -472,14 +472,13 @@ void step_plan::leave() noexcept {
 
 void step_plan::off_plan(bool larger, const char* why) noexcept {
   ++figures_.dropped;
+  const bool waits = !larger && plan_steps_ != 0 && departures_ < max_departures;
   log_noexcept(spdlog::level::debug,
                "arena step plan: off its layout at allocation {} (the step's {} of {}), after {} whole steps "
                "served: {}; {}",
                allocs_, t_, plan_period_, plan_steps_, why,
-               !larger && plan_steps_ != 0 && departures_ < max_departures
-                   ? "taken for a step of another shape, its ranges kept (waiting)"
-                   : "left, its ranges handed back");
-  if (!larger && plan_steps_ != 0 && departures_ < max_departures) {
+               waits ? "taken for a step of another shape, its ranges kept (waiting)" : "left, its ranges handed back");
+  if (waits) {
     // A step of another shape (a short sequence whose attention allocates
     // otherwise) after whole steps served: the layout is kept for the steps
     // of the plan's shape that follow. The rest of this step goes in the
@@ -538,13 +537,16 @@ void step_plan::step_boundary() noexcept {
   const std::uint32_t x = seen_[0];
   if (const int rank = rank_among_largest(x); rank >= 0) {
     move_in(rank, x_hi_, x_lo_, x_third_, x);
-    for (std::size_t t = 0; t < slots_.size(); ++t) move_in(rank, slots_[t].hi, slots_[t].lo, slots_[t].third, seen_[t]);
+    for (std::size_t t = 0; t < slots_.size(); ++t) {
+      move_in(rank, slots_[t].hi, slots_[t].lo, slots_[t].third, seen_[t]);
+    }
   }
   const std::uint64_t calls = read_calls_ != nullptr ? read_calls_(read_ctx_) : 0;
-  figures_.last_step_driver_calls = calls - step_start_calls_;
+  const std::uint64_t in_step = calls - step_start_calls_;
+  figures_.last_step_driver_calls = in_step;
   log_noexcept(spdlog::level::trace, "arena step plan: served a step ending at allocation {}, {} driver calls in it",
-               allocs_, calls - step_start_calls_);
-  figures_.planned_step_driver_calls += calls - step_start_calls_;
+               allocs_, in_step);
+  figures_.planned_step_driver_calls += in_step;
   step_start_calls_ = calls;
   t_ = 0;
   freed_in_gap_ = 0;
