@@ -1,7 +1,7 @@
 """The training jobs the trainer and capacity benchmarks run, by name.
 
-build(name, torch) -> job: the model (on the current device), a batch maker,
-its loss, the optimizer and whether the base is frozen. Random weights from
+build(name, torch[, fixed_shapes]) -> job: the model (on the current device),
+a batch maker, its loss, the optimizer and whether the base is frozen. Random weights from
 `transformers` / `torchvision` configs; nothing is downloaded. The same inputs
 every run (fixed seeds), so runs of one job under different allocators
 compute the same losses.
@@ -37,6 +37,10 @@ compute the same losses.
              tokens. Its "loss" is the mean of the last step's logits
              (float64), compared bit for bit as the trainers' losses are
 
+With fixed_shapes every batch takes the shape of the job's first draw (its
+sequence length, image size, request): a job whose shapes repeat, the case
+where the arena's plan is to make no driver call once the job repeats.
+
 A job is a namespace: model, parameters (those the optimizer steps; none for
 an inference job), make_batch(step) -> (inputs, labels), forward(inputs,
 labels) -> a scalar tensor, autocast (bf16 autocast around forward), batch,
@@ -62,6 +66,11 @@ BATCHES = 1000
 KVGEN_PROMPT = (64, 2048)
 KVGEN_NEW_TOKENS = (16, 64)  # one forward per token: 256 made a step take about 10 s on an H100
 KVGEN_PREFILL_TOKENS = 32768  # batch x prompt at most
+
+
+def _drawn(draws, fixed):
+    """A job's per-batch draws, or with fixed its first draw for every batch (a job whose shapes repeat)."""
+    return [draws[0]] * len(draws) if fixed else draws
 
 
 def sequence_lengths(steps, low, high, seed=1234):
@@ -135,8 +144,8 @@ def _causal_lm(transformers, torch, config, dtype=None):
     return _from_config(transformers, torch, config, dtype)
 
 
-def _token_batches(torch, vocab, batch, low, high):
-    lengths = sequence_lengths(BATCHES, low, high)
+def _token_batches(torch, vocab, batch, low, high, fixed):
+    lengths = _drawn(sequence_lengths(BATCHES, low, high), fixed)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -153,7 +162,7 @@ def _enable_checkpointing(model):
     model.config.use_cache = False
 
 
-def _lm(name, torch):
+def _lm(name, torch, fixed):
     import transformers
     autocast = True
     if name == "gpt2m":  # 24 layers, 1024 wide, 16 heads
@@ -180,12 +189,12 @@ def _lm(name, torch):
         autocast = False
     model.train()
     return SimpleNamespace(model=model, parameters=list(model.parameters()),
-                           make_batch=_token_batches(torch, config.vocab_size, batch, low, high),
+                           make_batch=_token_batches(torch, config.vocab_size, batch, low, high, fixed),
                            forward=lambda inputs, labels: model(input_ids=inputs, labels=labels).loss,
                            autocast=autocast, batch=batch)
 
 
-def _frozen(torch):
+def _frozen(torch, fixed):
     import transformers
     config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
                                       num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
@@ -208,11 +217,11 @@ def _frozen(torch):
         logits = head(features[:, :-1]).float()
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
     return SimpleNamespace(model=head, parameters=list(head.parameters()),
-                           make_batch=_token_batches(torch, config.vocab_size, 4, 128, 4096),
+                           make_batch=_token_batches(torch, config.vocab_size, 4, 128, 4096, fixed),
                            forward=forward, autocast=False, batch=4)
 
 
-def _resnet(torch):
+def _resnet(torch, fixed):
     import torchvision
 
     class GlobalAveragePool(torch.nn.Module):
@@ -224,7 +233,7 @@ def _resnet(torch):
     model.avgpool = GlobalAveragePool()
     model.train()
     batch = 32
-    sizes = [random.Random(99 + i).choice([160, 192, 224, 256]) for i in range(BATCHES)]
+    sizes = _drawn([random.Random(99 + i).choice([160, 192, 224, 256]) for i in range(BATCHES)], fixed)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -237,7 +246,7 @@ def _resnet(torch):
                            autocast=True, batch=batch)
 
 
-def _t5(torch):
+def _t5(torch, fixed):
     import transformers
     # T5 v1.1-large's shape (gated GELU, untied embeddings); the ids of pad, end and decoder start are T5's.
     config = transformers.T5Config(vocab_size=32128, d_model=1024, d_kv=64, d_ff=2816, num_layers=24,
@@ -248,7 +257,7 @@ def _t5(torch):
     model.config.use_cache = False
     model.train()
     batch = 4
-    lengths = source_target_lengths(BATCHES)
+    lengths = _drawn(source_target_lengths(BATCHES), fixed)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -263,7 +272,7 @@ def _t5(torch):
                            shape=lambda step: {"source_tokens": lengths[step][0], "target_tokens": lengths[step][1]})
 
 
-def _lora(torch):
+def _lora(torch, fixed):
     import peft
     import transformers
     config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -277,14 +286,14 @@ def _lora(torch):
                                                "down_proj"])
     model = peft.get_peft_model(base, adapters)  # adapters in fp32 (autocast_adapter_dtype), the base frozen
     model.train()
-    lengths = sequence_lengths(BATCHES, *LORA_TOKENS)
+    lengths = _drawn(sequence_lengths(BATCHES, *LORA_TOKENS), fixed)
     return SimpleNamespace(model=model, parameters=[p for p in model.parameters() if p.requires_grad],
-                           make_batch=_token_batches(torch, config.vocab_size, 1, *LORA_TOKENS),
+                           make_batch=_token_batches(torch, config.vocab_size, 1, *LORA_TOKENS, fixed),
                            forward=lambda inputs, labels: model(input_ids=inputs, labels=labels).loss,
                            autocast=False, batch=1, shape=lambda step: {"tokens": lengths[step]})
 
 
-def _vit(torch):
+def _vit(torch, fixed):
     import timm
     model = timm.create_model("vit_large_patch16_224", pretrained=False, num_classes=1000, dynamic_img_size=True)
     for module in model.modules():  # eager attention: deterministic, as the other jobs' (no fused SDPA backward)
@@ -295,7 +304,7 @@ def _vit(torch):
     model.pos_embed.requires_grad_(False)
     model.train()
     batch = 16
-    sizes = image_sizes(BATCHES)
+    sizes = _drawn(image_sizes(BATCHES), fixed)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -309,7 +318,7 @@ def _vit(torch):
                            autocast=True, batch=batch, shape=lambda step: {"image_px": sizes[step]})
 
 
-def _kvgen(torch):
+def _kvgen(torch, fixed):
     import transformers
     # Llama-3.2-1B's shape (tied embeddings, 128k vocabulary) but with a key and value head per query head (32 of
     # 64): 128 KiB of cache per token, four times Llama-3.2-1B's, so that the cache weighs beside the 2.7 GB of
@@ -323,7 +332,7 @@ def _kvgen(torch):
     model.requires_grad_(False)
     model.eval()
     model.config.use_cache = True
-    requests = generation_requests(BATCHES)
+    requests = _drawn(generation_requests(BATCHES), fixed)
     generator = torch.Generator(device="cpu").manual_seed(7)
 
     def make_batch(step):
@@ -342,11 +351,12 @@ def _kvgen(torch):
 BUILDERS = {"resnet": _resnet, "frozen": _frozen, "t5": _t5, "lora": _lora, "vit": _vit, "kvgen": _kvgen}
 
 
-def build(name, torch):
+def build(name, torch, fixed_shapes=False):
     """The job `name` (one of NAMES), built on the current device (call under `with torch.device("cuda")`).
-    Imports what the job needs (transformers, torchvision, peft, timm) here, not at module load."""
+    Imports what the job needs (transformers, torchvision, peft, timm) here, not at module load. With
+    fixed_shapes every batch has the shape of the job's first draw."""
     if name not in NAMES:
         raise ValueError("unknown job %r (known: %s)" % (name, ", ".join(NAMES)))
     if name in BUILDERS:
-        return BUILDERS[name](torch)
-    return _lm(name, torch)
+        return BUILDERS[name](torch, fixed_shapes)
+    return _lm(name, torch, fixed_shapes)

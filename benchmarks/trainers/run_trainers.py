@@ -114,6 +114,8 @@ def run(model, label, mode, policy, extra, env_extra, args, deadline):
         command += ["--eval-every", str(args.eval_every), "--eval-batches", str(args.eval_batches)]
     if args.accumulate > 1:
         command += ["--accumulate", str(args.accumulate)]
+    if args.fixed_shapes:
+        command.append("--fixed-shapes")
     started = time.time()
     with open(os.path.join(args.out, slug + ".log"), "w") as log:
         try:
@@ -327,6 +329,8 @@ def main():
     parser.add_argument("--eval-batches", type=int, default=4, help="forward passes of one evaluation")
     parser.add_argument("--accumulate", type=int, default=1,
                         help="micro-batches per optimizer step of a training job (train_one.py --accumulate)")
+    parser.add_argument("--fixed-shapes", action="store_true",
+                        help="every step takes the shape of the job's first draw (train_one.py --fixed-shapes)")
     parser.add_argument("--livebytes", action="store_true",
                         help="the live-bytes set: --models declm,moe,frozen and, in alternation, --runs " + LIVEBYTES_RUNS
                              + " (unless given)")
@@ -366,6 +370,8 @@ def main():
               "CUBLAS_WORKSPACE_CONFIG=:4096:8; peak device used = max(total - free) from the driver, sampled "
               "every 10 ms from another process, minus the idle baseline." % (
                   first.get("gpu", "?"), first.get("torch", "?"), args.steps), ""]
+    if args.fixed_shapes:
+        header[-1:-1] = ["Fixed shapes: every step has the shape of the job's first draw (--fixed-shapes)."]
     replayed = fidelity(results, traces, os.path.abspath(args.cli)) if traces else []
     twice, clean = overlaps(traces, os.path.abspath(args.cli)) if traces else ([], True)
     if not clean:

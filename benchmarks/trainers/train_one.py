@@ -3,7 +3,7 @@
     python train_one.py --model gpt2m|llama|resnet|declm|moe|frozen|t5|lora|vit|kvgen
                         --mode native|expandable|async|fragctl|preload
                         [--policy arena] [--steps 12] [--report r.json] [--warmup-profile p.json]
-                        [--eval-every K [--eval-batches M]] [--accumulate K] --out run.json
+                        [--eval-every K [--eval-batches M]] [--accumulate K] [--fixed-shapes] --out run.json
 
 The allocator set-up outside this process (PYTORCH_CUDA_ALLOC_CONF,
 LD_PRELOAD, FRAGCTL_*) comes from run_trainers.py; in --mode fragctl this
@@ -23,7 +23,9 @@ the model in eval mode, on batches of their own; their losses are
 "eval_losses", their driver calls fall between "memory_calls_after_step"
 and the next step's "memory_calls_before_step", and their time is in no
 step's. With --accumulate K a training step is K micro-batches (forward and
-backward each, losses scaled by 1/K) and one optimizer step.
+backward each, losses scaled by 1/K) and one optimizer step. With
+--fixed-shapes every step has the shape of the job's first draw (jobs.py):
+a job whose shapes repeat.
 """
 import argparse
 import json
@@ -57,6 +59,8 @@ def arguments(argv=None):
     parser.add_argument("--eval-batches", type=int, default=4, help="forward passes of one evaluation")
     parser.add_argument("--accumulate", type=int, default=1,
                         help="a training job's step is this many forward and backward passes, then one optimizer step")
+    parser.add_argument("--fixed-shapes", action="store_true",
+                        help="every batch takes the shape of the job's first draw (a job whose shapes repeat)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.accumulate < 1 or args.eval_every < 0 or args.eval_batches < 1:
@@ -155,12 +159,13 @@ def train(args, result):
     warnings.showwarning = lambda message, *a, **k: caught.append(str(message))
 
     with torch.device("cuda"):
-        job = jobs.build(args.model, torch)
+        job = jobs.build(args.model, torch, args.fixed_shapes)
     optimizer = make_optimizer(job, torch)
     result["parameters"] = sum(p.numel() for p in job.model.parameters())
     result["trainable_parameters"] = sum(p.numel() for p in job.parameters)
     result["batch"] = job.batch
     result["train"] = getattr(job, "train", True)
+    result["fixed_shapes"] = args.fixed_shapes
     if hasattr(job, "shape"):
         result["shapes"] = step_shapes(job, args.steps, args.accumulate)
     step_times, losses, calls_after_step, calls_before_step, eval_losses, held = [], [], [], [], [], {}

@@ -196,11 +196,11 @@ def cpu_torch():
 
 @unittest.skipIf(torch is None, "PyTorch is not importable (tools/install-deps.sh --torch installs Debian's)")
 class JobsOnStandInsTest(unittest.TestCase):
-    def build(self, name):
+    def build(self, name, fixed_shapes=False):
         log = []
         with mock.patch.dict(sys.modules, fake_packages(log)), mock.patch.object(torch.Tensor, "cuda", lambda t: t):
             torch.manual_seed(0)
-            job = jobs.build(name, torch)
+            job = jobs.build(name, torch, fixed_shapes)
             optimizer = train_one.make_optimizer(job, torch)
             held, losses = {}, []
             for step in range(2):
@@ -265,6 +265,20 @@ class JobsOnStandInsTest(unittest.TestCase):
         self.assertEqual(cache, [p0] + [1] * (n0 - 1))  # one cache, fed one token at a time
         self.assertTrue(all(e[1] == (b0, 1) and e[2] is cache and e[4] == 1 for e in rest))
         self.assertEqual(forwards[n0][1:3], ((b1, p1), None))  # the next request starts a new cache
+
+    def test_with_fixed_shapes_every_step_has_the_first_draws_shape(self):
+        for name in ("t5", "lora", "vit", "kvgen"):
+            drawn, _ = self.build(name)
+            fixed, _ = self.build(name, fixed_shapes=True)  # build() checks steps 0 and 1's batches against shape
+            self.assertEqual([fixed.shape(i) for i in range(40)], [drawn.shape(0)] * 40, name)
+            self.assertNotEqual([drawn.shape(i) for i in range(40)], [drawn.shape(0)] * 40, name)
+        with mock.patch.object(torch.Tensor, "cuda", lambda t: t):  # the token jobs' batches (no shape())
+            fixed = jobs._token_batches(torch, 100, 2, 128, 4096, True)
+            drawn = jobs._token_batches(torch, 100, 2, 128, 4096, False)
+            lengths = {fixed(i)[0].shape[1] for i in range(20)}
+            drawn = {drawn(i)[0].shape[1] for i in range(20)}
+        self.assertEqual(lengths, {jobs.sequence_lengths(1, 128, 4096)[0]})
+        self.assertGreater(len(drawn), 1)
 
     def test_an_inference_step_has_no_gradients_and_a_training_step_has(self):
         grad_enabled = []
