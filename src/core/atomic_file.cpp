@@ -139,9 +139,18 @@ absl::StatusOr<output_file> output_file::open(const std::string& path, std::stri
 
   struct stat st {};
   bool follow = false;
+  bool exists = true;
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) return failed(what, "examine", path, errno);
     st.st_mode = S_IFREG;  // nothing there: created as a regular file
+    exists = false;
+  } else if (S_ISREG(st.st_mode)) {
+    // Replaced by a rename, which needs only the directory's write
+    // permission: a file this user may not write (another user's, or one
+    // made read-only) is refused as a shell's redirection refuses it.
+    if (::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) != 0)
+      return refused(what, path, fmt::format("a regular file this user may not write ({})", std::strerror(errno)),
+                     "not replaced");
   } else if (S_ISLNK(st.st_mode)) {
     if (!trusted_owner(st))
       return refused(what, path, fmt::format("a symbolic link of another user (uid {})", st.st_uid),
@@ -196,6 +205,13 @@ absl::StatusOr<output_file> output_file::open(const std::string& path, std::stri
     out.temporary_.clear();
     return absl::UnavailableError(
         fmt::format("{}: cannot create a temporary file beside \"{}\": {}", what, path, std::strerror(err)));
+  }
+  if (exists) {
+    // The file replaced keeps its permissions (a report made 0600 stays
+    // private) and, for root, its owner, as a redirection into it would.
+    // Best effort: the write goes on where either cannot be set.
+    (void)::fchmod(out.fd_, st.st_mode & 0777);
+    if (::geteuid() == 0) (void)::fchown(out.fd_, st.st_uid, st.st_gid);
   }
   struct stat created {};
   if (::fstat(out.fd_, &created) == 0) out.identity_ = identity_of(created);

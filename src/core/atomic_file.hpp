@@ -12,7 +12,9 @@
 //    nothing (renameat2 RENAME_NOREPLACE) or a regular file (RENAME_EXCHANGE,
 //    then the old file is checked and removed, or put back if it is not a
 //    regular file). A reader sees the old file or the new one, never a torn
-//    one.
+//    one. A regular file this user may not write is refused (the rename needs
+//    only the directory's permission); one replaced keeps its permission bits
+//    and, when root writes it, its owner.
 //  - a character device, or a FIFO of root or of this user: written into, in
 //    place (/dev/null, a terminal, a named pipe with a reader). Nothing is
 //    renamed. A FIFO without a reader is refused rather than waited for.

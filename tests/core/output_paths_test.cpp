@@ -151,6 +151,62 @@ TEST(output_paths, a_regular_file_or_nothing_is_replaced_whole) {
   EXPECT_EQ(temporaries_in(dir), 0u);
 }
 
+// Regression (red team, 2026-11-28): the rename that replaces a file needs
+// only the directory's write permission, so a user replaced a file it could
+// not write (root's, mode 0444, in a directory all may write), and a file
+// replaced lost its permissions (0600 came back 0644). A file this user may
+// not write is refused now, as a redirection into it is; one replaced keeps
+// its permission bits, and its owner when root writes it.
+TEST(output_paths, a_file_this_user_may_not_write_is_refused_and_a_replaced_one_keeps_its_mode) {
+  SKIP_UNLESS_ROOT("write as another user");
+  const fs::path dir = fresh_dir("not_writable");
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  const fs::path precious = dir / "precious.json";
+  write_text(precious, "keep");
+  ASSERT_EQ(::chmod(precious.c_str(), 0444), 0);
+  const fs::path own = dir / "own.json";  // positive control: one the other user may write
+  write_text(own, "old");
+  ASSERT_EQ(::chown(own.c_str(), nobody, nobody), 0);
+  int result[2];
+  ASSERT_EQ(::pipe(result), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setresgid(nobody, nobody, nobody) != 0 || ::setresuid(nobody, nobody, nobody) != 0) ::_exit(2);
+    const bool refused = !write_file_atomically(precious.string(), "replaced", "report").ok();
+    const bool written = write_file_atomically(own.string(), "new", "report").ok();
+    const char bytes[2] = {static_cast<char>(refused), static_cast<char>(written)};
+    ::_exit(::write(result[1], bytes, 2) == 2 ? 0 : 3);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char bytes[2] = {};
+  ASSERT_EQ(::read(result[0], bytes, 2), 2);
+  EXPECT_TRUE(bytes[0]) << "another user replaced a file it may not write";
+  EXPECT_EQ(read_file(precious), "keep");
+  EXPECT_TRUE(bytes[1]);
+  EXPECT_EQ(read_file(own), "new");
+
+  // Root replaces a read-only file (as a redirection does), keeping its mode
+  // and owner; a private report stays private.
+  ASSERT_TRUE(write_file_atomically(precious.string(), "root's", "report").ok());
+  const fs::path secret = dir / "secret.json";
+  write_text(secret, "old");
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  ASSERT_EQ(::chown(secret.c_str(), nobody, nobody), 0);
+  ASSERT_TRUE(write_file_atomically(secret.string(), "new", "report").ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(precious.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0444u);
+  EXPECT_EQ(read_file(precious), "root's");
+  ASSERT_EQ(::stat(secret.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, nobody);
+  EXPECT_EQ(read_file(secret), "new");
+  EXPECT_EQ(temporaries_in(dir), 0u);
+}
+
 // Regression (red team): a valid file name of 240 bytes could not be
 // written ("cannot create a temporary file beside ...: File name too long"):
 // the temporary's name added about 30 bytes past the 255-byte limit. Long
