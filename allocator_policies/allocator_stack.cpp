@@ -2,10 +2,15 @@
 // (fragctl/allocator_stack.hpp).
 #include "fragctl/allocator_stack.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "allocator_policies/graph_pool/graph_pool_policy.hpp"
 #include "allocator_policies/registry.hpp"
@@ -14,9 +19,48 @@
 #include "fragctl/device_memory.hpp"
 #include "fragctl/error.hpp"
 #include "fragctl/log.hpp"
+#include "fragctl/process_hooks.hpp"
 #include "fragctl/stats_export.hpp"
 
 namespace fragctl {
+namespace {
+
+// The file `path` names (an output's after expand_output_path), to tell
+// two of them apart: absolute, links in its directories resolved.
+std::string file_named(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  if (ec) return path;
+  const std::filesystem::path normal = std::filesystem::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal().string() : normal.string();
+}
+
+// Two outputs on one file: the one written last replaces the other (the
+// report written at exit over the whole trace), and an output on the
+// warmup profile replaces that input once it is read. The report is kept,
+// then the trace, then the Prometheus file; an output on the file of one
+// kept before it, or of the profile, is dropped with an error naming both.
+void drop_shared_outputs(config& cfg) {
+  std::vector<std::pair<std::string_view, std::string>> kept;
+  if (!cfg.warmup_profile.empty()) kept.emplace_back("warmup_profile", file_named(cfg.warmup_profile));
+  for (const auto& [name, path] : {std::pair<std::string_view, std::string*>{"report", &cfg.report_path},
+                                   {"trace", &cfg.trace_path},
+                                   {"prometheus", &cfg.prometheus_path}}) {
+    if (path->empty()) continue;
+    std::string file = file_named(expand_output_path(*path));
+    const auto same = std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k.second == file; });
+    if (same == kept.end()) {
+      kept.emplace_back(name, std::move(file));
+      continue;
+    }
+    logger().error("{} \"{}\" names the file of {} too: not written, so that it does not replace {}; name "
+                   "another file",
+                   name, *path, same->first, same->first == "warmup_profile" ? "that input" : "that output");
+    path->clear();
+  }
+}
+
+}  // namespace
 
 allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const config& cfg)
     : cfg_(cfg), backend_(std::move(backend)) {
@@ -26,6 +70,7 @@ allocator_stack::allocator_stack(std::unique_ptr<device_backend> backend, const 
         "FRAGCTL_LOG_LEVEL: unknown level \"{}\"; accepted: trace, debug, info, warn, error, critical, off",
         cfg_.log_level));
   }
+  drop_shared_outputs(cfg_);
   std::unique_ptr<device_allocator> top = build_configured_policy(cfg_, *backend_);
   auto limiting = std::make_unique<limiting_adaptor>(std::move(top), cfg_.limit != 0 ? cfg_.limit : SIZE_MAX);
   limiting_ = limiting.get();

@@ -6,6 +6,8 @@
 // with one event list per device; an event is {"action", "addr", "size",
 // "stream", "time_us", "frames", ...}. Only device_traces is kept while
 // parsing (stack frames and segments can be most of a large snapshot).
+#include <cstdint>
+
 #include "core/json_io.hpp"
 #include "nlohmann/json.hpp"
 #include "trace/formats.hpp"
@@ -117,21 +119,22 @@ absl::StatusOr<trace> parse_pytorch_snapshot(std::string_view content, std::stri
       continue;
     } else {
       return absl::InvalidArgumentError(fmt::format(
-          "{}: unknown action '{}' (expected alloc, free_requested, free_completed, "
+          "{}: unknown action {} (expected alloc, free_requested, free_completed, "
           "segment_alloc, segment_free, segment_map, segment_unmap, snapshot or oom)",
-          where(), action));
+          where(), quote(action)));
     }
     std::uint64_t size = 0;
     if (!get_integer(ev, "addr", e.addr) || !get_integer(ev, "size", size))
       return absl::InvalidArgumentError(
-          fmt::format("{}: '{}' event without a non-negative integer 'addr' and 'size'", where(), action));
+          fmt::format("{}: {} event without a non-negative integer 'addr' and 'size'", where(), quote(action)));
     e.size = static_cast<std::size_t>(size);
     if (ev.contains("stream") && !get_integer(ev, "stream", e.stream))
       return absl::InvalidArgumentError(fmt::format("{}: 'stream' is not a non-negative integer", where()));
     std::uint64_t time = 0;
     if (ev.contains("time_us")) {
-      if (!get_integer(ev, "time_us", time))
-        return absl::InvalidArgumentError(fmt::format("{}: 'time_us' is not a non-negative integer", where()));
+      if (!get_integer(ev, "time_us", time) || time > static_cast<std::uint64_t>(INT64_MAX))
+        return absl::InvalidArgumentError(
+            fmt::format("{}: 'time_us' is not a non-negative integer below 2^63", where()));
       e.time_us = static_cast<std::int64_t>(time);
     }
     t.events.push_back(e);

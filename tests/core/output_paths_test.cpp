@@ -509,6 +509,46 @@ TEST(output_paths, a_claim_held_by_another_user_gets_a_fallback_name_no_one_can_
   EXPECT_FALSE(fs::exists(path));
 }
 
+// Regression (red team, 2026-11-28): two outputs of one allocator on one
+// file, or an output on its warmup profile, replaced one another silently
+// (the report written at exit over the whole trace; the profile, once read,
+// by the trace). The report is kept, then the trace, then the Prometheus
+// file; the output on a file already taken is not written, and an error
+// names both.
+TEST(output_paths, outputs_on_one_file_or_on_the_warmup_profile_are_dropped_loudly) {
+  const fs::path dir = fresh_dir("shared_outputs");
+  const fs::path shared = dir / "shared";
+  {
+    const fragctl::testing::log_capture log;
+    config cfg = sim_config();
+    cfg.report_path = shared.string();
+    cfg.trace_path = (dir / "." / "shared").string();  // the same file, spelt otherwise
+    cfg.prometheus_path = cfg.report_path;
+    run_allocations(cfg, 2);
+    EXPECT_THAT(log.text(), HasSubstr("trace \"" + cfg.trace_path + "\" names the file of report too"));
+    EXPECT_THAT(log.text(), HasSubstr("prometheus \"" + cfg.report_path + "\" names the file of report too"));
+  }
+  EXPECT_EQ(read_file(shared).rfind("{", 0), 0u) << "the report was replaced";
+  EXPECT_EQ(temporaries_in(dir), 0u);
+
+  // An output on the warmup profile: the profile is read and kept.
+  const fs::path profile = dir / "profile.json";
+  fs::copy_file(shared, profile);
+  const std::string profile_text = read_file(profile);
+  {
+    const fragctl::testing::log_capture log;
+    config cfg = sim_config();
+    cfg.policy = "warmup:caching";
+    cfg.warmup_profile = profile.string();
+    cfg.trace_path = profile.string();
+    cfg.report_path = (dir / "report.json").string();  // control: a file of its own is written
+    run_allocations(cfg, 2);
+    EXPECT_THAT(log.text(), HasSubstr("names the file of warmup_profile too"));
+  }
+  EXPECT_EQ(read_file(profile), profile_text);
+  EXPECT_TRUE(fs::exists(dir / "report.json"));
+}
+
 // Regression (issue 27, M6): a trace followed a link planted at its path
 // (and at the "<path>.<pid>" fallback): it is refused, the link and its
 // target left as they are.

@@ -186,6 +186,27 @@ class InstalledWheelTest(unittest.TestCase):
             text = f.read()
         self.assertIn("3145728", text)
 
+    def test_fragctl_run_finds_a_report_named_relatively_or_with_placeholders(self):
+        # Regression (red team, 2026-11-28): `fragctl run` said "no report at
+        # ..." for a report it had written: a relative FRAGCTL_REPORT (its
+        # directory read as "") and a name with "%p" or "{rank}" (matched
+        # literally).
+        code = "import fragctl; a = fragctl.default_allocator(0); p = a.malloc(1 << 20)"
+        for name, extra in (("relative.json", {"FRAGCTL_REPORT": "relative.json"}),
+                            ("placeholder.%p.json", {}), ("ranked.{rank}.json", {"RANK": "7"})):
+            report = os.path.join(self.tmp.name, name)
+            env = dict(self.env, **extra)
+            options = [] if "FRAGCTL_REPORT" in extra else ["--report", name]
+            done = subprocess.run(["fragctl", "run", *SIM, *options, "--", self.python, "-c", code], env=env,
+                                  cwd=self.tmp.name, capture_output=True, text=True, timeout=120)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertNotIn("no report at", done.stderr)
+            written = re.search(r"fragctl run: report (\S+)", done.stderr)
+            self.assertIsNotNone(written, done.stderr)
+            expected = report.replace("%p", r"\d+").replace("{rank}", "7").replace(".", r"\.")
+            self.assertRegex(written.group(1), "^" + expected + "$")
+            self.assertTrue(os.path.isfile(written.group(1)))
+
     def test_fragctl_run_dies_of_the_programs_signal(self):
         done = self.run_here("fragctl", "run", *SIM, "--", self.python, "-c",
                              "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,8 +114,16 @@ TEST_F(FragctlCliConventions, AnOutputThatIsAnInputOrAnotherOutputIsRefusedAndTh
   const std::string report = two_device_report();
   const fs::path link = dir / "link.csv";
   fs::create_symlink(trace, link);
+  // A warmup profile (a report of an earlier run) is an input too (red team, 2026-11-28:
+  // `--conf warmup_profile:P,trace:P` replaced the profile with the replay's trace).
+  const fs::path profile = dir / "profile.json";
+  ASSERT_EQ(run_fragctl("replay '" + trace.string() + "' --backend sim --policy arena --conf report:" +
+                        profile.string(), ">/dev/null 2>&1")
+                .status,
+            0);
   const std::string trace_text = fragctl::testing::read_file(trace);
   const std::string report_text = fragctl::testing::read_file(report);
+  const std::string profile_text = fragctl::testing::read_file(profile);
   const auto q = [](const fs::path& p) { return "'" + p.string() + "'"; };
   struct refused {
     std::string args;
@@ -130,6 +139,16 @@ TEST_F(FragctlCliConventions, AnOutputThatIsAnInputOrAnotherOutputIsRefusedAndTh
       {"report " + q(report) + " --html " + q(dir / "page") + " --svg " + q(dir / "page"), "name the same file"},
       {"run --backend sim --report " + q(dir / "out") + " --trace " + q(dir / "out") + " -- true",
        "name the same file"},
+      {"replay " + q(trace) + " --backend sim --policy warmup:arena --conf warmup_profile:" + profile.string() +
+           ",trace:" + profile.string(),
+       "is the same file as the input"},
+      {"report " + q(trace) + " --backend sim --policy warmup:arena --conf warmup_profile:" + profile.string() +
+           ",report:" + profile.string(),
+       "is the same file as the input"},
+      {"run --backend sim --report " + q(dir / "out") + " --conf trace:" + (dir / "out").string() + " -- true",
+       "name the same file"},
+      {"run --backend sim --conf warmup_profile:" + profile.string() + ",report:" + profile.string() + " -- true",
+       "is the same file as the input"},
   };
   for (const refused& c : cases) {
     const run_result r = run_fragctl(c.args, "2>&1");
@@ -138,6 +157,7 @@ TEST_F(FragctlCliConventions, AnOutputThatIsAnInputOrAnotherOutputIsRefusedAndTh
   }
   EXPECT_EQ(fragctl::testing::read_file(trace), trace_text);
   EXPECT_EQ(fragctl::testing::read_file(report), report_text);
+  EXPECT_EQ(fragctl::testing::read_file(profile), profile_text);
   EXPECT_FALSE(fs::exists(dir / "page"));
   EXPECT_FALSE(fs::exists(dir / "out"));
   // Controls: other files, and one device named twice, are written.
@@ -146,6 +166,35 @@ TEST_F(FragctlCliConventions, AnOutputThatIsAnInputOrAnotherOutputIsRefusedAndTh
   EXPECT_EQ(run_fragctl("report " + q(report) + " --html " + q(dir / "page.html")).status, 0);
   EXPECT_TRUE(fs::exists(dir / "page.html"));
   fs::remove(report);
+}
+
+// Regression (red team, 2026-11-28): `fragctl replay` printed its error
+// lines raw, so a snapshot's unknown action (or a file name) could carry
+// terminal controls (a title change, a screen clear) to the user's
+// terminal; the other commands escaped them. Every line is escaped now, and
+// the reader quotes the action as it quotes CSV fields. A snapshot time of
+// 2^63 microseconds or more, cast to a negative one before, is refused.
+TEST_F(FragctlCliConventions, ReplayErrorLinesReachTheTerminalEscaped) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fragctl::testing::fresh_dir("cli_conventions", "escaped_errors");
+  const fs::path snapshot = dir / "esc.json";
+  std::ofstream(snapshot) << R"({"device_traces":[[{"action":"\u001b]0;PWNED\u0007\u001b[2Jx","addr":1,"size":2}]]})";
+  for (const std::string command : {"replay --backend sim", "info", "report --backend sim"}) {
+    const run_result r = run_fragctl(command + " '" + snapshot.string() + "'", "2>&1");
+    EXPECT_NE(r.status, 0) << command;
+    EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << command << ": a raw escape reached the terminal: " << r.out;
+    EXPECT_EQ(r.out.find('\x07'), std::string::npos) << command << ": " << r.out;
+    EXPECT_NE(r.out.find("unknown action '\\x1b]0;PWNED\\x07\\x1b[2Jx'"), std::string::npos) << command << ": " << r.out;
+  }
+  const fs::path late = dir / "late.json";
+  std::ofstream(late) << R"({"device_traces":[[{"action":"alloc","addr":1,"size":2,"time_us":9223372036854775808}]]})";
+  const run_result r = run_fragctl("replay '" + late.string() + "' --backend sim", "2>&1");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("'time_us' is not a non-negative integer below 2^63"), std::string::npos) << r.out;
+  // Control: the largest time allowed is read.
+  const fs::path latest = dir / "latest.json";
+  std::ofstream(latest) << R"({"device_traces":[[{"action":"alloc","addr":1,"size":2,"time_us":9223372036854775807}]]})";
+  EXPECT_EQ(run_fragctl("info '" + latest.string() + "'").status, 0);
 }
 
 }  // namespace

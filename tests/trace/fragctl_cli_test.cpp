@@ -282,12 +282,47 @@ TEST_F(FragctlCli, RunShowsAQuotedEnvironmentValueWithItsEscapesWrittenOut) {
                                          fragctl::testing::fragctl_binary().string() +
                                          "' run --backend sim -- true 2>&1");
   };
-  const run_result hostile = run("max_split_size_mb:128\x1b[2J");
-  EXPECT_THAT(hostile.out, HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128\\x1b[2J is applied"));
+  const run_result hostile = run("max_split_size_mb:128,mine:\x1b[2J");
+  EXPECT_THAT(hostile.out,
+              HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,mine:\\x1b[2J is applied"));
   EXPECT_EQ(hostile.out.find('\x1b'), std::string::npos) << hostile.out;
   // Positive control: a plain value is quoted as it is.
   EXPECT_THAT(run("max_split_size_mb:128").out,
               HasSubstr("fragctl run: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 is applied"));
+}
+
+// Regression (a docs review, 2026-11-28): `fragctl run` moved a user's whole
+// PYTORCH_CUDA_ALLOC_CONF into FRAGCTL_CONF, so a PyTorch key fragctl has no
+// option for (pinned_use_cuda_host_register, garbage_collection_threshold)
+// stopped the run with exit 2, asking for the key to be left in
+// PYTORCH_CUDA_ALLOC_CONF, where the user had put it; and PyTorch never got
+// its own keys. Now fragctl takes what it applies, PyTorch keeps its pinned
+// host memory's keys (and any fragctl does not know), and the keys of
+// PyTorch's own device allocator, which the shim replaces, are left out,
+// each said on one line.
+TEST_F(FragctlCli, RunSharesAUsersPytorchConfBetweenFragctlAndPytorch) {
+  const auto run = [](const std::string& pytorch_conf, const std::string& options = "") {
+    return fragctl::testing::run_command("env -u FRAGCTL_CONF PYTORCH_CUDA_ALLOC_CONF='" + pytorch_conf + "' '" +
+                                         fragctl::testing::fragctl_binary().string() + "' run --backend sim " +
+                                         options + " -- true 2>&1");
+  };
+  const run_result mixed =
+      run("max_split_size_mb:128,garbage_collection_threshold:0.6,pinned_use_cuda_host_register:True");
+  EXPECT_NE(mixed.status, 2) << mixed.out;
+  EXPECT_THAT(mixed.out, HasSubstr("fragctl takes max_split_size_mb:128 (as FRAGCTL_CONF); PyTorch gets "
+                                   "backend:cudaMallocAsync,pinned_use_cuda_host_register:True; left out: "
+                                   "garbage_collection_threshold:0.6"));
+  const run_result torch_only = run("roundup_power2_divisions:4,pinned_num_register_threads:2");
+  EXPECT_NE(torch_only.status, 2) << torch_only.out;
+  EXPECT_THAT(torch_only.out, HasSubstr("fragctl takes nothing; PyTorch gets "
+                                        "backend:cudaMallocAsync,pinned_num_register_threads:2; left out: "
+                                        "roundup_power2_divisions:4"));
+  EXPECT_THAT(run("max_split_size_mb:128", "--conf limit:1GiB").out,
+              HasSubstr("fragctl takes nothing (--conf is given; max_split_size_mb:128 not applied)"));
+  // Control: a bad value of a key fragctl applies still stops the run.
+  const run_result bad = run("max_split_size_mb:0,pinned_use_cuda_host_register:True");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("bad value \"0\" for max_split_size_mb"));
 }
 
 // Regression (red team): `fragctl run` checked --policy and --backend but

@@ -121,6 +121,10 @@ extern const option_spec require_complete_option;
 /// prometheus, as this process expands them), for refuse_shared_outputs.
 [[nodiscard]] std::vector<named_path> config_outputs(const config& cfg);
 
+/// The files a replay under `cfg` reads besides its traces (the warmup
+/// profile), for refuse_shared_outputs.
+[[nodiscard]] std::vector<named_path> config_inputs(const config& cfg);
+
 /// Every positional argument of `args`, named `name` ("TRACE"), for
 /// refuse_shared_outputs.
 [[nodiscard]] std::vector<named_path> positional_inputs(const arguments& args, std::string_view name);

@@ -131,6 +131,10 @@ std::vector<named_path> config_outputs(const config& cfg) {
           {"--conf prometheus:", expand_output_path(cfg.prometheus_path)}};
 }
 
+std::vector<named_path> config_inputs(const config& cfg) {
+  return {{"--conf warmup_profile:", cfg.warmup_profile}};
+}
+
 std::vector<named_path> positional_inputs(const arguments& args, std::string_view name) {
   std::vector<named_path> inputs;
   for (const std::string& path : args.positional) inputs.push_back({name, path});
@@ -184,7 +188,9 @@ int run_replay(const arguments& args) {
   if (args.positional.empty())
     throw usage_error("no trace given\nRun 'fragctl replay --help' for its options.");
   const config cfg = replay_config(args);
-  refuse_shared_outputs(config_outputs(cfg), positional_inputs(args, "TRACE"));
+  std::vector<named_path> inputs = positional_inputs(args, "TRACE");
+  for (named_path& in : config_inputs(cfg)) inputs.push_back(std::move(in));
+  refuse_shared_outputs(config_outputs(cfg), inputs);
   const std::vector<std::string> policy_names = policy_list(args);
   const bool json = args.has("json");
   const replay_lag lag = replay_lag_option(args, cfg);
@@ -208,7 +214,7 @@ int run_replay(const arguments& args) {
       throw;
     } catch (const std::runtime_error& e) {  // unreadable: the other traces' results still count
       progress.clear();
-      std::fprintf(stderr, "fragctl replay: %s\n", e.what());
+      std::fprintf(stderr, "fragctl replay: %s\n", util::printable_lines(e.what()).c_str());
       status = 1;
       continue;
     }
@@ -248,7 +254,7 @@ int run_replay(const arguments& args) {
       } catch (const fragctl::error& e) {
         progress.clear();
         std::fprintf(stderr, "fragctl replay: %s with policy %s: %s\n", util::printable(t.name).c_str(),
-                     policy.empty() ? "default" : policy.c_str(), e.what());
+                     policy.empty() ? "default" : policy.c_str(), util::printable_lines(e.what()).c_str());
         status = 1;
       }
     }

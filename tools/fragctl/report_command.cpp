@@ -114,7 +114,9 @@ int run_report(const arguments& args) {
   std::vector<named_path> outputs = config_outputs(options.replay.cfg);
   outputs.push_back({"--html", args.get("html").value_or("")});
   outputs.push_back({"--svg", args.get("svg").value_or("")});
-  refuse_shared_outputs(outputs, positional_inputs(args, "FILE"));
+  std::vector<named_path> inputs = positional_inputs(args, "FILE");
+  for (named_path& in : config_inputs(options.replay.cfg)) inputs.push_back(std::move(in));
+  refuse_shared_outputs(outputs, inputs);
   const std::vector<std::string> policies = policy_list(args);
   if (const auto device = args.get("snapshot-device")) {
     std::int64_t d = 0;

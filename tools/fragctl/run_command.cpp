@@ -18,13 +18,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "command.hpp"
 #include "fmt/format.h"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
+#include "util/pytorch_conf.hpp"
 #include "util/strings.hpp"
 
 namespace fragctl::cli {
@@ -78,20 +81,43 @@ bool says_async_backend(std::string_view conf) {
   return conf.find("backend:cudaMallocAsync") != std::string_view::npos;
 }
 
-/// PyTorch's own keys of PYTORCH_CUDA_ALLOC_CONF, less `backend`.
-std::string without_backend(std::string_view conf) {
-  std::string kept;
-  for (const std::string_view item : util::split(conf, ',')) {
-    if (item.empty() || item.rfind("backend:", 0) == 0) continue;
-    if (!kept.empty()) kept.push_back(',');
-    kept.append(item);
+/// A user's PYTORCH_CUDA_ALLOC_CONF under the shim, item by item (`backend`
+/// left out: the shim needs cudaMallocAsync).
+struct pytorch_conf_parts {
+  std::string fragctl;  ///< what fragctl applies (max_split_size_mb, expandable_segments)
+  std::string torch;    ///< what stays PyTorch's: its pinned host memory's keys, and keys fragctl does not know
+  std::string dropped;  ///< keys of PyTorch's own device allocator, which the shim replaces
+};
+
+pytorch_conf_parts split_pytorch_conf(std::string_view conf) {
+  pytorch_conf_parts parts;
+  const auto append = [](std::string& to, std::string_view item) {
+    if (!to.empty()) to.append(",");
+    to.append(item);
+  };
+  for (std::string_view item : util::split(conf, ',')) {
+    item = util::trim(item);
+    const std::size_t colon = item.find(':');
+    const std::string_view key = util::trim(item.substr(0, colon));
+    if (item.empty() || key == "backend") continue;
+    config scratch;
+    const auto applied = util::apply_pytorch_key(
+        scratch, key, colon == std::string_view::npos ? std::string_view() : item.substr(colon + 1));
+    if (!applied || key.starts_with("pinned_")) {
+      append(parts.torch, item);  // PyTorch judges a key neither knows, as it would without fragctl
+    } else if (applied->ok() || key == "max_split_size_mb" || key == "expandable_segments") {
+      append(parts.fragctl, item);  // a bad value is refused with the reason below
+    } else {
+      append(parts.dropped, item);
+    }
   }
-  return kept;
+  return parts;
 }
 
 /// Sets the child's environment from the options; checks the policy and the
 /// options first, so that a typo stops here rather than in every worker.
-void prepare_environment(const arguments& args, const fs::path& shim) {
+/// Sets the program's environment; returns the report path it will write.
+std::string prepare_environment(const arguments& args, const fs::path& shim) {
   // The option, or else the variable the program would read: a bad value
   // of either stops here (before, a bad FRAGCTL_POLICY failed every
   // allocation of the program, which ran on).
@@ -109,30 +135,50 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
     set("FRAGCTL_BACKEND", *value);
   }
   // PyTorch reaches the shim through cudaMallocAsync. A user's own
-  // PYTORCH_CUDA_ALLOC_CONF keys (max_split_size_mb, expandable_segments)
-  // are fragctl's to apply under the shim: they move to FRAGCTL_CONF unless
-  // fragctl's options are given.
+  // PYTORCH_CUDA_ALLOC_CONF is shared out: the keys fragctl applies
+  // (max_split_size_mb, expandable_segments) move to FRAGCTL_CONF unless
+  // fragctl's options are given; PyTorch keeps its pinned host memory's keys
+  // and any fragctl does not know; the keys of PyTorch's own device
+  // allocator, which the shim replaces, are left out, saying so.
   const std::string pytorch_conf = env_or("PYTORCH_CUDA_ALLOC_CONF", "");
   std::string conf = args.get("conf").value_or(env_or("FRAGCTL_CONF", ""));
   std::string conf_source = args.has("conf") ? "--conf" : "FRAGCTL_CONF";
+  std::string shared_out;  // said once the options are checked
   if (!says_async_backend(pytorch_conf)) {
-    const std::string moved = without_backend(pytorch_conf);
-    if (!moved.empty() && !args.has("conf") && !environment_value("FRAGCTL_CONF")) {
-      conf = moved;
+    const pytorch_conf_parts parts = split_pytorch_conf(pytorch_conf);
+    const std::string torch =
+        parts.torch.empty() ? std::string(torch_backend) : fmt::format("{},{}", torch_backend, parts.torch);
+    const bool options_given = args.has("conf") || environment_value("FRAGCTL_CONF").has_value();
+    if (!parts.fragctl.empty() && !options_given) {
+      conf = parts.fragctl;
       conf_source = "PYTORCH_CUDA_ALLOC_CONF (which fragctl run applies as FRAGCTL_CONF)";
-      std::fprintf(stderr, "fragctl run: PYTORCH_CUDA_ALLOC_CONF=%s is applied by fragctl (FRAGCTL_CONF); "
-                   "PyTorch gets %s\n", util::printable(pytorch_conf).c_str(), torch_backend);
     }
-    set("PYTORCH_CUDA_ALLOC_CONF", torch_backend);
+    if (!util::trim(pytorch_conf).empty()) {
+      std::string takes = "nothing";
+      if (!parts.fragctl.empty())
+        takes = options_given ? fmt::format("nothing ({} is given; {} not applied)", conf_source, parts.fragctl)
+                              : fmt::format("{} (as FRAGCTL_CONF)", parts.fragctl);
+      shared_out = util::printable(fmt::format(
+          "PYTORCH_CUDA_ALLOC_CONF={} is applied: fragctl takes {}; PyTorch gets {}{}", pytorch_conf, takes, torch,
+          parts.dropped.empty()
+              ? ""
+              : fmt::format("; left out: {} (PyTorch's own device allocator's, which fragctl replaces here)",
+                            parts.dropped)));
+    }
+    set("PYTORCH_CUDA_ALLOC_CONF", torch);
   }
+  config conf_cfg;  // the options' files: outputs and the warmup profile
   if (!conf.empty()) {
-    if (auto parsed = parse_config(conf); !parsed.ok()) {
+    auto parsed = parse_config(conf);
+    if (!parsed.ok()) {
       std::string message(parsed.status().message());
       if (message.rfind("FRAGCTL_CONF: ", 0) == 0) message.erase(0, std::string_view("FRAGCTL_CONF: ").size());
       throw usage_error(fmt::format("{}: {}", conf_source, message));
     }
+    conf_cfg = *std::move(parsed);
     set("FRAGCTL_CONF", conf);
   }
+  if (!shared_out.empty()) std::fprintf(stderr, "fragctl run: %s\n", shared_out.c_str());
   for (const auto& [option, variable] : {std::pair{"report", "FRAGCTL_REPORT"}, {"prometheus", "FRAGCTL_PROMETHEUS"},
                                          {"trace", "FRAGCTL_TRACE"}}) {
     if (const auto path = args.get(option)) {
@@ -140,12 +186,16 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
       set(variable, fs::absolute(*path).string());
     }
   }
-  if (!environment_value("FRAGCTL_REPORT"))
+  if (!environment_value("FRAGCTL_REPORT") && conf_cfg.report_path.empty())
     set("FRAGCTL_REPORT", (fs::current_path() / fmt::format("fragctl.{}.report.json", ::getpid())).string());
-  refuse_shared_outputs({{"the report (--report, FRAGCTL_REPORT)", env_or("FRAGCTL_REPORT", "")},
-                         {"the Prometheus file (--prometheus, FRAGCTL_PROMETHEUS)", env_or("FRAGCTL_PROMETHEUS", "")},
-                         {"the trace (--trace, FRAGCTL_TRACE)", env_or("FRAGCTL_TRACE", "")}},
-                        {});
+  // The variables win over the options' keys (docs/configuration.md), so
+  // each output is the variable's file, else the key's.
+  refuse_shared_outputs(
+      {{"the report (--report, FRAGCTL_REPORT, report:)", env_or("FRAGCTL_REPORT", conf_cfg.report_path)},
+       {"the Prometheus file (--prometheus, FRAGCTL_PROMETHEUS, prometheus:)",
+        env_or("FRAGCTL_PROMETHEUS", conf_cfg.prometheus_path)},
+       {"the trace (--trace, FRAGCTL_TRACE, trace:)", env_or("FRAGCTL_TRACE", conf_cfg.trace_path)}},
+      {{"the warmup profile (warmup_profile:)", conf_cfg.warmup_profile}});
   // The pinned host tier's jemalloc needs 2.6 KiB of static TLS, which only
   // a library loaded at start-up gets (docs/packaging.md): preloaded beside
   // the shim, a Python program's offload store uses it.
@@ -155,6 +205,7 @@ void prepare_environment(const arguments& args, const fs::path& shim) {
     ours.append(":").append(jemalloc.string());
   if (const std::string preload = env_or("LD_PRELOAD", ""); !preload.empty()) ours.append(":").append(preload);
   set("LD_PRELOAD", ours);
+  return env_or("FRAGCTL_REPORT", conf_cfg.report_path);
 }
 
 pid_t child = -1;
@@ -167,16 +218,47 @@ void forward(int sig, siginfo_t* info, void*) {
 
 constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
 
-/// Files the program wrote under `path`: the path itself and the per-process
-/// names the library chooses when several processes share it (docs/integration.md).
+/// Whether "{`name`}" is a placeholder of an output path (expand_output_path).
+bool is_placeholder(std::string_view name) {
+  return name == "pid" || name == "rank" || name == "local_rank" || name == "world_size" || name == "host";
+}
+
+/// A file name of the report path `name` as processes write it: its
+/// placeholders ("%p", "{rank}", ...; expand_output_path) expanded to any
+/// value, and the per-process names the library chooses when several
+/// processes share one ("<name>.<pid>", "<name>.<pid>.<suffix>";
+/// docs/integration.md), never a temporary.
+std::regex report_names(std::string_view name) {
+  std::string pattern;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const std::string_view rest = name.substr(i);
+    if (rest.starts_with("%%")) {
+      pattern += '%';
+      ++i;
+    } else if (rest.starts_with("%p")) {
+      pattern += "[0-9]+";
+      ++i;
+    } else if (const std::size_t close = rest.find('}'); rest.starts_with('{') && close != std::string_view::npos &&
+                                                        is_placeholder(rest.substr(1, close - 1))) {
+      pattern += rest.starts_with("{host}") ? "[^/]+" : "[0-9]+";
+      i += close;
+    } else {
+      if (std::string_view(".[]{}()\\*+?^$|").find(name[i]) != std::string_view::npos) pattern += '\\';
+      pattern += name[i];
+    }
+  }
+  return std::regex(pattern + "(\\.[^.]+)*");
+}
+
+/// Files the program wrote under `path` (report_names) since `since`.
 std::vector<fs::path> written(const fs::path& path, fs::file_time_type since) {
   std::vector<fs::path> found;
   std::error_code ec;
-  const std::string stem = path.filename().string();
+  const std::regex names = report_names(path.filename().string());
   for (const fs::directory_entry& e : fs::directory_iterator(path.parent_path(), ec)) {
     const std::string name = e.path().filename().string();
-    const bool ours = name == stem || (name.rfind(stem + ".", 0) == 0 && name.find(".tmp") == std::string::npos);
-    if (ours && e.is_regular_file(ec) && e.last_write_time(ec) >= since) found.push_back(e.path());
+    if (!std::regex_match(name, names) || name.find(".tmp.") != std::string::npos) continue;
+    if (e.is_regular_file(ec) && e.last_write_time(ec) >= since) found.push_back(e.path());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -192,9 +274,12 @@ const command_spec& run_spec() {
       "COMMAND runs with libfragctl_preload.so preloaded (its children too: torchrun's workers;\n"
       "libfragctl_jemalloc.so too, for the offload store's pinned host tier),\n"
       "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync so that PyTorch's allocations reach it,\n"
-      "and FRAGCTL_* set from the options; a PYTORCH_CUDA_ALLOC_CONF of the user's own is applied\n"
-      "by fragctl (moved to FRAGCTL_CONF). Without --report, each process writes its report to\n"
-      "fragctl.<pid>.report.json here. Signals reach COMMAND; fragctl run exits as COMMAND did.\n"
+      "and FRAGCTL_* set from the options. A PYTORCH_CUDA_ALLOC_CONF of the user's own is shared\n"
+      "out: fragctl applies max_split_size_mb and expandable_segments (as FRAGCTL_CONF), PyTorch\n"
+      "keeps its pinned_* keys, and its device allocator's other keys are left out (one line says\n"
+      "which). Without --report, the report goes to fragctl.<pid>.report.json here (<pid> this\n"
+      "command's; other processes add .<their pid>). Signals reach COMMAND; fragctl run exits as\n"
+      "COMMAND did.\n"
       "Options end at COMMAND: `fragctl run python train.py --lr 1` passes --lr to train.py.\n"
       "Example: fragctl run --policy arena --report train.json -- torchrun --nproc-per-node 2 train.py\n",
       {{"policy", "P", "allocation policy (FRAGCTL_POLICY): arena, caching, buckets:arena, ..."},
@@ -212,8 +297,10 @@ int run_run(const arguments& args) {
   if (args.positional.empty()) throw usage_error("expected a COMMAND to run\nRun 'fragctl run --help' for its options.");
   const fs::path shim = find_shim(args);
   if (!fs::is_regular_file(shim)) throw std::runtime_error(fmt::format("{}: no such file", shim.string()));
-  prepare_environment(args, shim);
-  const fs::path report = env_or("FRAGCTL_REPORT", "");
+  const std::string report_path = prepare_environment(args, shim);
+  // Absolute, so that its directory can be read (a relative FRAGCTL_REPORT's is "").
+  std::error_code ec;
+  const fs::path report = fs::absolute(report_path, ec);
   const auto started = fs::file_time_type::clock::now() - std::chrono::seconds(1);
 
   std::vector<char*> argv;
