@@ -98,6 +98,9 @@ struct run_report {
   replay_result replay;            ///< replays only (kind == "replay")
   writer_rank writer;              ///< JSON reports only
   std::vector<hang_note> hangs;    ///< JSON reports only: its process's hung collectives
+  /// Replays only: why the trace replayed is not whole (completeness_note()
+  /// of a cut trace: its writer was killed), else empty.
+  std::string cut_note;
 };
 
 /// How load_run_reports treats a trace.

@@ -109,7 +109,9 @@ struct trace_options {
                                                 const trace_options& options = {});
 
 /// Writes `t` as fragctl CSV (header, then one row per event with actions
-/// `alloc` and `free_requested`); gzip-compressed when `path` ends in ".gz".
+/// `alloc` and `free_requested`, then an `end` row counting them);
+/// gzip-compressed when `path` ends in ".gz". A `t` read cut is written cut
+/// (the line promising an end row, and no end row), so it reads cut again.
 /// Ignored rows are not written. Errors: the file cannot be written.
 [[nodiscard]] absl::Status write_trace_csv(const trace& t, const std::string& path);
 

@@ -42,7 +42,9 @@ class replay_observer {
   }
 
   void operator()(const replay_sample& s, const device_allocator& a) {
-    const double ms = static_cast<double>(s.time_us - first_time_) / 1000.0;
+    // In double: times a hostile trace spreads over more than 2^63 us must
+    // not overflow (UBSan) where only the milliseconds are wanted.
+    const double ms = (static_cast<double>(s.time_us) - static_cast<double>(first_time_)) / 1000.0;
     bucket_.event = s.event;
     bucket_.time_ms = ms;
     bucket_.requested = std::max(bucket_.requested, s.requested);
@@ -316,10 +318,17 @@ absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path
   }
   auto t = read_trace(path, options.trace);
   if (!t.ok()) return t.status();
+  if (t->events.empty()) {  // a report of 0 B would read as a result
+    return absl::InvalidArgumentError(
+        fmt::format("{}: no allocation or free to replay ({} other rows): nothing was recorded, or the recording "
+                    "process ended before writing its rows (docs/traces.md)",
+                    path, t->ignored_rows));
+  }
   try {
     std::vector<run_report> out;
     out.push_back(replay_run_report(*t, options));
     out.back().source = path;
+    if (t->completeness == trace_completeness::cut) out.back().cut_note = completeness_note(*t);
     return out;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(fmt::format("{}: replay failed: {}", path, e.what()));

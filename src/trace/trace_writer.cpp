@@ -3,7 +3,9 @@
 // a temporary name beside the path and put there only once whole, so a
 // convert killed or out of disk leaves what the path held before, and nothing
 // but a regular file is ever replaced. It ends with an `end` row counting its
-// rows (docs/traces.md), so a reader tells a whole file from a cut one.
+// rows (docs/traces.md), so a reader tells a whole file from a cut one; a
+// trace that was read cut is written cut (the promise of an end row, and
+// none), so that converting it does not make it read as whole.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 
 #include "core/atomic_file.hpp"
 #include "fmt/format.h"
+#include "fragctl/adaptors.hpp"
 #include "fragctl/trace.hpp"
 #include "util/strings.hpp"
 #include "zlib.h"
@@ -39,15 +42,19 @@ absl::Status write_trace_csv(const trace& t, const std::string& path) {
                    static_cast<int>(buffer.size());
     buffer.clear();
   };
+  const bool cut = t.completeness == trace_completeness::cut;
   fmt::format_to(std::back_inserter(buffer), "action,addr,size,stream,time_us\n");
+  if (cut) fmt::format_to(std::back_inserter(buffer), "{}\n", trace_end_row_promise);
   for (const trace_event& e : t.events) {
     fmt::format_to(std::back_inserter(buffer), "{},{},{},{},{}\n",
                    e.kind == trace_event::action::alloc ? "alloc" : "free_requested", e.addr,
                    e.size, e.stream, e.time_us);
     if (buffer.size() >= (1u << 20)) flush();
   }
-  fmt::format_to(std::back_inserter(buffer), "end,0,{},0,{}\n", t.events.size(),
-                 t.events.empty() ? 0 : t.events.back().time_us);
+  if (!cut) {
+    fmt::format_to(std::back_inserter(buffer), "end,0,{},0,{}\n", t.events.size(),
+                   t.events.empty() ? 0 : t.events.back().time_us);
+  }
   flush();
   int code = Z_OK;
   const std::string error = ok ? std::string() : gzerror(file, &code);

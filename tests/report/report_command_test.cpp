@@ -16,6 +16,7 @@
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/policy.hpp"
 #include "fragctl/process_hooks.hpp"
+#include "fragctl/run_report.hpp"
 #include "nlohmann/json.hpp"
 #include "support/test_support.hpp"
 
@@ -149,6 +150,49 @@ TEST_F(report_command, errors) {
   EXPECT_EQ(no_map.status, 1);
   EXPECT_THAT(no_map.out, HasSubstr("no run has a memory map"));
   EXPECT_THAT(run_fragctl("report --help").out, HasSubstr("Usage: fragctl report [OPTIONS] FILE..."));
+}
+
+// Regressions (red team, 2026-11-28): `fragctl report` replayed a cut
+// trace without the warning replay and info give, reported an empty trace
+// as a summary of 0 B with exit 0, and its timeline subtracted times as
+// 64-bit integers (a trace spanning more than 2^63 us overflowed: UBSan).
+// `fragctl convert` wrote a cut trace with an end row, so the copy read as
+// whole (`info --require-complete` passed it).
+TEST_F(report_command, a_cut_an_empty_or_a_far_spread_trace_is_said_so) {
+  const fs::path cut = dir_ / "cut.csv";
+  std::ofstream(cut) << "action,addr,size,stream,time_us\n"
+                        "# fragctl trace: complete when its last row is an end row\n"
+                        "alloc,4096,100,0,1\n";
+  const run_result r = run_fragctl("report '" + cut.string() + "'", "2>&1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("fragctl report: warning: " + cut.string() + ": the trace is cut"));
+  const run_result converted =
+      run_fragctl("convert '" + cut.string() + "' '" + (dir_ / "copy.csv").string() + "'", "2>&1");
+  EXPECT_EQ(converted.status, 0) << converted.out;
+  EXPECT_THAT(converted.out, HasSubstr("fragctl convert: warning: " + cut.string() + ": the trace is cut"));
+  const run_result copy = run_fragctl("info --require-complete '" + (dir_ / "copy.csv").string() + "'", "2>&1");
+  EXPECT_EQ(copy.status, 1) << copy.out;
+  EXPECT_THAT(copy.out, HasSubstr("the trace is cut"));
+  // Control: a whole trace converts to a whole one, without a warning.
+  const run_result whole =
+      run_fragctl("convert '" + test_data("tiny_fragctl.csv") + "' '" + (dir_ / "whole.csv").string() + "'", "2>&1");
+  EXPECT_EQ(whole.out.find("warning"), std::string::npos) << whole.out;
+  EXPECT_EQ(run_fragctl("info --require-complete '" + (dir_ / "whole.csv").string() + "'").status, 0);
+
+  const fs::path empty = dir_ / "empty.csv";
+  std::ofstream(empty) << "action,addr,size,stream,time_us\n";
+  const run_result nothing = run_fragctl("report '" + empty.string() + "'", "2>&1");
+  EXPECT_EQ(nothing.status, 1) << nothing.out;
+  EXPECT_THAT(nothing.out, HasSubstr("no allocation or free to replay"));
+
+  const fs::path spread = dir_ / "spread.csv";
+  std::ofstream(spread) << "action,addr,size,stream,time_us\n"
+                           "alloc,4096,100,0,-9223372036854775808\n"
+                           "free_requested,4096,100,0,9223372036854775807\n";
+  const auto runs = load_run_reports(spread.string());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_FALSE(runs->front().time.points.empty());
+  EXPECT_GT(runs->back().time.points.back().time_ms, 1e15);
 }
 
 // Issue 27, H1 and the terminal: a report whose pool would close the SVG and

@@ -139,6 +139,9 @@ int run_report(const arguments& args) {
       progress.clear();
       if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().message()));
       const bool replayed = !loaded->empty() && loaded->front().kind == "replay";
+      if (replayed && i == 0 && !loaded->front().cut_note.empty())  // as replay and info warn
+        std::fprintf(stderr, "fragctl report: warning: %s: %s\n", util::printable(path).c_str(),
+                     loaded->front().cut_note.c_str());
       for (fragctl::run_report& r : *loaded) runs.push_back(std::move(r));
       if (!replayed) break;  // a JSON file does not depend on --policy
     }

@@ -60,7 +60,9 @@ const command_spec& convert_spec() {
       "Convert a trace in any readable format to fragctl CSV (gzip-compressed when OUT ends in .gz).",
       "IN may be fragctl CSV, a PyTorch snapshot (JSON or the pickle _dump_snapshot() writes) or\n"
       "an RMM logging_resource_adaptor CSV, plain or gzip-compressed. Only allocs and frees are\n"
-      "written; the recording allocator's own rows (segment_*, free_completed, ...) are dropped.\n",
+      "written; the recording allocator's own rows (segment_*, free_completed, ...) are dropped.\n"
+      "A cut IN (its writer was killed: docs/traces.md) is written cut too, with a warning, so\n"
+      "that OUT does not read as whole.\n",
       {snapshot_device_option}};
   return spec;
 }
@@ -71,6 +73,7 @@ int run_convert(const arguments& args) {
                                   args.positional.size()));
   refuse_shared_outputs({{"OUT", args.positional[1]}}, {{"IN", args.positional[0]}});
   const trace t = load_trace(args.positional[0], args);
+  (void)check_completeness("convert", args.positional[0], t, args);  // warns for a cut trace: written cut too
   if (const absl::Status s = write_trace_csv(t, args.positional[1]); !s.ok())
     throw std::runtime_error(std::string(s.message()));
   std::printf("%s: %zu events (%s) written to %s; %llu rows not replayable dropped\n",
