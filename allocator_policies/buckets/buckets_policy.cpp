@@ -90,6 +90,7 @@ struct buckets_policy::impl {
   std::vector<std::unique_ptr<slab>> slabs_;
   absl::flat_hash_map<std::uintptr_t, slab_cell> cells_;
   std::vector<std::unique_ptr<stream_pool>> pools_;
+  absl::flat_hash_map<stream_t, stream_pool*> pool_of_;  ///< pools_ by stream (a scan of 100,000 was quadratic)
   stream_t last_stream_ = nullptr;
   stream_pool* last_pool_ = nullptr;
   std::vector<std::size_t> empty_per_class_;
@@ -192,16 +193,17 @@ buckets_policy::impl::stream_pool& buckets_policy::impl::pool_for(stream_t strea
 }
 
 buckets_policy::impl::stream_pool& buckets_policy::impl::find_or_add_pool(stream_t stream) {
-  stream_pool* found = nullptr;
-  for (const auto& p : pools_) {
-    if (p->stream == stream) found = p.get();
-  }
+  const auto at = pool_of_.find(stream);
+  stream_pool* found = at == pool_of_.end() ? nullptr : at->second;
   if (found == nullptr) {
     auto pool = std::make_unique<stream_pool>();
     pool->stream = stream;
     pool->open.resize(classes_);
     found = pool.get();
+    pools_.reserve(pools_.size() + 1);  // then nothing below throws before both tables hold it
+    pool_of_.reserve(pool_of_.size() + 1);
     pools_.push_back(std::move(pool));
+    pool_of_.emplace(stream, found);
   }
   last_stream_ = stream;
   last_pool_ = found;
@@ -485,6 +487,7 @@ void buckets_policy::impl::forget_stream(stream_t stream) noexcept {
       }
     }
     pools_.erase(ended);
+    pool_of_.erase(stream);
     last_stream_ = nullptr;
   }
   for (std::uint32_t i = 0; i < unfenced_.size(); ++i) {

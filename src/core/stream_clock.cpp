@@ -24,14 +24,19 @@ std::uint32_t stream_clock::lookup(stream_t stream) {
   auto it = find(stream);
   if (it == streams_.end()) {
     // An ended stream's index first: its tick runs on, so stamps it gave
-    // stay complete (its completed tick covers them).
-    it = std::find_if(streams_.begin(), streams_.end(), [](const stream_state& s) { return s.ended; });
-    if (it == streams_.end()) {
+    // stay complete (its completed tick covers them). Room in both tables
+    // first, so that a throw leaves the clock as it was.
+    index_.reserve(index_.size() + 1);
+    if (ended_.empty()) {
       streams_.emplace_back();
       it = streams_.end() - 1;
+    } else {
+      it = streams_.begin() + ended_.back();
+      ended_.pop_back();
     }
     it->stream = stream;
     it->ended = false;
+    index_.emplace(stream, static_cast<std::uint32_t>(it - streams_.begin()));
   }
   last_stream_ = stream;
   last_index_ = static_cast<std::uint32_t>(it - streams_.begin());
@@ -106,6 +111,11 @@ void stream_clock::end_stream(stream_t stream) noexcept {
   s.dirty = false;
   s.ended = true;
   s.stream = nullptr;
+  index_.erase(stream);
+  try {
+    ended_.push_back(static_cast<std::uint32_t>(it - streams_.begin()));
+  } catch (...) {  // out of host memory: the index is not reused, nothing else changes
+  }
   if (last_stream_ == stream) last_index_ = free_stamp::none;
 }
 

@@ -54,6 +54,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/event_pool.hpp"
 #include "fragctl/backend.hpp"
 #include "fragctl/types.hpp"
@@ -171,17 +172,26 @@ class stream_clock {
   };
 
   std::uint32_t lookup(stream_t stream);
-  /// The state of `stream` while it has not ended, else streams_.end().
+  /// The state of `stream` while it has not ended, else streams_.end(): a
+  /// scan of a few streams, the index beyond them (a trace of 100,000
+  /// streams made every new stream's lookup a scan of all: quadratic).
   [[nodiscard]] std::vector<stream_state>::iterator find(stream_t stream) noexcept {
-    return std::find_if(streams_.begin(), streams_.end(),
-                        [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
+    if (streams_.size() <= scanned_streams) {
+      return std::find_if(streams_.begin(), streams_.end(),
+                          [stream](const stream_state& s) { return !s.ended && s.stream == stream; });
+    }
+    const auto it = index_.find(stream);
+    return it == index_.end() ? streams_.end() : streams_.begin() + it->second;
   }
+  static constexpr std::size_t scanned_streams = 16;
   void record(stream_state& s);
   [[nodiscard]] bool idle(const stream_state& s) const noexcept { return !s.dirty && s.pending.empty(); }
 
   device_backend& backend_;
   event_pool events_;
   std::vector<stream_state> streams_;
+  absl::flat_hash_map<stream_t, std::uint32_t> index_;  // streams not ended, by stream
+  std::vector<std::uint32_t> ended_;                    // indices of ended streams, for the next new ones
   std::uint64_t quiescent_epoch_ = 1;
   stream_t last_stream_ = nullptr;
   std::uint32_t last_index_ = free_stamp::none;

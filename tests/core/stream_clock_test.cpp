@@ -133,6 +133,48 @@ TEST(stream_clock, an_ended_stream_is_forgotten_and_its_index_serves_the_next_st
   sim.destroy_stream(next);
 }
 
+// Many streams (red team, 2026-11-28: a trace of 100,000 streams replayed in
+// time quadratic in them, every new stream's lookup a scan of all): past a
+// few, streams are found through an index, which ending a stream and taking
+// its index again keep right.
+TEST(stream_clock, many_streams_keep_their_indices_through_ends_and_reuse) {
+  sim_backend sim(testing::manual_events());
+  std::vector<stream_t> streams;
+  for (int i = 0; i < 200; ++i) streams.push_back(sim.create_stream());
+  {
+    stream_clock clock(sim);
+    std::vector<std::uint32_t> index;
+    for (const stream_t s : streams) index.push_back(clock.index_of(s));
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      EXPECT_EQ(index[i], i);
+      EXPECT_EQ(clock.stream_of(index[i]), streams[i]);
+    }
+    // Out of order, so that the last-stream shortcut does not answer.
+    for (std::size_t i = streams.size(); i-- > 0;) EXPECT_EQ(clock.index_of(streams[i]), index[i]);
+    for (std::size_t i = 0; i < streams.size(); i += 2) clock.end_stream(streams[i]);
+    for (std::size_t i = 1; i < streams.size(); i += 2) EXPECT_EQ(clock.index_of(streams[i]), index[i]);
+    std::vector<stream_t> later;
+    for (int i = 0; i < 100; ++i) later.push_back(sim.create_stream());
+    std::vector<bool> taken(streams.size(), false);
+    for (const stream_t s : later) {
+      const std::uint32_t k = clock.index_of(s);
+      ASSERT_LT(k, streams.size()) << "an ended stream's index is taken again";
+      EXPECT_EQ(k % 2, 0u);
+      EXPECT_FALSE(taken[k]);
+      taken[k] = true;
+      EXPECT_EQ(clock.stream_of(k), s);
+    }
+    EXPECT_EQ(clock.stream_count(), streams.size());
+    for (std::size_t i = 0; i < later.size(); ++i) EXPECT_EQ(clock.stream_of(clock.index_of(later[i])), later[i]);
+    const stream_t one_more = sim.create_stream();
+    EXPECT_EQ(clock.index_of(one_more), streams.size()) << "no ended index left: a new one";
+    later.push_back(one_more);
+    for (const stream_t s : later) sim.destroy_stream(s);
+  }
+  for (std::size_t i = 1; i < streams.size(); i += 2) sim.destroy_stream(streams[i]);
+  for (std::size_t i = 0; i < streams.size(); i += 2) sim.destroy_stream(streams[i]);
+}
+
 TEST(event_pool, reuses_returned_events_and_destroys_them_at_teardown) {
   sim_backend sim;
   {

@@ -331,6 +331,39 @@ TEST_F(buckets_test, a_slot_is_reused_at_once_on_its_stream_and_never_early_on_a
   sim_->destroy_stream(t);
 }
 
+// Many streams (red team, 2026-11-28: a replay of 100,000 streams took time
+// quadratic in them, each new stream's pool found by a scan of all): each
+// stream keeps its own slabs through other streams' ends.
+TEST_F(buckets_test, many_streams_keep_their_own_slabs_through_other_streams_ends) {
+  buckets_policy& b = make();  // accounting only: a slab a stream
+  std::vector<stream_t> streams;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 100; ++i) {
+    streams.push_back(sim_->create_stream());
+    blocks.push_back(b.allocate(4096, streams.back()));
+  }
+  for (std::size_t i = 0; i < streams.size(); i += 2) {
+    b.deallocate(blocks[i], 4096, streams[i]);
+    b.stream_ending(streams[i]);
+  }
+  for (std::size_t i = 1; i < streams.size(); i += 2) {
+    b.deallocate(blocks[i], 4096, streams[i]);
+    EXPECT_EQ(b.allocate(4096, streams[i]), blocks[i]) << "stream " << i << " lost its slot";
+  }
+  // The default stream, which the ended streams' slabs joined, gets slots
+  // that meet no live one.
+  std::vector<void*> on_default;
+  for (std::size_t i = 0; i < streams.size(); i += 2) on_default.push_back(b.allocate(4096, nullptr));
+  for (void* p : on_default) {
+    for (std::size_t i = 1; i < streams.size(); i += 2)
+      EXPECT_TRUE(addr(p) + 4096 <= addr(blocks[i]) || addr(blocks[i]) + 4096 <= addr(p));
+  }
+  for (void* p : on_default) b.deallocate(p, 4096, nullptr);
+  for (std::size_t i = 1; i < streams.size(); i += 2) b.deallocate(blocks[i], 4096, streams[i]);
+  policy_.reset();
+  for (const stream_t s : streams) sim_->destroy_stream(s);
+}
+
 TEST_F(buckets_test, double_free_foreign_pointer_and_wrong_size_are_detected) {
   buckets_policy& b = make(backed());
   void* p = b.allocate(4096);
