@@ -80,7 +80,7 @@ struct config {
   warmup_exhausted warmup_on_exhausted = warmup_exhausted::grow;
 
   // adaptors.
-  std::size_t limit = 0;                      ///< byte cap on requested bytes; 0 = none
+  std::size_t limit = 0;                      ///< byte cap on allocated bytes (requests at their rounded size); 0 = none
   bool thread_safe = true;                    ///< wrap the allocator in a lock
   bool block_table = false;                   ///< keep the live-block table (block_info by pointer)
 

@@ -206,7 +206,9 @@ const std::vector<option_row>& rows() {
           },
           [](warmup_exhausted w) { return w == warmup_exhausted::grow ? "grow" : "fail"; },
           "warmup: what to do when the profile was too small"),
-      size_row("limit", &config::limit, "refuse allocations that would take requested bytes above this", "none"),
+      size_row("limit", &config::limit,
+               "refuse allocations that would take the bytes allocated (each request at its rounded size) above this",
+               "none"),
       bool_row("thread_safe", &config::thread_safe, "serialize calls with a lock (off only for single-threaded use)"),
       bool_row("block_table", &config::block_table,
                "keep each live block's size and stream, so it can be looked up and freed by pointer alone "

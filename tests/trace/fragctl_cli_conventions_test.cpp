@@ -37,6 +37,26 @@ TEST_F(FragctlCliConventions, EverySpellingPrintsTheProjectVersion) {
                 std::to_string(FRAGCTL_VERSION_PATCH));
 }
 
+// Regression (a docs review, 2026-11-28): docs/replay.md says every command
+// has --help, but `fragctl help --help` said "unknown command '--help'"
+// (exit 2) and `fragctl version --help` printed the version; `version x`
+// ignored the x.
+TEST_F(FragctlCliConventions, HelpAndVersionHaveHelpToo) {
+  for (const char* args : {"help --help", "help -h", "help help"}) {
+    const run_result r = run_fragctl(args, "2>&1");
+    EXPECT_EQ(r.status, 0) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("Commands:"), std::string::npos) << args << ": " << r.out;
+  }
+  for (const char* args : {"version --help", "version -h"}) {
+    const run_result r = run_fragctl(args, "2>&1");
+    EXPECT_EQ(r.status, 0) << args << ": " << r.out;
+    EXPECT_EQ(r.out.rfind("Usage: fragctl version\n", 0), 0u) << args << ": " << r.out;
+  }
+  const run_result extra = run_fragctl("version x", "2>&1");
+  EXPECT_EQ(extra.status, 2) << extra.out;
+  EXPECT_NE(extra.out.find("takes no arguments, got 'x'"), std::string::npos) << extra.out;
+}
+
 TEST_F(FragctlCliConventions, PoliciesJsonListsEveryPolicy) {
   const run_result r = run_fragctl("policies --json");
   ASSERT_EQ(r.status, 0) << r.out;
