@@ -816,7 +816,7 @@ std::size_t arena_policy::pooled_bytes() const noexcept {
 void* arena_policy::do_allocate(std::size_t bytes, stream_t stream) {
   impl& s = *impl_;
   if (s.paused) [[unlikely]] {
-    throw invalid_argument(fmt::format("arena: cannot allocate {} bytes while paused (resume first)", bytes));
+    throw state_error(fmt::format("arena: cannot allocate {} bytes while paused (resume first)", bytes));
   }
   ++s.calls;
   const std::size_t size = round_up(bytes, block_index::unit);

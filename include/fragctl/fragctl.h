@@ -164,7 +164,7 @@ typedef enum fragctl_pause_keep {
  * GPU; docs/interop.md). The caller must first have synchronized the work
  * that uses the blocks (every stream; fragctl.torch.pause synchronizes the
  * device): the pause waits only for pending frees, then copies and unmaps.
- * Until fragctl_resume, fragctl_malloc fails with INVALID_ARGUMENT; frees are
+ * Until fragctl_resume, fragctl_malloc fails with STATE; frees are
  * taken. OUT_OF_MEMORY when pinned host memory for FRAGCTL_PAUSE_KEEP_HOST
  * runs out (nothing is released but the cache); STATE when already paused
  * (also for the thread that loses when two pause at once);

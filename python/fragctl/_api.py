@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -148,9 +149,16 @@ class Allocator:
             raise
 
     def free(self, ptr: int, nbytes: int, stream: int = 0) -> None:
-        """Frees ``ptr`` (of ``nbytes``) stream-ordered on ``stream``."""
+        """Frees ``ptr`` (of ``nbytes``) stream-ordered on ``stream``. A size other than the allocated one
+        frees the block all the same and warns (RuntimeWarning; counted as misuse in the statistics): it
+        does not raise, so that no caller frees the block again. A pointer that is not a live block raises
+        FragctlError (status FRAGCTL_ERROR_NOT_OWNED) and changes nothing."""
         ptr, nbytes, stream = _capi.address(ptr, "ptr"), _capi.size(nbytes), _capi.address(stream, "stream")
-        _capi.check(self._call(library().fragctl_free, ptr, nbytes, stream))
+        status = self._call(library().fragctl_free, ptr, nbytes, stream)
+        if status == _capi.SIZE_MISMATCH:
+            warnings.warn(library().fragctl_last_error().decode(errors="replace"), RuntimeWarning, stacklevel=2)
+            return
+        _capi.check(status)
 
     def stream_ending(self, stream: int) -> None:
         """Call before destroying ``stream`` (an int handle) that blocks were allocated or freed on: waits
@@ -169,8 +177,8 @@ class Allocator:
         keeping each block's address, until resume() (docs/interop.md,
         "Pause and resume"). ``keep="host"`` copies the blocks' contents to
         pinned host memory and resume() writes them back; ``"none"`` leaves
-        them undefined. Allocating while paused raises FragctlError; freeing
-        is fine. Only the ``arena`` policy can pause."""
+        them undefined. Allocating while paused raises TooLateError (a
+        FragctlError); freeing is fine. Only the ``arena`` policy can pause."""
         modes = {"none": 0, "host": 1}
         if keep not in modes:
             raise _capi.ConfigurationError("pause: keep is %r, not 'none' or 'host'" % (keep,), "FRAGCTL_ERROR_INVALID_ARGUMENT")

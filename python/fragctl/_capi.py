@@ -52,7 +52,8 @@ class OutOfMemoryError(FragctlError, MemoryError):
 
 class TooLateError(FragctlError):
     """A call not valid now: configuration asked for after allocation
-    started, a pause of a paused allocator, a resume of one not paused."""
+    started, a pause of a paused allocator, a resume of one not paused, an
+    allocation while paused."""
 
 
 class LibraryNotFoundError(FragctlError, OSError):

@@ -74,6 +74,7 @@ fragctl_status status_of_current_exception() noexcept {
   switch (e.kind) {
     case util::error_class::out_of_memory: return fail(FRAGCTL_ERROR_OUT_OF_MEMORY, e.message);
     case util::error_class::invalid_argument: return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, e.message);
+    case util::error_class::state: return fail(FRAGCTL_ERROR_STATE, e.message);
     case util::error_class::backend: return fail(FRAGCTL_ERROR_BACKEND, e.message);
     case util::error_class::other_fragctl: return fail(FRAGCTL_ERROR_IO, e.message);
     case util::error_class::internal:

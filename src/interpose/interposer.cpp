@@ -32,7 +32,8 @@ int code_of_current_exception(std::string_view runtime, std::string_view what, s
       // The statistics adaptor has logged the diagnosis already.
       logger().debug("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.message);
       return error_out_of_memory;
-    case util::error_class::invalid_argument: {
+    case util::error_class::invalid_argument:
+    case util::error_class::state: {
       if (!building) {
         logger().warn("{} {}({} bytes) on device {}: {}", runtime, what, bytes, device, e.message);
         return error_out_of_memory;

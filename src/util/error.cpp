@@ -73,6 +73,8 @@ caught_error classify_current_exception() noexcept {
     throw;
   } catch (const std::bad_alloc& e) {  // fragctl::out_of_memory included
     return {error_class::out_of_memory, e.what()};
+  } catch (const state_error& e) {
+    return {error_class::state, e.what()};
   } catch (const invalid_argument& e) {
     return {error_class::invalid_argument, e.what()};
   } catch (const backend_error& e) {

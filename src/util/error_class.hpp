@@ -13,6 +13,7 @@ namespace fragctl::util {
 enum class error_class : std::uint8_t {
   out_of_memory,     ///< fragctl::out_of_memory, or any other std::bad_alloc
   invalid_argument,  ///< fragctl::invalid_argument
+  state,             ///< fragctl::state_error: a call not valid now (an allocation while paused)
   backend,           ///< fragctl::backend_error
   other_fragctl,     ///< any other fragctl::error (I/O, state)
   internal,          ///< any other std::exception

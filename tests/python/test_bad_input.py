@@ -41,6 +41,22 @@ class SizesTest(unittest.TestCase):
             with self.assertRaises(fragctl.ConfigurationError):  # above 2^62: C refuses it
                 a.malloc((1 << 64) - 1)
 
+    def test_a_free_of_the_wrong_size_frees_and_warns_and_a_second_free_raises(self):
+        # Red team, 2026-11-28: a wrong size freed the block and raised, so a caller that took the
+        # exception for "not freed" and freed again did a double free.
+        import warnings
+        with sim() as a:
+            p = a.malloc(MiB)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                a.free(p, MiB // 2)
+            self.assertEqual([w.category for w in caught], [RuntimeWarning])
+            self.assertIn("size differs from the allocated size", str(caught[0].message))
+            self.assertEqual(a.stats()["requested_bytes"]["current"], 0)
+            with self.assertRaises(fragctl.FragctlError) as again:  # control: the block is gone
+                a.free(p, MiB)
+            self.assertEqual(again.exception.status, "FRAGCTL_ERROR_NOT_OWNED")
+
     def test_pointers_and_streams_beyond_64_bits_are_overflow_errors(self):
         with sim() as a:
             with self.assertRaises(OverflowError):

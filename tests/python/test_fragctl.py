@@ -128,8 +128,10 @@ class AllocatorTest(unittest.TestCase):
             a.pause(keep="host")
             self.assertTrue(a.paused)
             self.assertEqual(a.stats()["reserved_bytes"]["current"], 0)
-            with self.assertRaises(fragctl.FragctlError):
+            # Not valid now (TooLateError), not a bad argument (ConfigurationError, before 2026-11-28).
+            with self.assertRaises(fragctl.TooLateError) as paused:
                 a.malloc(MiB)
+            self.assertNotIsInstance(paused.exception, fragctl.ConfigurationError)
             with self.assertRaises(fragctl.FragctlError) as again:
                 a.pause()
             self.assertEqual(again.exception.status, "FRAGCTL_ERROR_STATE")

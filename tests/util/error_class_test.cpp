@@ -33,6 +33,8 @@ TEST(error_class, each_exception_has_one_class_and_keeps_its_message) {
   EXPECT_EQ(classify(std::bad_alloc(), m).kind, error_class::out_of_memory);
   EXPECT_EQ(classify(invalid_argument("bad size"), m).kind, error_class::invalid_argument);
   EXPECT_EQ(m, "bad size");
+  EXPECT_EQ(classify(state_error("paused"), m).kind, error_class::state);
+  EXPECT_EQ(m, "paused");
   EXPECT_EQ(classify(backend_error("driver", 999, "CUDA_ERROR_UNKNOWN"), m).kind, error_class::backend);
   EXPECT_EQ(m, "driver");
   EXPECT_EQ(classify(error("cannot open trace"), m).kind, error_class::other_fragctl);
