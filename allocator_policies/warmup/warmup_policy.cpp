@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <system_error>
 #include <utility>
 
 #include "core/json_io.hpp"
@@ -105,6 +107,11 @@ constexpr std::size_t threshold_margin = 32 * MiB;
 absl::StatusOr<warmup_profile> load_warmup_profile(const config& cfg) {
   warmup_profile p;
   if (!cfg.warmup_profile.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(cfg.warmup_profile, ec)) {
+      return absl::InvalidArgumentError(fmt::format(
+          "warmup_profile \"{}\" is a directory: name a fragctl report of an earlier run", cfg.warmup_profile));
+    }
     std::ifstream in(cfg.warmup_profile, std::ios::binary);
     if (!in) {
       return absl::NotFoundError(

@@ -222,8 +222,10 @@ absl::StatusOr<std::string> read_content(const std::string& path) {
         return absl::DataLossError(fmt::format(
             "{}:{}: the gzip data is truncated (the compressed file ends before its data does)",
             path, line));
-      return absl::DataLossError(
-          fmt::format("{}:{}: corrupt gzip data: {}", path, line, message ? message : "unknown"));
+      // zlib's message begins with the path it was opened as: said once.
+      std::string_view why = message != nullptr ? message : "unknown";
+      if (why.starts_with(path) && why.substr(path.size()).starts_with(": ")) why.remove_prefix(path.size() + 2);
+      return absl::DataLossError(fmt::format("{}:{}: corrupt gzip data: {}", path, line, why));
     }
     if (n == 0) break;
     if (!judged) {

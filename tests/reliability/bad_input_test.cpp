@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -371,6 +372,21 @@ TEST(bad_input_files, truncated_gzip_trace_is_data_loss_with_the_line) {
   EXPECT_NE(std::string(t.status().message()).find("truncated"), std::string::npos) << t.status();
 }
 
+// Red team, 2026-11-28: zlib's message begins with the file's path, so the
+// error named the file twice ("x.gz:1: corrupt gzip data: x.gz: ...").
+TEST(bad_input_files, corrupt_gzip_data_names_the_file_once) {
+  std::string whole = read_file(test_data("resnet50.trace.csv.gz"));
+  ASSERT_GT(whole.size(), 10000U);
+  for (std::size_t i = 100; i < 200; ++i) whole[i] = static_cast<char>(~whole[i]);
+  const std::string path = scratch("corrupt.trace.csv.gz", whole);
+  auto t = read_trace(path);
+  ASSERT_FALSE(t.ok());
+  const std::string message(t.status().message());
+  EXPECT_NE(message.find("corrupt gzip data"), std::string::npos) << message;
+  EXPECT_EQ(message.find(path), 0U) << message;
+  EXPECT_EQ(message.find(path, 1), std::string::npos) << "the path twice: " << message;
+}
+
 TEST(bad_input_files, malformed_trace_rows_are_invalid_argument_with_file_and_line) {
   const struct {
     const char* content;
@@ -430,6 +446,21 @@ TEST(bad_input_files, truncated_warmup_profile_stops_the_warmup_policy_with_its_
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
   EXPECT_EQ(sim.used_bytes(), 0U);
+}
+
+// Red team, 2026-11-28: a directory as the profile was "not valid JSON".
+TEST(bad_input_files, a_directory_as_warmup_profile_is_said_to_be_one) {
+  const std::string dir = std::filesystem::path(scratch("profile_dir_probe", "")).parent_path() / "a_profile_dir";
+  std::filesystem::create_directories(dir);
+  auto cfg = parse_config("warmup_profile:" + dir);
+  ASSERT_TRUE(cfg.ok());
+  sim_backend sim;
+  try {
+    (void)make_policy("warmup:caching", *cfg, sim);
+    ADD_FAILURE() << "a warm-up was built from a directory";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 // --- the C API ------------------------------------------------------------------
