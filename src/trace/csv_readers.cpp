@@ -16,12 +16,16 @@ namespace {
 // Header columns by lower-case name; nullopt for absent ones.
 template <std::size_t N>
 std::array<std::optional<std::size_t>, N> find_columns(const std::vector<std::string_view>& header,
-                                                       const std::array<std::string_view, N>& names) {
+                                                       const std::array<std::string_view, N>& names,
+                                                       std::string_view& twice) {
   std::array<std::optional<std::size_t>, N> at{};
   for (std::size_t i = 0; i < header.size(); ++i) {
     const std::string field = util::lower(header[i]);
-    for (std::size_t k = 0; k < N; ++k)
-      if (field == names[k] && !at[k]) at[k] = i;
+    for (std::size_t k = 0; k < N; ++k) {
+      if (field != names[k]) continue;
+      if (at[k] && twice.empty()) twice = names[k];  // which of the two was meant cannot be told
+      if (!at[k]) at[k] = i;
+    }
   }
   return at;
 }
@@ -115,7 +119,9 @@ absl::StatusOr<trace> parse_fragctl_csv(std::string_view content, std::string_vi
     return line_error(file, 1, "the file is empty (expected the header action,addr,size,stream,time_us)");
   const std::size_t header_line = lines.line_number();
   enum { action, addr, size, stream, time_us };
-  const auto col = find_columns<5>(header, {"action", "addr", "size", "stream", "time_us"});
+  std::string_view twice;
+  const auto col = find_columns<5>(header, {"action", "addr", "size", "stream", "time_us"}, twice);
+  if (!twice.empty()) return line_error(file, header_line, "the header names the column '{}' twice", twice);
   for (const int required : {action, addr, size}) {
     if (!col[required])
       return line_error(file, header_line, "the header lacks the column '{}' (expected action,addr,size,stream,time_us)",
@@ -198,7 +204,9 @@ absl::StatusOr<trace> parse_rmm_csv(std::string_view content, std::string_view f
     return line_error(file, 1, "the file is empty (expected the header Thread,Time,Action,Pointer,Size,Stream)");
   const std::size_t header_line = lines.line_number();
   enum { time, action, pointer, size, stream };
-  const auto col = find_columns<5>(header, {"time", "action", "pointer", "size", "stream"});
+  std::string_view twice;
+  const auto col = find_columns<5>(header, {"time", "action", "pointer", "size", "stream"}, twice);
+  if (!twice.empty()) return line_error(file, header_line, "the header names the column '{}' twice", twice);
   for (const int required : {action, pointer, size}) {
     if (!col[required])
       return line_error(file, header_line, "the header lacks the column '{}' (expected Thread,Time,Action,Pointer,Size,Stream)",

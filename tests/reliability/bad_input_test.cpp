@@ -403,6 +403,10 @@ TEST(bad_input_files, malformed_trace_rows_are_invalid_argument_with_file_and_li
       {"{\"segments\": []}", "must be a PyTorch memory snapshot"},
       {"time,place\n1,2\n", "fuzz:1: unknown trace format"},
       {"", "fuzz:1: the file is empty"},
+      // Red team, 2026-11-28: the first of two columns of one name won, silently.
+      {"action,addr,size,addr,stream,time_us\nalloc,16,512,32,0,1\n", "fuzz:1: the header names the column 'addr' twice"},
+      {"Thread,Time,Action,Pointer,Size,Size,Stream\n1,00:00:00.0,allocate,0x10,5,6,0x0\n",
+       "fuzz:1: the header names the column 'size' twice"},
   };
   for (const auto& row : rows) {
     auto t = parse_trace(row.content, "fuzz");
