@@ -2,10 +2,13 @@
 // (fragctl/allocator_stack.hpp).
 #include "fragctl/allocator_stack.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -25,9 +28,17 @@
 namespace fragctl {
 namespace {
 
-// The file `path` names (an output's after expand_output_path), to tell
-// two of them apart: absolute, links in its directories resolved.
-std::string file_named(const std::string& path) {
+// What `path` names (an output's after expand_output_path), to tell two of
+// them apart: an existing file's device and inode (hard links, links in its
+// directories), else the absolute path; nullopt for an existing file that
+// is not a regular one (a device or FIFO is written into, by every output
+// that names it: /dev/null, /dev/stderr).
+std::optional<std::string> file_named(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return std::nullopt;
+    return fmt::format("inode {}:{}", st.st_dev, st.st_ino);
+  }
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   if (ec) return path;
@@ -37,20 +48,24 @@ std::string file_named(const std::string& path) {
 
 // Two outputs on one file: the one written last replaces the other (the
 // report written at exit over the whole trace), and an output on the
-// warmup profile replaces that input once it is read. The report is kept,
-// then the trace, then the Prometheus file; an output on the file of one
-// kept before it, or of the profile, is dropped with an error naming both.
+// warmup profile (of a warmup policy) replaces that input once it is read.
+// The report is kept, then the trace, then the Prometheus file; an output on
+// the file of one kept before it, or of the profile, is dropped with an error
+// naming both.
 void drop_shared_outputs(config& cfg) {
   std::vector<std::pair<std::string_view, std::string>> kept;
-  if (!cfg.warmup_profile.empty()) kept.emplace_back("warmup_profile", file_named(cfg.warmup_profile));
+  if (!cfg.warmup_profile.empty() && cfg.policy.find("warmup") != std::string::npos) {
+    if (std::optional<std::string> file = file_named(cfg.warmup_profile)) kept.emplace_back("warmup_profile", *file);
+  }
   for (const auto& [name, path] : {std::pair<std::string_view, std::string*>{"report", &cfg.report_path},
                                    {"trace", &cfg.trace_path},
                                    {"prometheus", &cfg.prometheus_path}}) {
     if (path->empty()) continue;
-    std::string file = file_named(expand_output_path(*path));
-    const auto same = std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k.second == file; });
+    std::optional<std::string> file = file_named(expand_output_path(*path));
+    if (!file) continue;
+    const auto same = std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k.second == *file; });
     if (same == kept.end()) {
-      kept.emplace_back(name, std::move(file));
+      kept.emplace_back(name, std::move(*file));
       continue;
     }
     logger().error("{} \"{}\" names the file of {} too: not written, so that it does not replace {}; name "

@@ -1082,7 +1082,7 @@ shared_memory arena_policy::do_share(void* ptr, std::size_t bytes) const {
     out.offset = a - base;
     return out;
   }
-  if (s.paused) throw invalid_argument(fmt::format("arena: share({}, {}): the arena is paused", ptr, bytes));
+  if (s.paused) throw state_error(fmt::format("arena: share({}, {}): the arena is paused", ptr, bytes));
   const std::vector<arena_detail::granule_map::span_view> spans = s.granules->spans_under(a, bytes);
   if (spans.empty()) {
     throw invalid_argument(fmt::format("arena: share({}, {}): not live memory of this arena", ptr, bytes));

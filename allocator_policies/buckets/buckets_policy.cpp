@@ -200,10 +200,13 @@ buckets_policy::impl::stream_pool& buckets_policy::impl::find_or_add_pool(stream
     pool->stream = stream;
     pool->open.resize(classes_);
     found = pool.get();
-    pools_.reserve(pools_.size() + 1);  // then nothing below throws before both tables hold it
-    pool_of_.reserve(pool_of_.size() + 1);
-    pools_.push_back(std::move(pool));
     pool_of_.emplace(stream, found);
+    try {
+      pools_.push_back(std::move(pool));
+    } catch (...) {  // out of host memory: neither table holds it
+      pool_of_.erase(stream);
+      throw;
+    }
   }
   last_stream_ = stream;
   last_pool_ = found;

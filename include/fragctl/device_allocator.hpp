@@ -233,7 +233,7 @@ class device_allocator {
   /// fresh memory at the same addresses (docs/interop.md, "Pause and
   /// resume"). The caller must have synchronized the work that uses the
   /// blocks; pause waits only for pending frees, then gives back cached
-  /// memory too. Until resume(), allocate throws invalid_argument; frees are
+  /// memory too. Until resume(), allocate throws state_error; frees are
   /// taken as always. Returns false, nothing released but the cache, when
   /// pinned host memory for `keep == host` runs out. Throws invalid_argument
   /// when the policy cannot pause (only `arena` over virtual memory can),

@@ -29,7 +29,7 @@ class invalid_argument : public error {
 
 /// A call not valid in the object's present state, which another thread may
 /// have just changed: pause() of a paused allocator, resume() of one not
-/// paused. An invalid_argument, so code that catches those still does; the
+/// paused, an allocation or a share() while paused. An invalid_argument, so code that catches those still does; the
 /// C API answers it with FRAGCTL_ERROR_STATE.
 class state_error : public invalid_argument {
  public:

@@ -116,8 +116,8 @@ struct report_options {
 /// `fragctl replay --json` output (one per result), or a trace in any format
 /// trace.hpp reads, replayed through options.replay (one run_report with a
 /// timeline and maps at peak reserved, at the first OOM, and after the last
-/// event). Errors name the file; a replay's backend or policy error is an
-/// error too. Does not throw.
+/// event). Errors name the file; a trace with no allocation or free, and a
+/// replay's backend or policy error, are errors too. Does not throw.
 [[nodiscard]] absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path,
                                                                        const report_options& options = {});
 

@@ -81,6 +81,10 @@ struct trace {
 /// cut: 3 rows follow its last end row ...; its tail is missing").
 [[nodiscard]] std::string completeness_note(const trace& t);
 
+/// What a replaying command says of a trace with no allocation or free, one
+/// sentence without the file name: a report of 0 B would read as a result.
+[[nodiscard]] std::string empty_trace_note(const trace& t);
+
 /// Options of the readers.
 struct trace_options {
   /// PyTorch snapshot: which entry of `device_traces` to read. -1 reads the

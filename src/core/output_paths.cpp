@@ -269,6 +269,30 @@ std::string expand_placeholders(std::string_view path, const launcher_identity& 
   return out;
 }
 
+std::string output_path_glob(std::string_view path) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
+      out += path[i + 1] == 'p' ? "*" : "%";
+      ++i;
+      continue;
+    }
+    if (path[i] == '{') {
+      const std::size_t close = path.find('}', i + 1);
+      const std::string_view name =
+          close == std::string_view::npos ? std::string_view{} : path.substr(i + 1, close - i - 1);
+      if (std::find(placeholder_names.begin(), placeholder_names.end(), name) != placeholder_names.end()) {
+        out += '*';
+        i = close;
+        continue;
+      }
+    }
+    if (path[i] == '*' || path[i] == '?' || path[i] == '[' || path[i] == ']' || path[i] == '\\') out += '\\';
+    out += path[i];
+  }
+  return out;
+}
+
 std::string expand_placeholders(std::string_view path, bool& per_process) {
   // The environment is read only for a path that may name a launcher's figure.
   if (path.find('{') == std::string_view::npos) return expand_placeholders(path, launcher_identity{}, per_process);

@@ -69,6 +69,11 @@ class output_claim {
 /// environment only when `path` holds a "{".
 [[nodiscard]] std::string expand_placeholders(std::string_view path, bool& per_process);
 
+/// A glob(3) pattern that every expansion of `path` matches, in any process:
+/// each placeholder ("%p" and the brace ones) a "*", "%%" a "%", glob's own
+/// special characters escaped (`fragctl run` finds its program's reports so).
+[[nodiscard]] std::string output_path_glob(std::string_view path);
+
 /// The file written for `expanded` (an expanded path that does not name this process alone) while this process
 /// holds its claim; `expanded` itself when it holds none.
 [[nodiscard]] std::string claimed_file(const std::string& expanded);

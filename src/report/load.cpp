@@ -318,12 +318,7 @@ absl::StatusOr<std::vector<run_report>> load_run_reports(const std::string& path
   }
   auto t = read_trace(path, options.trace);
   if (!t.ok()) return t.status();
-  if (t->events.empty()) {  // a report of 0 B would read as a result
-    return absl::InvalidArgumentError(
-        fmt::format("{}: no allocation or free to replay ({} other rows): nothing was recorded, or the recording "
-                    "process ended before writing its rows (docs/traces.md)",
-                    path, t->ignored_rows));
-  }
+  if (t->events.empty()) return absl::InvalidArgumentError(fmt::format("{}: {}", path, empty_trace_note(*t)));
   try {
     std::vector<run_report> out;
     out.push_back(replay_run_report(*t, options));

@@ -253,6 +253,12 @@ absl::StatusOr<trace> parse_labelled(std::string_view content, std::string_view 
 
 }  // namespace
 
+std::string empty_trace_note(const trace& t) {
+  return fmt::format("no allocation or free to replay ({} other rows): nothing was recorded, or the recording "
+                     "process ended before writing its rows (docs/traces.md)",
+                     t.ignored_rows);
+}
+
 std::string completeness_note(const trace& t) {
   switch (t.completeness) {
     case trace_completeness::complete: return {};

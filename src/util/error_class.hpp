@@ -15,7 +15,7 @@ enum class error_class : std::uint8_t {
   invalid_argument,  ///< fragctl::invalid_argument
   state,             ///< fragctl::state_error: a call not valid now (an allocation while paused)
   backend,           ///< fragctl::backend_error
-  other_fragctl,     ///< any other fragctl::error (I/O, state)
+  other_fragctl,     ///< any other fragctl::error (I/O)
   internal,          ///< any other std::exception
   unknown,           ///< not a std::exception
 };

@@ -50,6 +50,20 @@ absl::StatusOr<std::string> no_equivalent(std::string_view key, std::string_view
 
 }  // namespace
 
+std::vector<std::string_view> pytorch_conf_items(std::string_view conf) {
+  std::vector<std::string_view> items;
+  std::size_t start = 0;
+  int depth = 0;
+  for (std::size_t i = 0; i <= conf.size(); ++i) {
+    if (i < conf.size() && conf[i] == '[') ++depth;
+    if (i < conf.size() && conf[i] == ']' && depth > 0) --depth;
+    if (i < conf.size() && (conf[i] != ',' || depth > 0)) continue;
+    if (const std::string_view item = trim(conf.substr(start, i - start)); !item.empty()) items.push_back(item);
+    start = i + 1;
+  }
+  return items;
+}
+
 std::optional<absl::StatusOr<std::string>> apply_pytorch_key(config& c, std::string_view key,
                                                              std::string_view value) {
   if (key == "max_split_size_mb") return max_split_size_mb(c, value);
@@ -79,9 +93,7 @@ std::optional<absl::StatusOr<std::string>> apply_pytorch_key(config& c, std::str
 absl::StatusOr<pytorch_conf_result> apply_pytorch_conf(std::string_view conf, config base) {
   std::vector<std::string> mapped;
   std::vector<std::string> left;
-  for (std::string_view item : split(conf, ',')) {
-    item = trim(item);
-    if (item.empty()) continue;
+  for (const std::string_view item : pytorch_conf_items(conf)) {
     const std::size_t colon = item.find(':');
     const std::string_view key = trim(item.substr(0, colon));
     const std::string_view value = colon == std::string_view::npos ? std::string_view() : trim(item.substr(colon + 1));

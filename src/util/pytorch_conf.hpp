@@ -9,11 +9,17 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fragctl/config.hpp"
 
 namespace fragctl::util {
+
+/// The items of PYTORCH_CUDA_ALLOC_CONF, trimmed, empty ones left out: split
+/// at the commas outside brackets, as PyTorch reads a list value
+/// (roundup_power2_divisions:[256:1,512:2,>:1] is one item).
+[[nodiscard]] std::vector<std::string_view> pytorch_conf_items(std::string_view conf);
 
 /// Applies one PyTorch allocator key to `c`. nullopt when `key` is not one of
 /// PyTorch's keys; else the fragctl form applied ("max_split_size:128MiB"),

@@ -167,6 +167,7 @@ TEST(output_paths, a_file_this_user_may_not_write_is_refused_and_a_replaced_one_
   const fs::path own = dir / "own.json";  // positive control: one the other user may write
   write_text(own, "old");
   ASSERT_EQ(::chown(own.c_str(), nobody, nobody), 0);
+  ASSERT_EQ(::chmod(own.c_str(), 0600), 0);
   int result[2];
   ASSERT_EQ(::pipe(result), 0);
   const pid_t child = ::fork();
@@ -187,6 +188,9 @@ TEST(output_paths, a_file_this_user_may_not_write_is_refused_and_a_replaced_one_
   EXPECT_EQ(read_file(precious), "keep");
   EXPECT_TRUE(bytes[1]);
   EXPECT_EQ(read_file(own), "new");
+  struct stat mode {};
+  ASSERT_EQ(::stat(own.c_str(), &mode), 0);
+  EXPECT_EQ(mode.st_mode & 07777, 0600u) << "the user's own private file came back readable by all";
 
   // Root replaces a read-only file (as a redirection does), keeping its mode
   // and owner; a private report stays private.
@@ -547,6 +551,19 @@ TEST(output_paths, outputs_on_one_file_or_on_the_warmup_profile_are_dropped_loud
   }
   EXPECT_EQ(read_file(profile), profile_text);
   EXPECT_TRUE(fs::exists(dir / "report.json"));
+
+  // A device named by two outputs is written into by both (as /dev/null is).
+  if (root()) {
+    const fs::path null = dir / "null";
+    make_char_device(null, 3);
+    const fragctl::testing::log_capture log;
+    config cfg = sim_config();
+    cfg.report_path = null.string();
+    cfg.trace_path = null.string();
+    run_allocations(cfg, 2);
+    EXPECT_EQ(log.text().find("names the file of"), std::string::npos) << log.text();
+    EXPECT_EQ(kind_at(null), S_IFCHR);
+  }
 }
 
 // Regression (issue 27, M6): a trace followed a link planted at its path

@@ -166,8 +166,14 @@ TEST(stream_clock, many_streams_keep_their_indices_through_ends_and_reuse) {
     }
     EXPECT_EQ(clock.stream_count(), streams.size());
     for (std::size_t i = 0; i < later.size(); ++i) EXPECT_EQ(clock.stream_of(clock.index_of(later[i])), later[i]);
+    // An ended stream's handle met again (the runtime reuses handle values):
+    // a stream of its own, not the slot another stream took over.
+    const std::uint32_t again = clock.index_of(streams[0]);
+    EXPECT_EQ(again, streams.size()) << "no ended index left: a new one";
+    EXPECT_EQ(clock.stream_of(again), streams[0]);
+    for (const stream_t s : later) EXPECT_NE(clock.index_of(s), again);
     const stream_t one_more = sim.create_stream();
-    EXPECT_EQ(clock.index_of(one_more), streams.size()) << "no ended index left: a new one";
+    EXPECT_EQ(clock.index_of(one_more), streams.size() + 1);
     later.push_back(one_more);
     for (const stream_t s : later) sim.destroy_stream(s);
   }

@@ -359,6 +359,13 @@ TEST_F(buckets_test, many_streams_keep_their_own_slabs_through_other_streams_end
       EXPECT_TRUE(addr(p) + 4096 <= addr(blocks[i]) || addr(blocks[i]) + 4096 <= addr(p));
   }
   for (void* p : on_default) b.deallocate(p, 4096, nullptr);
+  // An ended stream's handle met again (the runtime reuses handle values):
+  // a pool of its own, not the one that ended.
+  void* again = b.allocate(4096, streams[0]);
+  for (std::size_t i = 1; i < streams.size(); i += 2)
+    EXPECT_TRUE(addr(again) + 4096 <= addr(blocks[i]) || addr(blocks[i]) + 4096 <= addr(again));
+  b.deallocate(again, 4096, streams[0]);
+  b.stream_ending(streams[0]);
   for (std::size_t i = 1; i < streams.size(); i += 2) b.deallocate(blocks[i], 4096, streams[i]);
   policy_.reset();
   for (const stream_t s : streams) sim_->destroy_stream(s);

@@ -155,7 +155,7 @@ TEST(ArenaShare, RefusesWhatIsNotLiveMemory) {
   EXPECT_THROW((void)arena.share(a, G), invalid_argument) << "a freed block";
   void* b = arena.allocate(G);
   ASSERT_TRUE(arena.pause(pause_keep::none));
-  EXPECT_THROW((void)arena.share(b, G), invalid_argument) << "a paused arena";
+  EXPECT_THROW((void)arena.share(b, G), state_error) << "a paused arena";
   ASSERT_TRUE(arena.resume());
   arena.deallocate(b, G);
 }

@@ -317,6 +317,10 @@ TEST_F(FragctlCli, RunSharesAUsersPytorchConfBetweenFragctlAndPytorch) {
   EXPECT_THAT(torch_only.out, HasSubstr("fragctl takes nothing; PyTorch gets "
                                         "backend:cudaMallocAsync,pinned_num_register_threads:2; left out: "
                                         "roundup_power2_divisions:4"));
+  // PyTorch's list values keep their commas (a review found them split).
+  EXPECT_THAT(run("roundup_power2_divisions:[256:1,512:2,>:1],max_split_size_mb:128").out,
+              HasSubstr("fragctl takes max_split_size_mb:128 (as FRAGCTL_CONF); PyTorch gets backend:cudaMallocAsync; "
+                        "left out: roundup_power2_divisions:[256:1,512:2,>:1]"));
   EXPECT_THAT(run("max_split_size_mb:128", "--conf limit:1GiB").out,
               HasSubstr("fragctl takes nothing (--conf is given; max_split_size_mb:128 not applied)"));
   // Control: a bad value of a key fragctl applies still stops the run.

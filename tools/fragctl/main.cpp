@@ -63,21 +63,26 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   const auto asks_help = [](const std::string& a) { return a == "-h" || a == "--help"; };
-  if (name == "version" && args.size() > 1) {  // every command has --help; version takes nothing else
-    if (asks_help(args[1])) {
-      std::fputs("Usage: fragctl version\n\nPrint fragctl's version (also fragctl --version or -V).\n", stdout);
+  constexpr const char* version_help = "Usage: fragctl version\n\nPrint fragctl's version (also fragctl --version or -V).\n";
+  if (name == "--version" || name == "-V" || name == "version") {
+    if (args.size() == 1) {
+      std::printf("fragctl %s\n", FRAGCTL_VERSION);
       return 0;
     }
-    std::fprintf(stderr, "fragctl version: takes no arguments, got '%s'\n", util::printable(args[1]).c_str());
+    if (asks_help(args[1])) {  // every command has --help; version takes nothing else
+      std::fputs(version_help, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "fragctl %s: takes no arguments, got '%s'\n", name.c_str(), util::printable(args[1]).c_str());
     return 2;
-  }
-  if (name == "--version" || name == "-V" || name == "version") {
-    std::printf("fragctl %s\n", FRAGCTL_VERSION);
-    return 0;
   }
   if (name == "help") {
     if (args.size() < 2 || asks_help(args[1]) || args[1] == "help") {
       std::fputs(main_help().c_str(), stdout);
+      return 0;
+    }
+    if (args[1] == "version") {
+      std::fputs(version_help, stdout);
       return 0;
     }
     if (const command* c = find_command(args[1])) {

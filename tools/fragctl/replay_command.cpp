@@ -225,10 +225,7 @@ int run_replay(const arguments& args) {
     }
     if (t.events.empty()) {  // a peak of 0 B would read as a result
       progress.clear();
-      std::fprintf(stderr,
-                   "fragctl replay: %s: no allocation or free to replay (%llu other rows): nothing was recorded, "
-                   "or the recording process ended before writing its rows (docs/traces.md); skipped\n",
-                   util::printable(path).c_str(), static_cast<unsigned long long>(t.ignored_rows));
+      std::fprintf(stderr, "fragctl replay: %s: %s; skipped\n", util::printable(path).c_str(), empty_trace_note(t).c_str());
       if (status == 0) status = exit_empty_trace;
       continue;
     }

@@ -7,23 +7,25 @@
 // it, its exit status is ours, and a program killed by a signal makes this
 // process die of the same signal. Children it starts (torchrun's workers)
 // inherit the environment, so each gets the shim.
+#include <glob.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "command.hpp"
+#include "core/output_paths.hpp"
 #include "fmt/format.h"
 #include "fragctl/config.hpp"
 #include "fragctl/policy.hpp"
@@ -95,11 +97,10 @@ pytorch_conf_parts split_pytorch_conf(std::string_view conf) {
     if (!to.empty()) to.append(",");
     to.append(item);
   };
-  for (std::string_view item : util::split(conf, ',')) {
-    item = util::trim(item);
+  for (const std::string_view item : util::pytorch_conf_items(conf)) {
     const std::size_t colon = item.find(':');
     const std::string_view key = util::trim(item.substr(0, colon));
-    if (item.empty() || key == "backend") continue;
+    if (key == "backend") continue;
     config scratch;
     const auto applied = util::apply_pytorch_key(
         scratch, key, colon == std::string_view::npos ? std::string_view() : item.substr(colon + 1));
@@ -114,9 +115,9 @@ pytorch_conf_parts split_pytorch_conf(std::string_view conf) {
   return parts;
 }
 
-/// Sets the child's environment from the options; checks the policy and the
-/// options first, so that a typo stops here rather than in every worker.
-/// Sets the program's environment; returns the report path it will write.
+/// Sets the child's environment from the options, checking the policy and
+/// the options first, so that a typo stops here rather than in every worker;
+/// returns the report path the program will write.
 std::string prepare_environment(const arguments& args, const fs::path& shim) {
   // The option, or else the variable the program would read: a bad value
   // of either stops here (before, a bad FRAGCTL_POLICY failed every
@@ -218,49 +219,28 @@ void forward(int sig, siginfo_t* info, void*) {
 
 constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT};
 
-/// Whether "{`name`}" is a placeholder of an output path (expand_output_path).
-bool is_placeholder(std::string_view name) {
-  return name == "pid" || name == "rank" || name == "local_rank" || name == "world_size" || name == "host";
-}
-
-/// A file name of the report path `name` as processes write it: its
-/// placeholders ("%p", "{rank}", ...; expand_output_path) expanded to any
-/// value, and the per-process names the library chooses when several
-/// processes share one ("<name>.<pid>", "<name>.<pid>.<suffix>";
+/// Files the program wrote under the report path `path` since `since`: every
+/// expansion of its placeholders (output_path_glob: "%p", "{rank}", ... in
+/// any directory of it too) and the per-process names the library chooses
+/// when several processes share one ("<path>.<pid>", "<path>.<pid>.<suffix>";
 /// docs/integration.md), never a temporary.
-std::regex report_names(std::string_view name) {
-  std::string pattern;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const std::string_view rest = name.substr(i);
-    if (rest.starts_with("%%")) {
-      pattern += '%';
-      ++i;
-    } else if (rest.starts_with("%p")) {
-      pattern += "[0-9]+";
-      ++i;
-    } else if (const std::size_t close = rest.find('}'); rest.starts_with('{') && close != std::string_view::npos &&
-                                                        is_placeholder(rest.substr(1, close - 1))) {
-      pattern += rest.starts_with("{host}") ? "[^/]+" : "[0-9]+";
-      i += close;
-    } else {
-      if (std::string_view(".[]{}()\\*+?^$|").find(name[i]) != std::string_view::npos) pattern += '\\';
-      pattern += name[i];
-    }
-  }
-  return std::regex(pattern + "(\\.[^.]+)*");
-}
-
-/// Files the program wrote under `path` (report_names) since `since`.
 std::vector<fs::path> written(const fs::path& path, fs::file_time_type since) {
   std::vector<fs::path> found;
-  std::error_code ec;
-  const std::regex names = report_names(path.filename().string());
-  for (const fs::directory_entry& e : fs::directory_iterator(path.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (!std::regex_match(name, names) || name.find(".tmp.") != std::string::npos) continue;
-    if (e.is_regular_file(ec) && e.last_write_time(ec) >= since) found.push_back(e.path());
+  const std::string pattern = detail::output_path_glob(path.string());
+  for (const std::string& p : {pattern, pattern + ".*"}) {
+    glob_t matches{};
+    if (::glob(p.c_str(), GLOB_NOSORT, nullptr, &matches) == 0) {
+      for (std::size_t i = 0; i < matches.gl_pathc; ++i) {
+        const fs::path file = matches.gl_pathv[i];
+        std::error_code ec;
+        if (file.filename().string().find(".tmp.") != std::string::npos || !fs::is_regular_file(file, ec)) continue;
+        if (fs::last_write_time(file, ec) >= since && !ec) found.push_back(file);
+      }
+    }
+    ::globfree(&matches);
   }
   std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
   return found;
 }
 

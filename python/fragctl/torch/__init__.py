@@ -258,7 +258,7 @@ def pause(keep="none", device=None, tag=None):
     resume() writes them back; with ``"none"`` they are undefined after
     resume (e.g. a KV cache to be refilled). Waits for the device's queued
     work first. Until resume() nothing can be allocated in what is paused
-    (fragctl.FragctlError); tensors can be freed. Needs enable() with the
+    (PyTorch raises RuntimeError); tensors can be freed. Needs enable() with the
     ``arena`` policy (a region is always an arena). CUDA graph pools keep
     their memory (docs/interop.md, "Pause and resume")."""
     torch, index, allocator = _pausable("pause", device, tag)
