@@ -90,8 +90,10 @@ FRAGCTL_API fragctl_status fragctl_create_from_environment(int device, fragctl_a
  * queued work may use its memory. NULL is accepted. A process-default
  * allocator cannot be destroyed (INVALID_ARGUMENT); nor can one a checkpoint
  * store (fragctl_checkpoint_create) or a ZeRO-3 manager
- * (fragctl_zero3_create, fragctl/zero3/zero3.h) still uses (STATE:
- * destroy the store or the manager first; the allocator is left as it was). */
+ * (fragctl_zero3_create, fragctl/zero3/zero3.h) still uses, or one a block
+ * was imported through and not closed (fragctl_import_block) (STATE:
+ * destroy the store or the manager, or close the block, first; the
+ * allocator is left as it was). */
 FRAGCTL_API fragctl_status fragctl_destroy(fragctl_allocator* allocator);
 
 /** Allocates `bytes` usable by work on `stream` from now on; at least
@@ -205,9 +207,12 @@ typedef enum fragctl_span_event {
 
 /** Receives span events: `event` is a fragctl_span_event. Runs inside the
  * allocator call that maps or unmaps (fragctl_malloc, fragctl_free,
- * fragctl_release_cached, fragctl_pause, ...), on its thread; it may call
- * fragctl_spans but no call that allocates or frees on the same allocator,
- * and must not unwind (a C++ callback catches its exceptions). */
+ * fragctl_release_cached, fragctl_pause, ...), on its thread, under that
+ * call's lock; it may call fragctl_spans, and the calls on the same allocator
+ * that would take the lock return STATE instead of waiting for it
+ * (fragctl_malloc, fragctl_free, fragctl_stats_json, fragctl_get_counters,
+ * fragctl_paused, fragctl_memory_map, fragctl_write_report, ...). It must not
+ * unwind (a C++ callback catches its exceptions). */
 typedef void (*fragctl_span_callback)(int event, uint64_t address, uint64_t size, void* context);
 
 /** Watches the physical spans of the allocator's memory, for libraries that
@@ -242,14 +247,16 @@ FRAGCTL_API fragctl_status fragctl_spans(fragctl_allocator* allocator,
  * reference counting of shared tensors does this). With handle NULL only
  * *handle_size is set (the bytes needed); with capacity too small, nothing
  * is written, *handle_size is set and the status is INVALID_ARGUMENT.
- * INVALID_ARGUMENT for a range that is not live memory of the allocator (or
- * is paused); BACKEND when the backend cannot share (the message says why). */
+ * INVALID_ARGUMENT for a range that is not live memory of the allocator,
+ * STATE while it is paused; BACKEND when the backend cannot share (the
+ * message says why). */
 FRAGCTL_API fragctl_status fragctl_export_block(fragctl_allocator* allocator, void* ptr, size_t bytes, void* handle,
                                                 size_t capacity, size_t* handle_size, size_t* offset);
 
 /** Maps, in this process, the memory a handle from fragctl_export_block
  * (here or in another process) describes, on the device of `allocator`
- * (which serves only to name the device); *base is where it starts (add the
+ * (whose backend maps it: `allocator` cannot be destroyed until the block is
+ * closed); *base is where it starts (add the
  * export's offset). File descriptors of another process are taken with
  * pidfd_open and pidfd_getfd (Linux 5.6, and permission to trace the
  * exporting process: same user, and Yama's ptrace_scope allowing it). Each
@@ -260,8 +267,10 @@ FRAGCTL_API fragctl_status fragctl_export_block(fragctl_allocator* allocator, vo
 FRAGCTL_API fragctl_status fragctl_import_block(fragctl_allocator* allocator, const void* handle, size_t handle_size,
                                                 void** base);
 
-/** Unmaps what fragctl_import_block mapped at `base`. INVALID_ARGUMENT for
- * an address it did not return (or one closed already). */
+/** Unmaps what fragctl_import_block mapped at `base` (through the backend
+ * of the allocator that imported it; `allocator` may be another).
+ * INVALID_ARGUMENT for an address it did not return (or one closed
+ * already). */
 FRAGCTL_API fragctl_status fragctl_close_block(fragctl_allocator* allocator, void* base);
 
 /** The policy expression the allocator was built with, defaults filled in

@@ -21,6 +21,7 @@ extern "C" {
 fragctl_status fragctl_block_info(fragctl_allocator* allocator, void* ptr, size_t* bytes, void** stream) {
   FRAGCTL_REQUIRE(allocator != nullptr && bytes != nullptr && stream != nullptr,
                   "fragctl_block_info: allocator, bytes or stream is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_block_info");
   if (!allocator->stack->keeps_block_table()) {
     return fail(FRAGCTL_ERROR_STATE,
                 fmt::format("fragctl_block_info: allocator {} keeps no live-block table (set block_table:true)",
@@ -49,6 +50,7 @@ fragctl_status fragctl_device_memory(fragctl_allocator* allocator, size_t* free,
 fragctl_status fragctl_device_memory_split_json(fragctl_allocator* allocator, char** json) {
   FRAGCTL_REQUIRE(allocator != nullptr && json != nullptr,
                   "fragctl_device_memory_split_json: allocator or json is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_device_memory_split_json");
   return guarded([&] {
     fragctl::allocator_stack& stack = *allocator->stack;
     const fragctl::memory_info info = stack.backend().get_memory_info();
@@ -90,6 +92,7 @@ fragctl_status fragctl_process_device_memory_outside(fragctl_allocator* allocato
 
 fragctl_status fragctl_graph_pool_reclaim(fragctl_allocator* allocator, void* ptr) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_graph_pool_reclaim: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_graph_pool_reclaim");
   return guarded([&] {
     if (allocator->stack->graph_pool_reclaim(ptr)) return FRAGCTL_OK;
     return fail(FRAGCTL_ERROR_NOT_OWNED,

@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "capi/defaults.hpp"
 #include "capi/handle.hpp"
@@ -68,6 +69,13 @@ fragctl_status fail(fragctl_status status, std::string_view message) noexcept {
   }
   return status;
 }
+
+namespace {
+// The allocator whose span callback this thread runs now (nullptr: none).
+thread_local const fragctl_allocator* calling_back = nullptr;
+}  // namespace
+
+bool inside_span_callback(const fragctl_allocator* allocator) noexcept { return calling_back == allocator; }
 
 fragctl_status status_of_current_exception() noexcept {
   const util::caught_error e = util::classify_current_exception();
@@ -194,8 +202,9 @@ fragctl_status fragctl_destroy(fragctl_allocator* allocator) {
   FRAGCTL_REQUIRE(!allocator->process_default,
                   "fragctl_destroy: a process-default allocator lives until the process exits");
   if (allocator->dependents.load() > 0) {
-    return fail(FRAGCTL_ERROR_STATE, "fragctl_destroy: a checkpoint store or a ZeRO-3 manager still uses "
-                                     "this allocator; destroy it first");
+    return fail(FRAGCTL_ERROR_STATE, "fragctl_destroy: a checkpoint store, a ZeRO-3 manager or a block "
+                                     "imported through it (fragctl_import_block) still uses this allocator; "
+                                     "destroy or close it first");
   }
   return guarded([&] {
     delete allocator;
@@ -205,6 +214,7 @@ fragctl_status fragctl_destroy(fragctl_allocator* allocator) {
 
 fragctl_status fragctl_malloc(fragctl_allocator* allocator, void** ptr, size_t bytes, void* stream) {
   FRAGCTL_REQUIRE(allocator != nullptr && ptr != nullptr, "fragctl_malloc: allocator or ptr is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_malloc");
   *ptr = nullptr;
   return guarded([&] {
     *ptr = allocator->stack->allocator().allocate(bytes, stream);
@@ -214,6 +224,7 @@ fragctl_status fragctl_malloc(fragctl_allocator* allocator, void** ptr, size_t b
 
 fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr, size_t bytes, void* stream) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_free: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_free");
   return guarded([&] {
     fragctl::device_allocator& a = allocator->stack->allocator();
     const fragctl::free_status status = a.try_deallocate(ptr, bytes, stream).status;
@@ -237,6 +248,7 @@ fragctl_status fragctl_free(fragctl_allocator* allocator, void* ptr, size_t byte
 
 fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, void* stream) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_record_stream: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_record_stream");
   return guarded([&] {
     allocator->stack->allocator().record_stream(ptr, stream);
     return FRAGCTL_OK;
@@ -245,6 +257,7 @@ fragctl_status fragctl_record_stream(fragctl_allocator* allocator, void* ptr, vo
 
 fragctl_status fragctl_stream_ending(fragctl_allocator* allocator, void* stream) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_stream_ending: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_stream_ending");
   return guarded([&] {
     allocator->stack->allocator().stream_ending(stream);
     return FRAGCTL_OK;
@@ -253,6 +266,7 @@ fragctl_status fragctl_stream_ending(fragctl_allocator* allocator, void* stream)
 
 fragctl_status fragctl_get_counters(fragctl_allocator* allocator, fragctl_counters* out) {
   FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr, "fragctl_get_counters: allocator or out is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_get_counters");
   FRAGCTL_REQUIRE(out->struct_size >= offsetof(fragctl_counters, requested),
                   "fragctl_get_counters: set out->struct_size to sizeof(fragctl_counters)");
   return guarded([&] {
@@ -311,6 +325,7 @@ fragctl_status fragctl_set_limit(fragctl_allocator* allocator, size_t bytes) {
 fragctl_status fragctl_memory_map(fragctl_allocator* allocator,
                                   void (*visit)(const fragctl_map_segment* segment, void* context), void* context) {
   FRAGCTL_REQUIRE(allocator != nullptr && visit != nullptr, "fragctl_memory_map: allocator or visit is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_memory_map");
   return guarded([&] {
     const fragctl::memory_snapshot map = allocator->stack->allocator().memory_map();
     if (!map.available) {
@@ -333,6 +348,7 @@ fragctl_status fragctl_memory_map(fragctl_allocator* allocator,
 
 fragctl_status fragctl_release_cached(fragctl_allocator* allocator) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_release_cached: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_release_cached");
   return guarded([&] {
     allocator->stack->allocator().release_cached();
     return FRAGCTL_OK;
@@ -341,6 +357,7 @@ fragctl_status fragctl_release_cached(fragctl_allocator* allocator) {
 
 fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_pause: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_pause");
   FRAGCTL_REQUIRE(keep == FRAGCTL_PAUSE_KEEP_NONE || keep == FRAGCTL_PAUSE_KEEP_HOST,
                   fmt::format("fragctl_pause: keep is {}, not FRAGCTL_PAUSE_KEEP_NONE (0) or _HOST (1)",
                               keep));
@@ -364,6 +381,7 @@ fragctl_status fragctl_pause(fragctl_allocator* allocator, int keep) {
 
 fragctl_status fragctl_resume(fragctl_allocator* allocator) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_resume: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_resume");
   return guarded([&] {
     // As fragctl_pause: the allocator's own "not paused" (state_error) is STATE too.
     constexpr std::string_view not_paused = "fragctl_resume: the allocator is not paused";
@@ -384,6 +402,7 @@ fragctl_status fragctl_resume(fragctl_allocator* allocator) {
 
 fragctl_status fragctl_paused(fragctl_allocator* allocator, int* paused) {
   FRAGCTL_REQUIRE(allocator != nullptr && paused != nullptr, "fragctl_paused: allocator or paused is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_paused");
   return guarded([&] {
     *paused = allocator->stack->allocator().paused() ? 1 : 0;
     return FRAGCTL_OK;
@@ -392,6 +411,7 @@ fragctl_status fragctl_paused(fragctl_allocator* allocator, int* paused) {
 
 fragctl_status fragctl_enable_peer_access(fragctl_allocator* allocator, int peer) {
   FRAGCTL_REQUIRE(allocator != nullptr, "fragctl_enable_peer_access: allocator is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_enable_peer_access");
   return guarded([&] {
     allocator->stack->allocator().enable_peer_access(peer);
     return FRAGCTL_OK;
@@ -408,13 +428,15 @@ fragctl_status fragctl_watch_spans(fragctl_allocator* allocator, fragctl_span_ca
       return FRAGCTL_OK;
     }
     fragctl::capi::span_watcher& w =
-        allocator->span_watchers.emplace_front(fragctl::capi::span_watcher{callback, context});
+        allocator->span_watchers.emplace_front(fragctl::capi::span_watcher{callback, context, allocator});
     backend.watch_spans(
         [](fragctl::device_backend::span_event event, void* address, std::size_t bytes, void* ctx) noexcept {
           const auto* self = static_cast<const fragctl::capi::span_watcher*>(ctx);
+          const fragctl_allocator* const outer = std::exchange(fragctl::capi::calling_back, self->owner);
           self->callback(
               event == fragctl::device_backend::span_event::mapped ? FRAGCTL_SPAN_MAPPED : FRAGCTL_SPAN_UNMAPPING,
               reinterpret_cast<std::uint64_t>(address), bytes, self->context);
+          fragctl::capi::calling_back = outer;
         },
         &w);
     return FRAGCTL_OK;
@@ -437,6 +459,7 @@ const char* fragctl_policy(const fragctl_allocator* allocator) {
 
 fragctl_status fragctl_stats_json(fragctl_allocator* allocator, char** json) {
   FRAGCTL_REQUIRE(allocator != nullptr && json != nullptr, "fragctl_stats_json: allocator or json is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_stats_json");
   *json = nullptr;
   return guarded([&] {
     *json = fragctl::capi::copy_out(fragctl::to_json(allocator->stack->stats()));
@@ -460,6 +483,7 @@ fragctl_status report_status(const absl::Status& written) {
 
 fragctl_status fragctl_write_report(fragctl_allocator* allocator, const char* path) {
   FRAGCTL_REQUIRE(allocator != nullptr && path != nullptr, "fragctl_write_report: allocator or path is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_write_report");
   return guarded([&] {
     const std::vector<fragctl::stats_export_entry> one{allocator->stack->export_entry()};
     return report_status(fragctl::write_stats_export_file(path, one, "request"));

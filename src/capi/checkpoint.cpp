@@ -45,6 +45,7 @@ fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocator, size_t de
                                          int evict_ahead, fragctl_checkpoint_store** out) {
   FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr,
                              "fragctl_checkpoint_create: allocator or out is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_checkpoint_create");
   *out = nullptr;
   return guarded([&] {
     fragctl::checkpoint::store_options o;

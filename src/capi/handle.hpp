@@ -20,14 +20,20 @@ namespace fragctl::capi {
 struct span_watcher {
   fragctl_span_callback callback;
   void* context;
+  const fragctl_allocator* owner;  // whose events it receives
 };
+
+/// Whether this thread runs a span callback of `allocator` now: inside the
+/// allocator call that maps or unmaps, which holds its lock (a call that
+/// takes the lock again would wait for itself).
+[[nodiscard]] bool inside_span_callback(const fragctl_allocator* allocator) noexcept;
 
 }  // namespace fragctl::capi
 
 /// The C API's allocator handle: an allocator stack, owned by the handle.
 /// Process-default handles are never destroyed; nor is a handle while
-/// `dependents` (checkpoint stores and ZeRO-3 managers built on it) is not
-/// zero.
+/// `dependents` (checkpoint stores and ZeRO-3 managers built on it, blocks
+/// imported through it and not closed) is not zero.
 struct fragctl_allocator {
   fragctl_allocator(std::unique_ptr<fragctl::allocator_stack> allocators, bool is_process_default)
       : stack(std::move(allocators)), process_default(is_process_default) {}
@@ -47,6 +53,13 @@ struct fragctl_allocator {
 #define FRAGCTL_REQUIRE(condition, message) \
   if (!(condition)) return fail(FRAGCTL_ERROR_INVALID_ARGUMENT, message)
 
+// Returns STATE when called from a span callback of `allocator`
+// (fragctl_watch_spans), where the call would wait for its own lock.
+#define FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, function)                                                  \
+  if (fragctl::capi::inside_span_callback(allocator))                                                      \
+  return fail(FRAGCTL_ERROR_STATE, function ": called from a span callback of this allocator, inside the " \
+                                            "call that maps or unmaps; only fragctl_spans may be called there")
+
 namespace fragctl::capi {
 
 /// Sets this thread's fragctl_last_error() text.
@@ -55,8 +68,8 @@ void set_last_error(std::string_view message);
 /// The status for the exception in flight, its message stored as the last
 /// error. The exception's class is util::classify_current_exception's
 /// (util/error_class.hpp); the classes map to out_of_memory -> OUT_OF_MEMORY,
-/// invalid_argument -> INVALID_ARGUMENT, backend -> BACKEND, other_fragctl ->
-/// IO (trace files), anything else -> INTERNAL. Call only inside a catch block.
+/// invalid_argument -> INVALID_ARGUMENT, state -> STATE, backend -> BACKEND,
+/// other_fragctl -> IO (trace files), anything else -> INTERNAL. Call only inside a catch block.
 fragctl_status status_of_current_exception() noexcept;
 
 /// Runs `body` (returning fragctl_status) and turns any exception into a status.

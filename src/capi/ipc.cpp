@@ -88,7 +88,8 @@ static_assert(sizeof(mapped_header) == 16 && sizeof(mapped_record) == 24);
 
 /// What fragctl_import_block mapped at one base address.
 struct import_record {
-  fragctl::device_backend* backend = nullptr;
+  fragctl::device_backend* backend = nullptr;  // the importing allocator's, which lives while the record does
+  fragctl_allocator* owner = nullptr;           // the importing allocator: a dependent of it until closed
   bool allocation = false;  // opened with open_allocation; else mapped handles
   std::size_t opens = 1;    // open_allocation calls that gave this base (one close each)
   std::size_t bytes = 0;    // the reserved range (mapped handles)
@@ -270,6 +271,7 @@ fragctl_status fragctl_export_block(fragctl_allocator* allocator, void* ptr, siz
                                     size_t capacity, size_t* handle_size, size_t* offset) {
   FRAGCTL_REQUIRE(allocator != nullptr && ptr != nullptr && handle_size != nullptr && offset != nullptr,
                   "fragctl_export_block: allocator, ptr, handle_size or offset is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_export_block");
   return guarded([&] {
     fragctl::device_allocator& a = allocator->stack->allocator();
     const fragctl::shared_memory m = a.share(ptr, bytes);
@@ -323,7 +325,14 @@ fragctl_status fragctl_import_block(fragctl_allocator* allocator, const void* ha
     try {
       const std::lock_guard lock(imports().mutex);
       const auto [it, added] = imports().records.emplace(b, std::move(r));
-      if (!added) ++it->second.opens;  // the runtime gave an opened allocation's base again
+      if (!added) {
+        ++it->second.opens;  // the runtime gave an opened allocation's base again
+      } else {
+        // Its backend serves the close: the allocator is not destroyed
+        // while the block is open (a close after it used a freed backend).
+        it->second.owner = allocator;
+        ++allocator->dependents;
+      }
     } catch (...) {
       if (r.allocation) {
         backend.close_allocation(b);
@@ -362,6 +371,7 @@ fragctl_status fragctl_close_block(fragctl_allocator* allocator, void* base) {
     } else {
       undo(r, base, r.handles.size());
     }
+    if (r.owner != nullptr) --r.owner->dependents;  // the last close of the record
     return FRAGCTL_OK;
   });
 }

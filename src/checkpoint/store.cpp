@@ -70,6 +70,8 @@ class store::state {
 
   void* put(int layer, std::size_t bytes, stream_t stream);
   void* get(int layer, stream_t stream);
+  /// Throws state_error for `what` ("put", "get") while the allocator is paused.
+  void refuse_while_paused(const char* what, int layer) const;
   void drop(int layer);
   void reset();
   void synchronize();
@@ -246,7 +248,18 @@ void store::state::out_of_room(std::size_t span, const char* what) const {
   throw out_of_memory(d, "checkpoint_store");
 }
 
+void store::state::refuse_while_paused(const char* what, int layer) const {
+  // The region's pages are given back while the allocator is paused: a
+  // checkpoint written there, or copied out of it, would meet unmapped
+  // memory (a red team's put wrote through one and faulted).
+  if (allocator_.paused()) {
+    throw state_error(
+        fmt::format("checkpoint store: {} of layer {} while the allocator is paused (resume it first)", what, layer));
+  }
+}
+
 void* store::state::put(int layer, std::size_t bytes, stream_t stream) {
+  refuse_while_paused("put", layer);
   poll();
   seal();
   if (bytes == 0) throw invalid_argument(fmt::format("checkpoint store: put of layer {} with zero bytes", layer));
@@ -310,6 +323,7 @@ void store::state::prefetch() {
 }
 
 void* store::state::get(int layer, stream_t stream) {
+  refuse_while_paused("get", layer);
   poll();
   seal();
   auto it = entries_.find(layer);

@@ -16,11 +16,14 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
   const std::size_t size = sizer().allocation_size(bytes);
   const std::size_t limit = limit_.load(std::memory_order_relaxed);
   if (used_ > limit || size > limit - used_) {
-    // The cap plays the device: "device free" is what the cap still allows.
-    const pool_state pool = upstream().state();
+    // The cap plays the device, in its own terms: what it counts is "held"
+    // (the allocated bytes, none of them free: the cache does not lift the
+    // cap), "device free" is what it still allows. With the policy's
+    // reserved bytes the verdict took the cache for live memory (a red
+    // team's 100 MiB live under a 150 MiB cap read "live 200 MiB").
     oom_details details;
     details.requested = bytes;
-    details.reserved = pool.reserved;
+    details.reserved = used_;
     details.device_free = used_ > limit ? 0 : limit - used_;
     details.device_total = limit;
     const std::string who = fmt::format("{} (limit of {} bytes, {} in use)", upstream().name(), limit, used_);

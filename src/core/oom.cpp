@@ -39,8 +39,13 @@ std::string oom_advice(oom_verdict v, const oom_details& d, std::string_view all
     case oom_verdict::capacity:
       break;
   }
-  return "reduce the batch size (or sequence length); the live bytes alone exceed the device: "
-         "activation checkpointing or ZeRO-3 offload lower them";
+  // Alone, or only with this request (a red team's 100 MiB live under a
+  // 150 MiB cap was told the live bytes alone exceed it).
+  const std::size_t live = d.reserved > d.cached_free ? d.reserved - d.cached_free : 0;
+  return live >= d.device_total ? "reduce the batch size (or sequence length); the live bytes alone exceed the "
+                                  "device: activation checkpointing or ZeRO-3 offload lower them"
+                                : "reduce the batch size (or sequence length), or the live bytes: activation "
+                                  "checkpointing or ZeRO-3 offload lower them";
 }
 
 oom_event make_oom_event(const oom_details& d, std::string_view allocator, bool virtual_memory) {

@@ -326,10 +326,13 @@ absl::StatusOr<std::uint64_t> parse_duration_ms(std::string_view text) {
   else if (unit == "m" || unit == "min") per_unit = 60e3;
   else if (unit == "h") per_unit = 3600e3;
   double value = 0;
-  if (per_unit == 0 || split == 0 || !util::parse_double(t.substr(0, split), value) || !(value >= 0) ||
-      value * per_unit >= 0x1p63) {
+  if (per_unit == 0 || split == 0 || !util::parse_double(t.substr(0, split), value) || !(value >= 0)) {
     return absl::InvalidArgumentError(
-        fmt::format("\"{}\" is not a duration: expected a number with ms, s, m or h (e.g. 10s)", text));
+        fmt::format("\"{}\" is not a duration: expected a number with ms, s, m (or min) or h (e.g. 10s)", text));
+  }
+  if (value * per_unit >= 0x1p63) {  // a duration all the same, just past what a count of ms holds
+    return absl::InvalidArgumentError(
+        fmt::format("\"{}\" is too long a duration: at most 2^63 ms (about 292 million years)", text));
   }
   const auto ms = static_cast<std::uint64_t>(std::llround(value * per_unit));
   if (ms == 0 && value > 0) {

@@ -121,6 +121,35 @@ TEST(CApiCheckpoint, TheAllocatorCannotBeDestroyedWhileAStoreUsesIt) {
   f.allocator = nullptr;
 }
 
+// Regression (red team, 2026-11-28): while its allocator was paused, the
+// store's put answered OK with a pointer into its region, whose pages the
+// pause had given back (a write through it faulted), and evictions and
+// fetches failed at random. put and get are STATE while paused; after the
+// resume they work, the data kept (keep host).
+TEST(CApiCheckpoint, PutAndGetAreRefusedWhileTheAllocatorIsPaused) {
+  fragctl_allocator* a = nullptr;
+  ASSERT_EQ(fragctl_create("arena", "sim_capacity:256MiB,sim_backed:true", "sim", 0, &a), FRAGCTL_OK)
+      << fragctl_last_error();
+  fragctl_checkpoint_store* s = nullptr;
+  ASSERT_EQ(fragctl_checkpoint_create(a, 4 * MiB, 0, 0, &s), FRAGCTL_OK) << fragctl_last_error();
+  void* kept = nullptr;
+  ASSERT_EQ(fragctl_checkpoint_put(s, 0, MiB, nullptr, &kept), FRAGCTL_OK) << fragctl_last_error();
+  std::memset(kept, 0x5a, MiB);
+  ASSERT_EQ(fragctl_pause(a, FRAGCTL_PAUSE_KEEP_HOST), FRAGCTL_OK) << fragctl_last_error();
+  void* p = nullptr;
+  EXPECT_EQ(fragctl_checkpoint_put(s, 1, MiB, nullptr, &p), FRAGCTL_ERROR_STATE);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(std::string(fragctl_last_error()).find("paused"), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(fragctl_checkpoint_get(s, 0, nullptr, &p), FRAGCTL_ERROR_STATE);
+  ASSERT_EQ(fragctl_resume(a), FRAGCTL_OK) << fragctl_last_error();
+  ASSERT_EQ(fragctl_checkpoint_get(s, 0, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();  // control
+  EXPECT_EQ(p, kept);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[MiB - 1], 0x5a);
+  EXPECT_EQ(fragctl_checkpoint_put(s, 1, MiB, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
+  fragctl_checkpoint_destroy(s);
+  EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK) << fragctl_last_error();
+}
+
 // The store's alignment is held once (checkpoint/store.hpp) and read across
 // the language line (fragctl.torch.offload_activations) through the C API.
 TEST(CApiCheckpoint, AlignmentIsTheStores) {

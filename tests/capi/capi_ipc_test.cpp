@@ -205,6 +205,28 @@ TEST(CApiIpc, PlainAllocationsGivePyTorchsHandleForm) {
   }
 }
 
+// Regression (red team, 2026-11-28): an allocator a block was imported
+// through could be destroyed with the block open, and the close then called
+// the destroyed allocator's backend (a segfault). It is refused now (STATE)
+// until the block is closed, through any allocator.
+TEST(CApiIpc, AnAllocatorIsNotDestroyedWhileABlockImportedThroughItIsOpen) {
+  fragctl_allocator* importer = make("arena");
+  fragctl_allocator* other = make("arena");
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(importer, &p, MiB, nullptr), FRAGCTL_OK);
+  const exported e = export_of(importer, p, MiB);
+  void* base = nullptr;
+  ASSERT_EQ(fragctl_import_block(importer, e.handle.data(), e.handle.size(), &base), FRAGCTL_OK)
+      << fragctl_last_error();
+  ASSERT_EQ(fragctl_free(importer, p, MiB, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(importer), FRAGCTL_ERROR_STATE);
+  EXPECT_NE(std::string(fragctl_last_error()).find("fragctl_import_block"), std::string::npos) << fragctl_last_error();
+  EXPECT_EQ(fragctl_close_block(other, base), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(fragctl_close_block(other, base), FRAGCTL_ERROR_INVALID_ARGUMENT) << "closed already";
+  EXPECT_EQ(fragctl_destroy(importer), FRAGCTL_OK) << fragctl_last_error();
+  EXPECT_EQ(fragctl_destroy(other), FRAGCTL_OK);
+}
+
 TEST(CApiIpc, RefusesWhatIsNotAHandleOrNotLiveMemory) {
   fragctl_allocator* a = make("arena");
   void* p = nullptr;

@@ -5,6 +5,7 @@
 // handle or raw allocation, never a range across two handles; a span's
 // "unmapping" comes before the driver call that takes it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -154,6 +155,60 @@ TEST(CApiSpans, ArenaReportsEachHandleOfABlockAndTakesThemBackBeforeReleasing) {
   for (const auto& s : e.spans) EXPECT_EQ(s.second, G);
   ASSERT_EQ(fragctl_watch_spans(a, nullptr, nullptr), FRAGCTL_OK);
   EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+}
+
+// Regression (red team, 2026-11-28): a span callback calling a read-only
+// function of its allocator (fragctl_paused, fragctl_stats_json, ...) waited
+// for the lock the call that mapped holds: the program hung. Those calls
+// return STATE there now; fragctl_spans works; another allocator's calls
+// are served. (alarm: a hang fails the test instead of stalling the suite.)
+struct reentry {
+  fragctl_allocator* self = nullptr;
+  fragctl_allocator* other = nullptr;
+  std::vector<fragctl_status> got;
+  std::size_t spans = 0;
+};
+
+TEST(CApiSpans, ACallbackCallingItsAllocatorGetsStateNotAHang) {
+  fragctl_allocator* a = nullptr;
+  fragctl_allocator* b = nullptr;
+  ASSERT_EQ(fragctl_create("arena", "sim_capacity:1GiB,map_chunk:2MiB", "sim", 0, &a), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_create("caching", "sim_capacity:1GiB", "sim", 0, &b), FRAGCTL_OK);
+  reentry r{a, b, {}, 0};
+  const auto callback = [](int, std::uint64_t, std::uint64_t, void* context) {
+    auto& in = *static_cast<reentry*>(context);
+    if (!in.got.empty()) return;  // once
+    int paused = 0;
+    in.got.push_back(fragctl_paused(in.self, &paused));
+    char* json = nullptr;
+    in.got.push_back(fragctl_stats_json(in.self, &json));
+    fragctl_string_free(json);
+    fragctl_counters counters{};
+    counters.struct_size = sizeof counters;
+    in.got.push_back(fragctl_get_counters(in.self, &counters));
+    void* p = nullptr;
+    in.got.push_back(fragctl_malloc(in.self, &p, MiB, nullptr));
+    in.got.push_back(fragctl_spans(
+        in.self, [](std::uint64_t, std::uint64_t, void* c) { ++static_cast<reentry*>(c)->spans; }, &in));
+    in.got.push_back(fragctl_malloc(in.other, &p, MiB, nullptr));  // control: another allocator
+    if (p != nullptr) in.got.push_back(fragctl_free(in.other, p, MiB, nullptr));
+  };
+  ASSERT_EQ(fragctl_watch_spans(a, callback, &r), FRAGCTL_OK);
+  ::alarm(60);
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(a, &p, 4 * MiB, nullptr), FRAGCTL_OK) << fragctl_last_error();
+  ::alarm(0);
+  const std::vector<fragctl_status> expected{FRAGCTL_ERROR_STATE, FRAGCTL_ERROR_STATE, FRAGCTL_ERROR_STATE,
+                                             FRAGCTL_ERROR_STATE, FRAGCTL_OK,          FRAGCTL_OK,
+                                             FRAGCTL_OK};
+  EXPECT_EQ(r.got, expected);
+  EXPECT_GT(r.spans, 0U);
+  int paused = 1;
+  EXPECT_EQ(fragctl_paused(a, &paused), FRAGCTL_OK) << "outside the callback, served";
+  ASSERT_EQ(fragctl_watch_spans(a, nullptr, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_free(a, p, 4 * MiB, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(b), FRAGCTL_OK);
 }
 
 TEST(CApiSpans, NullArgumentsAreRefused) {

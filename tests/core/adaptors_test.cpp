@@ -15,6 +15,8 @@
 #include "fragctl/allocator_stack.hpp"
 #include "fragctl/config.hpp"
 #include "fragctl/error.hpp"
+#include "fragctl/oom.hpp"
+#include "fragctl/policy.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/trace.hpp"
 #include "gtest/gtest.h"
@@ -72,6 +74,42 @@ TEST(limiting_adaptor, counts_rounded_sizes_and_misuse) {
   roomy.deallocate(p, 512);  // wrong size: the true 2048 is released
   EXPECT_EQ(roomy.used(), 0u);
   EXPECT_EQ(roomy.misuse().size_mismatch, 1u);
+}
+
+// Regression (red team, 2026-11-28): over a policy holding cached memory,
+// the cap's out-of-memory answer took the policy's reserved bytes (cache
+// included) for what the cap counts: 100 MiB live under a 150 MiB cap read
+// "reserved 200 MiB ... live 200 MiB", and the advice said the live bytes
+// alone exceed the device. The cap is the device: it holds the allocated
+// bytes, none free; the verdict is capacity, the advice names this request.
+TEST(limiting_adaptor, the_cap_answers_in_its_own_terms_over_a_cache) {
+  sim_backend backend;
+  limiting_adaptor limit(make_policy("caching", config{}, backend), SIZE_MAX);
+  void* kept = limit.allocate(100 * MiB);
+  void* cached = limit.allocate(100 * MiB);
+  limit.deallocate(cached, 100 * MiB);  // the policy keeps it in its cache
+  ASSERT_GE(limit.state().reserved, 200 * MiB);
+  limit.set_limit(150 * MiB);
+  try {
+    (void)limit.allocate(60 * MiB);
+    ADD_FAILURE() << "allocation over the limit succeeded";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.details().reserved, 100 * MiB);
+    EXPECT_EQ(e.details().cached_free, 0u);
+    EXPECT_EQ(e.details().device_free, 50 * MiB);
+    EXPECT_EQ(diagnose(e.details()), oom_verdict::capacity);
+    const oom_event event = make_oom_event(e.details(), "caching", false);
+    EXPECT_EQ(event.advice.find("alone exceed"), std::string::npos) << event.advice;
+  }
+  // Control: live bytes past the cap alone are said so.
+  limit.set_limit(80 * MiB);
+  try {
+    (void)limit.allocate(MiB);
+    ADD_FAILURE() << "allocation over the limit succeeded";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(make_oom_event(e.details(), "caching", false).advice.find("alone exceed"), std::string::npos);
+  }
+  limit.deallocate(kept, 100 * MiB);
 }
 
 // An adaptor that overrides nothing: what forwarding_adaptor gives every adaptor.

@@ -281,6 +281,9 @@ TEST(bad_input_config, malformed_fragctl_conf_names_the_key_and_what_it_accepts)
       {"max_split_size:9223372036854775808", "expected a size of at most 4 EiB"},
       {"warmup_on_exhausted:explode", "expected grow or fail"},
       {"slab_reserve:-1", "expected an integer >= 0"},
+      {"report_interval:soon", "is not a duration: expected a number with ms, s, m (or min) or h"},
+      // Red team, 2026-11-28: a duration too long read as no duration at all.
+      {"report_interval:99999999999999h", "is too long a duration: at most 2^63 ms"},
   };
   for (const auto& row : rows) {
     auto cfg = parse_config(row.conf);

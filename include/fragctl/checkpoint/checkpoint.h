@@ -60,7 +60,8 @@ FRAGCTL_API void fragctl_checkpoint_destroy(fragctl_checkpoint_store* store);
 /** *ptr: a fragctl_checkpoint_alignment()-aligned device buffer of `bytes` (> 0) for `layer`'s
  * checkpoint, to be written by work queued on `stream` before the next call
  * into the store. OUT_OF_MEMORY when it cannot fit even after evicting every
- * evictable checkpoint; INVALID_ARGUMENT for zero bytes or a layer put twice. */
+ * evictable checkpoint; INVALID_ARGUMENT for zero bytes or a layer put twice; STATE while the
+ * store's allocator is paused (fragctl_pause: its pages are given back), as for get. */
 FRAGCTL_API fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* store, int layer, size_t bytes,
                                                   void* stream, void** ptr);
 

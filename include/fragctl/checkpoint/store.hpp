@@ -160,7 +160,9 @@ class store {
 
   /// A device buffer of `bytes` (> 0) for the checkpoint of `layer`, aligned to
   /// 512 bytes, for the producer to write on `stream`. May queue copies out
-  /// of checkpoints needed later, and order `stream` after them.
+  /// of checkpoints needed later, and order `stream` after them. put and get
+  /// throw state_error while the allocator is paused (its pages are given
+  /// back: device_allocator::pause).
   [[nodiscard]] void* put(int layer, std::size_t bytes, stream_t stream);
   /// The device pointer of `layer`'s checkpoint with its data in place for
   /// work on `stream`; the same pointer until drop. Queues prefetches below it.
