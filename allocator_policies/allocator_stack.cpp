@@ -32,9 +32,12 @@ namespace {
 // them apart: an existing file's device and inode (hard links, links in its
 // directories), else the absolute path; nullopt for an existing file that
 // is not a regular one (a device or FIFO is written into, by every output
-// that names it: /dev/null, /dev/stderr).
+// that names it: /dev/null) and for a link (the writer follows one only to a
+// device or FIFO and refuses the rest: core/atomic_file.hpp), so that an
+// output the writer will not replace holds no file from another.
 std::optional<std::string> file_named(const std::string& path) {
   struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return std::nullopt;
   if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode)) return std::nullopt;
     return fmt::format("inode {}:{}", st.st_dev, st.st_ino);

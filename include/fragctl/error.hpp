@@ -82,7 +82,7 @@ enum class oom_verdict : std::uint8_t {
 /// in bytes. Filled by the policy that failed; formatted by out_of_memory.
 struct oom_details {
   std::size_t requested = 0;           ///< bytes the caller asked for
-  std::size_t reserved = 0;            ///< bytes the allocator holds from the backend
+  std::size_t reserved = 0;            ///< bytes the allocator holds from the backend (a byte cap's refusal: the bytes it counts)
   std::size_t cached_free = 0;         ///< reserved but not allocated (free in cache)
   std::size_t largest_free_block = 0;  ///< largest contiguous free block in the cache
   std::size_t device_free = 0;         ///< free memory the backend reports

@@ -211,7 +211,9 @@ typedef enum fragctl_span_event {
  * call's lock; it may call fragctl_spans, and the calls on the same allocator
  * that would take the lock return STATE instead of waiting for it
  * (fragctl_malloc, fragctl_free, fragctl_stats_json, fragctl_get_counters,
- * fragctl_paused, fragctl_memory_map, fragctl_write_report, ...). It must not
+ * fragctl_paused, fragctl_memory_map, fragctl_write_report, fragctl_destroy,
+ * and the calls of a checkpoint store or ZeRO-3 manager built on it, ...),
+ * also from a callback of another allocator running inside it. It must not
  * unwind (a C++ callback catches its exceptions). */
 typedef void (*fragctl_span_callback)(int event, uint64_t address, uint64_t size, void* context);
 

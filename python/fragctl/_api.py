@@ -263,7 +263,8 @@ class Allocator:
         warning). Process defaults stay; this object is closed either way.
         Waits for calls other threads have in flight; later calls raise
         FragctlError. TooLateError (and the allocator stays open) while a
-        checkpoint store or ZeRO-3 manager still uses it."""
+        checkpoint store or ZeRO-3 manager still uses it, or a block imported
+        through it is open."""
         with self._closer:
             with self._guard:
                 if not self._handle:

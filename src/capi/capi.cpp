@@ -1,6 +1,7 @@
 // The C API (fragctl/fragctl.h): thin wrappers over allocator_stack that turn
 // exceptions into status codes and a thread-local message.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -71,11 +72,27 @@ fragctl_status fail(fragctl_status status, std::string_view message) noexcept {
 }
 
 namespace {
-// The allocator whose span callback this thread runs now (nullptr: none).
-thread_local const fragctl_allocator* calling_back = nullptr;
+// The allocators whose span callbacks this thread runs now, outermost first:
+// a callback may allocate from another allocator, whose callback then runs
+// inside it (and may call the first). Deeper than this many, the inner ones
+// are not told apart.
+constexpr std::size_t max_nested_callbacks = 8;
+thread_local std::array<const fragctl_allocator*, max_nested_callbacks> calling_back{};
+thread_local std::size_t callback_depth = 0;
 }  // namespace
 
-bool inside_span_callback(const fragctl_allocator* allocator) noexcept { return calling_back == allocator; }
+bool inside_span_callback(const fragctl_allocator* allocator) noexcept {
+  const std::size_t n = std::min(callback_depth, max_nested_callbacks);
+  return std::find(calling_back.begin(), calling_back.begin() + static_cast<std::ptrdiff_t>(n), allocator) !=
+         calling_back.begin() + static_cast<std::ptrdiff_t>(n);
+}
+
+void run_span_callback(const span_watcher& w, int event, std::uint64_t address, std::uint64_t size) noexcept {
+  const std::size_t depth = callback_depth++;
+  if (depth < max_nested_callbacks) calling_back[depth] = w.owner;
+  w.callback(event, address, size, w.context);
+  callback_depth = depth;
+}
 
 fragctl_status status_of_current_exception() noexcept {
   const util::caught_error e = util::classify_current_exception();
@@ -201,6 +218,7 @@ fragctl_status fragctl_destroy(fragctl_allocator* allocator) {
   if (allocator == nullptr) return FRAGCTL_OK;
   FRAGCTL_REQUIRE(!allocator->process_default,
                   "fragctl_destroy: a process-default allocator lives until the process exits");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_destroy");
   if (allocator->dependents.load() > 0) {
     return fail(FRAGCTL_ERROR_STATE, "fragctl_destroy: a checkpoint store, a ZeRO-3 manager or a block "
                                      "imported through it (fragctl_import_block) still uses this allocator; "
@@ -214,8 +232,8 @@ fragctl_status fragctl_destroy(fragctl_allocator* allocator) {
 
 fragctl_status fragctl_malloc(fragctl_allocator* allocator, void** ptr, size_t bytes, void* stream) {
   FRAGCTL_REQUIRE(allocator != nullptr && ptr != nullptr, "fragctl_malloc: allocator or ptr is NULL");
-  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_malloc");
   *ptr = nullptr;
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_malloc");
   return guarded([&] {
     *ptr = allocator->stack->allocator().allocate(bytes, stream);
     return FRAGCTL_OK;
@@ -431,12 +449,10 @@ fragctl_status fragctl_watch_spans(fragctl_allocator* allocator, fragctl_span_ca
         allocator->span_watchers.emplace_front(fragctl::capi::span_watcher{callback, context, allocator});
     backend.watch_spans(
         [](fragctl::device_backend::span_event event, void* address, std::size_t bytes, void* ctx) noexcept {
-          const auto* self = static_cast<const fragctl::capi::span_watcher*>(ctx);
-          const fragctl_allocator* const outer = std::exchange(fragctl::capi::calling_back, self->owner);
-          self->callback(
+          fragctl::capi::run_span_callback(
+              *static_cast<const fragctl::capi::span_watcher*>(ctx),
               event == fragctl::device_backend::span_event::mapped ? FRAGCTL_SPAN_MAPPED : FRAGCTL_SPAN_UNMAPPING,
-              reinterpret_cast<std::uint64_t>(address), bytes, self->context);
-          fragctl::capi::calling_back = outer;
+              reinterpret_cast<std::uint64_t>(address), bytes);
         },
         &w);
     return FRAGCTL_OK;
@@ -459,8 +475,8 @@ const char* fragctl_policy(const fragctl_allocator* allocator) {
 
 fragctl_status fragctl_stats_json(fragctl_allocator* allocator, char** json) {
   FRAGCTL_REQUIRE(allocator != nullptr && json != nullptr, "fragctl_stats_json: allocator or json is NULL");
-  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_stats_json");
   *json = nullptr;
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_stats_json");
   return guarded([&] {
     *json = fragctl::capi::copy_out(fragctl::to_json(allocator->stack->stats()));
     return FRAGCTL_OK;

@@ -45,8 +45,8 @@ fragctl_status fragctl_checkpoint_create(fragctl_allocator* allocator, size_t de
                                          int evict_ahead, fragctl_checkpoint_store** out) {
   FRAGCTL_REQUIRE(allocator != nullptr && out != nullptr,
                              "fragctl_checkpoint_create: allocator or out is NULL");
-  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_checkpoint_create");
   *out = nullptr;
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(allocator, "fragctl_checkpoint_create");
   return guarded([&] {
     fragctl::checkpoint::store_options o;
     o.device_budget = device_budget;
@@ -64,6 +64,7 @@ fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* store, int layer
                                       void** ptr) {
   FRAGCTL_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_put: store or ptr is NULL");
   *ptr = nullptr;
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(store->allocator, "fragctl_checkpoint_put");
   return guarded([&] {
     *ptr = store->store->put(layer, bytes, stream);
     return FRAGCTL_OK;
@@ -73,6 +74,7 @@ fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* store, int layer
 fragctl_status fragctl_checkpoint_get(fragctl_checkpoint_store* store, int layer, void* stream, void** ptr) {
   FRAGCTL_REQUIRE(store != nullptr && ptr != nullptr, "fragctl_checkpoint_get: store or ptr is NULL");
   *ptr = nullptr;
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(store->allocator, "fragctl_checkpoint_get");
   return guarded([&] {
     *ptr = store->store->get(layer, stream);
     return FRAGCTL_OK;
@@ -81,12 +83,14 @@ fragctl_status fragctl_checkpoint_get(fragctl_checkpoint_store* store, int layer
 
 fragctl_status fragctl_checkpoint_drop(fragctl_checkpoint_store* store, int layer) {
   FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_drop: store is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(store->allocator, "fragctl_checkpoint_drop");
   store->store->drop(layer);
   return FRAGCTL_OK;
 }
 
 fragctl_status fragctl_checkpoint_reset(fragctl_checkpoint_store* store) {
   FRAGCTL_REQUIRE(store != nullptr, "fragctl_checkpoint_reset: store is NULL");
+  FRAGCTL_NOT_IN_SPAN_CALLBACK(store->allocator, "fragctl_checkpoint_reset");
   return guarded([&] {
     store->store->reset();
     return FRAGCTL_OK;

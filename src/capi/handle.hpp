@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <forward_list>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,9 @@ struct span_watcher {
 /// allocator call that maps or unmaps, which holds its lock (a call that
 /// takes the lock again would wait for itself).
 [[nodiscard]] bool inside_span_callback(const fragctl_allocator* allocator) noexcept;
+
+/// Calls `w`'s callback, noting its allocator for inside_span_callback.
+void run_span_callback(const span_watcher& w, int event, std::uint64_t address, std::uint64_t size) noexcept;
 
 }  // namespace fragctl::capi
 

@@ -89,7 +89,7 @@ static_assert(sizeof(mapped_header) == 16 && sizeof(mapped_record) == 24);
 /// What fragctl_import_block mapped at one base address.
 struct import_record {
   fragctl::device_backend* backend = nullptr;  // the importing allocator's, which lives while the record does
-  fragctl_allocator* owner = nullptr;           // the importing allocator: a dependent of it until closed
+  fragctl_allocator* owner = nullptr;           // the importing allocator: a dependent of it per open
   bool allocation = false;  // opened with open_allocation; else mapped handles
   std::size_t opens = 1;    // open_allocation calls that gave this base (one close each)
   std::size_t bytes = 0;    // the reserved range (mapped handles)
@@ -325,14 +325,15 @@ fragctl_status fragctl_import_block(fragctl_allocator* allocator, const void* ha
     try {
       const std::lock_guard lock(imports().mutex);
       const auto [it, added] = imports().records.emplace(b, std::move(r));
+      // The first importer's backend serves every close: that allocator is
+      // not destroyed while an open of the block is left (a close after it
+      // used a freed backend).
       if (!added) {
         ++it->second.opens;  // the runtime gave an opened allocation's base again
       } else {
-        // Its backend serves the close: the allocator is not destroyed
-        // while the block is open (a close after it used a freed backend).
         it->second.owner = allocator;
-        ++allocator->dependents;
       }
+      ++it->second.owner->dependents;
     } catch (...) {
       if (r.allocation) {
         backend.close_allocation(b);
@@ -360,18 +361,24 @@ fragctl_status fragctl_close_block(fragctl_allocator* allocator, void* base) {
       if (it->second.opens > 1) {  // opened again: this close answers one open
         --it->second.opens;
         r.backend = it->second.backend;
+        r.owner = it->second.owner;
         r.allocation = true;
       } else {
         r = std::move(it->second);
         imports().records.erase(it);
       }
     }
-    if (r.allocation) {
-      r.backend->close_allocation(base);
-    } else {
-      undo(r, base, r.handles.size());
+    try {
+      if (r.allocation) {
+        r.backend->close_allocation(base);
+      } else {
+        undo(r, base, r.handles.size());
+      }
+    } catch (...) {
+      --r.owner->dependents;  // closed all the same: the registry forgot it
+      throw;
     }
-    if (r.owner != nullptr) --r.owner->dependents;  // the last close of the record
+    --r.owner->dependents;  // this open's, once its backend call is done
     return FRAGCTL_OK;
   });
 }

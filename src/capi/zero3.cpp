@@ -80,6 +80,10 @@ void need(const void* p, const char* what) {
 fragctl_zero3& started(fragctl_zero3* z) {
   need(z, "the manager");
   if (!z->manager) throw fragctl::invalid_argument("zero3: call fragctl_zero3_start first");
+  // From a span callback of one of its allocators the call would wait for
+  // that allocator's lock, which the call that maps holds.
+  if (capi::inside_span_callback(z->long_lived) || capi::inside_span_callback(z->transient))
+    throw fragctl::state_error("zero3: called from a span callback of the manager's allocator");
   return *z;
 }
 

@@ -301,11 +301,19 @@ bool store::state::fetch(int layer, entry& e, copy_reason reason, std::int64_t b
   std::optional<region::block> b = make_room(e.span, below, layer);
   if (!b) return false;
   for (const marker_ref& f : b->fences) stats_.stream_waits += markers_.order_after(copy_, *f) ? 1 : 0;
+  // The copy first: a copy that fails leaves the entry on the host and the
+  // room free (before, the entry read as on the device with no copy behind
+  // it, and the next get used its missing marker).
+  try {
+    backend_.memcpy_async(static_cast<char*>(base_) + b->offset, e.host, e.bytes, copy_);
+  } catch (...) {
+    region_.release(b->offset, e.span, nullptr);
+    throw;
+  }
   e.offset = b->offset;
   e.on_device = true;
   e.prefetched = reason == copy_reason::prefetch;
   add(stats_.device, e.span);
-  backend_.memcpy_async(address(e), e.host, e.bytes, copy_);
   e.device_ready = markers_.record(copy_);
   queued(e.device_ready, layer, e.bytes, reason);
   return true;
@@ -394,7 +402,9 @@ void store::state::drop(int layer) {
   release(it->second);
   entries_.erase(it);
   ++stats_.drops;
-  prefetch();
+  // No prefetch into the region while the allocator is paused: its pages
+  // are given back (a red team's drop copied into them).
+  if (!allocator_.paused()) prefetch();
 }
 
 void store::state::reset() {

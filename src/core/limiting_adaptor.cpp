@@ -22,7 +22,7 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_t stream) {
     // reserved bytes the verdict took the cache for live memory (a red
     // team's 100 MiB live under a 150 MiB cap read "live 200 MiB").
     oom_details details;
-    details.requested = bytes;
+    details.requested = size;  // what the cap counts (a request that fits but whose rounded size does not)
     details.reserved = used_;
     details.device_free = used_ > limit ? 0 : limit - used_;
     details.device_total = limit;

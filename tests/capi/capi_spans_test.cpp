@@ -186,8 +186,10 @@ TEST(CApiSpans, ACallbackCallingItsAllocatorGetsStateNotAHang) {
     fragctl_counters counters{};
     counters.struct_size = sizeof counters;
     in.got.push_back(fragctl_get_counters(in.self, &counters));
-    void* p = nullptr;
+    void* p = &in;  // a failed call clears its output
     in.got.push_back(fragctl_malloc(in.self, &p, MiB, nullptr));
+    if (p != nullptr) in.got.push_back(FRAGCTL_ERROR_INTERNAL);
+    in.got.push_back(fragctl_destroy(in.self));
     in.got.push_back(fragctl_spans(
         in.self, [](std::uint64_t, std::uint64_t, void* c) { ++static_cast<reentry*>(c)->spans; }, &in));
     in.got.push_back(fragctl_malloc(in.other, &p, MiB, nullptr));  // control: another allocator
@@ -199,8 +201,8 @@ TEST(CApiSpans, ACallbackCallingItsAllocatorGetsStateNotAHang) {
   ASSERT_EQ(fragctl_malloc(a, &p, 4 * MiB, nullptr), FRAGCTL_OK) << fragctl_last_error();
   ::alarm(0);
   const std::vector<fragctl_status> expected{FRAGCTL_ERROR_STATE, FRAGCTL_ERROR_STATE, FRAGCTL_ERROR_STATE,
-                                             FRAGCTL_ERROR_STATE, FRAGCTL_OK,          FRAGCTL_OK,
-                                             FRAGCTL_OK};
+                                             FRAGCTL_ERROR_STATE, FRAGCTL_ERROR_STATE, FRAGCTL_OK,
+                                             FRAGCTL_OK,          FRAGCTL_OK};
   EXPECT_EQ(r.got, expected);
   EXPECT_GT(r.spans, 0U);
   int paused = 1;
@@ -209,6 +211,45 @@ TEST(CApiSpans, ACallbackCallingItsAllocatorGetsStateNotAHang) {
   EXPECT_EQ(fragctl_free(a, p, 4 * MiB, nullptr), FRAGCTL_OK);
   EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK);
   EXPECT_EQ(fragctl_destroy(b), FRAGCTL_OK);
+}
+
+// A callback of A allocating from B runs B's callback inside it; that one
+// calling A is refused too (a review found the guard held the innermost
+// allocator only: the call waited for A's lock).
+struct nested {
+  fragctl_allocator* a = nullptr;
+  fragctl_allocator* b = nullptr;
+  int depth = 0;
+  fragctl_status inner = FRAGCTL_OK;
+};
+
+TEST(CApiSpans, NestedCallbacksOfTwoAllocatorsAreRefusedForBoth) {
+  nested n;
+  ASSERT_EQ(fragctl_create("arena", "sim_capacity:1GiB,map_chunk:2MiB", "sim", 0, &n.a), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_create("arena", "sim_capacity:1GiB,map_chunk:2MiB", "sim", 0, &n.b), FRAGCTL_OK);
+  const auto on_a = [](int, std::uint64_t, std::uint64_t, void* context) {
+    auto& in = *static_cast<nested*>(context);
+    if (in.depth++ != 0) return;
+    void* q = nullptr;
+    if (fragctl_malloc(in.b, &q, MiB, nullptr) == FRAGCTL_OK) (void)fragctl_free(in.b, q, MiB, nullptr);
+  };
+  const auto on_b = [](int, std::uint64_t, std::uint64_t, void* context) {
+    auto& in = *static_cast<nested*>(context);
+    int paused = 0;
+    if (in.depth == 1) in.inner = fragctl_paused(in.a, &paused);  // inside A's callback, inside B's
+  };
+  ASSERT_EQ(fragctl_watch_spans(n.a, on_a, &n), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_watch_spans(n.b, on_b, &n), FRAGCTL_OK);
+  ::alarm(60);
+  void* p = nullptr;
+  ASSERT_EQ(fragctl_malloc(n.a, &p, 4 * MiB, nullptr), FRAGCTL_OK) << fragctl_last_error();
+  ::alarm(0);
+  EXPECT_EQ(n.inner, FRAGCTL_ERROR_STATE);
+  ASSERT_EQ(fragctl_watch_spans(n.a, nullptr, nullptr), FRAGCTL_OK);
+  ASSERT_EQ(fragctl_watch_spans(n.b, nullptr, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_free(n.a, p, 4 * MiB, nullptr), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(n.a), FRAGCTL_OK);
+  EXPECT_EQ(fragctl_destroy(n.b), FRAGCTL_OK);
 }
 
 TEST(CApiSpans, NullArgumentsAreRefused) {

@@ -44,7 +44,7 @@ TEST(limiting_adaptor, refuses_over_the_cap_and_changes_nothing) {
     (void)limit.allocate(1);
     ADD_FAILURE() << "allocation over the limit succeeded";
   } catch (const out_of_memory& e) {
-    EXPECT_EQ(e.details().requested, 1u);
+    EXPECT_EQ(e.details().requested, limit.allocation_size(1)) << "what the cap counts: the rounded size";
     EXPECT_EQ(e.details().device_free, 0u);
     EXPECT_EQ(e.details().device_total, 8 * KiB);
     EXPECT_FALSE(e.details().caused_by_fragmentation());
@@ -100,6 +100,15 @@ TEST(limiting_adaptor, the_cap_answers_in_its_own_terms_over_a_cache) {
     EXPECT_EQ(diagnose(e.details()), oom_verdict::capacity);
     const oom_event event = make_oom_event(e.details(), "caching", false);
     EXPECT_EQ(event.advice.find("alone exceed"), std::string::npos) << event.advice;
+  }
+  // A request that fits but whose rounded size does not is the cap's too
+  // (capacity), not the policy declining (a review).
+  limit.set_limit(100 * MiB + 1000);
+  try {
+    (void)limit.allocate(1000);  // 1024 once rounded
+    ADD_FAILURE() << "allocation over the limit succeeded";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(diagnose(e.details()), oom_verdict::capacity);
   }
   // Control: live bytes past the cap alone are said so.
   limit.set_limit(80 * MiB);

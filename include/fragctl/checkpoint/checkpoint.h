@@ -67,7 +67,11 @@ FRAGCTL_API fragctl_status fragctl_checkpoint_put(fragctl_checkpoint_store* stor
 
 /** *ptr: `layer`'s checkpoint, in place for work queued on `stream` after the
  * call, unmoved until the drop; queues prefetches of the layers below.
- * INVALID_ARGUMENT for an unknown layer. */
+ * INVALID_ARGUMENT for an unknown layer; STATE while the store's allocator is
+ * paused. Before fragctl_pause, call fragctl_checkpoint_synchronize: copies
+ * the store queued on its own stream must be done before the pages go. A
+ * drop while paused queues no prefetch. From a span callback of the store's
+ * allocator (fragctl_watch_spans), put, get, drop and reset return STATE. */
 FRAGCTL_API fragctl_status fragctl_checkpoint_get(fragctl_checkpoint_store* store, int layer, void* stream,
                                                   void** ptr);
 
