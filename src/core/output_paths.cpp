@@ -233,15 +233,19 @@ std::string placeholder_value(std::string_view path, std::string_view name, cons
   return "unknown";
 }
 
-}  // namespace
-
-std::string expand_placeholders(std::string_view path, const launcher_identity& who, bool& per_process) {
-  std::string out;
-  per_process = false;
+// Walks an output path: `literal(c)` for each character that stands for
+// itself ("%%" gives one '%'), `placeholder(name)` for "%p" (as "pid") and
+// each brace placeholder, `unknown(name)` before the characters of a brace
+// word that is no placeholder (kept as written).
+template <class Literal, class Placeholder, class Unknown>
+void scan_output_path(std::string_view path, Literal&& literal, Placeholder&& placeholder, Unknown&& unknown) {
   for (std::size_t i = 0; i < path.size(); ++i) {
     if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
-      per_process = per_process || path[i + 1] == 'p';
-      out += path[i + 1] == 'p' ? fmt::format("{}", ::getpid()) : "%";
+      if (path[i + 1] == 'p') {
+        placeholder(std::string_view("pid"));
+      } else {
+        literal('%');
+      }
       ++i;
       continue;
     }
@@ -250,46 +254,45 @@ std::string expand_placeholders(std::string_view path, const launcher_identity& 
       const std::string_view name =
           close == std::string_view::npos ? std::string_view{} : path.substr(i + 1, close - i - 1);
       if (std::find(placeholder_names.begin(), placeholder_names.end(), name) != placeholder_names.end()) {
-        out += placeholder_value(path, name, who, per_process);
+        placeholder(name);
         i = close;
         continue;
       }
       const bool word = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
       });
-      if (word) {
+      if (word) unknown(name);
+    }
+    literal(path[i]);
+  }
+}
+
+}  // namespace
+
+std::string expand_placeholders(std::string_view path, const launcher_identity& who, bool& per_process) {
+  std::string out;
+  per_process = false;
+  scan_output_path(
+      path, [&](char c) { out += c; },
+      [&](std::string_view name) { out += placeholder_value(path, name, who, per_process); },
+      [&](std::string_view name) {
         warn_once(path, name,
                   "{}: {{{}}} is not a placeholder ({{rank}}, {{local_rank}}, {{world_size}}, {{pid}}, {{host}}); "
                   "it is kept as written",
                   path, name);
-      }
-    }
-    out += path[i];
-  }
+      });
   return out;
 }
 
 std::string output_path_glob(std::string_view path) {
   std::string out;
-  for (std::size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
-      out += path[i + 1] == 'p' ? "*" : "%";
-      ++i;
-      continue;
-    }
-    if (path[i] == '{') {
-      const std::size_t close = path.find('}', i + 1);
-      const std::string_view name =
-          close == std::string_view::npos ? std::string_view{} : path.substr(i + 1, close - i - 1);
-      if (std::find(placeholder_names.begin(), placeholder_names.end(), name) != placeholder_names.end()) {
-        out += '*';
-        i = close;
-        continue;
-      }
-    }
-    if (path[i] == '*' || path[i] == '?' || path[i] == '[' || path[i] == ']' || path[i] == '\\') out += '\\';
-    out += path[i];
-  }
+  scan_output_path(
+      path,
+      [&](char c) {
+        if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+        out += c;
+      },
+      [&](std::string_view) { out += '*'; }, [](std::string_view) {});
   return out;
 }
 

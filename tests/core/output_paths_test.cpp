@@ -566,6 +566,15 @@ TEST(output_paths, outputs_on_one_file_or_on_the_warmup_profile_are_dropped_loud
   }
 }
 
+// `fragctl run` finds its program's reports by this pattern: every
+// placeholder any process may expand (directories too) a '*', glob's own
+// characters of the name escaped, other text as written.
+TEST(output_paths, the_glob_of_a_path_matches_every_expansion_of_it) {
+  EXPECT_EQ(detail::output_path_glob("out/{rank}/r.%p.{world_size}.{host}.{pid}.json"), "out/*/r.*.*.*.*.json");
+  EXPECT_EQ(detail::output_path_glob("a b/[x]*?\\.%%.{bogus}.json"), "a b/\\[x\\]\\*\\?\\\\.%.{bogus}.json");
+  EXPECT_EQ(detail::output_path_glob("plain.json"), "plain.json");
+}
+
 // Regression (issue 27, M6): a trace followed a link planted at its path
 // (and at the "<path>.<pid>" fallback): it is refused, the link and its
 // target left as they are.
