@@ -368,17 +368,17 @@ fragctl_status fragctl_close_block(fragctl_allocator* allocator, void* base) {
         imports().records.erase(it);
       }
     }
-    try {
-      if (r.allocation) {
-        r.backend->close_allocation(base);
-      } else {
-        undo(r, base, r.handles.size());
-      }
-    } catch (...) {
-      --r.owner->dependents;  // closed all the same: the registry forgot it
-      throw;
+    // This open's dependent goes once its backend call is done, thrown or not
+    // (the registry forgot the open either way).
+    struct dependent_done {
+      fragctl_allocator* owner;
+      ~dependent_done() { --owner->dependents; }
+    } done{r.owner};
+    if (r.allocation) {
+      r.backend->close_allocation(base);
+    } else {
+      undo(r, base, r.handles.size());
     }
-    --r.owner->dependents;  // this open's, once its backend call is done
     return FRAGCTL_OK;
   });
 }

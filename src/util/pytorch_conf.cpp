@@ -90,6 +90,13 @@ std::optional<absl::StatusOr<std::string>> apply_pytorch_key(config& c, std::str
   return std::nullopt;
 }
 
+pytorch_key_owner owner_of_pytorch_key(std::string_view key) {
+  if (key == "max_split_size_mb" || key == "expandable_segments") return pytorch_key_owner::fragctl;
+  config scratch;
+  if (key.starts_with("pinned_") || !apply_pytorch_key(scratch, key, {})) return pytorch_key_owner::pytorch;
+  return pytorch_key_owner::device_allocator;
+}
+
 absl::StatusOr<pytorch_conf_result> apply_pytorch_conf(std::string_view conf, config base) {
   std::vector<std::string> mapped;
   std::vector<std::string> left;
@@ -102,7 +109,7 @@ absl::StatusOr<pytorch_conf_result> apply_pytorch_conf(std::string_view conf, co
     if (applied && applied->ok()) {
       mapped.push_back(fmt::format("{} -> {}", item, **applied));
       base = std::move(trial);
-    } else if (applied && (key == "max_split_size_mb" || key == "expandable_segments")) {
+    } else if (owner_of_pytorch_key(key) == pytorch_key_owner::fragctl) {
       return absl::InvalidArgumentError(
           fmt::format("PYTORCH_CUDA_ALLOC_CONF: {}", to_std(applied->status().message())));
     } else {

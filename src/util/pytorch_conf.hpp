@@ -6,6 +6,7 @@
 // names what to use instead. The table of keys lives in pytorch_conf.cpp only.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,15 @@ namespace fragctl::util {
 /// at the commas outside brackets, as PyTorch reads a list value
 /// (roundup_power2_divisions:[256:1,512:2,>:1] is one item).
 [[nodiscard]] std::vector<std::string_view> pytorch_conf_items(std::string_view conf);
+
+/// Whose a PYTORCH_CUDA_ALLOC_CONF key is where fragctl's shim stands in for
+/// PyTorch's device allocator (`fragctl run`; `backend` aside).
+enum class pytorch_key_owner : std::uint8_t {
+  fragctl,           ///< translated into a fragctl option (apply_pytorch_key applies it)
+  pytorch,           ///< PyTorch's still: its pinned host memory's keys, and keys this table does not know
+  device_allocator,  ///< tunes PyTorch's own device allocator, which the shim replaces
+};
+[[nodiscard]] pytorch_key_owner owner_of_pytorch_key(std::string_view key);
 
 /// Applies one PyTorch allocator key to `c`. nullopt when `key` is not one of
 /// PyTorch's keys; else the fragctl form applied ("max_split_size:128MiB"),

@@ -101,15 +101,10 @@ pytorch_conf_parts split_pytorch_conf(std::string_view conf) {
     const std::size_t colon = item.find(':');
     const std::string_view key = util::trim(item.substr(0, colon));
     if (key == "backend") continue;
-    config scratch;
-    const auto applied = util::apply_pytorch_key(
-        scratch, key, colon == std::string_view::npos ? std::string_view() : item.substr(colon + 1));
-    if (!applied || key.starts_with("pinned_")) {
-      append(parts.torch, item);  // PyTorch judges a key neither knows, as it would without fragctl
-    } else if (applied->ok() || key == "max_split_size_mb" || key == "expandable_segments") {
-      append(parts.fragctl, item);  // a bad value is refused with the reason below
-    } else {
-      append(parts.dropped, item);
+    switch (util::owner_of_pytorch_key(key)) {
+      case util::pytorch_key_owner::fragctl: append(parts.fragctl, item); break;  // a bad value is refused below
+      case util::pytorch_key_owner::pytorch: append(parts.torch, item); break;  // PyTorch judges a key neither knows
+      case util::pytorch_key_owner::device_allocator: append(parts.dropped, item); break;
     }
   }
   return parts;
@@ -191,8 +186,9 @@ std::string prepare_environment(const arguments& args, const fs::path& shim) {
     set("FRAGCTL_REPORT", (fs::current_path() / fmt::format("fragctl.{}.report.json", ::getpid())).string());
   // The variables win over the options' keys (docs/configuration.md), so
   // each output is the variable's file, else the key's.
+  const std::string report = env_or("FRAGCTL_REPORT", conf_cfg.report_path);
   refuse_shared_outputs(
-      {{"the report (--report, FRAGCTL_REPORT, report:)", env_or("FRAGCTL_REPORT", conf_cfg.report_path)},
+      {{"the report (--report, FRAGCTL_REPORT, report:)", report},
        {"the Prometheus file (--prometheus, FRAGCTL_PROMETHEUS, prometheus:)",
         env_or("FRAGCTL_PROMETHEUS", conf_cfg.prometheus_path)},
        {"the trace (--trace, FRAGCTL_TRACE, trace:)", env_or("FRAGCTL_TRACE", conf_cfg.trace_path)}},
@@ -206,7 +202,7 @@ std::string prepare_environment(const arguments& args, const fs::path& shim) {
     ours.append(":").append(jemalloc.string());
   if (const std::string preload = env_or("LD_PRELOAD", ""); !preload.empty()) ours.append(":").append(preload);
   set("LD_PRELOAD", ours);
-  return env_or("FRAGCTL_REPORT", conf_cfg.report_path);
+  return report;
 }
 
 pid_t child = -1;
