@@ -102,8 +102,11 @@ def step_starts(trace, wanted, step_times):
 
 def replay(trace, run, policy="arena", capacity="141GiB", options=None, log=None):
     """Replays TRACE; returns (stats, [(step, shape, first allocation, replay calls, live calls)], the calls
-    made before the first step)."""
-    shapes = run["shapes"]
+    made before the first step). Raises ValueError for a run whose JSON records no step shapes."""
+    shapes = run.get("shapes")
+    if not shapes:
+        raise ValueError(f"the run JSON records no step shapes (the {run.get('model', '?')} job writes none), so "
+                         "its steps' starts cannot be found")
     starts = step_starts(trace, [input_bytes(s, run.get("batch", 1)) for s in shapes], run.get("step_times_s", []))
     live = live_calls_per_step(run)
     a = fragctl.Allocator(policy, backend="sim", sim_capacity=capacity, **(options or {}))
@@ -147,7 +150,11 @@ def main(argv=None):
     with open(args.run_json) as f:
         run = json.load(f)
     options = dict(kv.split("=", 1) for kv in args.conf)
-    stats, rows, _ = replay(args.trace, run, args.policy, args.capacity, options, log=sys.stderr)
+    try:
+        stats, rows, _ = replay(args.trace, run, args.policy, args.capacity, options, log=sys.stderr)
+    except ValueError as e:
+        print(f"step_calls.py: {args.run_json}: {e}", file=sys.stderr)
+        return 2
     print(f"replay: reserved/requested {stats['derived']['reserved_over_requested']:.4f}, "
           f"driver memory calls {stats['backend_counters']['memory_calls']}, steps found {len(rows)} "
           f"of {len(run['shapes'])}")

@@ -54,6 +54,23 @@ class StepCallsTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             step_calls.input_bytes({"batch": 3}, 1)
 
+    def test_a_run_without_step_shapes_is_refused_with_a_message(self):
+        # resnet's job records no shapes: before, a KeyError's traceback.
+        with tempfile.TemporaryDirectory() as d:
+            trace = os.path.join(d, "t.trace.csv.gz")
+            write_trace(trace, [256, 512])
+            run = os.path.join(d, "run.json")
+            with open(run, "w") as f:
+                f.write('{"model": "resnet", "steps": 2}')
+            err = io.StringIO()
+            saved, sys.stderr = sys.stderr, err
+            try:
+                code = step_calls.main([trace, run])
+            finally:
+                sys.stderr = saved
+            self.assertEqual(code, 2)
+            self.assertIn("records no step shapes (the resnet job writes none)", err.getvalue())
+
     def test_live_calls_are_the_differences_of_the_counts_after_each_step(self):
         run = {"fragctl": {"memory_calls_before_step": [100], "memory_calls_after_step": [150, 150, 175]}}
         self.assertEqual(step_calls.live_calls_per_step(run), [50, 0, 25])
