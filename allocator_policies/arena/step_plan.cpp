@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <numeric>
 
 #include "fragctl/log.hpp"
 
@@ -281,72 +280,25 @@ void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) {
 }
 
 std::uint64_t step_plan::lay_out(std::vector<bin>& bins) {
-  // Greedy by size: largest first (longer lives first among equals), each in
-  // the first bin, at the lowest offset, free of the blocks placed so far
-  // whose lives meet its own; what no bin holds goes to a new range.
-  std::vector<std::uint32_t> order(items_.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::uint32_t x, std::uint32_t y) {
-    const item &a = items_[x], &b = items_[y];
-    if (a.bytes != b.bytes) return a.bytes > b.bytes;
-    if (a.due - a.t != b.due - b.t) return a.due - a.t > b.due - b.t;
-    return a.t < b.t;
-  });
-  const auto nbins = static_cast<std::uint32_t>(bins.size());
-  for (bin& b : bins) b.used = 0;
-  // The blocks placed so far, kept in (bin, offset) order, so that those
-  // whose lives meet the next one's come out in the order the first-fit scan
-  // below walks them, without a sort per block. Blocks at one (bin, offset)
-  // may come in any order: the scan's result does not depend on it.
-  struct taken {
-    std::uint32_t bin;
-    std::uint32_t t, due;  // its life
-    std::uint64_t lo, hi;
-  };
-  const auto before = [](const taken& a, const taken& b) noexcept {
-    return a.bin != b.bin ? a.bin < b.bin : a.lo < b.lo;
-  };
-  std::vector<taken> placed;
-  placed.reserve(items_.size());
-  std::vector<const taken*> busy;
-  std::uint64_t extent = 0;
-  for (const std::uint32_t i : order) {
-    const item& it = items_[i];
-    busy.clear();
-    for (const taken& o : placed) {
-      if (o.t < it.due && it.t < o.due) busy.push_back(&o);
-    }
-    std::uint32_t where = nbins;
-    std::uint64_t offset = 0;
-    std::size_t k = 0;
-    for (std::uint32_t b = 0; b <= nbins; ++b) {
-      offset = 0;
-      bool fits = true;
-      for (; k < busy.size() && busy[k]->bin == b; ++k) {
-        if (offset + it.bytes <= busy[k]->lo) break;
-        offset = std::max(offset, busy[k]->hi);
-      }
-      while (k < busy.size() && busy[k]->bin == b) ++k;
-      if (b < nbins && offset + it.bytes > bins[b].bytes) fits = false;
-      if (fits) {
-        where = b;
-        break;
-      }
-    }
-    slot& s = slots_[it.t];
-    s.bin = where;
-    s.offset = offset;
-    if (where < nbins) {
-      bins[where].used = std::max(bins[where].used, offset + it.bytes);
-    } else {
-      extent = std::max(extent, offset + it.bytes);
-    }
-    const taken now{where, it.t, it.due, offset, offset + it.bytes};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), now, before), now);
+  // Greedy by size (layout.hpp): largest first, each in the first bin, at
+  // the lowest offset, free of the blocks placed so far whose lives meet its
+  // own; what no bin holds goes to a new range.
+  std::vector<std::uint64_t> bin_bytes(bins.size());
+  for (std::size_t b = 0; b < bins.size(); ++b) bin_bytes[b] = bins[b].bytes;
+  std::vector<layout_place> places;
+  std::vector<std::uint64_t> used;
+  const std::uint64_t extent = greedy_layout(items_, bin_bytes, places, used);
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    slot& s = slots_[items_[i].t];
+    s.bin = places[i].bin;
+    s.offset = places[i].offset;
   }
   plan_extent_ = extent;
   layout_bytes_ = extent;
-  for (const bin& b : bins) layout_bytes_ += b.used;
+  for (std::size_t b = 0; b < bins.size(); ++b) {
+    bins[b].used = used[b];
+    layout_bytes_ += used[b];
+  }
   layout_live_ = live_peak();
   return extent;
 }

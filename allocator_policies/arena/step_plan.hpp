@@ -99,6 +99,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "allocator_policies/arena/block_index.hpp"
+#include "allocator_policies/arena/layout.hpp"
 #include "fragctl/device_allocator.hpp"
 
 namespace fragctl::arena_detail {
@@ -176,7 +177,7 @@ class step_plan {
   /// (0: the bins hold everything). Sets each bin's `used`.
   [[nodiscard]] std::uint64_t lay_out(std::vector<bin>& bins);
   /// The most bytes of planned blocks live at once in the step (what any
-  /// layout holds at least; O(step), before the O(step^2) lay_out).
+  /// layout holds at least; O(step), before the costlier lay_out).
   [[nodiscard]] std::uint64_t live_peak() const;
   /// The ranges are the arena's now (the used bins, and the new range at
   /// `base` if lay_out asked for one): the plan begins with this allocation.
@@ -374,10 +375,7 @@ class step_plan {
   std::vector<slot> slots_;
   std::vector<std::uint32_t> due_in_gap_;  // planned frees due in each gap [0, P]
   std::vector<std::uint32_t> seen_;        // the sizes of the step being served, by slot
-  struct item {
-    std::uint32_t t, due;  // lives over allocations [t, due) of the step
-    std::uint64_t bytes;
-  };
+  using item = layout_item;  // lives over allocations [t, due) of the step
   std::vector<item> items_;  // the planned blocks, for lay_out
   std::uint64_t plan_extent_ = 0;
   std::uint32_t x_hi_ = 0, x_lo_ = 0;  // the largest and next largest first allocation of a repeat (units)
