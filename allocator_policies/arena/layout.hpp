@@ -15,7 +15,9 @@
 // O(n (b + k log k)) for n blocks, b the blocks filed in a bucket and k the
 // neighbours, against O(n^2) for a scan of every placed block (the kvgen
 // step: 0.4 s on the build machine, docs/benchmarks.md). The result is the
-// scan's, block for block (layout_test holds the two side by side).
+// scan's, block for block (arena_layout_test holds the two side by side).
+// The index takes a bucket per kBucket allocations up to the latest `due`:
+// a step's lives, below 2^20 allocations in the plan (its history's cap).
 #pragma once
 
 #include <cstdint>
