@@ -570,10 +570,11 @@ bool arena_policy::impl::start_plan() {
     // is judged again at every step start, and what follows is costly: the
     // bins scan every free block's granules (about a third of the arena's
     // instructions on the resnet50 trace, whose plan never pays), the
-    // layout takes time (layout.hpp: 20 ms for a kvgen step of 37,329
-    // blocks; 217 ms for the live t5 job with gradient accumulation when it
-    // scanned every placed block per block). Before the scan the bins are bounded by the free
-    // memory of the spans live blocks touch (mapped less cached less live).
+    // layout takes time (layout.hpp: 33 ms for a kvgen step of 37,329
+    // blocks; 217 ms for the live t5 job with gradient accumulation when
+    // it scanned every placed block per block). Before the scan the bins
+    // are bounded by the free memory of the spans live blocks touch
+    // (mapped less cached less live).
     const std::size_t held_by_blocks = granules->mapped_bytes() - granules->cached_bytes();
     const std::size_t at_most_in_bins = held_by_blocks > allocated ? held_by_blocks - allocated : 0;
     if (refused(peak > at_most_in_bins ? peak - at_most_in_bins : 0, true)) {

@@ -7,17 +7,22 @@
 // lowest offset free of the blocks placed before it whose lives meet its own;
 // what no bin holds goes to the new range after them, which has no end.
 //
-// Cost. A block's lifetime meets few others' (a kvgen step of 37,329 blocks:
-// 44 on average), so the blocks placed so far are indexed by time: each is
-// filed in every bucket of kBucket allocations its life touches, and a
-// block's neighbours in time are read from its own buckets, each counted in
-// the first bucket where both lives are. That makes the layout about
-// O(n (b + k log k)) for n blocks, b the blocks filed in a bucket and k the
-// neighbours, against O(n^2) for a scan of every placed block (the kvgen
-// step: 0.4 s on the build machine, docs/benchmarks.md). The result is the
-// scan's, block for block (arena_layout_test holds the two side by side).
-// The index takes a bucket per kBucket allocations up to the latest `due`:
-// a step's lives, below 2^20 allocations in the plan (its history's cap).
+// Finding the placed blocks whose lives meet a block's. A scan of every
+// placed block per block (with the placed blocks kept in (bin, offset)
+// order, the order the first-fit sweep reads) is O(n^2): 0.4 s for a kvgen
+// step of 37,329 blocks, most of whose lives meet a few dozen others. So the
+// placed blocks are split by the length of their lives. A short life (at
+// most long_life allocations) is filed under the bucket of 64 allocations it
+// begins in, and a short life that meets a block's began within long_life
+// before the block's birth or during its life: those buckets hold them all,
+// and they are sorted, few as they are. The long lives are kept in (bin,
+// offset) order and walked whole; the two are merged for the sweep. Where
+// the walk and the candidates would be a large part of the placed blocks
+// (a step whose lives are mostly step-long), the block walks every placed
+// block in order instead, as the scan did. Memory stays O(n). Each way gives
+// the same set of blocks in the sweep's order, so the layout is the scan's,
+// block for block (arena_layout_test holds the two side by side); figures in
+// docs/benchmarks.md, "The plan's layout indexed by time".
 #pragma once
 
 #include <cstdint>
@@ -26,7 +31,9 @@
 
 namespace fragctl::arena_detail {
 
-/// One block of the step: live over the step's allocations [t, due), `bytes` long.
+/// One block of the step: live over the step's allocations [t, due) (a life
+/// with due <= t meets only lives that began after its t and end after it),
+/// `bytes` long.
 struct layout_item {
   std::uint32_t t, due;
   std::uint64_t bytes;
@@ -41,9 +48,12 @@ struct layout_place {
 /// Lays `items` out in bins of `bin_bytes` (tried in order) and a new range
 /// after them. Writes `places[i]` for items[i] and `bin_used[b]`, the extent
 /// the layout uses in bin b; returns the new range's extent (0: the bins
-/// hold every block).
-[[nodiscard]] std::uint64_t greedy_layout(std::span<const layout_item> items,
-                                          std::span<const std::uint64_t> bin_bytes,
+/// hold every block). A pure function of its arguments. Preconditions: the
+/// items' bytes add up to less than 2^64 (no offset wraps; the plan's are
+/// 512-byte units of a step's blocks), and the largest `t` is a step's
+/// length (a vector of buckets per 64 allocations up to it is made). Throws
+/// std::bad_alloc.
+[[nodiscard]] std::uint64_t greedy_layout(std::span<const layout_item> items, std::span<const std::uint64_t> bin_bytes,
                                           std::vector<layout_place>& places, std::vector<std::uint64_t>& bin_used);
 
 }  // namespace fragctl::arena_detail

@@ -136,27 +136,34 @@ TEST(ArenaLayout, BinsFirstInOrderThenTheNewRange) {
 TEST(ArenaLayout, TheSameAsAScanOfEveryPlacedBlockOnRandomSteps) {
   std::mt19937_64 rng(20261128);
   for (int round = 0; round < 300; ++round) {
-    const std::uint32_t steps = 1 + static_cast<std::uint32_t>(rng() % 3000);
-    const std::size_t n = rng() % 600;
-    const int kind = round % 4;  // short lives, step-long lives, a mix, lives of no allocation among them
+    // Steps long enough for lives above the layout's long-life mark (1,024
+    // allocations) and its birth buckets (64), and blocks enough for both
+    // of its paths (the ordered walk, the buckets and the long lives merged).
+    const auto steps = static_cast<std::uint32_t>(1 + rng() % 8000);
+    const std::size_t n = rng() % (round % 10 == 0 ? 1500 : 500);
+    // 0 short lives; 1 lives up to the step's; 2 short with a ninth up to the step's;
+    // 3 as 2, with lives of no allocation and lives that end before they begin.
+    const int kind = round % 4;
     std::vector<layout_item> items(n);
     for (layout_item& it : items) {
       it.t = static_cast<std::uint32_t>(rng() % steps);
-      std::uint32_t life = 0;
-      if (kind == 0) life = 1 + static_cast<std::uint32_t>(rng() % 40);
-      if (kind == 1) life = static_cast<std::uint32_t>(rng() % (steps + 1));
-      if (kind >= 2) life = static_cast<std::uint32_t>(rng() % 8 == 0 ? rng() % (steps + 1) : rng() % 100);
-      if (kind == 3 && rng() % 10 == 0) life = 0;
-      it.due = std::min(it.t + life, steps + 1);
+      std::uint64_t life = 0;
+      if (kind == 0) life = 1 + rng() % 40;
+      if (kind == 1) life = rng() % (steps + 1);
+      if (kind >= 2) life = rng() % 9 == 0 ? rng() % (steps + 1) : rng() % 100;
+      it.due = static_cast<std::uint32_t>(std::min<std::uint64_t>(it.t + life, steps + 1));
+      if (kind == 3 && rng() % 10 == 0) it.due = it.t;
+      if (kind == 3 && rng() % 10 == 0) it.due = static_cast<std::uint32_t>(rng() % (it.t + 1));
       // Few distinct sizes: ties in size and in life order the blocks too.
       it.bytes = 512 * (1 + rng() % 16) * (rng() % 4 == 0 ? 64 : 1);
     }
-    std::vector<std::uint64_t> bins(rng() % 4);
-    for (std::uint64_t& b : bins) b = 512 * (rng() % 2048);
+    // Mostly a few bins, some of no bytes; now and then many.
+    std::vector<std::uint64_t> bins(round % 7 == 0 ? rng() % 60 : rng() % 4);
+    for (std::uint64_t& b : bins) b = rng() % 5 == 0 ? 0 : 512 * (rng() % 2048);
     const laid_out r = indexed(items, bins);
     SCOPED_TRACE(::testing::Message() << "round " << round << ", " << n << " blocks, " << bins.size() << " bins");
     expect_same(r, scanned(items, bins));
-    if (n <= 200) expect_valid(items, bins, r);
+    if (n <= 300) expect_valid(items, bins, r);
   }
 }
 
