@@ -570,7 +570,7 @@ bool arena_policy::impl::start_plan() {
     // is judged again at every step start, and what follows is costly: the
     // bins scan every free block's granules (about a third of the arena's
     // instructions on the resnet50 trace, whose plan never pays), the
-    // layout takes time (layout.hpp: 33 ms for a kvgen step of 37,329
+    // layout takes time (layout.hpp: 36 ms for a kvgen step of 37,329
     // blocks; 217 ms for the live t5 job with gradient accumulation when
     // it scanned every placed block per block). Before the scan the bins
     // are bounded by the free memory of the spans live blocks touch

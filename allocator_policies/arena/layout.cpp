@@ -19,6 +19,9 @@ constexpr std::uint64_t long_life = 16 * bucket_allocations;
 // instead (the scan's cost, where most lives are long; 8 was slower on a
 // step with a ninth of its lives step-long).
 constexpr std::size_t scan_share = 4;
+// What sorting one short life that meets a block costs, in placed blocks
+// walked.
+constexpr std::size_t sort_weight = 8;
 
 struct taken {
   std::uint32_t bin;
@@ -90,6 +93,7 @@ std::uint64_t greedy_layout(std::span<const layout_item> items, std::span<const 
   std::vector<std::vector<std::uint32_t>> by_birth(latest / bucket_allocations + 1);
   ordered_blocks long_lives, all;
   std::vector<const taken*> busy, shorts, longs;
+  std::vector<taken> short_lives;  // by value: sorted without following pointers
   std::uint64_t extent = 0;
   for (const std::uint32_t i : order) {
     const layout_item& it = items[i];
@@ -107,23 +111,34 @@ std::uint64_t greedy_layout(std::span<const layout_item> items, std::span<const 
     std::size_t candidates = 0;
     for (std::uint64_t b = first; b <= last; ++b) candidates += by_birth[b].size();
     busy.clear();
-    if ((candidates + long_lives.size()) * scan_share > placed.size()) {
+    bool walk = (candidates + long_lives.size()) * scan_share > placed.size();
+    if (!walk) {
+      shorts.clear();
+      for (std::uint64_t b = first; b <= last; ++b) {
+        for (const std::uint32_t j : by_birth[b]) {
+          if (meets(placed[j])) shorts.push_back(&placed[j]);
+        }
+      }
+      // Sorting the short lives that meet this one costs about as much as
+      // walking sort_weight placed blocks each (a step of lives just under
+      // long_life: 2,000 of them for every block).
+      walk = (shorts.size() * sort_weight + long_lives.size()) * scan_share > placed.size();
+    }
+    if (walk) {
       for (const taken& o : all.read()) {
         if (meets(o)) busy.push_back(&o);
       }
     } else {
-      shorts.clear();
-      for (std::uint64_t b = first; b <= last; ++b) {
-        for (const std::uint32_t j : by_birth[b]) {
-          const taken& o = placed[j];
-          if (meets(o)) shorts.push_back(&o);
-        }
-      }
-      std::sort(shorts.begin(), shorts.end(), sweep_order{});
+      // Sorted by value, without following pointers.
+      short_lives.clear();
+      for (const taken* o : shorts) short_lives.push_back(*o);
+      std::sort(short_lives.begin(), short_lives.end(), sweep_order{});
       longs.clear();
       for (const taken& o : long_lives.read()) {
         if (meets(o)) longs.push_back(&o);
       }
+      shorts.clear();
+      for (const taken& o : short_lives) shorts.push_back(&o);
       if (shorts.empty()) {
         busy.swap(longs);
       } else if (longs.empty()) {
