@@ -87,10 +87,9 @@ std::uint64_t greedy_layout(std::span<const layout_item> items, std::span<const 
   bin_used.assign(nbins, 0);
   std::uint32_t latest = 0;
   for (const layout_item& it : items) latest = std::max(latest, it.t);
-  std::vector<taken> placed;
-  placed.reserve(items.size());
-  // The short lives by birth bucket; the long ones, and all of them, in order.
-  std::vector<std::vector<std::uint32_t>> by_birth(latest / bucket_allocations + 1);
+  // The placed blocks: the short lives by birth bucket; the long ones, and
+  // all of them, in order.
+  std::vector<std::vector<taken>> by_birth(latest / bucket_allocations + 1);
   ordered_blocks long_lives, all;
   std::vector<const taken*> busy, shorts, longs;
   std::vector<taken> short_lives;  // by value: sorted without following pointers
@@ -111,27 +110,24 @@ std::uint64_t greedy_layout(std::span<const layout_item> items, std::span<const 
     std::size_t candidates = 0;
     for (std::uint64_t b = first; b <= last; ++b) candidates += by_birth[b].size();
     busy.clear();
-    bool walk = (candidates + long_lives.size()) * scan_share > placed.size();
+    bool walk = (candidates + long_lives.size()) * scan_share > all.size();
     if (!walk) {
-      shorts.clear();
+      short_lives.clear();
       for (std::uint64_t b = first; b <= last; ++b) {
-        for (const std::uint32_t j : by_birth[b]) {
-          if (meets(placed[j])) shorts.push_back(&placed[j]);
+        for (const taken& o : by_birth[b]) {
+          if (meets(o)) short_lives.push_back(o);
         }
       }
       // Sorting the short lives that meet this one costs about as much as
       // walking sort_weight placed blocks each (a step of lives just under
       // long_life: 2,000 of them for every block).
-      walk = (shorts.size() * sort_weight + long_lives.size()) * scan_share > placed.size();
+      walk = (short_lives.size() * sort_weight + long_lives.size()) * scan_share > all.size();
     }
     if (walk) {
       for (const taken& o : all.read()) {
         if (meets(o)) busy.push_back(&o);
       }
     } else {
-      // Sorted by value, without following pointers.
-      short_lives.clear();
-      for (const taken* o : shorts) short_lives.push_back(*o);
       std::sort(short_lives.begin(), short_lives.end(), sweep_order{});
       longs.clear();
       for (const taken& o : long_lives.read()) {
@@ -168,14 +164,12 @@ std::uint64_t greedy_layout(std::span<const layout_item> items, std::span<const 
     } else {
       extent = std::max(extent, offset + it.bytes);
     }
-    const auto j = static_cast<std::uint32_t>(placed.size());
     const taken now{where, it.t, it.due, offset, offset + it.bytes};
-    placed.push_back(now);
     all.add(now);
     if (life_of(it) > long_life) {
       long_lives.add(now);
     } else {
-      by_birth[it.t / bucket_allocations].push_back(j);
+      by_birth[it.t / bucket_allocations].push_back(now);
     }
   }
   return extent;
