@@ -20,8 +20,8 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
 struct fixture {
-  fixture() {
-    EXPECT_EQ(fragctl_create("caching", "sim_capacity:256MiB,sim_backed:true", "sim", 0, &allocator), FRAGCTL_OK)
+  explicit fixture(const char* policy = "caching") {
+    EXPECT_EQ(fragctl_create(policy, "sim_capacity:256MiB,sim_backed:true", "sim", 0, &allocator), FRAGCTL_OK)
         << fragctl_last_error();
   }
   ~fixture() {
@@ -127,11 +127,11 @@ TEST(CApiCheckpoint, TheAllocatorCannotBeDestroyedWhileAStoreUsesIt) {
 // fetches failed at random. put and get are STATE while paused; after the
 // resume they work, the data kept (keep host).
 TEST(CApiCheckpoint, PutAndGetAreRefusedWhileTheAllocatorIsPaused) {
-  fragctl_allocator* a = nullptr;
-  ASSERT_EQ(fragctl_create("arena", "sim_capacity:256MiB,sim_backed:true", "sim", 0, &a), FRAGCTL_OK)
-      << fragctl_last_error();
-  fragctl_checkpoint_store* s = nullptr;
-  ASSERT_EQ(fragctl_checkpoint_create(a, 4 * MiB, 0, 0, &s), FRAGCTL_OK) << fragctl_last_error();
+  fixture f("arena");  // the one policy that pauses
+  fragctl_allocator* a = f.allocator;
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(fragctl_checkpoint_create(a, 4 * MiB, 0, 0, &f.store), FRAGCTL_OK) << fragctl_last_error();
+  fragctl_checkpoint_store* s = f.store;
   void* kept = nullptr;
   ASSERT_EQ(fragctl_checkpoint_put(s, 0, MiB, nullptr, &kept), FRAGCTL_OK) << fragctl_last_error();
   std::memset(kept, 0x5a, MiB);
@@ -147,7 +147,9 @@ TEST(CApiCheckpoint, PutAndGetAreRefusedWhileTheAllocatorIsPaused) {
   EXPECT_EQ(static_cast<unsigned char*>(p)[MiB - 1], 0x5a);
   EXPECT_EQ(fragctl_checkpoint_put(s, 1, MiB, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
   fragctl_checkpoint_destroy(s);
+  f.store = nullptr;
   EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK) << fragctl_last_error();
+  f.allocator = nullptr;
 }
 
 // A drop while paused prefetched into the released region (a review: the
@@ -155,11 +157,11 @@ TEST(CApiCheckpoint, PutAndGetAreRefusedWhileTheAllocatorIsPaused) {
 // it, so a get after the resume used a missing marker). No prefetch while
 // paused; the offloaded layer comes back after the resume, its data whole.
 TEST(CApiCheckpoint, ADropWhilePausedPrefetchesNothingAndLosesNothing) {
-  fragctl_allocator* a = nullptr;
-  ASSERT_EQ(fragctl_create("arena", "sim_capacity:256MiB,sim_backed:true", "sim", 0, &a), FRAGCTL_OK)
-      << fragctl_last_error();
-  fragctl_checkpoint_store* s = nullptr;
-  ASSERT_EQ(fragctl_checkpoint_create(a, 2 * MiB, 2, 0, &s), FRAGCTL_OK) << fragctl_last_error();
+  fixture f("arena");
+  fragctl_allocator* a = f.allocator;
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(fragctl_checkpoint_create(a, 2 * MiB, 2, 0, &f.store), FRAGCTL_OK) << fragctl_last_error();
+  fragctl_checkpoint_store* s = f.store;
   for (int layer = 0; layer < 3; ++layer) {
     void* p = nullptr;
     ASSERT_EQ(fragctl_checkpoint_put(s, layer, MiB, nullptr, &p), FRAGCTL_OK) << fragctl_last_error();
@@ -182,7 +184,9 @@ TEST(CApiCheckpoint, ADropWhilePausedPrefetchesNothingAndLosesNothing) {
     EXPECT_EQ(static_cast<unsigned char*>(p)[MiB - 1], 0x10 + layer) << layer;
   }
   fragctl_checkpoint_destroy(s);
+  f.store = nullptr;
   EXPECT_EQ(fragctl_destroy(a), FRAGCTL_OK) << fragctl_last_error();
+  f.allocator = nullptr;
 }
 
 // The store's alignment is held once (checkpoint/store.hpp) and read across
