@@ -76,7 +76,17 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
         if (step_seen_) recent_calls_ = calls - seen_start_calls_;
         seen_start_calls_ = calls;
       }
+      note_shape_run(units);
       step_seen_ = true;
+      if (skip_starts_ != 0) {
+        // Backed off (defer): at the same shape the answer is the same.
+        if (run_first_ == run_prev_first_) {
+          --skip_starts_;
+          return next::place;
+        }
+        skip_starts_ = 0;
+        back_offs_ = 0;
+      }
       if (units > slots_[0].units && !regrowing_) {
         // The step about to be planned is larger than the layout: sized
         // for it as a larger step of a plan is (it may grow the memory
@@ -234,6 +244,27 @@ void step_plan::live_blocks_in(std::uintptr_t lo, std::uintptr_t hi,
   for (const auto& [addr, block] : live_) {
     if (addr < hi && addr + block.bytes > lo) out.emplace_back(addr, addr + block.bytes);
   }
+}
+
+void step_plan::note_shape_run(std::uint32_t first_units) noexcept {
+  if (step_seen_) {
+    // The step begun at the last start (its first allocation run_first_)
+    // just ended; run_steps_ != 0 if the one before it was whole too.
+    const bool whole = allocs_ - run_start_allocs_ == plan_period_;
+    if (whole && run_steps_ != 0 && run_first_ == run_prev_first_) {
+      ++run_steps_;
+      run_calls_ += recent_calls_;
+    } else if (whole) {
+      run_steps_ = 1;
+      run_calls_ = recent_calls_;
+    } else {
+      run_steps_ = 0;
+      run_calls_ = 0;
+    }
+    run_prev_first_ = run_first_;
+  }
+  run_start_allocs_ = allocs_;
+  run_first_ = first_units;
 }
 
 void step_plan::record_rare(bool is_free) {
@@ -397,8 +428,17 @@ void step_plan::abandon() noexcept {
   figures_.step_planned_bytes = 0;
 }
 
-void step_plan::defer() noexcept {
-  log_noexcept(spdlog::level::debug, "arena step plan: waits for the next step start (allocation {})", allocs_);
+void step_plan::defer(bool back_off) noexcept {
+  // 1, 2, 4, ... starts left out after 1, 2, 3, ... such refusals in a row.
+  back_offs_ = back_off ? std::min(back_offs_ + 1, max_back_offs) : 0;
+  skip_starts_ = back_off ? std::uint32_t{1} << (back_offs_ - 1) : 0;
+  if (back_off) {
+    log_noexcept(spdlog::level::debug,
+                 "arena step plan: waits for the next step start (allocation {}), at this shape the {}th after it",
+                 allocs_, skip_starts_ + 1);
+  } else {
+    log_noexcept(spdlog::level::debug, "arena step plan: waits for the next step start (allocation {})", allocs_);
+  }
   // Kept for the next step's start, where it is judged again with the
   // driver calls best fit made in that step.
   if (regrowing_) {
@@ -672,6 +712,10 @@ bool step_plan::detect() {
   // start comes after the next highest point.
   risen_ = m < top;
   step_seen_ = false;
+  run_steps_ = 0;
+  run_calls_ = 0;
+  skip_starts_ = 0;
+  back_offs_ = 0;
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
   rearm_pending();

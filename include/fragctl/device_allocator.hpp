@@ -52,7 +52,8 @@ struct step_plan_state {
   /// Judgments at step starts that refused to start the plan (a waiting
   /// plan is judged again at each), by the reason the refusing check found:
   /// mapping the plan's range would cost more driver calls than best fit
-  /// made in the step before; it would raise the memory held past its
+  /// made in the step before and over the steps in a row at its shape; it
+  /// would raise the memory held past its
   /// high-water mark (and the growth allowed). The first checks bound the
   /// range from below, so a refusal for one reason may not show the other;
   /// a larger step's layout on a guess (no growth allowed) counts too.

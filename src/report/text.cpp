@@ -160,8 +160,8 @@ void step_plan_section(std::string& out, const allocator_stats& s) {
   out += fmt::format("  {:<24} {:>14.1f}   per planned step (latest {})\n", "driver calls", per_step,
                      p.last_step_driver_calls);
   if (p.starts_refused_calls != 0 || p.starts_refused_memory != 0) {
-    out += fmt::format("  {:<24} {:>14}   {} for their calls (best fit made fewer in the step before), {} for the "
-                       "memory (past the high-water mark)\n",
+    out += fmt::format("  {:<24} {:>14}   {} for their calls (best fit made fewer in the step before and in a "
+                       "row at its shape), {} for the memory (past the high-water mark)\n",
                        "plan starts refused", "", p.starts_refused_calls, p.starts_refused_memory);
   }
 }

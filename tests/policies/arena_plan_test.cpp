@@ -15,11 +15,15 @@
 #include <vector>
 
 #include "allocator_policies/arena/arena_policy.hpp"
+#include "allocator_policies/arena/step_plan.hpp"
+#include "fragctl/replay.hpp"
 #include "fragctl/run_report.hpp"
 #include "fragctl/sim_backend.hpp"
 #include "fragctl/stats.hpp"
+#include "fragctl/trace.hpp"
 #include "support/arena_world.hpp"
 #include "support/log_capture.hpp"
+#include "support/test_support.hpp"
 
 namespace fragctl {
 namespace {
@@ -508,6 +512,126 @@ TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
   for (std::size_t i = 8; i < tokens.size(); ++i) EXPECT_EQ(with.calls[i], 0u) << "step " << i;
   EXPECT_LE(with.ratio, without.ratio + 1e-9);
   EXPECT_GE(with.state.plan.planned_steps, 5u);
+}
+
+// A mixture of experts at one shape, traced live (tools/gpu/runs/2026-11-28/
+// k48.sh: 16 steps on an H200; its routing still varies the experts' sizes
+// per step): best fit re-stitches 208-368 driver calls a step on the replay,
+// each step fewer than mapping the plan's 16 GB range costs (about 980 at
+// 16 MiB a call), so judged on one step the plan never starts (before: 12
+// starts refused, none planned). Judged on the steps in a row at the job's
+// shape, it starts once best fit's calls there add up to the range's, and
+// every step after makes no driver call, at no more memory than best fit.
+TEST(arena_plan, a_job_at_one_shape_starts_its_plan_once_best_fit_paid_for_it) {
+  auto read = read_trace(testing::test_data("moe-one-shape.trace.csv.gz"));
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  replay_options o;
+  o.policy = "arena";
+  o.cfg.backend = backend_kind::sim;
+  o.cfg.sim_capacity = 141 * GiB;
+  const replay_result with = replay(*read, o);
+  o.cfg.step_plan = false;
+  const replay_result without = replay(*read, o);
+  const step_plan_state& p = with.stats.pool.plan;
+  // The control: the step's calls alone do not pay for the range.
+  EXPECT_GE(p.starts_refused_calls, 2u) << "one step of best fit pays for the plan: not the case at hand";
+  EXPECT_GE(p.planned_steps, 5u);
+  EXPECT_EQ(p.planned_step_driver_calls, 0u);
+  EXPECT_EQ(p.last_step_driver_calls, 0u);
+  EXPECT_EQ(with.ooms, 0u);
+  EXPECT_LE(with.peak_reserved, without.peak_reserved);
+  // Best fit alone keeps re-stitching: more calls over the same steps.
+  EXPECT_GT(without.backend_memory_calls, with.backend_memory_calls + 1000);
+}
+
+// step_plan alone: a job of 40 allocations a step (its input first, then
+// layers kept and freed in reverse), the driver calls best fit would make
+// counted by hand (`calls_per_step` in the middle of each step), and every
+// start the plan asks for refused as the arena would: what it was judged on.
+struct judged_start {
+  std::uint64_t step_calls;
+  std::uint64_t run_calls;
+  bool in_run;
+};
+
+class shape_run_job {
+ public:
+  explicit shape_run_job(bool back_off) : back_off_(back_off) {
+    plan_.set_call_counter([](const void* c) { return *static_cast<const std::uint64_t*>(c); }, &calls_);
+    for (int i = 0; i < 8; ++i) (void)allocate(4000);  // parameters, never freed
+  }
+  void step(std::uint32_t input_units, std::uint64_t calls_per_step = 10) {
+    const std::uintptr_t input = allocate(input_units);
+    std::vector<std::uintptr_t> kept;
+    for (std::uint32_t l = 0; l < 39; ++l) kept.push_back(allocate(1000 + 10 * l));
+    calls_ += calls_per_step;
+    for (std::uint32_t l = 39; l-- > 0;) plan_.after_free(kept[l], 1000 + 10 * l, 0);
+    plan_.after_free(input, input_units, 0);
+  }
+  const std::vector<judged_start>& judged() const { return judged_; }
+
+ private:
+  std::uintptr_t allocate(std::uint32_t units) {
+    if (plan_.before_allocate(units, 0) == arena_detail::step_plan::next::need_region) {
+      judged_.push_back({plan_.recent_step_calls(), plan_.shape_run_calls(), plan_.in_shape_run()});
+      plan_.defer(back_off_ && plan_.in_shape_run());
+    }
+    const std::uintptr_t at = next_;
+    next_ += std::uintptr_t{units} * 512;
+    plan_.after_allocate(at, units, 0, false);
+    return at;
+  }
+  arena_detail::step_plan plan_;
+  std::uint64_t calls_ = 0;
+  std::uintptr_t next_ = 0x100000;
+  bool back_off_;
+  std::vector<judged_start> judged_;
+};
+
+TEST(arena_plan, best_fit_calls_add_up_over_steps_at_one_shape_and_start_again_at_another) {
+  shape_run_job job(/*back_off=*/false);
+  for (int i = 0; i < 20; ++i) job.step(500);
+  const std::size_t before_other = job.judged().size();
+  ASSERT_GE(before_other, 4u) << "the step is not found";
+  job.step(400);  // another input (smaller: no larger layout): another shape
+  for (int i = 0; i < 4; ++i) job.step(500);
+  const std::vector<judged_start>& j = job.judged();
+  ASSERT_EQ(j.size(), before_other + 5);
+  // At one shape each start is judged on every step since the first whole
+  // one: 10 calls more each time, while the last step alone stays at 10.
+  for (std::size_t k = 2; k < before_other; ++k) {
+    EXPECT_EQ(j[k].step_calls, 10u) << "start " << k;
+    EXPECT_EQ(j[k].run_calls, j[k - 1].run_calls + 10) << "start " << k;
+    EXPECT_TRUE(j[k].in_run) << "start " << k;
+  }
+  EXPECT_GE(j[before_other - 1].run_calls, 100u);
+  // The start of the 400-unit step ends a step at the shape: still the run.
+  EXPECT_EQ(j[before_other].run_calls, j[before_other - 1].run_calls + 10);
+  // The start after it ends the 400-unit step: judged on that step alone,
+  // and so on the steps at 500 after it, counted anew.
+  EXPECT_EQ(j[before_other + 1].run_calls, 10u);
+  EXPECT_FALSE(j[before_other + 1].in_run);
+  EXPECT_EQ(j[before_other + 2].run_calls, 10u);  // ends the first 500 after the 400: a new run of one
+  EXPECT_EQ(j[before_other + 3].run_calls, 20u);
+  EXPECT_TRUE(j[before_other + 3].in_run);
+}
+
+TEST(arena_plan, a_plan_refused_for_its_memory_at_one_shape_is_judged_ever_more_rarely) {
+  // Without backing off every start is judged (and on the arena, laid out).
+  shape_run_job every(/*back_off=*/false);
+  shape_run_job backing(/*back_off=*/true);
+  for (int i = 0; i < 64; ++i) {
+    every.step(500);
+    backing.step(500);
+  }
+  ASSERT_GE(every.judged().size(), 50u) << "the control: a start judged at every step";
+  // Refused in a run: 1, 2, 4, 8, 16 starts left out after each refusal.
+  EXPECT_LE(backing.judged().size(), 12u);
+  EXPECT_GE(backing.judged().size(), 6u);
+  // A step of another shape is judged at its start, back-off or not.
+  const std::size_t before = backing.judged().size();
+  backing.step(400);
+  EXPECT_EQ(backing.judged().size(), before + 1);
 }
 
 TEST(arena_plan, steps_of_the_plan_shape_after_one_of_another_shape_stay_planned) {
