@@ -517,7 +517,7 @@ TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
 // A mixture of experts at one shape, traced live (tools/gpu/runs/2026-11-28/
 // k48.sh: 16 steps on an H200; its routing still varies the experts' sizes
 // per step): best fit re-stitches 208-368 driver calls a step on the replay,
-// each step fewer than mapping the plan's 16 GB range costs (about 980 at
+// each step fewer than mapping the plan's 16 GB range costs (about 970 at
 // 16 MiB a call), so judged on one step the plan never starts (before: 12
 // starts refused, none planned). Judged on the steps in a row at the job's
 // shape, it starts once best fit's calls there add up to the range's, and
