@@ -80,7 +80,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
       step_seen_ = true;
       if (skip_starts_ != 0) {
         // Backed off (defer): at the same shape the answer is the same.
-        if (run_first_ == run_prev_first_) {
+        if (in_shape_run() && run_first_ == run_prev_first_) {
           --skip_starts_;
           return next::place;
         }
@@ -248,22 +248,32 @@ void step_plan::live_blocks_in(std::uintptr_t lo, std::uintptr_t hi,
 
 void step_plan::note_shape_run(std::uint32_t first_units) noexcept {
   if (step_seen_) {
-    // The step begun at the last start (its first allocation run_first_)
-    // just ended; run_steps_ != 0 if the one before it was whole too.
-    const bool whole = allocs_ - run_start_allocs_ == plan_period_;
-    if (whole && run_steps_ != 0 && run_first_ == run_prev_first_) {
+    // The step begun at the last start just ended. In the run if the plan
+    // would have served it whole: as many allocations as the plan's step,
+    // each on its slot's stream and no larger than its slot (a step whose
+    // sizes outgrow the layout, as decoding's do at one first allocation,
+    // would leave the plan at once). The history may have been cut since.
+    bool fits = allocs_ - run_start_allocs_ == plan_period_ && run_start_event_ <= history_.size();
+    for (std::size_t i = run_start_event_, t = 0; fits && i < history_.size(); ++i) {
+      const event& e = history_[i];
+      if (e.is_free != 0) continue;
+      fits = t < slots_.size() && e.units <= slots_[t].units && e.stream == slots_[t].stream;
+      ++t;
+    }
+    // And at the shape of the step before it (the same first allocation).
+    if (fits && run_steps_ != 0 && run_first_ == run_prev_first_) {
       ++run_steps_;
       run_calls_ += recent_calls_;
-    } else if (whole) {
+    } else if (fits) {
       run_steps_ = 1;
       run_calls_ = recent_calls_;
     } else {
-      run_steps_ = 0;
-      run_calls_ = 0;
+      forget_shape_run();
     }
     run_prev_first_ = run_first_;
   }
   run_start_allocs_ = allocs_;
+  run_start_event_ = history_.size();
   run_first_ = first_units;
 }
 
@@ -301,6 +311,7 @@ void step_plan::start(const std::vector<bin>& bins, std::uintptr_t base) {
   }
   region_ = lo;
   region_bytes_ = hi - lo;
+  forget_shape_run();  // judged anew if the plan is laid out again or left
   mode_ = mode::active;
   t_ = 0;
   freed_in_gap_ = 0;
@@ -434,8 +445,8 @@ void step_plan::defer(bool back_off) noexcept {
   skip_starts_ = back_off ? std::uint32_t{1} << (back_offs_ - 1) : 0;
   if (back_off) {
     log_noexcept(spdlog::level::debug,
-                 "arena step plan: waits for the next step start (allocation {}), at this shape the {}th after it",
-                 allocs_, skip_starts_ + 1);
+                 "arena step plan: waits for the next step start (allocation {}), at this shape for {} more after it",
+                 allocs_, skip_starts_);
   } else {
     log_noexcept(spdlog::level::debug, "arena step plan: waits for the next step start (allocation {})", allocs_);
   }
@@ -712,10 +723,7 @@ bool step_plan::detect() {
   // start comes after the next highest point.
   risen_ = m < top;
   step_seen_ = false;
-  run_steps_ = 0;
-  run_calls_ = 0;
-  skip_starts_ = 0;
-  back_offs_ = 0;
+  forget_shape_run();
   recent_calls_ = (read_calls_ != nullptr ? read_calls_(read_ctx_) : 0) - call_marks_[(n - period) / 256];
   mode_ = mode::pending;
   rearm_pending();

@@ -33,8 +33,9 @@
 // in the history; the others (what outlives the step) are not. A plan is
 // started only if best fit made at least as many driver calls in the last
 // repeat (later: in the step that just ended, or over the steps in a row at
-// its shape: as many allocations and the same first allocation) as mapping
-// the new range would cost, and only under the memory held's high-water
+// its shape that the plan would have served: as many allocations, the same
+// first allocation, each no larger than its slot) as mapping the new range
+// would cost, and only under the memory held's high-water
 // mark; else it waits for the next step start (defer). A step start is found by the live
 // bytes (back at the step's low after rising a quarter of the way above
 // it), not by counting allocations: a step of another length may come
@@ -203,12 +204,13 @@ class step_plan {
   void abandon() noexcept;
   /// The plan would not pay for its start, or would raise the memory held
   /// above its high-water mark: keep it for the next step's start. With
-  /// `back_off` (a run of steps at one shape whose laid-out plan passes the
-  /// mark: the next step at that shape gives the same answer), the starts
-  /// at that shape are judged after 1, 2, 4, ... more such refusals in a
-  /// row left out, so that a long run lays its step out O(log steps) times,
-  /// not at every start (a layout of kvgen's step takes 36 ms); a step of
-  /// another shape is judged at once.
+  /// `back_off` (in a run of steps at one shape, a laid-out plan that
+  /// passes the mark, which the next steps at that shape will most likely
+  /// pass too), the next 1, 2, 4, ... up to 64 step starts at that shape
+  /// are not judged after the 1st, 2nd, 3rd, ... such refusal in a row, so
+  /// that a long run lays its step out about once in 64 steps, not at
+  /// every start (a layout of kvgen's step takes 36 ms); a step of another
+  /// shape is judged at its start.
   void defer(bool back_off = false) noexcept;
   /// Whether the plan's ranges are to be given back: the plan was left and
   /// no planned block is live. The caller frees them and calls region_freed().
@@ -246,13 +248,16 @@ class step_plan {
   /// starting the plan would cost.
   [[nodiscard]] std::uint64_t recent_step_calls() const noexcept { return recent_calls_; }
   /// The driver calls best fit made over the steps in a row, up to the one
-  /// that just ended, at the shape of that one: as many allocations as the
-  /// plan's step and the same first allocation (the job's input at one
-  /// shape; its inner sizes may still vary, as a mixture of experts'
-  /// routing does). Best fit makes them again at each such step, so a plan
-  /// whose range costs no more calls than they add up to pays for itself
-  /// (rent or buy); a job whose shapes vary per step seldom repeats one
-  /// shape for long, and is judged by the last step alone.
+  /// that just ended, that the plan would have served whole (as many
+  /// allocations as its step, each on its slot's stream and no larger than
+  /// its slot) at the shape of that one (the same first allocation: the
+  /// job's input at one shape; its inner sizes may still vary within the
+  /// slots, as a mixture of experts' routing does). Best fit makes them
+  /// again at each such step, so a plan whose range costs no more calls
+  /// than they add up to pays for itself (rent or buy; at worst, a job
+  /// that changes shape just after the plan starts, it spends twice what
+  /// best fit alone would). A job whose shapes vary per step seldom
+  /// repeats one for long, and is judged by the last step alone.
   [[nodiscard]] std::uint64_t shape_run_calls() const noexcept { return run_calls_; }
   /// Whether the last start was judged on more than one step at that shape.
   [[nodiscard]] bool in_shape_run() const noexcept { return run_steps_ > 1; }
@@ -441,17 +446,25 @@ class step_plan {
   std::vector<std::uint64_t> call_marks_;  // [k]: driver calls before history allocation 256k
   std::uint64_t recent_calls_ = 0;         // recent_step_calls()
   // shape_run_calls(): pending, at each step start, the step that just
-  // ended (run_allocs_ allocations from the last start, its first run_first_
-  // units) and the one before it.
+  // ended (from the last start: allocation run_start_allocs_, history event
+  // run_start_event_, its first allocation run_first_ units) and the one
+  // before it (run_prev_first_).
   void note_shape_run(std::uint32_t first_units) noexcept;
+  void forget_shape_run() noexcept {
+    run_steps_ = 0;
+    run_calls_ = 0;
+    skip_starts_ = 0;
+    back_offs_ = 0;
+  }
   std::uint64_t run_start_allocs_ = 0;  // allocs_ at the last step start
+  std::size_t run_start_event_ = 0;     // history_.size() there
   std::uint32_t run_first_ = 0;         // the first allocation's units of the step begun there
   std::uint32_t run_prev_first_ = 0;    // and of the step before it
   std::uint32_t run_steps_ = 0;         // steps in the run (0: none measured yet)
   std::uint64_t run_calls_ = 0;
   std::uint32_t skip_starts_ = 0;       // step starts left unjudged (defer's back_off)
   std::uint32_t back_offs_ = 0;         // refusals in a row that backed off
-  static constexpr std::uint32_t max_back_offs = 16;  // at most 2^15 starts left out
+  static constexpr std::uint32_t max_back_offs = 7;  // at most 2^6 starts left out
   const void* read_ctx_ = nullptr;
   figures figures_;
 };

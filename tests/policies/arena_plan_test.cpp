@@ -11,8 +11,11 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "allocator_policies/arena/arena_policy.hpp"
 #include "allocator_policies/arena/step_plan.hpp"
@@ -514,6 +517,23 @@ TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
   EXPECT_GE(with.state.plan.planned_steps, 5u);
 }
 
+// The arena on sim, as `fragctl replay TRACE --policy arena --capacity
+// 141GiB` runs it, with the step plan on or off.
+replay_result replay_arena(const trace& t, bool plan) {
+  replay_options o;
+  o.policy = "arena";
+  o.cfg.backend = backend_kind::sim;
+  o.cfg.sim_capacity = 141 * GiB;
+  o.cfg.step_plan = plan;
+  return replay(t, o);
+}
+
+trace read_test_trace(const std::string& file) {
+  auto read = read_trace(testing::test_data(file));
+  if (!read.ok()) throw std::runtime_error(std::string(read.status().message()));
+  return *std::move(read);
+}
+
 // A mixture of experts at one shape, traced live (tools/gpu/runs/2026-11-28/
 // k48.sh: 16 steps on an H200; its routing still varies the experts' sizes
 // per step): best fit re-stitches 208-368 driver calls a step on the replay,
@@ -521,17 +541,12 @@ TEST(arena_plan, long_steps_after_short_ones_are_planned_as_soon_as_it_pays) {
 // 16 MiB a call), so judged on one step the plan never starts (before: 12
 // starts refused, none planned). Judged on the steps in a row at the job's
 // shape, it starts once best fit's calls there add up to the range's, and
-// every step after makes no driver call, at no more memory than best fit.
+// every step after makes no driver call, here at no more memory than best
+// fit (its peak was set before).
 TEST(arena_plan, a_job_at_one_shape_starts_its_plan_once_best_fit_paid_for_it) {
-  auto read = read_trace(testing::test_data("moe-one-shape.trace.csv.gz"));
-  ASSERT_TRUE(read.ok()) << read.status().message();
-  replay_options o;
-  o.policy = "arena";
-  o.cfg.backend = backend_kind::sim;
-  o.cfg.sim_capacity = 141 * GiB;
-  const replay_result with = replay(*read, o);
-  o.cfg.step_plan = false;
-  const replay_result without = replay(*read, o);
+  const trace t = read_test_trace("moe-one-shape.trace.csv.gz");
+  const replay_result with = replay_arena(t, true);
+  const replay_result without = replay_arena(t, false);
   const step_plan_state& p = with.stats.pool.plan;
   // The control: the step's calls alone do not pay for the range.
   EXPECT_GE(p.starts_refused_calls, 2u) << "one step of best fit pays for the plan: not the case at hand";
@@ -542,6 +557,59 @@ TEST(arena_plan, a_job_at_one_shape_starts_its_plan_once_best_fit_paid_for_it) {
   EXPECT_LE(with.peak_reserved, without.peak_reserved);
   // Best fit alone keeps re-stitching: more calls over the same steps.
   EXPECT_GT(without.backend_memory_calls, with.backend_memory_calls + 1000);
+}
+
+// The moe trace with its steps growing as decoding's do: from the 8,630th
+// allocation on (the plan's fourth step start on the replay), every size
+// but the step's first allocation's (its input, 54,272 bytes) 0.4% larger
+// at each step of 2,096 allocations. Each step has the count and first
+// allocation of the one before and outgrows the plan's slots: a plan
+// started on them is left at its first step (judged on the steps' count
+// and first allocation alone, it started and was left 5 times in 16 steps,
+// 13,591 calls against best fit's 8,283). Such steps are no run: the plan
+// is judged on one step, as before, and never starts.
+TEST(arena_plan, steps_that_outgrow_the_layout_at_one_first_allocation_are_no_run) {
+  trace t = read_test_trace("moe-one-shape.trace.csv.gz");
+  absl::flat_hash_map<std::uint64_t, std::size_t> size_at;
+  std::size_t n = 0;
+  for (trace_event& e : t.events) {
+    if (e.kind == trace_event::action::alloc) {
+      ++n;
+      if (n >= 8'630 && e.size != 54'272) {
+        const std::size_t steps = (n - 8'630) / 2'096 + 1;
+        e.size += e.size / 1000 * 4 * steps;
+      }
+      size_at[e.addr] = e.size;
+    } else if (const auto it = size_at.find(e.addr); it != size_at.end()) {
+      e.size = it->second;
+      size_at.erase(it);
+    }
+  }
+  const replay_result with = replay_arena(t, true);
+  const replay_result without = replay_arena(t, false);
+  const step_plan_state& p = with.stats.pool.plan;
+  EXPECT_EQ(p.dropped, 0u) << "a plan started on steps it cannot serve";
+  EXPECT_EQ(p.planned_steps, 0u);
+  EXPECT_GE(p.starts_refused_calls, 8u) << "the control: the plan is judged at the step starts";
+  EXPECT_LE(with.backend_memory_calls, without.backend_memory_calls);
+  EXPECT_LE(with.peak_reserved, without.peak_reserved);
+}
+
+// resnet at one shape, traced live (k45, 16 steps): its calls over the steps
+// in a row pass the calls rule, and its layout holds more than best fit's
+// high-water mark, at every start. Refused for the memory in a run, the
+// plan backs off: laid out at 3 of the 9 starts after the run began,
+// instead of at each (a layout of kvgen's step takes 36 ms).
+TEST(arena_plan, a_plan_refused_for_its_memory_in_a_run_is_laid_out_ever_more_rarely) {
+  const trace t = read_test_trace("resnet-one-shape.trace.csv.gz");
+  const replay_result with = replay_arena(t, true);
+  const replay_result without = replay_arena(t, false);
+  const step_plan_state& p = with.stats.pool.plan;
+  EXPECT_EQ(p.planned_steps, 0u);
+  EXPECT_GE(p.starts_refused_memory, 2u) << "the control: the run's plan is refused for its memory";
+  EXPECT_LE(p.starts_refused_memory, 4u) << "laid out at every start of the run";
+  EXPECT_EQ(with.peak_reserved, without.peak_reserved);
+  EXPECT_EQ(with.backend_memory_calls, without.backend_memory_calls);
 }
 
 // step_plan alone: a job of 40 allocations a step (its input first, then
@@ -560,12 +628,13 @@ class shape_run_job {
     plan_.set_call_counter([](const void* c) { return *static_cast<const std::uint64_t*>(c); }, &calls_);
     for (int i = 0; i < 8; ++i) (void)allocate(4000);  // parameters, never freed
   }
-  void step(std::uint32_t input_units, std::uint64_t calls_per_step = 10) {
+  // `grow` units more for every layer; `layers` of them (39: the found step's).
+  void step(std::uint32_t input_units, std::uint32_t grow = 0, std::uint32_t layers = 39) {
     const std::uintptr_t input = allocate(input_units);
     std::vector<std::uintptr_t> kept;
-    for (std::uint32_t l = 0; l < 39; ++l) kept.push_back(allocate(1000 + 10 * l));
-    calls_ += calls_per_step;
-    for (std::uint32_t l = 39; l-- > 0;) plan_.after_free(kept[l], 1000 + 10 * l, 0);
+    for (std::uint32_t l = 0; l < layers; ++l) kept.push_back(allocate(1000 + 10 * l + grow));
+    calls_ += 10;
+    for (std::uint32_t l = layers; l-- > 0;) plan_.after_free(kept[l], 1000 + 10 * l + grow, 0);
     plan_.after_free(input, input_units, 0);
   }
   const std::vector<judged_start>& judged() const { return judged_; }
@@ -614,6 +683,28 @@ TEST(arena_plan, best_fit_calls_add_up_over_steps_at_one_shape_and_start_again_a
   EXPECT_EQ(j[before_other + 2].run_calls, 10u);  // ends the first 500 after the 400: a new run of one
   EXPECT_EQ(j[before_other + 3].run_calls, 20u);
   EXPECT_TRUE(j[before_other + 3].in_run);
+}
+
+TEST(arena_plan, a_step_of_another_count_or_outgrowing_its_slots_ends_the_run) {
+  shape_run_job job(/*back_off=*/false);
+  for (int i = 0; i < 20; ++i) job.step(500);
+  const std::size_t found = job.judged().size();
+  ASSERT_GE(found, 4u) << "the step is not found";
+  ASSERT_GE(job.judged().back().run_calls, 100u) << "the control: a run at one shape";
+  job.step(500, 0, 38);  // one allocation fewer, the same first allocation
+  job.step(500);
+  job.step(500);
+  job.step(500, 5);      // every layer 5 units larger than its slot
+  job.step(500);
+  job.step(500);
+  const std::vector<judged_start>& j = job.judged();
+  ASSERT_EQ(j.size(), found + 6);
+  EXPECT_EQ(j[found + 1].run_calls, 0u) << "a step of 39 allocations counted in the run";
+  EXPECT_FALSE(j[found + 1].in_run);
+  EXPECT_EQ(j[found + 2].run_calls, 10u);
+  EXPECT_EQ(j[found + 3].run_calls, 20u);
+  EXPECT_EQ(j[found + 4].run_calls, 0u) << "a step larger than its slots counted in the run";
+  EXPECT_EQ(j[found + 5].run_calls, 10u);
 }
 
 TEST(arena_plan, a_plan_refused_for_its_memory_at_one_shape_is_judged_ever_more_rarely) {
