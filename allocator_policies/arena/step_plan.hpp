@@ -304,6 +304,9 @@ class step_plan {
     std::size_t requested;
   };
 
+  /// No index: an allocation not freed yet (history_scan), a live planned
+  /// block served outside the step's slots (live_slot).
+  static constexpr std::uint32_t never = UINT32_MAX;
   /// History events kept at most; beyond it learning starts over.
   static constexpr std::size_t history_cap = std::size_t{1} << 20;
   /// Appends an event to the history. Inline but for what happens once in
