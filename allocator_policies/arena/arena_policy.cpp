@@ -541,11 +541,14 @@ bool arena_policy::impl::start_plan() {
     // high-water mark (waiting, it served no step again; arena_plan_test's
     // two-dimensional jobs), so it learns anew, from a history with this
     // step in it.
-    const auto wait = [&](bool laid_out_past_mark = false) {
+    // A layout refused for its memory in a run of steps at one shape backs
+    // off (step_plan::defer): the next steps at the shape would most likely
+    // be refused the same way, each after a layout.
+    const auto wait = [&](bool layout_passes_mark) {
       if (guess) {
         plan.abandon();
       } else {
-        plan.defer(laid_out_past_mark && plan.in_shape_run());
+        plan.defer(layout_passes_mark && plan.in_shape_run());
       }
     };
     // Best fit's calls: in the step that just ended, or over the steps in
@@ -553,29 +556,33 @@ bool arena_policy::impl::start_plan() {
     // mixture of experts at one shape: 95-308 a step, 3-10 times fewer
     // than mapping its plan's range costs).
     const std::uint64_t best_fit_calls = std::max(plan.recent_step_calls(), plan.shape_run_calls());
+    // Why a new range is refused, if it is (counted and logged by judge).
+    struct verdict {
+      bool costs_more = false;   // more calls than best fit's
+      bool passes_mark = false;  // past the high-water mark and the growth allowed
+      explicit operator bool() const noexcept { return costs_more || passes_mark; }
+    };
     // `at_least`: new_range is a lower bound (before the bins are known, or the layout made).
-    bool passes_mark = false;
-    const auto refused = [&](std::size_t new_range, bool at_least) {
-      const bool costs_more = best_fit_calls * granules->max_span_bytes() < new_range;
+    const auto judge = [&](std::size_t new_range, bool at_least) {
       const std::size_t held = granules->held_bytes() + (new_range > spare ? new_range - spare : 0);
-      passes_mark = held > peak_held + grown;
-      if (costs_more || passes_mark) {
-        plan.start_refused(costs_more, passes_mark);
+      const verdict v{best_fit_calls * granules->max_span_bytes() < new_range, held > peak_held + grown};
+      if (v) {
+        plan.start_refused(v.costs_more, v.passes_mark);
         log_noexcept(spdlog::level::debug,
                      "arena step plan: not started: a new range of {}{} bytes{}{}{} (best fit's calls in the step "
                      "before: {}, over the steps in a row at its shape: {}; the memory held with it {}, high-water "
                      "mark {}, growth allowed {})",
-                     at_least ? "at least " : "", new_range, costs_more ? " costs more calls than best fit made" : "",
-                     costs_more && passes_mark ? " and" : "", passes_mark ? " passes the high-water mark" : "",
+                     at_least ? "at least " : "", new_range, v.costs_more ? " costs more calls than best fit made" : "",
+                     v.costs_more && v.passes_mark ? " and" : "", v.passes_mark ? " passes the high-water mark" : "",
                      plan.recent_step_calls(), plan.shape_run_calls(), held, peak_held, grown);
-        return true;
       }
-      return false;
+      return v;
     };
     // Both rules grow with the range, and the range is at least the step's
     // live peak less what the bins hold: a plan refused at that bound waits
     // without what follows, which it would not pass either. A refused plan
-    // is judged again at every step start, and what follows is costly: the
+    // is judged again at the next step start (or, backed off, a later one),
+    // and what follows is costly: the
     // bins scan every free block's granules (about a third of the arena's
     // instructions on the resnet50 trace, whose plan never pays), the
     // layout takes time (layout.hpp: 36 ms for a kvgen step of 37,329
@@ -585,8 +592,8 @@ bool arena_policy::impl::start_plan() {
     // (mapped less cached less live).
     const std::size_t held_by_blocks = granules->mapped_bytes() - granules->cached_bytes();
     const std::size_t at_most_in_bins = held_by_blocks > allocated ? held_by_blocks - allocated : 0;
-    if (refused(peak > at_most_in_bins ? peak - at_most_in_bins : 0, true)) {
-      wait();
+    if (judge(peak > at_most_in_bins ? peak - at_most_in_bins : 0, true)) {
+      wait(false);
       return false;
     }
     // The bins: free memory in spans live blocks touch (holes no steal can
@@ -604,13 +611,13 @@ bool arena_policy::impl::start_plan() {
               [](const step_plan::bin& a, const step_plan::bin& b) { return a.base < b.base; });
     std::size_t in_bins = 0;
     for (const step_plan::bin& b : bins) in_bins += b.bytes;
-    if (refused(peak > in_bins ? peak - in_bins : 0, true)) {
-      wait();
+    if (judge(peak > in_bins ? peak - in_bins : 0, true)) {
+      wait(false);
       return false;
     }
     const std::size_t extra = round_up(plan.lay_out(bins), block_index::unit);
-    if (refused(extra, false)) {
-      wait(/*laid_out_past_mark=*/passes_mark);
+    if (const verdict v = judge(extra, false)) {
+      wait(v.passes_mark);
       return false;
     }
     // Highest first: a split keeps the lower part in the node it cuts, so
