@@ -1,6 +1,7 @@
 #include "allocator_policies/arena/step_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "fragctl/log.hpp"

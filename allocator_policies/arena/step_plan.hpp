@@ -40,8 +40,8 @@
 // bytes (back at the step's low after rising a quarter of the way above
 // it), not by counting allocations: a step of another length may come
 // between the plan's repeats. At the step start the planned blocks, each
-// live over an interval of allocation indices, are
-// laid out greedily by size, largest first, each at the lowest offset where
+// live over an interval of allocation indices, are laid out greedily by
+// size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the
 // arena's free holes inside spans live blocks touch (the *bins*, memory no
 // steal could move), then in one new range (lay_out). The used bins and the

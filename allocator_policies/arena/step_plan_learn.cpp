@@ -5,7 +5,6 @@
 #include "allocator_policies/arena/step_plan.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 
 #include "fragctl/log.hpp"
@@ -46,12 +45,21 @@ void step_plan::note_shape_run(std::uint32_t first_units) noexcept {
     // would have served it whole: as many allocations as the plan's step,
     // each on its slot's stream and no larger than its slot (a step whose
     // sizes outgrow the layout, as decoding's do at one first allocation,
-    // would leave the plan at once). The history may have been cut since.
+    // would leave the plan at once). The history may have been cut since
+    // (its cut restarts allocs_, so a step across it is not whole).
     bool fits = allocs_ - run_start_allocs_ == plan_period_ && run_start_event_ <= history_.size();
     for (std::size_t i = run_start_event_, t = 0; fits && i < history_.size(); ++i) {
       const event& e = history_[i];
       if (e.is_free != 0) continue;
-      fits = t < slots_.size() && e.units <= slots_[t].units && e.stream == slots_[t].stream;
+      // Served as the plan serves (before_allocate_planning): on its slot's
+      // stream, and no larger than its slot where the slot is planned or
+      // the step's first (an unplanned block goes to best fit at any size).
+      if (t == slots_.size()) {  // more allocations than slots (only across a history cut)
+        fits = false;
+        break;
+      }
+      const slot& s = slots_[t];
+      fits = e.stream == s.stream && (e.units <= s.units || (!s.planned && t != 0));
       ++t;
     }
     // And at the shape of the step before it (the same first allocation).

@@ -560,9 +560,9 @@ TEST(arena_plan, a_job_at_one_shape_starts_its_plan_once_best_fit_paid_for_it) {
 }
 
 // The moe trace with its steps growing as decoding's do: from the 8,630th
-// allocation on (the plan's fourth step start on the replay), every size
-// but the step's first allocation's (its input, 54,272 bytes) 0.4% larger
-// at each step of 2,096 allocations. Each step has the count and first
+// allocation on (the job's fourth step start, the plan's first judged one),
+// every size but the step's first allocation's (its input, 54,272 bytes)
+// 0.4% larger at each step of 2,096 allocations. Each step has the count and first
 // allocation of the one before and outgrows the plan's slots: a plan
 // started on them is left at its first step (judged on the steps' count
 // and first allocation alone, it started and was left 5 times in 16 steps,
@@ -620,38 +620,44 @@ struct judged_start {
   std::uint64_t step_calls;
   std::uint64_t run_calls;
   bool in_run;
+  std::size_t step;  // the job's step it began
 };
 
 class shape_run_job {
  public:
   explicit shape_run_job(bool back_off) : back_off_(back_off) {
     plan_.set_call_counter([](const void* c) { return *static_cast<const std::uint64_t*>(c); }, &calls_);
-    for (int i = 0; i < 8; ++i) (void)allocate(4000);  // parameters, never freed
+    for (int i = 0; i < 8; ++i) (void)allocate(4000, 0);  // parameters, never freed
   }
-  // `grow` units more for every layer; `layers` of them (39: the found step's).
-  void step(std::uint32_t input_units, std::uint32_t grow = 0, std::uint32_t layers = 39) {
-    const std::uintptr_t input = allocate(input_units);
+  // `grow` units more for every layer; `layers` of them (39: the found
+  // step's); with `other_stream`, the fifth on stream 1.
+  void step(std::uint32_t input_units, std::uint32_t grow = 0, std::uint32_t layers = 39,
+            bool other_stream = false) {
+    const std::uintptr_t input = allocate(input_units, 0);
     std::vector<std::uintptr_t> kept;
-    for (std::uint32_t l = 0; l < layers; ++l) kept.push_back(allocate(1000 + 10 * l + grow));
+    const auto stream_of = [&](std::uint32_t l) { return other_stream && l == 4 ? 1u : 0u; };
+    for (std::uint32_t l = 0; l < layers; ++l) kept.push_back(allocate(1000 + 10 * l + grow, stream_of(l)));
     calls_ += 10;
-    for (std::uint32_t l = layers; l-- > 0;) plan_.after_free(kept[l], 1000 + 10 * l + grow, 0);
+    for (std::uint32_t l = layers; l-- > 0;) plan_.after_free(kept[l], 1000 + 10 * l + grow, stream_of(l));
     plan_.after_free(input, input_units, 0);
+    ++steps_;
   }
   const std::vector<judged_start>& judged() const { return judged_; }
 
  private:
-  std::uintptr_t allocate(std::uint32_t units) {
-    if (plan_.before_allocate(units, 0) == arena_detail::step_plan::next::need_region) {
-      judged_.push_back({plan_.recent_step_calls(), plan_.shape_run_calls(), plan_.in_shape_run()});
+  std::uintptr_t allocate(std::uint32_t units, std::uint32_t stream) {
+    if (plan_.before_allocate(units, stream) == arena_detail::step_plan::next::need_region) {
+      judged_.push_back({plan_.recent_step_calls(), plan_.shape_run_calls(), plan_.in_shape_run(), steps_});
       plan_.defer(back_off_ && plan_.in_shape_run());
     }
     const std::uintptr_t at = next_;
     next_ += std::uintptr_t{units} * 512;
-    plan_.after_allocate(at, units, 0, false);
+    plan_.after_allocate(at, units, stream, false);
     return at;
   }
   arena_detail::step_plan plan_;
   std::uint64_t calls_ = 0;
+  std::size_t steps_ = 0;
   std::uintptr_t next_ = 0x100000;
   bool back_off_;
   std::vector<judged_start> judged_;
@@ -697,14 +703,18 @@ TEST(arena_plan, a_step_of_another_count_or_outgrowing_its_slots_ends_the_run) {
   job.step(500, 5);      // every layer 5 units larger than its slot
   job.step(500);
   job.step(500);
+  job.step(500, 0, 39, /*other_stream=*/true);  // one layer on another stream
+  job.step(500);
   const std::vector<judged_start>& j = job.judged();
-  ASSERT_EQ(j.size(), found + 6);
+  ASSERT_EQ(j.size(), found + 8);
   EXPECT_EQ(j[found + 1].run_calls, 0u) << "a step of 39 allocations counted in the run";
   EXPECT_FALSE(j[found + 1].in_run);
   EXPECT_EQ(j[found + 2].run_calls, 10u);
   EXPECT_EQ(j[found + 3].run_calls, 20u);
   EXPECT_EQ(j[found + 4].run_calls, 0u) << "a step larger than its slots counted in the run";
   EXPECT_EQ(j[found + 5].run_calls, 10u);
+  EXPECT_EQ(j[found + 6].run_calls, 20u);
+  EXPECT_EQ(j[found + 7].run_calls, 0u) << "a step with a block on another stream counted in the run";
 }
 
 TEST(arena_plan, a_plan_refused_for_its_memory_at_one_shape_is_judged_ever_more_rarely) {
@@ -719,10 +729,29 @@ TEST(arena_plan, a_plan_refused_for_its_memory_at_one_shape_is_judged_ever_more_
   // Refused in a run: 1, 2, 4, 8, 16 starts left out after each refusal.
   EXPECT_LE(backing.judged().size(), 12u);
   EXPECT_GE(backing.judged().size(), 6u);
-  // A step of another shape is judged at its start, back-off or not.
+  // A step of another shape is judged at its start, back-off or not, and
+  // refused there (it ends a step of the run) it backs off; the start after
+  // it ends a step of the new shape, no run yet: judged too.
   const std::size_t before = backing.judged().size();
   backing.step(400);
   EXPECT_EQ(backing.judged().size(), before + 1);
+  EXPECT_TRUE(backing.judged().back().in_run);
+  backing.step(400);
+  EXPECT_EQ(backing.judged().size(), before + 2) << "a start skipped on the back-off of another shape's run";
+  EXPECT_FALSE(backing.judged().back().in_run);
+}
+
+TEST(arena_plan, a_plan_backed_off_is_judged_at_least_once_in_65_steps) {
+  // The back-off doubles up to 64 starts left out: a plan that would fit
+  // later (its high-water mark risen, say) waits at most that long.
+  shape_run_job backing(/*back_off=*/true);
+  for (int i = 0; i < 600; ++i) backing.step(500);
+  const std::vector<judged_start>& j = backing.judged();
+  ASSERT_GE(j.size(), 8u);
+  std::size_t widest = 0;
+  for (std::size_t k = 1; k < j.size(); ++k) widest = std::max(widest, j[k].step - j[k - 1].step);
+  EXPECT_EQ(widest, 65u) << "64 starts left out between two judged ones at most, and reached";
+  EXPECT_LE(600 - j.back().step, 65u) << "no start judged at the end";
 }
 
 TEST(arena_plan, steps_of_the_plan_shape_after_one_of_another_shape_stay_planned) {
