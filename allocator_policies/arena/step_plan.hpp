@@ -34,12 +34,12 @@
 // started only if best fit made at least as many driver calls in the last
 // repeat (later: in the step that just ended, or over the steps in a row at
 // its shape that the plan would have served: as many allocations, the same
-// first allocation, each no larger than its slot) as mapping the new range
-// would cost, and only under the memory held's high-water mark; else it
-// waits for the next step start (defer). A step start is found by the live
-// bytes (back at the step's low after rising a quarter of the way above
-// it), not by counting allocations: a step of another length may come
-// between the plan's repeats. At the step start the planned blocks, each
+// first allocation, each planned block no larger than its slot) as mapping
+// the new range would cost, and only under the memory held's high-water
+// mark; else it waits for the next step start (defer). A step start is
+// found by the live bytes (back at the step's low after rising a quarter
+// of the way above it), not by counting allocations: a step of another
+// length may come between the plan's repeats. At the step start the planned blocks, each
 // live over an interval of allocation indices, are laid out greedily by
 // size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the

@@ -43,9 +43,9 @@ void step_plan::note_shape_run(std::uint32_t first_units) noexcept {
   if (step_seen_) {
     // The step begun at the last start just ended. In the run if the plan
     // would have served it whole: as many allocations as the plan's step,
-    // each on its slot's stream and no larger than its slot (a step whose
-    // sizes outgrow the layout, as decoding's do at one first allocation,
-    // would leave the plan at once). The history may have been cut since
+    // each on its slot's stream and, if planned, no larger than it (a step
+    // whose sizes outgrow the layout, as decoding's do at one first
+    // allocation, would leave the plan at once). The history may have been cut since
     // (its cut restarts allocs_, so a step across it is not whole).
     bool fits = allocs_ - run_start_allocs_ == plan_period_ && run_start_event_ <= history_.size();
     for (std::size_t i = run_start_event_, t = 0; fits && i < history_.size(); ++i) {
