@@ -582,9 +582,9 @@ bool arena_policy::impl::start_plan() {
     // live peak less what the bins hold: a plan refused at that bound waits
     // without what follows, which it would not pass either. A refused plan
     // is judged again at the next step start (or, backed off, a later one),
-    // and what follows is costly: the
-    // bins scan every free block's granules (about a third of the arena's
-    // instructions on the resnet50 trace, whose plan never pays), the
+    // and what follows is costly: the bins scan every free block's granules
+    // (about a third of the arena's instructions on the resnet50 trace,
+    // whose plan never pays), the
     // layout takes time (layout.hpp: 36 ms for a kvgen step of 37,329
     // blocks; 217 ms for the live t5 job with gradient accumulation when
     // it scanned every placed block per block). Before the scan the bins

@@ -72,8 +72,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
           --skip_starts_;
           return next::place;
         }
-        skip_starts_ = 0;
-        back_offs_ = 0;
+        forget_back_off();
       }
       if (units > slots_[0].units && !regrowing_) {
         // The step about to be planned is larger than the layout: sized
@@ -108,7 +107,7 @@ step_plan::next step_plan::before_allocate_planning(std::uint32_t units, std::ui
     off_plan(false, s.stream != stream ? "an allocation on another stream" : "a free due earlier not made yet");
     return in_ranges(units, stream);
   }
-  if (units > s.units && (s.planned || t_ == 0)) {
+  if (outgrows(s, t_, units)) {
     // A larger member of the family than any the plan was laid out for:
     // at the step's start (its first allocation, planned or not), laid out
     // again for it; else left.

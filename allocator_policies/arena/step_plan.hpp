@@ -39,9 +39,9 @@
 // mark; else it waits for the next step start (defer). A step start is
 // found by the live bytes (back at the step's low after rising a quarter
 // of the way above it), not by counting allocations: a step of another
-// length may come between the plan's repeats. At the step start the planned blocks, each
-// live over an interval of allocation indices, are laid out greedily by
-// size, largest first, each at the lowest offset where
+// length may come between the plan's repeats. At the step start the
+// planned blocks, each live over an interval of allocation indices, are
+// laid out greedily by size, largest first, each at the lowest offset where
 // it overlaps no block placed before it whose interval meets its own: in the
 // arena's free holes inside spans live blocks touch (the *bins*, memory no
 // steal could move), then in one new range (lay_out). The used bins and the
@@ -298,6 +298,12 @@ class step_plan {
     std::uint32_t third;   // its size in the repeat of the third largest first allocation (while x_third_ != 0)
     bool planned;
   };
+  /// Whether allocation `t` of a step, of `units`, is larger than the plan
+  /// serves at slot `s`: a planned slot's size, or the step's first
+  /// allocation's (an unplanned block goes to best fit at any size).
+  [[nodiscard]] static bool outgrows(const slot& s, std::uint32_t t, std::uint32_t units) noexcept {
+    return units > s.units && (s.planned || t == 0);
+  }
   struct live_slot {
     std::uint32_t t;
     std::size_t bytes;
@@ -449,18 +455,20 @@ class step_plan {
   std::vector<std::uint64_t> call_marks_;  // [k]: driver calls before history allocation 256k
   std::uint64_t recent_calls_ = 0;         // recent_step_calls()
   // shape_run_calls(): pending, at each step start, the step that just
-  // ended (from the last start: allocation run_start_allocs_, history event
-  // run_start_event_, its first allocation run_first_ units) and the one
-  // before it (run_prev_first_).
+  // ended (from the last start: history event run_start_event_, its first
+  // allocation run_first_ units) and the one before it (run_prev_first_).
   void note_shape_run(std::uint32_t first_units) noexcept;
-  void forget_shape_run() noexcept {
-    run_steps_ = 0;
-    run_calls_ = 0;
+  void forget_back_off() noexcept {
     skip_starts_ = 0;
     back_offs_ = 0;
   }
-  std::uint64_t run_start_allocs_ = 0;  // allocs_ at the last step start
-  std::size_t run_start_event_ = 0;     // history_.size() there
+  void forget_shape_run() noexcept {
+    run_steps_ = 0;
+    run_calls_ = 0;
+    forget_back_off();
+  }
+  static constexpr std::size_t no_event = SIZE_MAX;
+  std::size_t run_start_event_ = no_event;  // history_.size() at the last step start
   std::uint32_t run_first_ = 0;         // the first allocation's units of the step begun there
   std::uint32_t run_prev_first_ = 0;    // and of the step before it
   std::uint32_t run_steps_ = 0;         // steps in the run (0: none measured yet)

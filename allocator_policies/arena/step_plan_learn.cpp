@@ -35,6 +35,7 @@ void step_plan::record_rare(bool is_free) {
     min_period_ = initial_min_period;  // learning starts over, periods that failed included
     allocs_ = 0;
     next_check_ = 256;
+    run_start_event_ = no_event;  // the step begun there is not whole
   }
   if (!is_free && allocs_ % 256 == 0) call_marks_.push_back(read_calls_ != nullptr ? read_calls_(read_ctx_) : 0);
 }
@@ -45,23 +46,18 @@ void step_plan::note_shape_run(std::uint32_t first_units) noexcept {
     // would have served it whole: as many allocations as the plan's step,
     // each on its slot's stream and, if planned, no larger than it (a step
     // whose sizes outgrow the layout, as decoding's do at one first
-    // allocation, would leave the plan at once). The history may have been cut since
-    // (its cut restarts allocs_, so a step across it is not whole).
-    bool fits = allocs_ - run_start_allocs_ == plan_period_ && run_start_event_ <= history_.size();
-    for (std::size_t i = run_start_event_, t = 0; fits && i < history_.size(); ++i) {
+    // allocation, would leave the plan at once). A step across the
+    // history's cut is not whole (record_rare).
+    bool fits = run_start_event_ <= history_.size();
+    std::uint32_t t = 0;
+    for (std::size_t i = run_start_event_; fits && i < history_.size(); ++i) {
       const event& e = history_[i];
       if (e.is_free != 0) continue;
-      // Served as the plan serves (before_allocate_planning): on its slot's
-      // stream, and no larger than its slot where the slot is planned or
-      // the step's first (an unplanned block goes to best fit at any size).
-      if (t == slots_.size()) {  // more allocations than slots (only across a history cut)
-        fits = false;
-        break;
-      }
-      const slot& s = slots_[t];
-      fits = e.stream == s.stream && (e.units <= s.units || (!s.planned && t != 0));
+      // Served as the plan serves (before_allocate_planning).
+      fits = t < slots_.size() && e.stream == slots_[t].stream && !outgrows(slots_[t], t, e.units);
       ++t;
     }
+    fits = fits && t == plan_period_;
     // And at the shape of the step before it (the same first allocation).
     if (fits && run_steps_ != 0 && run_first_ == run_prev_first_) {
       ++run_steps_;
@@ -74,7 +70,6 @@ void step_plan::note_shape_run(std::uint32_t first_units) noexcept {
     }
     run_prev_first_ = run_first_;
   }
-  run_start_allocs_ = allocs_;
   run_start_event_ = history_.size();
   run_first_ = first_units;
 }

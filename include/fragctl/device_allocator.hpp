@@ -50,10 +50,10 @@ struct step_plan_state {
   std::uint64_t last_step_driver_calls = 0;     ///< driver memory calls in the latest planned step
   std::uint64_t planned_step_driver_calls = 0;  ///< driver memory calls over all planned steps
   /// Judgments at step starts that refused to start the plan (a waiting
-  /// plan is judged again at each), by the reason the refusing check found:
-  /// mapping the plan's range would cost more driver calls than best fit
-  /// made in the step before and over the steps in a row at its shape; it
-  /// would raise the memory held past its
+  /// plan is judged again at each, or, backed off, at fewer), by the reason
+  /// the refusing check found: mapping the plan's range would cost more
+  /// driver calls than best fit made in the step before and over the steps
+  /// in a row at its shape; it would raise the memory held past its
   /// high-water mark (and the growth allowed). The first checks bound the
   /// range from below, so a refusal for one reason may not show the other;
   /// a larger step's layout on a guess (no growth allowed) counts too.
