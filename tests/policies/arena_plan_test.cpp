@@ -11,7 +11,6 @@
 #include <iterator>
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "support/arena_world.hpp"
 #include "support/log_capture.hpp"
 #include "support/test_support.hpp"
+#include "support/trace_support.hpp"
 
 namespace fragctl {
 namespace {
@@ -528,12 +528,6 @@ replay_result replay_arena(const trace& t, bool plan) {
   return replay(t, o);
 }
 
-trace read_test_trace(const std::string& file) {
-  auto read = read_trace(testing::test_data(file));
-  if (!read.ok()) throw std::runtime_error(std::string(read.status().message()));
-  return *std::move(read);
-}
-
 // A mixture of experts at one shape, traced live (tools/gpu/runs/2026-11-28/
 // k48.sh: 16 steps on an H200; its routing still varies the experts' sizes
 // per step): best fit re-stitches 208-368 driver calls a step on the replay,
@@ -544,7 +538,7 @@ trace read_test_trace(const std::string& file) {
 // every step after makes no driver call, here at no more memory than best
 // fit (its peak was set before).
 TEST(arena_plan, a_job_at_one_shape_starts_its_plan_once_best_fit_paid_for_it) {
-  const trace t = read_test_trace("moe-one-shape.trace.csv.gz");
+  const trace t = testing::test_data_trace("moe-one-shape.trace.csv.gz");
   const replay_result with = replay_arena(t, true);
   const replay_result without = replay_arena(t, false);
   const step_plan_state& p = with.stats.pool.plan;
@@ -569,7 +563,7 @@ TEST(arena_plan, a_job_at_one_shape_starts_its_plan_once_best_fit_paid_for_it) {
 // 13,591 calls against best fit's 8,283). Such steps are no run: the plan
 // is judged on one step, as before, and never starts.
 TEST(arena_plan, steps_that_outgrow_the_layout_at_one_first_allocation_are_no_run) {
-  trace t = read_test_trace("moe-one-shape.trace.csv.gz");
+  trace t = testing::test_data_trace("moe-one-shape.trace.csv.gz");
   absl::flat_hash_map<std::uint64_t, std::size_t> size_at;
   std::size_t n = 0;
   for (trace_event& e : t.events) {
@@ -601,7 +595,7 @@ TEST(arena_plan, steps_that_outgrow_the_layout_at_one_first_allocation_are_no_ru
 // plan backs off: laid out at 3 of the 9 starts after the run began,
 // instead of at each (a layout of kvgen's step takes 36 ms).
 TEST(arena_plan, a_plan_refused_for_its_memory_in_a_run_is_laid_out_ever_more_rarely) {
-  const trace t = read_test_trace("resnet-one-shape.trace.csv.gz");
+  const trace t = testing::test_data_trace("resnet-one-shape.trace.csv.gz");
   const replay_result with = replay_arena(t, true);
   const replay_result without = replay_arena(t, false);
   const step_plan_state& p = with.stats.pool.plan;

@@ -2,7 +2,6 @@
 // lag"): the sim's work numbering it relies on, that no lag is today's
 // replay, and that pending frees make the arena hold more, on a hand-made
 // trace and on a real one.
-#include <stdexcept>
 #include <string>
 
 #include "fragctl/error.hpp"
@@ -19,12 +18,6 @@ namespace {
 
 using action = trace_event::action;
 using fragctl::testing::hand_made_trace;
-
-trace shared_trace(const std::string& file) {
-  auto t = read_trace(testing::test_data(file));
-  if (!t.ok()) throw std::runtime_error(std::string(t.status().message()));
-  return *std::move(t);
-}
 
 replay_options arena_on_sim(replay_lag lag = {}) {
   replay_options o;
@@ -136,7 +129,7 @@ TEST(GpuLag, ArenaWaitsBeforeGrowingSoTheLagDoesNotRaiseItsPeak) {
 }
 
 TEST(GpuLag, NoLagIsTodaysReplayExactly) {
-  const trace t = shared_trace("gpt2m.trace.csv.gz");
+  const trace t = testing::test_data_trace("gpt2m.trace.csv.gz");
   const replay_result today = replay(t, arena_on_sim());
   const replay_result zero = replay(t, arena_on_sim({.us = 0, .events = 0}));
   EXPECT_EQ(zero.peak_reserved, today.peak_reserved);
@@ -148,7 +141,7 @@ TEST(GpuLag, NoLagIsTodaysReplayExactly) {
 // arena that does not wait, and 1.011, with no more driver calls, for the
 // default arena.
 TEST(GpuLag, LagRaisesTheRatioOfAnArenaThatDoesNotWaitOnARealTrace) {
-  const trace t = shared_trace("gpt2m.trace.csv.gz");
+  const trace t = testing::test_data_trace("gpt2m.trace.csv.gz");
   const replay_result today = replay(t, growing_arena_on_sim());
   const replay_result lagged = replay(t, growing_arena_on_sim({.us = 50'000}));
   EXPECT_EQ(lagged.peak_requested, today.peak_requested);
@@ -157,7 +150,7 @@ TEST(GpuLag, LagRaisesTheRatioOfAnArenaThatDoesNotWaitOnARealTrace) {
 }
 
 TEST(GpuLag, DefaultArenaHoldsTheSamePeakUnderLagOnARealTrace) {
-  const trace t = shared_trace("gpt2m.trace.csv.gz");
+  const trace t = testing::test_data_trace("gpt2m.trace.csv.gz");
   const replay_result today = replay(t, arena_on_sim());
   const replay_result lagged = replay(t, arena_on_sim({.us = 50'000}));
   EXPECT_LE(lagged.peak_reserved, today.peak_reserved);
